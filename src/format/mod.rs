@@ -1,0 +1,33 @@
+//! Byte layouts: the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`) and the
+//! T2P row-pair layout, with exact conversions between them.
+//!
+//! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
+//! against the size the C header and ggml use.
+
+mod pq2_0;
+mod q8k;
+mod repack;
+mod t2p;
+
+pub use pq2_0::{BlockPq2_0, QK_PQ2_0, dequantize_row_pq2_0, quantize_row_pq2_0};
+pub use q8k::{
+    BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
+    quantize_q8k_x4, quantize_row_q8k,
+};
+pub use repack::{
+    check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
+    unpack_t2p_to_pq2_0,
+};
+pub use t2p::{BlockT2p, ROWS_PER_T2P};
+
+/// Converts IEEE half-precision bits to `f32` (exact).
+#[inline]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    half::f16::from_bits(bits).to_f32()
+}
+
+/// Converts `f32` to IEEE half-precision bits, rounding to nearest even (as ggml's `GGML_FP32_TO_FP16`).
+#[inline]
+pub fn f32_to_f16(x: f32) -> u16 {
+    half::f16::from_f32(x).to_bits()
+}

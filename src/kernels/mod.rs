@@ -1,0 +1,238 @@
+//! Kernels per ISA path and the dispatch seam that picks one.
+//!
+//! Every path implements the same three operations on whole blocks:
+//!
+//! * **gemv** (decode): T2P row groups x one `q8_K` column -> `f32` per row;
+//! * **gemm** (prefill): T2P row groups x `q8_K x4` tiles of four columns;
+//! * **stock vec_dot**: `pq2_0` (file layout) x `q8_K`, the baseline the T2P layout is measured
+//!   against.
+//!
+//! All paths are exact: integer sums per 128-weight block are exact, and every path converts and
+//! accumulates them in the same float order as the scalar oracle ([`scalar`]), namely
+//! `acc = acc + (d_w * d_y) * (isum as f32)` per block, in block order, without fused
+//! multiply-add. So outputs are bit-identical across paths, which the tests assert.
+//!
+//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|neon|neon-dotprod|neon-i8mm`
+//! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::error::{Error, Result};
+use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+
+pub mod scalar;
+
+/// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// Portable integer loops; the oracle. Runs everywhere.
+    Scalar = 0,
+    /// x86_64 AVX2 + F16C (`maddubs` on slot-masked words).
+    Avx2 = 1,
+    /// aarch64 NEON without the dot-product extension.
+    Neon = 2,
+    /// aarch64 NEON + dotprod (SDOT for gemv and per-column gemm).
+    NeonDotprod = 3,
+    /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
+    NeonI8mm = 4,
+}
+
+impl Isa {
+    /// Every path, in the order of preference within its architecture (best last).
+    pub const ALL: [Isa; 5] = [
+        Isa::Scalar,
+        Isa::Avx2,
+        Isa::Neon,
+        Isa::NeonDotprod,
+        Isa::NeonI8mm,
+    ];
+
+    /// The name used by `T2P_ISA` and printed by tools.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
+            Isa::NeonDotprod => "neon-dotprod",
+            Isa::NeonI8mm => "neon-i8mm",
+        }
+    }
+
+    /// Parses a name as printed by [`Isa::name`].
+    pub fn from_name(name: &str) -> Result<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name() == name.trim())
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, neon, neon-dotprod, neon-i8mm)")))
+    }
+
+    /// The ISA with the given stable number.
+    pub fn from_u32(v: u32) -> Result<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| *isa as u32 == v)
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA number {v}")))
+    }
+
+    /// Whether this CPU (and this build's target) can run the path.
+    pub fn is_supported(self) -> bool {
+        table(self).is_some()
+    }
+
+    /// The best path this CPU supports.
+    pub fn best() -> Isa {
+        *Isa::available().last().expect("scalar is always available")
+    }
+
+    /// Every path this CPU supports, scalar first.
+    pub fn available() -> Vec<Isa> {
+        Isa::ALL
+            .into_iter()
+            .filter(|isa| isa.is_supported())
+            .collect()
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `x`: `ng * nb` T2P blocks (row groups), `y`: `nb / 2` `q8_K` blocks, `out`: `4 * ng` values.
+pub(crate) type GemvFn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]);
+/// `x` as for gemv, `y`: `ceil(ncols / 4) * nb / 2` `q8_K x4` blocks (tile-major, the last tile
+/// zero-padded), `out[c * ld + r]` for column `c < ncols` and row `r < 4 * ng`.
+pub(crate) type GemmFn =
+    fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize);
+/// `x`: `n / 128` pq2_0 blocks, `y`: `n / 256` `q8_K` blocks.
+pub(crate) type VecDotFn = fn(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32;
+
+/// The kernels of one ISA path. Only obtainable for paths the CPU supports, so calling them is
+/// always sound.
+pub struct Kernels {
+    isa: Isa,
+    gemv: GemvFn,
+    gemm: GemmFn,
+    vec_dot_stock: VecDotFn,
+}
+
+fn table(isa: Isa) -> Option<&'static Kernels> {
+    match isa {
+        Isa::Scalar => Some(&scalar::KERNELS),
+        _ => None,
+    }
+}
+
+impl Kernels {
+    /// The kernels of `isa`, or [`Error::UnsupportedIsa`] if this CPU cannot run it.
+    pub fn for_isa(isa: Isa) -> Result<&'static Kernels> {
+        table(isa)
+            .ok_or_else(|| Error::UnsupportedIsa(format!("{isa} cannot run on this CPU or target")))
+    }
+
+    /// Which path these are.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// gemv over whole row groups: `x` holds `out.len() / 4` row groups of `nb` blocks each,
+    /// `y` the `nb / 2` activation blocks; writes one value per row.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape (the [`crate::matmul`] driver checks first).
+    pub fn gemv(&self, x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+        assert_gemv_shape(x, nb, y.len(), out.len());
+        (self.gemv)(x, nb, y, out)
+    }
+
+    /// gemm over whole row groups and `ncols` columns held in `ceil(ncols / 4)` tiles of
+    /// `nb / 2` `q8_K x4` blocks; writes `out[c * ld + r]`.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn gemm(
+        &self,
+        x: &[BlockT2p],
+        nb: usize,
+        y: &[BlockQ8Kx4],
+        ncols: usize,
+        out: &mut [f32],
+        ld: usize,
+    ) {
+        assert!(
+            nb > 0 && nb % 2 == 0,
+            "nb must be a positive even block count"
+        );
+        assert_eq!(x.len() % nb, 0, "weight blocks");
+        let rows = x.len() / nb * ROWS_PER_T2P;
+        assert_eq!(y.len(), ncols.div_ceil(4) * nb / 2, "activation tiles");
+        assert!(ld >= rows, "ld smaller than the rows");
+        if ncols > 0 {
+            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
+        }
+        (self.gemm)(x, nb, y, ncols, out, ld)
+    }
+
+    /// The stock-layout dot product of one pq2_0 row with one `q8_K` column.
+    ///
+    /// # Panics
+    /// If `x.len() != 2 * y.len()`.
+    pub fn vec_dot_stock(&self, x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+        assert_eq!(x.len(), 2 * y.len(), "one q8_K block per two pq2_0 blocks");
+        (self.vec_dot_stock)(x, y)
+    }
+}
+
+fn assert_gemv_shape(x: &[BlockT2p], nb: usize, ny: usize, nout: usize) {
+    assert!(
+        nb > 0 && nb % 2 == 0,
+        "nb must be a positive even block count"
+    );
+    assert_eq!(ny, nb / 2, "activation blocks");
+    assert_eq!(nout % ROWS_PER_T2P, 0, "rows");
+    assert_eq!(x.len(), nout / ROWS_PER_T2P * nb, "weight blocks");
+}
+
+const UNSET: u8 = u8::MAX;
+static ACTIVE: AtomicU8 = AtomicU8::new(UNSET);
+
+/// The kernels in use: chosen once (the best supported path, or `T2P_ISA` if it names a
+/// supported one; an invalid `T2P_ISA` is reported on stderr and ignored).
+pub fn active() -> &'static Kernels {
+    let cur = ACTIVE.load(Ordering::Acquire);
+    let isa = if cur == UNSET {
+        let chosen = isa_from_env().unwrap_or_else(Isa::best);
+        // A concurrent set_active wins over the default choice.
+        match ACTIVE.compare_exchange(UNSET, chosen as u8, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => chosen,
+            Err(other) => Isa::from_u32(other as u32).unwrap_or(Isa::Scalar),
+        }
+    } else {
+        Isa::from_u32(cur as u32).unwrap_or(Isa::Scalar)
+    };
+    Kernels::for_isa(isa).unwrap_or(&scalar::KERNELS)
+}
+
+fn isa_from_env() -> Option<Isa> {
+    let value = std::env::var("T2P_ISA").ok()?;
+    match Isa::from_name(&value).and_then(|isa| Kernels::for_isa(isa).map(|k| k.isa())) {
+        Ok(isa) => Some(isa),
+        Err(e) => {
+            eprintln!(
+                "t2p: ignoring T2P_ISA={value:?}: {e}; using {}",
+                Isa::best()
+            );
+            None
+        }
+    }
+}
+
+/// Forces the path [`active`] returns from now on; fails if this CPU cannot run it.
+pub fn set_active(isa: Isa) -> Result<()> {
+    Kernels::for_isa(isa)?;
+    ACTIVE.store(isa as u8, Ordering::Release);
+    Ok(())
+}

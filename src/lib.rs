@@ -1,0 +1,21 @@
+//! # t2p: ternary language models at the speed of memory
+//!
+//! PrismML's ternary models store weights as `pq2_0`: 128 weights in 34 bytes (an fp16 scale and
+//! 2-bit codes `u = w + 1`). t2p repacks those blocks once, at load, into the **T2P row-pair
+//! layout** ([`format::BlockT2p`]), where a single AND extracts 16 weights pre-multiplied by
+//! `4^slot`, and runs exact integer kernels on it:
+//!
+//! * [`format`]: the byte layouts (pq2_0, q8_K, q8_K x4, T2P) and the repack;
+//! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
+//! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers;
+//! * [`ffi`]: the C ABI (`include/t2p.h`).
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod error;
+pub mod ffi;
+pub mod format;
+pub mod kernels;
+pub mod matmul;
+
+pub use error::{Error, Result};

@@ -1,0 +1,321 @@
+//! The safe driver: checks shapes, runs whole 4-column tiles through gemm, pads a leftover of
+//! 2 or 3 columns into one more tile (computed in the same pass, only real outputs written), and
+//! sends a single leftover column through gemv, never one gemv per leftover column.
+//!
+//! Outputs are column-strided: value of row `r`, column `c` at `out[c * ld + r]` (ggml's `dst`
+//! layout). Row ranges are given in rows and must be whole T2P row groups (multiples of 4), so a
+//! caller (ggml, the thread pool) can split rows across threads.
+
+use std::ops::Range;
+
+use bytemuck::Zeroable;
+
+use crate::error::{Error, Result, check_len};
+use crate::format::{
+    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P, check_matrix_shape,
+    deinterleave_q8k_x4, quantize_q8k_x4, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count,
+};
+use crate::kernels::Kernels;
+
+/// A `rows x k` ternary weight matrix in the T2P layout.
+#[derive(Clone, Debug)]
+pub struct T2pMatrix {
+    rows: usize,
+    k: usize,
+    blocks: Vec<BlockT2p>,
+}
+
+impl T2pMatrix {
+    /// Repacks a row-major `rows x k` pq2_0 tensor.
+    pub fn from_pq2_0(src: &[BlockPq2_0], rows: usize, k: usize) -> Result<Self> {
+        let mut blocks = vec![BlockT2p::zeroed(); t2p_block_count(rows, k)?];
+        repack_pq2_0_to_t2p(src, rows, k, &mut blocks)?;
+        Ok(T2pMatrix { rows, k, blocks })
+    }
+
+    /// Takes blocks that are already in T2P order (row groups of `k / 128` blocks).
+    pub fn from_t2p_blocks(blocks: Vec<BlockT2p>, rows: usize, k: usize) -> Result<Self> {
+        let n = t2p_block_count(rows, k)?;
+        if blocks.len() != n {
+            return Err(Error::Shape(format!(
+                "{rows} x {k} needs {n} T2P blocks, got {}",
+                blocks.len()
+            )));
+        }
+        Ok(T2pMatrix { rows, k, blocks })
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inner dimension (weights per row).
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The T2P blocks, row group by row group.
+    pub fn blocks(&self) -> &[BlockT2p] {
+        &self.blocks
+    }
+
+    /// Bytes of weights (equal to the pq2_0 size).
+    pub fn size_bytes(&self) -> usize {
+        std::mem::size_of_val(self.blocks.as_slice())
+    }
+}
+
+/// A batch of `ncols` activation columns of length `k`, quantized once for every matmul that
+/// reads it: `q8_K x4` tiles for gemm (the last one zero-padded) and, when the batch ends in a
+/// single leftover column, that column as plain `q8_K` for gemv.
+#[derive(Clone, Debug)]
+pub struct QuantizedBatch {
+    k: usize,
+    ncols: usize,
+    tiles: Vec<BlockQ8Kx4>,
+    last_column: Vec<BlockQ8K>,
+}
+
+impl QuantizedBatch {
+    /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k .. (c + 1) * k]`).
+    pub fn new(x: &[f32], k: usize, ncols: usize) -> Result<Self> {
+        if k == 0 || k % QK_K != 0 {
+            return Err(Error::Shape(format!(
+                "k = {k} is not a positive multiple of 256"
+            )));
+        }
+        if ncols == 0 {
+            return Err(Error::Shape("a batch needs at least one column".into()));
+        }
+        let n = k
+            .checked_mul(ncols)
+            .ok_or_else(|| Error::Shape("k * ncols overflows".into()))?;
+        check_len("activation values", n, x.len())?;
+        let per_col = k / QK_K;
+        let gemm_cols = if ncols % 4 == 1 { ncols - 1 } else { ncols };
+        let mut tiles = vec![BlockQ8Kx4::zeroed(); gemm_cols.div_ceil(4) * per_col];
+        for (t, tile) in tiles.chunks_exact_mut(per_col).enumerate() {
+            let cols: Vec<&[f32]> = (4 * t..(4 * t + 4).min(gemm_cols))
+                .map(|c| &x[c * k..(c + 1) * k])
+                .collect();
+            quantize_q8k_x4(&cols, k, tile);
+        }
+        let mut last_column = Vec::new();
+        if ncols % 4 == 1 {
+            last_column = vec![BlockQ8K::zeroed(); per_col];
+            quantize_row_q8k(&x[(ncols - 1) * k..ncols * k], &mut last_column);
+        }
+        Ok(QuantizedBatch {
+            k,
+            ncols,
+            tiles,
+            last_column,
+        })
+    }
+
+    /// Inner dimension.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Number of columns.
+    pub fn ncols(&self) -> usize {
+        self.ncols
+    }
+
+    /// The gemm tiles (tile-major, `k / 256` blocks per tile).
+    pub fn tiles(&self) -> &[BlockQ8Kx4] {
+        &self.tiles
+    }
+
+    /// The last column as `q8_K`, present when `ncols % 4 == 1`.
+    pub fn last_column(&self) -> Option<&[BlockQ8K]> {
+        (!self.last_column.is_empty()).then_some(self.last_column.as_slice())
+    }
+}
+
+/// Checks a row range against a matrix and returns it as a range of T2P blocks.
+fn block_range(rows: usize, k: usize, range: &Range<usize>) -> Result<Range<usize>> {
+    check_matrix_shape(rows, k)?;
+    if range.start > range.end
+        || range.end > rows
+        || range.start % ROWS_PER_T2P != 0
+        || range.end % ROWS_PER_T2P != 0
+    {
+        return Err(Error::Shape(format!(
+            "row range {}..{} must lie in 0..{rows} on multiples of 4",
+            range.start, range.end
+        )));
+    }
+    let nb = k / QK_PQ2_0;
+    Ok(range.start / ROWS_PER_T2P * nb..range.end / ROWS_PER_T2P * nb)
+}
+
+fn check_out(
+    ncols: usize,
+    ld: usize,
+    rows: usize,
+    range: &Range<usize>,
+    out_len: usize,
+) -> Result<()> {
+    if ld < rows && ncols > 1 {
+        return Err(Error::Shape(format!(
+            "ld = {ld} is smaller than rows = {rows}"
+        )));
+    }
+    check_len("output values", (ncols - 1) * ld + range.end, out_len)
+}
+
+/// gemv over a row range: `w` is the whole `rows x k` T2P matrix, `y` its `k / 256` activation
+/// blocks; writes `out[r]` for `r` in `range` only.
+pub fn gemv_rows(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    y: &[BlockQ8K],
+    out: &mut [f32],
+    range: Range<usize>,
+) -> Result<()> {
+    let blocks = block_range(rows, k, &range)?;
+    check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
+    check_len("q8_K activation blocks", k / QK_K, y.len())?;
+    check_out(1, rows, rows, &range, out.len())?;
+    if range.is_empty() {
+        return Ok(());
+    }
+    kern.gemv(&w[blocks], k / QK_PQ2_0, &y[..k / QK_K], &mut out[range]);
+    Ok(())
+}
+
+/// gemm over a row range and `ncols` columns given as `ceil(ncols / 4)` tiles of `k / 256`
+/// `q8_K x4` blocks (padded with zero columns); writes `out[c * ld + r]` for `r` in `range`.
+/// A single leftover column is extracted from its tile and runs through gemv.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_rows(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+    range: Range<usize>,
+) -> Result<()> {
+    if ncols == 0 {
+        return Err(Error::Shape("gemm needs at least one column".into()));
+    }
+    let per_col = k / QK_K;
+    let blocks = block_range(rows, k, &range)?;
+    check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
+    check_len(
+        "q8_K x4 activation blocks",
+        ncols.div_ceil(4) * per_col,
+        y.len(),
+    )?;
+    check_out(ncols, ld, rows, &range, out.len())?;
+    if range.is_empty() {
+        return Ok(());
+    }
+    if ncols % 4 == 1 {
+        let last: Vec<BlockQ8K> = y[(ncols / 4) * per_col..(ncols / 4 + 1) * per_col]
+            .iter()
+            .map(|b| deinterleave_q8k_x4(b, 0))
+            .collect();
+        let col = ncols - 1;
+        run_tiles(
+            kern,
+            &w[blocks.clone()],
+            k,
+            y,
+            col,
+            &mut out[range.start..],
+            ld,
+        );
+        kern.gemv(
+            &w[blocks],
+            k / QK_PQ2_0,
+            &last,
+            &mut out[col * ld + range.start..col * ld + range.end],
+        );
+    } else {
+        run_tiles(kern, &w[blocks], k, y, ncols, &mut out[range.start..], ld);
+    }
+    Ok(())
+}
+
+fn run_tiles(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    k: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    if ncols > 0 {
+        kern.gemm(
+            w,
+            k / QK_PQ2_0,
+            &y[..ncols.div_ceil(4) * (k / QK_K)],
+            ncols,
+            out,
+            ld,
+        );
+    }
+}
+
+/// `out[c * ld + r] = sum_k w[r][k] * x[c][k]` for the rows in `range` and every column of
+/// `act`, on the kernels `kern`.
+pub fn matmul_rows(
+    kern: &Kernels,
+    w: &T2pMatrix,
+    act: &QuantizedBatch,
+    out: &mut [f32],
+    ld: usize,
+    range: Range<usize>,
+) -> Result<()> {
+    if act.k != w.k {
+        return Err(Error::Shape(format!(
+            "activations have k = {}, weights k = {}",
+            act.k, w.k
+        )));
+    }
+    match act.ncols {
+        1 => gemv_rows(kern, &w.blocks, w.rows, w.k, &act.last_column, out, range),
+        n if n % 4 == 1 => {
+            let col = n - 1;
+            check_out(n, ld, w.rows, &range, out.len())?;
+            gemm_rows(
+                kern,
+                &w.blocks,
+                w.rows,
+                w.k,
+                &act.tiles,
+                col,
+                out,
+                ld,
+                range.clone(),
+            )?;
+            gemv_rows(
+                kern,
+                &w.blocks,
+                w.rows,
+                w.k,
+                &act.last_column,
+                &mut out[col * ld..],
+                range,
+            )
+        }
+        n => gemm_rows(kern, &w.blocks, w.rows, w.k, &act.tiles, n, out, ld, range),
+    }
+}
+
+/// [`matmul_rows`] over all rows with `ld = rows`; returns the `ncols * rows` outputs.
+pub fn matmul(kern: &Kernels, w: &T2pMatrix, act: &QuantizedBatch) -> Result<Vec<f32>> {
+    let mut out = vec![0.0; w.rows * act.ncols];
+    matmul_rows(kern, w, act, &mut out, w.rows, 0..w.rows)?;
+    Ok(out)
+}
