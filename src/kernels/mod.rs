@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::error::{Error, Result};
 use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
+pub mod cpu;
 pub mod scalar;
 
 /// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).

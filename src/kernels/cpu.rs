@@ -1,0 +1,66 @@
+//! Runtime CPU feature detection, as a stable bit set (the C ABI's `T2P_CPU_*` values).
+
+/// x86_64 AVX2.
+pub const AVX2: u32 = 1 << 0;
+/// x86_64 FMA.
+pub const FMA: u32 = 1 << 1;
+/// x86_64 F16C (fp16 conversions).
+pub const F16C: u32 = 1 << 2;
+/// x86_64 AVX-512F (detected and reported only; no kernel uses it).
+pub const AVX512F: u32 = 1 << 3;
+/// aarch64 Advanced SIMD.
+pub const NEON: u32 = 1 << 8;
+/// aarch64 dot product (SDOT).
+pub const DOTPROD: u32 = 1 << 9;
+/// aarch64 int8 matrix multiply (SMMLA).
+pub const I8MM: u32 = 1 << 10;
+
+const NAMES: [(u32, &str); 7] = [
+    (AVX2, "avx2"),
+    (FMA, "fma"),
+    (F16C, "f16c"),
+    (AVX512F, "avx512f"),
+    (NEON, "neon"),
+    (DOTPROD, "dotprod"),
+    (I8MM, "i8mm"),
+];
+
+/// The features of this CPU that t2p knows about.
+pub fn features() -> u32 {
+    let mut f = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        for (bit, on) in [
+            (AVX2, std::arch::is_x86_feature_detected!("avx2")),
+            (FMA, std::arch::is_x86_feature_detected!("fma")),
+            (F16C, std::arch::is_x86_feature_detected!("f16c")),
+            (AVX512F, std::arch::is_x86_feature_detected!("avx512f")),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        for (bit, on) in [
+            (NEON, std::arch::is_aarch64_feature_detected!("neon")),
+            (DOTPROD, std::arch::is_aarch64_feature_detected!("dotprod")),
+            (I8MM, std::arch::is_aarch64_feature_detected!("i8mm")),
+        ] {
+            if on {
+                f |= bit;
+            }
+        }
+    }
+    f
+}
+
+/// Names of the features in `bits`, in a fixed order.
+pub fn feature_names(bits: u32) -> Vec<&'static str> {
+    NAMES
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .map(|&(_, n)| n)
+        .collect()
+}

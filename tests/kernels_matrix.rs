@@ -1,0 +1,281 @@
+//! The seed's integer-oracle matrix, run on every ISA path this CPU supports: batch widths 1-5,
+//! 7, 8; rows 4, 8, 12; inner sizes 256, 512, 1024; all zeros, constants, extreme activations,
+//! code 3; rejected shapes. Outputs must be bit-identical to the scalar oracle.
+
+mod common;
+
+use common::*;
+use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
+use t2p::matmul::{gemm_rows, gemv_rows};
+
+fn tiles(cols: &[t2p::format::BlockQ8K], k: usize, ncols: usize) -> Vec<BlockQ8Kx4> {
+    let per = k / 256;
+    let zero = t2p::format::BlockQ8K::default();
+    let mut out = Vec::new();
+    for t in 0..ncols.div_ceil(4) {
+        for b in 0..per {
+            let c = |i: usize| {
+                if 4 * t + i < ncols {
+                    &cols[(4 * t + i) * per + b]
+                } else {
+                    &zero
+                }
+            };
+            out.push(interleave_q8k_x4([c(0), c(1), c(2), c(3)]));
+        }
+    }
+    out
+}
+
+fn check_case(
+    rows: usize,
+    k: usize,
+    ncols: usize,
+    codes: Codes,
+    scales: Scales,
+    acts: Acts,
+    seed: u64,
+) {
+    let mut rng = Lcg(seed);
+    let pq = pq2_0_tensor(rows, k, codes, scales, &mut rng);
+    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
+    repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+    let cols = q8k_columns(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
+    let x4 = tiles(&cols, k, ncols);
+    let ld = rows + 4; // a stride larger than the rows, to catch stride bugs
+    let sentinel = f32::from_bits(0x7fc0_1234);
+    let run = |kern| {
+        let mut out = vec![sentinel; ld * ncols];
+        if ncols == 1 {
+            gemv_rows(kern, &w, rows, k, &cols, &mut out, 0..rows).unwrap();
+        } else {
+            gemm_rows(kern, &w, rows, k, &x4, ncols, &mut out, ld, 0..rows).unwrap();
+        }
+        out
+    };
+    let want = run(oracle());
+    // The oracle must have written every real output and nothing in the stride gaps.
+    for c in 0..ncols {
+        assert!(
+            want[c * ld..c * ld + rows]
+                .iter()
+                .all(|v| v.to_bits() != sentinel.to_bits())
+        );
+        assert!(
+            want[c * ld + rows..(c + 1) * ld]
+                .iter()
+                .all(|v| v.to_bits() == sentinel.to_bits())
+        );
+    }
+    if matches!(scales, Scales::One) {
+        // Scales of 1: outputs are the exact integer sums, checked against a direct i64 sum.
+        for c in 0..ncols {
+            for r in 0..rows {
+                let exact: i64 = (0..k)
+                    .map(|i| {
+                        let b = &pq[r * k / 128 + i / 128];
+                        (b.code(i % 128) as i64 - 1)
+                            * cols[c * k / 256 + i / 256].qs[i % 256] as i64
+                    })
+                    .sum();
+                assert_eq!(
+                    want[c * ld + r] as i64,
+                    exact,
+                    "oracle integer sum row {r} col {c}"
+                );
+            }
+        }
+    }
+    for kern in paths_under_test() {
+        let what = format!(
+            "{} rows={rows} k={k} ncols={ncols} {codes:?} {scales:?} {acts:?}",
+            kern.isa()
+        );
+        assert_bits_eq(&run(kern), &want, &what);
+        // Every sub-range of whole row groups gives the same values (ggml splits rows this way).
+        if rows >= 8 {
+            let mut out = vec![sentinel; ld * ncols];
+            for range in [0..4, 4..rows] {
+                if ncols == 1 {
+                    gemv_rows(kern, &w, rows, k, &cols, &mut out, range).unwrap();
+                } else {
+                    gemm_rows(kern, &w, rows, k, &x4, ncols, &mut out, ld, range).unwrap();
+                }
+            }
+            assert_bits_eq(&out, &want, &format!("{what} split rows"));
+        }
+    }
+}
+
+#[test]
+fn seed_matrix_random_codes_and_scales() {
+    let mut seed = 1;
+    for ncols in [1, 2, 3, 4, 5, 7, 8] {
+        for rows in [4, 8, 12] {
+            for k in [256, 512, 1024] {
+                seed += 1;
+                check_case(
+                    rows,
+                    k,
+                    ncols,
+                    Codes::Random,
+                    Scales::Random,
+                    Acts::Random,
+                    seed,
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn exact_integer_sums_with_unit_scales() {
+    for ncols in [1, 3, 4, 5] {
+        for acts in [
+            Acts::Random,
+            Acts::Extreme,
+            Acts::Min,
+            Acts::Constant(127),
+            Acts::Constant(-1),
+        ] {
+            check_case(8, 512, ncols, Codes::Random, Scales::One, acts, 7);
+        }
+    }
+}
+
+#[test]
+fn code_three_everywhere_with_extreme_activations() {
+    for ncols in [1, 2, 4, 5] {
+        for acts in [
+            Acts::Constant(127),
+            Acts::Constant(-127),
+            Acts::Min,
+            Acts::Extreme,
+        ] {
+            check_case(4, 1024, ncols, Codes::Constant(3), Scales::One, acts, 11);
+        }
+    }
+}
+
+#[test]
+fn zeros_and_constants() {
+    for ncols in [1, 2, 3, 4] {
+        check_case(
+            8,
+            256,
+            ncols,
+            Codes::Constant(1),
+            Scales::Random,
+            Acts::Random,
+            3,
+        ); // all-zero weights
+        check_case(8, 256, ncols, Codes::Random, Scales::Random, Acts::Zero, 4); // all-zero activations
+        check_case(
+            8,
+            256,
+            ncols,
+            Codes::Constant(0),
+            Scales::One,
+            Acts::Constant(5),
+            5,
+        );
+        check_case(
+            8,
+            256,
+            ncols,
+            Codes::Constant(2),
+            Scales::One,
+            Acts::Constant(-7),
+            6,
+        );
+        check_case(
+            12,
+            512,
+            ncols,
+            Codes::Ternary,
+            Scales::Random,
+            Acts::Random,
+            8,
+        );
+    }
+}
+
+#[test]
+fn stock_vec_dot_matches_t2p_gemv() {
+    for kern in paths_under_test() {
+        for k in [256, 512, 1024] {
+            let mut rng = Lcg(k as u64);
+            let pq = pq2_0_tensor(4, k, Codes::Random, Scales::Random, &mut rng);
+            let y = q8k_columns(k, 1, Acts::Random, false, &mut rng);
+            let mut w = vec![BlockT2p::default(); t2p_block_count(4, k).unwrap()];
+            repack_pq2_0_to_t2p(&pq, 4, k, &mut w).unwrap();
+            let mut want = vec![0.0; 4];
+            gemv_rows(oracle(), &w, 4, k, &y, &mut want, 0..4).unwrap();
+            let got: Vec<f32> = (0..4)
+                .map(|r| kern.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &y))
+                .collect();
+            assert_bits_eq(&got, &want, &format!("{} stock vec_dot k={k}", kern.isa()));
+        }
+    }
+}
+
+#[test]
+fn shapes_that_must_be_rejected() {
+    let mut rng = Lcg(9);
+    let pq = pq2_0_tensor(8, 512, Codes::Random, Scales::Random, &mut rng);
+    let mut w = vec![BlockT2p::default(); 8];
+    repack_pq2_0_to_t2p(&pq, 8, 512, &mut w).unwrap();
+    let y = q8k_columns(512, 1, Acts::Random, false, &mut rng);
+    let x4 = tiles(&q8k_columns(512, 3, Acts::Random, false, &mut rng), 512, 3);
+    for kern in paths_under_test() {
+        let mut out = vec![0.0; 64];
+        assert!(
+            gemv_rows(kern, &w, 6, 512, &y, &mut out, 0..6).is_err(),
+            "rows not a multiple of 4"
+        );
+        assert!(
+            gemv_rows(kern, &w, 8, 384, &y, &mut out, 0..8).is_err(),
+            "k not a multiple of 256"
+        );
+        assert!(
+            gemv_rows(kern, &w, 8, 512, &y, &mut out, 2..8).is_err(),
+            "range not on a row group"
+        );
+        assert!(
+            gemv_rows(kern, &w, 8, 512, &y, &mut out, 0..12).is_err(),
+            "range past the rows"
+        );
+        assert!(
+            gemv_rows(kern, &w, 8, 512, &y[..1], &mut out, 0..8).is_err(),
+            "short activations"
+        );
+        assert!(
+            gemv_rows(kern, &w[..7], 8, 512, &y, &mut out, 0..8).is_err(),
+            "short weights"
+        );
+        assert!(
+            gemv_rows(kern, &w, 8, 512, &y, &mut out[..7], 0..8).is_err(),
+            "short output"
+        );
+        assert!(
+            gemm_rows(kern, &w, 8, 512, &x4, 3, &mut out[..19], 8, 0..8).is_err(),
+            "short gemm output"
+        );
+        assert!(
+            gemm_rows(kern, &w, 8, 512, &x4, 5, &mut out, 8, 0..8).is_err(),
+            "more columns than tiles"
+        );
+        assert!(
+            gemm_rows(kern, &w, 8, 512, &x4, 0, &mut out, 8, 0..8).is_err(),
+            "zero columns"
+        );
+        assert!(
+            gemm_rows(kern, &w, 8, 512, &x4, 3, &mut out, 4, 0..8).is_err(),
+            "ld below rows"
+        );
+        assert!(
+            out.iter().all(|&v| v == 0.0),
+            "a rejected call wrote output"
+        );
+    }
+}
