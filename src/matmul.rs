@@ -178,14 +178,34 @@ pub fn gemv_rows(
     out: &mut [f32],
     range: Range<usize>,
 ) -> Result<()> {
+    check_out(1, rows, rows, &range, out.len())?;
+    gemv_range(kern, w, rows, k, y, range.clone(), &mut out[range])
+}
+
+/// gemv over a row range writing only that range: `out[i]` is row `range.start + i`
+/// (`out.len() == range.len()`). This is the form for callers that split rows across threads.
+pub fn gemv_range(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    y: &[BlockQ8K],
+    range: Range<usize>,
+    out: &mut [f32],
+) -> Result<()> {
     let blocks = block_range(rows, k, &range)?;
     check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
     check_len("q8_K activation blocks", k / QK_K, y.len())?;
-    check_out(1, rows, rows, &range, out.len())?;
-    if range.is_empty() {
-        return Ok(());
+    if out.len() != range.len() {
+        return Err(Error::Shape(format!(
+            "output holds {} values for {} rows",
+            out.len(),
+            range.len()
+        )));
     }
-    kern.gemv(&w[blocks], k / QK_PQ2_0, &y[..k / QK_K], &mut out[range]);
+    if !range.is_empty() {
+        kern.gemv(&w[blocks], k / QK_PQ2_0, &y[..k / QK_K], out);
+    }
     Ok(())
 }
 
@@ -207,6 +227,37 @@ pub fn gemm_rows(
     if ncols == 0 {
         return Err(Error::Shape("gemm needs at least one column".into()));
     }
+    check_out(ncols, ld, rows, &range, out.len())?;
+    gemm_range(
+        kern,
+        w,
+        rows,
+        k,
+        y,
+        ncols,
+        range.clone(),
+        &mut out[range.start..],
+        ld,
+    )
+}
+
+/// gemm over a row range writing `out[c * ld + i]` for row `range.start + i` (so `out` may be a
+/// per-thread buffer with `ld = range.len()`).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_range(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    range: Range<usize>,
+    out: &mut [f32],
+    ld: usize,
+) -> Result<()> {
+    if ncols == 0 {
+        return Err(Error::Shape("gemm needs at least one column".into()));
+    }
     let per_col = k / QK_K;
     let blocks = block_range(rows, k, &range)?;
     check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
@@ -215,33 +266,22 @@ pub fn gemm_rows(
         ncols.div_ceil(4) * per_col,
         y.len(),
     )?;
-    check_out(ncols, ld, rows, &range, out.len())?;
+    check_out(ncols, ld, range.len(), &(0..range.len()), out.len())?;
     if range.is_empty() {
         return Ok(());
     }
+    let nb = k / QK_PQ2_0;
+    let n = range.len();
     if ncols % 4 == 1 {
         let last: Vec<BlockQ8K> = y[(ncols / 4) * per_col..(ncols / 4 + 1) * per_col]
             .iter()
             .map(|b| deinterleave_q8k_x4(b, 0))
             .collect();
         let col = ncols - 1;
-        run_tiles(
-            kern,
-            &w[blocks.clone()],
-            k,
-            y,
-            col,
-            &mut out[range.start..],
-            ld,
-        );
-        kern.gemv(
-            &w[blocks],
-            k / QK_PQ2_0,
-            &last,
-            &mut out[col * ld + range.start..col * ld + range.end],
-        );
+        run_tiles(kern, &w[blocks.clone()], k, y, col, out, ld);
+        kern.gemv(&w[blocks], nb, &last, &mut out[col * ld..col * ld + n]);
     } else {
-        run_tiles(kern, &w[blocks], k, y, ncols, &mut out[range.start..], ld);
+        run_tiles(kern, &w[blocks], k, y, ncols, out, ld);
     }
     Ok(())
 }
