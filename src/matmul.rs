@@ -266,10 +266,10 @@ pub fn gemm_range(
         ncols.div_ceil(4) * per_col,
         y.len(),
     )?;
-    check_out(ncols, ld, range.len(), &(0..range.len()), out.len())?;
     if range.is_empty() {
         return Ok(());
     }
+    check_out(ncols, ld, range.len(), &(0..range.len()), out.len())?;
     let nb = k / QK_PQ2_0;
     let n = range.len();
     if ncols % 4 == 1 {

@@ -17,7 +17,7 @@ pub struct BlockPq2_0 {
     /// Scale, IEEE fp16 bits.
     pub d: u16,
     /// 2-bit codes, four weights per byte, weight `j` at bits `2*(j%4)` of byte `j/4`.
-    pub qs: [u8; QK_PQ2_0 / 4],
+    pub qs: [u8; 32],
 }
 
 const _: () = assert!(std::mem::size_of::<BlockPq2_0>() == 34);

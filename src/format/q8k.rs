@@ -13,9 +13,9 @@ pub struct BlockQ8K {
     /// Scale: value `i` is `qs[i] * d`.
     pub d: f32,
     /// Quantized values.
-    pub qs: [i8; QK_K],
+    pub qs: [i8; 256],
     /// `bsums[i]` = sum of `qs[16i .. 16i + 16]`.
-    pub bsums: [i16; QK_K / 16],
+    pub bsums: [i16; 16],
 }
 
 const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
@@ -77,9 +77,9 @@ pub struct BlockQ8Kx4 {
     /// Scales of the four columns.
     pub d: [f32; 4],
     /// Interleaved values: 8-byte chunk `c` of columns 0, 1, 2, 3, then chunk `c + 1`, ...
-    pub qs: [i8; 4 * QK_K],
+    pub qs: [i8; 1024],
     /// Partial sums of 16 values, column-major: `bsums[16*col + i]`.
-    pub bsums: [i16; 4 * (QK_K / 16)],
+    pub bsums: [i16; 64],
 }
 
 const _: () = assert!(std::mem::size_of::<BlockQ8Kx4>() == 1168);

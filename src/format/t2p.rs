@@ -17,7 +17,7 @@ pub const ROWS_PER_T2P: usize = 4;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct BlockT2p {
     /// fp16 scale bits of rows 0..3.
-    pub d: [u16; ROWS_PER_T2P],
+    pub d: [u16; 4],
     /// Codes: `[row pair][word][byte]`.
     pub qs: [[[u8; 16]; 4]; 2],
 }

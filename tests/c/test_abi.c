@@ -1,0 +1,331 @@
+/* C unit tests of the t2p ABI: repack, quantize, gemv, gemm and the stock vec_dot against a
+ * small C reference written here from the layout definitions, plus misuse cases. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t2p.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                  \
+            fprintf(stderr, "\n");                                         \
+            failures++;                                                    \
+        }                                                                  \
+    } while (0)
+#define CHECK_STATUS(call, want)                                                      \
+    do {                                                                              \
+        T2pStatus got_ = (call);                                                      \
+        CHECK(got_ == (want), "status %u (%s), expected %u", (unsigned) got_,         \
+              t2p_status_string(got_), (unsigned) (want));                            \
+    } while (0)
+
+static uint64_t rng_state = 0x12345678;
+static uint32_t rnd(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t) (rng_state >> 33);
+}
+
+/* IEEE half to float, exact. */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t) (h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, bits;
+    if (exp == 0) {
+        float v = ldexpf((float) man, -24);
+        return sign ? -v : v;
+    }
+    if (exp == 31) bits = sign | 0x7f800000u | (man << 13);
+    else bits = sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* pq2_0 block: d (fp16) then 32 code bytes; weight j: (qs[j/4] >> 2*(j%4)) & 3. */
+static int pq_code(const uint8_t *block, int j) { return (block[2 + j / 4] >> (2 * (j % 4))) & 3; }
+static uint16_t pq_d(const uint8_t *block) { return (uint16_t) (block[0] | (block[1] << 8)); }
+
+/* Reference: row r of a pq2_0 matrix dotted with q8_K column y, float order of the library. */
+static float ref_row_dot(const uint8_t *w, size_t k, size_t r, const t2p_block_q8_K *y) {
+    size_t nb = k / 128;
+    float acc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (r * nb + b) * 34;
+        const t2p_block_q8_K *yb = &y[b / 2];
+        int32_t isum = 0;
+        for (int j = 0; j < 128; j++) isum += (pq_code(blk, j) - 1) * yb->qs[128 * (b % 2) + j];
+        float dw = half_to_float(pq_d(blk));
+        acc = acc + (dw * yb->d) * (float) isum;
+    }
+    return acc;
+}
+
+static uint8_t *random_pq2_0(size_t rows, size_t k) {
+    size_t n = rows * k / 128;
+    uint8_t *w = aligned_alloc(64, (n * 34 + 63) / 64 * 64);
+    static const float scales[] = {0.0f, 0.5f, -0.25f, 1.0f, 0.0117f, 3.5f};
+    for (size_t b = 0; b < n; b++) {
+        uint8_t *blk = w + b * 34;
+        float s = scales[rnd() % 6];
+        uint16_t h;
+        /* Encode a few exact halves by hand: these values are exactly representable. */
+        if (s == 0.0f) h = 0;
+        else if (s == 0.5f) h = 0x3800;
+        else if (s == -0.25f) h = 0xB400;
+        else if (s == 1.0f) h = 0x3C00;
+        else if (s == 3.5f) h = 0x4300;
+        else h = 0x2200; /* ~0.0117 */
+        blk[0] = (uint8_t) h;
+        blk[1] = (uint8_t) (h >> 8);
+        for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t) rnd(); /* all four codes, 3 included */
+    }
+    return w;
+}
+
+static void random_floats(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = ((float) (rnd() % 20001) - 10000.0f) / 977.0f;
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static void test_version_and_isa(void) {
+    CHECK(t2p_version() != NULL && strlen(t2p_version()) >= 5, "version string");
+    unsigned maj, min, pat;
+    CHECK(sscanf(t2p_version(), "%u.%u.%u", &maj, &min, &pat) == 3, "version format");
+    CHECK(t2p_version_number() == maj * 10000 + min * 100 + pat, "version number");
+    uint32_t active = t2p_active_isa();
+    CHECK(t2p_isa_supported(active), "active ISA supported");
+    CHECK(t2p_isa_name(active) != NULL, "active ISA name");
+    CHECK(t2p_isa_name(99) == NULL, "unknown ISA name is NULL");
+    CHECK(t2p_isa_supported(T2P_ISA_SCALAR), "scalar always supported");
+    CHECK_STATUS(t2p_set_isa(99), T2P_STATUS_INVALID_ARGUMENT);
+#if defined(__x86_64__)
+    CHECK_STATUS(t2p_set_isa(T2P_ISA_NEON_I8MM), T2P_STATUS_UNSUPPORTED_ISA);
+#else
+    CHECK_STATUS(t2p_set_isa(T2P_ISA_AVX2), T2P_STATUS_UNSUPPORTED_ISA);
+#endif
+    CHECK(t2p_active_isa() == active, "failed set_isa leaves the path unchanged");
+    for (uint32_t s = 0; s < 9; s++) CHECK(t2p_status_string(s) != NULL, "status string %u", s);
+    printf("t2p %s, cpu features 0x%x, active path %s\n", t2p_version(), t2p_cpu_features(),
+           t2p_isa_name(active));
+}
+
+/* Checks the T2P bytes against the layout definition, byte by byte. */
+static void check_t2p_layout(const uint8_t *pq, const uint8_t *t2p, size_t rows, size_t k) {
+    size_t nb = k / 128;
+    int bad = 0;
+    for (size_t g = 0; g < rows / 4; g++) {
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = t2p + (g * nb + b) * 136;
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *src = pq + ((4 * g + r) * nb + b) * 34;
+                bad += blk[2 * r] != src[0] || blk[2 * r + 1] != src[1];
+            }
+            for (int p = 0; p < 2; p++)
+                for (int wd = 0; wd < 4; wd++)
+                    for (int j = 0; j < 16; j++) {
+                        int r = 2 * p + (j >= 8);
+                        const uint8_t *src = pq + ((4 * g + r) * nb + b) * 34;
+                        for (int s = 0; s < 4; s++) {
+                            int kk = 8 * (4 * wd + s) + (j & 7);
+                            int u = (blk[8 + 64 * p + 16 * wd + j] >> (2 * s)) & 3;
+                            bad += u != pq_code(src, kk);
+                        }
+                    }
+        }
+    }
+    CHECK(bad == 0, "%d mismatches with the T2P layout definition", bad);
+}
+
+static void test_repack(void) {
+    const size_t rows = 12, k = 512;
+    size_t bytes = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    CHECK(bytes == rows * k / 128 * 34, "repack size %zu", bytes);
+    uint8_t *pq = random_pq2_0(rows, k);
+    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    uint8_t *back = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+    check_t2p_layout(pq, t, rows, k);
+    CHECK_STATUS(t2p_unpack_to_pq2_0(t, bytes, back, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(back, pq, bytes) == 0, "unpack round trip");
+    /* In place gives the same bytes as out of place. */
+    CHECK_STATUS(t2p_repack_pq2_0(back, bytes, back, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(back, t, bytes) == 0, "in-place repack");
+    free(pq);
+    free(t);
+    free(back);
+}
+
+static void test_gemv_gemm(size_t rows, size_t k) {
+    size_t bytes = 0, q8 = 0, x4 = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    uint8_t *pq = random_pq2_0(rows, k);
+    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+
+    for (size_t ncols = 1; ncols <= 9; ncols++) {
+        float *x = malloc(sizeof(float) * k * ncols);
+        random_floats(x, k * ncols);
+        if (ncols == 3) for (size_t i = 0; i < k; i++) x[i] = (i % 2) ? 1e30f : -1e30f; /* extremes */
+        if (ncols == 4) memset(x + k, 0, sizeof(float) * k);                           /* a zero column */
+        CHECK_STATUS(t2p_activation_size(k, ncols, &q8, &x4), T2P_STATUS_OK);
+        t2p_block_q8_K *y = aligned_alloc(64, (q8 + 63) / 64 * 64);
+        void *y4 = aligned_alloc(64, (x4 + 63) / 64 * 64);
+        for (size_t c = 0; c < ncols; c++)
+            CHECK_STATUS(t2p_quantize_q8_K(x + c * k, k, y + c * (k / 256), q8 - c * (k / 256) * sizeof *y), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, ncols, y4, x4), T2P_STATUS_OK);
+        /* bsums of every q8_K block are the sums of its 16-value groups. */
+        for (size_t b = 0; b < ncols * k / 256; b++)
+            for (int i = 0; i < 16; i++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++) s += y[b].qs[16 * i + j];
+                CHECK(s == y[b].bsums[i], "bsums");
+            }
+
+        const size_t ld = rows + 3;
+        float *ref = malloc(sizeof(float) * ld * ncols), *out = malloc(sizeof(float) * ld * ncols);
+        for (size_t c = 0; c < ncols; c++)
+            for (size_t r = 0; r < rows; r++) ref[c * ld + r] = ref_row_dot(pq, k, r, y + c * (k / 256));
+        for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
+        if (ncols == 1) {
+            /* Two calls on disjoint row ranges, as two ggml threads would do. */
+            CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, q8, out, ld, 0, 4), T2P_STATUS_OK);
+            CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, q8, out, ld, 4, rows), T2P_STATUS_OK);
+            /* The ggml-compatible stock vec_dot on the file layout. */
+            for (size_t r = 0; r < rows; r++) {
+                float s = 0.0f;
+                t2p_vec_dot_pq2_0_q8_K((int) k, &s, 0, pq + r * (k / 128) * 34, 0, y, 0, 1);
+                CHECK(same_bits(s, ref[r]), "vec_dot row %zu: %g vs %g", r, s, ref[r]);
+            }
+        } else {
+            CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 0, 4), T2P_STATUS_OK);
+            CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 4, rows), T2P_STATUS_OK);
+        }
+        int bad = 0;
+        for (size_t c = 0; c < ncols; c++) {
+            for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
+            for (size_t r = rows; r < ld; r++) bad += out[c * ld + r] != -7.0f; /* stride gap untouched */
+        }
+        CHECK(bad == 0, "%zux%zu x %zu columns: %d outputs differ from the C reference", rows, k, ncols, bad);
+        /* The reference entry points agree too. */
+        if (ncols == 1) {
+            CHECK_STATUS(t2p_gemv_reference(t, bytes, rows, k, y, q8, out, ld, 0, rows), T2P_STATUS_OK);
+        } else {
+            CHECK_STATUS(t2p_gemm_reference(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 0, rows), T2P_STATUS_OK);
+        }
+        bad = 0;
+        for (size_t c = 0; c < ncols; c++)
+            for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
+        CHECK(bad == 0, "reference entry point, %zu columns: %d differ", ncols, bad);
+        free(x);
+        free(y);
+        free(y4);
+        free(ref);
+        free(out);
+    }
+    free(pq);
+    free(t);
+}
+
+static void test_misuse(void) {
+    const size_t rows = 8, k = 256;
+    size_t bytes = 0, q8 = 0, x4 = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_repack_size(6, k, &bytes), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(rows, 384, &bytes), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(rows, k, NULL), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_activation_size(k, 5, &q8, &x4), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_activation_size(100, 5, &q8, &x4), T2P_STATUS_INVALID_SHAPE);
+    uint8_t *pq = random_pq2_0(rows, k);
+    uint8_t *t = aligned_alloc(64, 1024), *t_copy = malloc(bytes);
+    memset(t, 0xAB, 1024);
+    CHECK_STATUS(t2p_repack_pq2_0(NULL, bytes, t, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, NULL, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes - 1, t, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t + 1, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, pq + 34, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, 5, k), T2P_STATUS_INVALID_SHAPE);
+    CHECK(t[0] == 0xAB && t[bytes - 1] == 0xAB, "failed repacks wrote nothing");
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+    memcpy(t_copy, t, bytes);
+
+    float x[256 * 5];
+    random_floats(x, 256 * 5);
+    t2p_block_q8_K y[1];
+    void *y4 = aligned_alloc(64, x4 + 64);
+    CHECK_STATUS(t2p_quantize_q8_K(NULL, k, y, sizeof y), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_quantize_q8_K(x, 100, y, sizeof y), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_quantize_q8_K(x, k, y, sizeof y - 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_quantize_q8_K(x, k, (char *) y4 + 1, sizeof y), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_quantize_q8_K(x, k, y, sizeof y), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 5, y4, x4 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k - 1, k, 5, y4, x4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 0, y4, x4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 5, y4, x4), T2P_STATUS_OK);
+
+    float out[8 * 5];
+    for (int i = 0; i < 40; i++) out[i] = 42.0f;
+    CHECK_STATUS(t2p_gemv(NULL, bytes, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, NULL, sizeof y, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, NULL, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv(t, bytes - 1, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 7, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 2, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 0, 12), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 8, 4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv(t, bytes, 6, k, y, sizeof y, out, 8, 0, 4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv(t + 1, bytes, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 8, 39, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 7, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 0, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4 - 1, 5, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 9, out, 8, 80, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    int untouched = 1;
+    for (int i = 0; i < 40; i++) untouched &= out[i] == 42.0f;
+    CHECK(untouched, "failed calls wrote output");
+    CHECK(memcmp(t, t_copy, bytes) == 0, "weights untouched");
+    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 8, 40, 0, 8), T2P_STATUS_OK);
+
+    float s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(100, &s, 0, pq, 0, y, 0, 1);
+    CHECK(isnan(s), "vec_dot with n not a multiple of 256 gives NaN");
+    s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(256, &s, 0, NULL, 0, y, 0, 1);
+    CHECK(isnan(s), "vec_dot with NULL x gives NaN");
+    s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, y, 0, 2);
+    CHECK(isnan(s), "vec_dot with nrc = 2 gives NaN");
+    t2p_vec_dot_pq2_0_q8_K(256, NULL, 0, pq, 0, y, 0, 1); /* must not crash */
+    free(pq);
+    free(t);
+    free(t_copy);
+    free(y4);
+}
+
+int main(void) {
+    test_version_and_isa();
+    test_repack();
+    /* Every path this CPU supports, forced in turn, against the same C reference. */
+    for (uint32_t isa = 0; isa < 8; isa++) {
+        if (!t2p_isa_supported(isa)) continue;
+        CHECK_STATUS(t2p_set_isa(isa), T2P_STATUS_OK);
+        CHECK(t2p_active_isa() == isa, "set_isa took effect");
+        printf("  path %s\n", t2p_isa_name(isa));
+        test_gemv_gemm(4, 256);
+        test_gemv_gemm(12, 1024);
+        test_misuse();
+    }
+    if (failures) {
+        fprintf(stderr, "test_abi: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_abi: all checks passed\n");
+    return 0;
+}
