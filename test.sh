@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs every test of t2p: x86_64 natively, aarch64 under qemu (three CPU models, one per kernel
+# path), and the C unit tests on both. Installs what is missing first (aarch64 target, cross
+# linker, qemu-user-static, libclang for bindgen). Usage: ./test.sh [--no-install]
+set -euo pipefail
+cd "$(dirname "$0")"
+
+step() { printf '\n==== %s ====\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if [ "${1:-}" != "--no-install" ]; then
+    step "install: aarch64 target, cross linker, qemu, libclang"
+    rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+    missing=()
+    command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+    command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
+    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+    command -v make >/dev/null || missing+=(make)
+    if [ ${#missing[@]} -gt 0 ]; then
+        as_root apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}"
+    fi
+fi
+
+export T2P_TESTDATA="${T2P_TESTDATA:-$(cd .. && pwd)/shared/testdata}"
+
+step "x86_64: formatting and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "x86_64: every Rust test (kernels on every path, C ABI agreement, header drift, runner)"
+T2P_EXPECT_ISAS=scalar,avx2 cargo test --workspace
+
+step "x86_64: libt2p check on every path"
+cargo build --release --bin libt2p
+for isa in scalar avx2; do T2P_ISA=$isa ./target/release/libt2p check; done
+
+step "x86_64: C unit tests"
+cargo build --release --lib --no-default-features
+make -s -C tests/c LIB=../../target/release/libt2p.a
+
+step "aarch64 under qemu: kernels, repack, dispatch, C ABI (three CPU models)"
+./tests/aarch64-runs.sh
+
+step "aarch64 under qemu: C unit tests"
+cargo build --release --lib --no-default-features --target aarch64-unknown-linux-gnu
+for cpu in max neoverse-n1 cortex-a53; do
+    make -s -C tests/c CC=aarch64-linux-gnu-gcc BUILD="build-aarch64" \
+        LIB=../../target/aarch64-unknown-linux-gnu/release/libt2p.a \
+        RUN="qemu-aarch64-static -cpu $cpu -L /usr/aarch64-linux-gnu"
+done
+
+step "all tests passed"
