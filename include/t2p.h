@@ -50,6 +50,23 @@
 // CPU feature bit: aarch64 int8 matrix multiply.
 #define T2P_CPU_I8MM (1 << 10)
 
+// Source format: PrismML pq2_0 (GGML type 142).
+#define T2P_TYPE_PQ2_0 142
+
+// Source format: legacy PrismML "Q2_0 group 128" (GGML type 42 with 34-byte blocks; the same
+// bytes as pq2_0).
+#define T2P_TYPE_Q2_0_G128 42
+
+// Source format: llama.cpp tq1_0 (GGML type 34, 256 weights in 54 bytes).
+#define T2P_TYPE_TQ1_0 34
+
+// Source format: llama.cpp tq2_0 (GGML type 35, 256 weights in 66 bytes).
+#define T2P_TYPE_TQ2_0 35
+
+// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes). Its element order
+// comes from third-party reports and has not yet been checked against a real file.
+#define T2P_TYPE_PTQ1_0 143
+
 // Bytes of one pq2_0 block (128 weights).
 #define T2P_PQ2_0_BLOCK_BYTES 34
 
@@ -61,6 +78,24 @@
 
 // Bytes of one q8_K x4 block (4 columns x 256 activations).
 #define T2P_Q8_K_X4_BLOCK_BYTES 1168
+
+// Jobs per pool thread in [`matmul_parallel`].
+#define JOBS_PER_THREAD 4
+
+// `general.alignment` when the key is absent.
+#define DEFAULT_ALIGNMENT 32
+
+// Largest accepted `general.alignment` (a larger one would only waste the file).
+#define MAX_ALIGNMENT (1 << 20)
+
+// ggml's `GGML_MAX_DIMS`.
+#define MAX_DIMS 4
+
+// Arrays of arrays deeper than this are refused (each level would cost stack, not bytes).
+#define MAX_ARRAY_DEPTH 8
+
+// Weights per Q8_0 block.
+#define QK8_0 32
 
 // Result of a C ABI call. The numbers are stable.
 enum T2pStatus
@@ -92,6 +127,9 @@ typedef enum T2pStatus T2pStatus;
 typedef uint32_t T2pStatus;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
+
+// A GGML tensor type id as stored in a GGUF tensor info.
+typedef struct GgmlType GgmlType;
 
 // One `pq2_0` block: `{ ggml_half d; uint8_t qs[32]; }`, scale first.
 //
@@ -137,6 +175,52 @@ typedef struct t2p_block_q8_K_x4 {
   // Partial sums of 16 values, column-major: `bsums[16*col + i]`.
   int16_t bsums[64];
 } t2p_block_q8_K_x4;
+
+// `tq1_0` (llama.cpp mainline, type 34): 256 weights in 54 bytes: `qs[48]` with 5 trits a byte
+// (elements `32n + m` from `qs[m]`, m < 32, then `160 + 16n + m` from `qs[32 + m]`), `qh[4]`
+// with 4 trits a byte (elements `240 + 4n + j` from `qh[j]`), then the fp16 scale.
+typedef struct t2p_block_tq1_0 {
+  // Base-3 bytes, 5 trits each.
+  uint8_t qs[48];
+  // Base-3 bytes, 4 trits each.
+  uint8_t qh[4];
+  // Scale, fp16 bits.
+  uint16_t d;
+} t2p_block_tq1_0;
+
+// `tq2_0` (llama.cpp mainline, type 35): 256 weights in 66 bytes, planar 2-bit codes: byte
+// `32h + m` holds elements `128h + m + 32l` in bits `2l` (l = 0..4); the fp16 scale is last.
+typedef struct t2p_block_tq2_0 {
+  // 2-bit codes.
+  uint8_t qs[64];
+  // Scale, fp16 bits.
+  uint16_t d;
+} t2p_block_tq2_0;
+
+// `ptq1_0` (PrismML, type 143): 128 weights in 28 bytes `{ qs[24]; qh[2]; d }`, base 3. The
+// element order is taken from third-party reports and has **not yet been checked against a real
+// file**: elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
+// `qs[16 + m]` (m < 8), `120 + 2n + h` trit `n` of `qh[h]` (h < 2, n < 4).
+typedef struct t2p_block_ptq1_0 {
+  // Base-3 bytes, 5 trits each.
+  uint8_t qs[24];
+  // Base-3 bytes, 4 trits each.
+  uint8_t qh[2];
+  // Scale, fp16 bits.
+  uint16_t d;
+} t2p_block_ptq1_0;
+
+
+
+
+
+
+
+
+
+
+
+
 
 
 
@@ -203,6 +287,28 @@ T2pStatus t2p_unpack_to_pq2_0(const void *src,
                               size_t dst_bytes,
                               size_t rows,
                               size_t k);
+
+// Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
+// `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
+//
+// # Safety
+// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
+T2pStatus t2p_source_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
+
+// Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
+// Q2_0 g128, tq1_0, tq2_0, ptq1_0) into T2P (`dst`, [`t2p_repack_size`] bytes), exactly: the
+// dequantized weights of source and result are bit-identical. The buffers must not overlap
+// (use [`t2p_repack_pq2_0`] for in place). Source sizes come from [`t2p_source_size`].
+//
+// # Safety
+// `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
+T2pStatus t2p_repack_to_t2p(uint32_t src_type,
+                            const void *src,
+                            size_t src_bytes,
+                            void *dst,
+                            size_t dst_bytes,
+                            size_t rows,
+                            size_t k);
 
 // Bytes needed for `ncols` activation columns of length `k` as q8_K (`ncols * k / 256` blocks,
 // the gemv operand) and as q8_K x4 (`ceil(ncols / 4) * k / 256` blocks, the gemm operand).

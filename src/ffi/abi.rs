@@ -11,6 +11,7 @@ use crate::format::{
     quantize_q8k_x4, quantize_row_q8k, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
     unpack_t2p_to_pq2_0,
 };
+use crate::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, repack_to_t2p};
 use crate::kernels::{self, Isa, Kernels, cpu};
 use crate::matmul::{gemm_range, gemv_range};
 
@@ -39,6 +40,19 @@ pub const T2P_CPU_NEON: u32 = 1 << 8;
 pub const T2P_CPU_DOTPROD: u32 = 1 << 9;
 /// CPU feature bit: aarch64 int8 matrix multiply.
 pub const T2P_CPU_I8MM: u32 = 1 << 10;
+
+/// Source format: PrismML pq2_0 (GGML type 142).
+pub const T2P_TYPE_PQ2_0: u32 = 142;
+/// Source format: legacy PrismML "Q2_0 group 128" (GGML type 42 with 34-byte blocks; the same
+/// bytes as pq2_0).
+pub const T2P_TYPE_Q2_0_G128: u32 = 42;
+/// Source format: llama.cpp tq1_0 (GGML type 34, 256 weights in 54 bytes).
+pub const T2P_TYPE_TQ1_0: u32 = 34;
+/// Source format: llama.cpp tq2_0 (GGML type 35, 256 weights in 66 bytes).
+pub const T2P_TYPE_TQ2_0: u32 = 35;
+/// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes). Its element order
+/// comes from third-party reports and has not yet been checked against a real file.
+pub const T2P_TYPE_PTQ1_0: u32 = 143;
 
 /// Bytes of one pq2_0 block (128 weights).
 pub const T2P_PQ2_0_BLOCK_BYTES: usize = 34;
@@ -294,6 +308,86 @@ pub unsafe extern "C" fn t2p_unpack_to_pq2_0(
         // SAFETY: writable for dst_bytes >= need.
         let dst = blocks_mut::<BlockPq2_0>(unsafe { bytes_mut(dst, need) }?, 4 * n)?;
         Ok(unpack_t2p_to_pq2_0(src, rows, k, dst)?)
+    })
+}
+
+/// Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
+/// `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
+///
+/// # Safety
+/// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn t2p_source_size(
+    src_type: u32,
+    rows: usize,
+    k: usize,
+    out_bytes: *mut usize,
+) -> T2pStatus {
+    guard(|| {
+        shape(rows, k)?;
+        let (weights, bytes) = match src_type {
+            T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => (BlockPq2_0::WEIGHTS, size_of::<BlockPq2_0>()),
+            T2P_TYPE_TQ1_0 => (BlockTq1_0::WEIGHTS, size_of::<BlockTq1_0>()),
+            T2P_TYPE_TQ2_0 => (BlockTq2_0::WEIGHTS, size_of::<BlockTq2_0>()),
+            T2P_TYPE_PTQ1_0 => (BlockPtq1_0::WEIGHTS, size_of::<BlockPtq1_0>()),
+            _ => return Err(T2pStatus::InvalidArgument),
+        };
+        write_out(out_bytes, rows * (k / weights) * bytes)
+    })
+}
+
+fn repack_typed<B: TernaryBlock>(
+    src: &[u8],
+    dst: &mut [u8],
+    rows: usize,
+    k: usize,
+) -> Result<(), T2pStatus> {
+    let n = shape(rows, k)?;
+    let src = blocks::<B>(src, rows * (k / B::WEIGHTS))?;
+    let dst = blocks_mut::<BlockT2p>(dst, n)?;
+    Ok(repack_to_t2p(src, rows, k, dst)?)
+}
+
+/// Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
+/// Q2_0 g128, tq1_0, tq2_0, ptq1_0) into T2P (`dst`, [`t2p_repack_size`] bytes), exactly: the
+/// dequantized weights of source and result are bit-identical. The buffers must not overlap
+/// (use [`t2p_repack_pq2_0`] for in place). Source sizes come from [`t2p_source_size`].
+///
+/// # Safety
+/// `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn t2p_repack_to_t2p(
+    src_type: u32,
+    src: *const c_void,
+    src_bytes: usize,
+    dst: *mut c_void,
+    dst_bytes: usize,
+    rows: usize,
+    k: usize,
+) -> T2pStatus {
+    guard(|| {
+        let n = shape(rows, k)?;
+        if src.is_null() || dst.is_null() {
+            return Err(T2pStatus::NullPointer);
+        }
+        let (s, d) = (src as usize, dst as usize);
+        if s < d.saturating_add(dst_bytes) && d < s.saturating_add(src_bytes) {
+            return Err(T2pStatus::InvalidArgument);
+        }
+        if dst_bytes < n * T2P_T2P_BLOCK_BYTES {
+            return Err(T2pStatus::BufferTooSmall);
+        }
+        // SAFETY: readable for src_bytes by the caller's contract; disjoint from dst (checked).
+        let src = unsafe { bytes(src, src_bytes) }?;
+        // SAFETY: writable for dst_bytes by the caller's contract.
+        let dst = unsafe { bytes_mut(dst, dst_bytes) }?;
+        match src_type {
+            T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => repack_typed::<BlockPq2_0>(src, dst, rows, k),
+            T2P_TYPE_TQ1_0 => repack_typed::<BlockTq1_0>(src, dst, rows, k),
+            T2P_TYPE_TQ2_0 => repack_typed::<BlockTq2_0>(src, dst, rows, k),
+            T2P_TYPE_PTQ1_0 => repack_typed::<BlockPtq1_0>(src, dst, rows, k),
+            _ => Err(T2pStatus::InvalidArgument),
+        }
     })
 }
 

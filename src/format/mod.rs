@@ -8,6 +8,8 @@ mod pq2_0;
 mod q8k;
 mod repack;
 mod t2p;
+mod ternary;
+mod trits;
 
 pub use pq2_0::{BlockPq2_0, QK_PQ2_0, dequantize_row_pq2_0, quantize_row_pq2_0};
 pub use q8k::{
@@ -19,6 +21,10 @@ pub use repack::{
     unpack_t2p_to_pq2_0,
 };
 pub use t2p::{BlockT2p, ROWS_PER_T2P};
+pub use ternary::{
+    BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row, repack_to_t2p,
+};
+pub use trits::{pack_trits, trit};
 
 /// Converts IEEE half-precision bits to `f32` (exact).
 #[inline]

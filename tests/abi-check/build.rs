@@ -28,5 +28,7 @@ fn main() {
         .layout_tests(true)
         .generate()
         .expect("bindgen reads include/t2p.h");
-    bindings.write_to_file(out_dir.join("t2p_c.rs")).expect("write bindings");
+    bindings
+        .write_to_file(out_dir.join("t2p_c.rs"))
+        .expect("write bindings");
 }

@@ -309,9 +309,87 @@ static void test_misuse(void) {
     free(y4);
 }
 
+/* The same ternary weights (one scale per 256) as pq2_0, tq2_0 and tq1_0 give the same T2P bytes. */
+static uint8_t pack5(const int *t, int n) { /* n trits, first one most significant, as tq1_0 */
+    unsigned q = 0;
+    for (int i = 0; i < n; i++) q = q * 3 + (unsigned) t[i];
+    for (int i = n; i < 5; i++) q *= 3;
+    return (uint8_t) ((q * 256 + 242) / 243);
+}
+
+static void test_other_formats(void) {
+    const size_t rows = 8, k = 512, nb256 = k / 256;
+    size_t bytes = 0, tq2 = 0, tq1 = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ2_0, rows, k, &tq2), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ1_0, rows, k, &tq1), T2P_STATUS_OK);
+    CHECK(tq2 == rows * nb256 * 66 && tq1 == rows * nb256 * 54, "source sizes %zu %zu", tq2, tq1);
+    CHECK_STATUS(t2p_source_size(77, rows, k, &tq1), T2P_STATUS_INVALID_ARGUMENT);
+    uint8_t *pq = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    t2p_block_tq2_0 *b2 = malloc(tq2);
+    t2p_block_tq1_0 *b1 = malloc(tq1);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < nb256; i++) {
+            int code[256];
+            uint16_t d = (uint16_t) (0x3000 + rnd() % 0x1000);
+            for (int e = 0; e < 256; e++) code[e] = (int) (rnd() % 3);
+            for (int h = 0; h < 2; h++) { /* pq2_0: two blocks of 128 with the same scale */
+                uint8_t *blk = pq + ((r * nb256 + i) * 2 + (size_t) h) * 34;
+                blk[0] = (uint8_t) d;
+                blk[1] = (uint8_t) (d >> 8);
+                for (int j = 0; j < 32; j++)
+                    blk[2 + j] = (uint8_t) (code[128 * h + 4 * j] | code[128 * h + 4 * j + 1] << 2 |
+                                            code[128 * h + 4 * j + 2] << 4 | code[128 * h + 4 * j + 3] << 6);
+            }
+            t2p_block_tq2_0 *q2 = &b2[r * nb256 + i]; /* tq2_0: byte 32h+m holds 128h+m+32l */
+            q2->d = d;
+            for (int j = 0; j < 64; j++) {
+                int h = j / 32, m = j % 32;
+                q2->qs[j] = (uint8_t) (code[128 * h + m] | code[128 * h + m + 32] << 2 |
+                                       code[128 * h + m + 64] << 4 | code[128 * h + m + 96] << 6);
+            }
+            t2p_block_tq1_0 *q1 = &b1[r * nb256 + i]; /* tq1_0: ggml's element order */
+            q1->d = d;
+            for (int m = 0; m < 32; m++) {
+                int t[5] = {code[m], code[32 + m], code[64 + m], code[96 + m], code[128 + m]};
+                q1->qs[m] = pack5(t, 5);
+            }
+            for (int m = 0; m < 16; m++) {
+                int t[5] = {code[160 + m], code[176 + m], code[192 + m], code[208 + m], code[224 + m]};
+                q1->qs[32 + m] = pack5(t, 5);
+            }
+            for (int j = 0; j < 4; j++) {
+                int t[4] = {code[240 + j], code[244 + j], code[248 + j], code[252 + j]};
+                q1->qh[j] = pack5(t, 4);
+            }
+        }
+    uint8_t *want = aligned_alloc(64, (bytes + 63) / 64 * 64), *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, want, bytes, rows, k), T2P_STATUS_OK);
+    memset(got, 0, bytes);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ2_0, b2, tq2, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(got, want, bytes) == 0, "tq2_0 -> T2P equals pq2_0 -> T2P");
+    memset(got, 0, bytes);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(got, want, bytes) == 0, "tq1_0 -> T2P equals pq2_0 -> T2P");
+    memset(got, 0, bytes);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_Q2_0_G128, pq, bytes, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(got, want, bytes) == 0, "legacy Q2_0 g128 -> T2P equals pq2_0 -> T2P");
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1 - 1, got, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1, got, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack_to_t2p(99, b1, tq1, got, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ2_0, NULL, tq2, got, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_PQ2_0, pq, bytes, pq, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    free(pq);
+    free(b2);
+    free(b1);
+    free(want);
+    free(got);
+}
+
 int main(void) {
     test_version_and_isa();
     test_repack();
+    test_other_formats();
     /* Every path this CPU supports, forced in turn, against the same C reference. */
     for (uint32_t isa = 0; isa < 8; isa++) {
         if (!t2p_isa_supported(isa)) continue;
