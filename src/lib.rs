@@ -8,14 +8,19 @@
 //! * [`format`]: the byte layouts (pq2_0, q8_K, q8_K x4, T2P) and the repack;
 //! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
 //! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers;
-//! * [`ffi`]: the C ABI (`include/t2p.h`).
+//! * [`ffi`]: the C ABI (`include/t2p.h`);
+//! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers.
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bandwidth;
 pub mod error;
 pub mod ffi;
 pub mod format;
 pub mod kernels;
 pub mod matmul;
+pub mod pool;
+#[cfg(feature = "runner")]
+pub mod runner;
 
 pub use error::{Error, Result};

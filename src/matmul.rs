@@ -7,6 +7,7 @@
 //! caller (ggml, the thread pool) can split rows across threads.
 
 use std::ops::Range;
+use std::sync::Mutex;
 
 use bytemuck::Zeroable;
 
@@ -16,6 +17,7 @@ use crate::format::{
     deinterleave_q8k_x4, quantize_q8k_x4, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count,
 };
 use crate::kernels::Kernels;
+use crate::pool::ThreadPool;
 
 /// A `rows x k` ternary weight matrix in the T2P layout.
 #[derive(Clone, Debug)]
@@ -358,4 +360,101 @@ pub fn matmul(kern: &Kernels, w: &T2pMatrix, act: &QuantizedBatch) -> Result<Vec
     let mut out = vec![0.0; w.rows * act.ncols];
     matmul_rows(kern, w, act, &mut out, w.rows, 0..w.rows)?;
     Ok(out)
+}
+
+/// Rows of one parallel job for `rows` rows on `threads` threads: whole row groups, about
+/// [`JOBS_PER_THREAD`] jobs per thread (indices are claimed dynamically, so a thread slowed by
+/// another process does not hold up the call).
+fn rows_per_job(rows: usize, threads: usize) -> usize {
+    let groups = rows / ROWS_PER_T2P;
+    let jobs = (threads * JOBS_PER_THREAD).clamp(1, groups.max(1));
+    groups.div_ceil(jobs) * ROWS_PER_T2P
+}
+
+/// Jobs per pool thread in [`matmul_parallel`].
+pub const JOBS_PER_THREAD: usize = 4;
+
+/// All columns of `act` for the rows `rows` (whole row groups), written relative to the range:
+/// `out[c * ld + (r - rows.start)]`. Shapes were checked by the caller.
+fn matmul_block(
+    kern: &Kernels,
+    w: &T2pMatrix,
+    act: &QuantizedBatch,
+    rows: Range<usize>,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let nb = w.k / QK_PQ2_0;
+    let wb = &w.blocks[rows.start / ROWS_PER_T2P * nb..rows.end / ROWS_PER_T2P * nb];
+    let n = act.ncols;
+    let gemm_cols = if n % 4 == 1 { n - 1 } else { n };
+    if gemm_cols > 0 {
+        kern.gemm(wb, nb, &act.tiles, gemm_cols, out, ld);
+    }
+    if n % 4 == 1 {
+        let o = (n - 1) * ld;
+        kern.gemv(wb, nb, &act.last_column, &mut out[o..o + rows.len()]);
+    }
+}
+
+/// [`matmul_rows`] over all rows, split across `pool` in jobs of whole T2P row groups.
+///
+/// Results are bit-identical to the single-threaded driver (each output is computed by the same
+/// kernel over the same blocks in the same order; only which thread computes it changes). Each
+/// job owns disjoint `&mut` pieces of `out`: for one column the row range itself, for several
+/// columns one piece per column, filled from a job-local `rows x ncols` buffer.
+pub fn matmul_parallel(
+    pool: &ThreadPool,
+    kern: &Kernels,
+    w: &T2pMatrix,
+    act: &QuantizedBatch,
+    out: &mut [f32],
+    ld: usize,
+) -> Result<()> {
+    if act.k != w.k {
+        return Err(Error::Shape(format!(
+            "activations have k = {}, weights k = {}",
+            act.k, w.k
+        )));
+    }
+    let (rows, ncols) = (w.rows, act.ncols);
+    check_matrix_shape(rows, w.k)?;
+    check_out(ncols, ld, rows, &(0..rows), out.len())?;
+    let per = rows_per_job(rows, pool.threads());
+    let n_jobs = rows.div_ceil(per);
+    let range = |j: usize| j * per..(j * per + per).min(rows);
+    if ncols == 1 {
+        let slots: Vec<Mutex<&mut [f32]>> = out[..rows].chunks_mut(per).map(Mutex::new).collect();
+        pool.run(n_jobs, |j| {
+            let mut o = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+            matmul_block(kern, w, act, range(j), &mut o, per);
+        });
+        return Ok(());
+    }
+    // slots[j][c] = rows range(j) of column c; columns are disjoint because ld >= rows.
+    let mut slots: Vec<Vec<&mut [f32]>> = (0..n_jobs).map(|_| Vec::with_capacity(ncols)).collect();
+    let mut rest = &mut out[..(ncols - 1) * ld + rows];
+    for c in 0..ncols {
+        let (col, tail) = rest.split_at_mut(rows.min(rest.len()));
+        for (j, piece) in col.chunks_mut(per).enumerate() {
+            slots[j].push(piece);
+        }
+        rest = if c + 1 < ncols {
+            &mut tail[ld - rows..]
+        } else {
+            tail
+        };
+    }
+    let slots: Vec<Mutex<Vec<&mut [f32]>>> = slots.into_iter().map(Mutex::new).collect();
+    pool.run(n_jobs, |j| {
+        let r = range(j);
+        let m = r.len();
+        let mut buf = vec![0.0f32; m * ncols];
+        matmul_block(kern, w, act, r, &mut buf, m);
+        let mut dst = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+        for (c, d) in dst.iter_mut().enumerate() {
+            d.copy_from_slice(&buf[c * m..(c + 1) * m]);
+        }
+    });
+    Ok(())
 }

@@ -21,6 +21,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use crate::error::{Error, Result};
 use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 pub mod cpu;
 pub mod scalar;
 
@@ -123,6 +127,10 @@ pub struct Kernels {
 fn table(isa: Isa) -> Option<&'static Kernels> {
     match isa {
         Isa::Scalar => Some(&scalar::KERNELS),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => avx2::kernels(),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::kernels(isa),
         _ => None,
     }
 }

@@ -2,7 +2,10 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod check;
+mod info;
+mod run;
 
 /// Ternary language models on the T2P layout.
 #[derive(Parser)]
@@ -14,14 +17,23 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Kernel throughput against the measured memory ceiling, T2P against the stock layout.
+    Bench(bench::Args),
     /// Show CPU features and the kernel path, and check every runnable path against the oracle.
     Check(check::Args),
+    /// Describe a GGUF file: architecture, hyper-parameters, tensors by type, tokenizer, T2P use.
+    Info(info::Args),
+    /// Generate text from a prompt, streaming it; ends with speed and % of the memory ceiling.
+    Run(run::Args),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => bench::run(args),
         Command::Check(args) => check::run(args),
+        Command::Info(args) => info::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# CI check of the llama.cpp patch parts that need only t2p.h and libt2p (no llama.cpp checkout):
+#   1. t2p-mm.h (the quantize / thread split / gemv-gemm / verify logic of ggml-t2p.cpp)
+#      compiles as C11 and C++17 with -Wall -Wextra -Werror;
+#   2. test/t2p-mm-test.c, linked against libt2p.a, runs that logic with emulated threads and
+#      checks it bit for bit against the scalar oracle (every shape family the buffer type takes);
+#   3. the patch is well formed: touches only the 3 ggml files, GGML_T2P defaults to OFF.
+# With LLAMA_FORK_DIR=<checkout of prismml-eng/llama.cpp q2_0-prs> it also runs
+# `git apply --check` on that checkout and a syntax check of ggml-t2p.cpp against its headers.
+#
+# libt2p.a: $T2P_LIB if set, else `cargo build --release --lib --no-default-features` into
+# ${CARGO_TARGET_DIR:-<repo>/target}. Compilers: $CC (default cc), $CXX (default c++).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+CC=${CC:-cc}
+CXX=${CXX:-c++}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+if [ -n "${T2P_LIB:-}" ]; then
+    lib=$T2P_LIB
+else
+    target_dir=${CARGO_TARGET_DIR:-$root/target}
+    (cd "$root" && CARGO_TARGET_DIR="$target_dir" cargo build --quiet --release --lib --no-default-features)
+    lib=$target_dir/release/libt2p.a
+fi
+[ -f "$lib" ] || { echo "check.sh: $lib not found" >&2; exit 1; }
+
+echo "check.sh: t2p-mm.h as C11 and C++17"
+"$CC" -std=c11 -fsyntax-only -Wall -Wextra -Werror -I"$root/include" -x c "$here/t2p-mm.h"
+"$CXX" -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I"$root/include" -x c++ "$here/t2p-mm.h"
+
+echo "check.sh: test/t2p-mm-test.c against $lib"
+"$CC" -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$here" "$here/test/t2p-mm-test.c" "$lib" \
+    -lpthread -ldl -lm -lrt -lutil -o "$tmp/t2p-mm-test"
+"$tmp/t2p-mm-test"
+# the scalar path too (the buffer type uses whatever path libt2p picks)
+T2P_ISA=scalar "$tmp/t2p-mm-test" > /dev/null
+
+echo "check.sh: ggml-t2p.patch"
+files=$(grep '^+++ b/' "$here/ggml-t2p.patch" | sed 's|^+++ b/||' | sort | tr '\n' ' ')
+want="ggml/CMakeLists.txt ggml/src/ggml-cpu/CMakeLists.txt ggml/src/ggml-cpu/ggml-cpu.cpp "
+if [ "$files" != "$want" ]; then
+    echo "check.sh: the patch touches '$files', expected '$want'" >&2
+    exit 1
+fi
+grep -q '^+option(GGML_T2P .* OFF)$' "$here/ggml-t2p.patch" || { echo "check.sh: GGML_T2P must default to OFF" >&2; exit 1; }
+grep -q 'GGML_T2P_PATCH_DIR}/ggml-t2p.cpp' "$here/ggml-t2p.patch"
+grep -q 'ggml_backend_cpu_t2p_buffer_type' "$here/ggml-t2p.cpp"
+
+if [ -n "${LLAMA_FORK_DIR:-}" ]; then
+    echo "check.sh: against the fork checkout $LLAMA_FORK_DIR"
+    if git -C "$LLAMA_FORK_DIR" apply --check "$here/ggml-t2p.patch" 2>/dev/null; then
+        echo "  patch applies"
+    elif git -C "$LLAMA_FORK_DIR" apply --check --reverse "$here/ggml-t2p.patch" 2>/dev/null; then
+        echo "  patch already applied"
+    else
+        echo "check.sh: ggml-t2p.patch does not apply to $LLAMA_FORK_DIR" >&2
+        exit 1
+    fi
+    "$CXX" -std=c++17 -fsyntax-only -Wall -Wextra -I"$LLAMA_FORK_DIR/ggml/include" -I"$LLAMA_FORK_DIR/ggml/src" \
+        -I"$LLAMA_FORK_DIR/ggml/src/ggml-cpu" -I"$root/include" "$here/ggml-t2p.cpp"
+    echo "  ggml-t2p.cpp compiles against the fork's headers"
+fi
+echo "check.sh: ok"

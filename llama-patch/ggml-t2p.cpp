@@ -1,0 +1,289 @@
+// ggml-t2p.cpp: the T2P extra buffer type for ggml-cpu (PrismML's llama.cpp fork, type pq2_0).
+//
+// Compiled into ggml-cpu by llama-patch/ggml-t2p.patch when ggml is configured with
+// -DGGML_T2P=ON -DGGML_T2P_PATCH_DIR=<t2p>/llama-patch; linked against libt2p (find_package(t2p)).
+//
+// * Weights: a 2-D pq2_0 tensor with rows % 4 == 0 and k % 256 == 0 that is the weight (src0) of
+//   a MUL_MAT with f32 activations is placed in this buffer by llama's weight-buffer selection
+//   (supports_op) and repacked to the T2P row-pair layout in set_tensor (same size). Any other
+//   tensor or op stays with the CPU backend. --no-repack (use_extra_bufts = false) disables
+//   every extra buffer type, this one included.
+// * MUL_MAT: src1 is quantized to q8_K (one column) or q8_K x4 tiles (several) by t2p's own
+//   quantizers into the op's work buffer (work_size), split over the threads; barrier; then each
+//   thread runs t2p_gemv / t2p_gemm over its rows (whole groups of 4, split by ith/nth).
+//   Batched src1 (ne12, ne13 > 1) is broadcast against the 2-D weight.
+// * T2P_VERIFY=1 in the environment: every MUL_MAT is recomputed with the scalar oracle
+//   (t2p_gemv_reference / t2p_gemm_reference) on the same quantized activations and the largest
+//   absolute difference is logged (it must be exactly 0).
+
+#include "ggml-backend-impl.h"
+#include "ggml-backend.h"
+#include "ggml-cpu-impl.h"
+#include "ggml-cpu.h"
+#include "ggml-impl.h"
+#include "traits.h"
+
+#include "t2p.h"
+#include "t2p-mm.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+ggml_backend_buffer_type_t ggml_backend_cpu_t2p_buffer_type(void);
+
+namespace ggml::cpu::t2p {
+
+static bool verify_enabled() {
+    static const bool on = [] {
+        const char * v = std::getenv("T2P_VERIFY");
+        return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+    }();
+    return on;
+}
+
+// Process-wide counters; the T2P_VERIFY summary is printed when the library is unloaded.
+struct stats {
+    std::atomic<uint64_t> tensors{ 0 };
+    std::atomic<uint64_t> bytes{ 0 };
+    std::atomic<uint64_t> ops{ 0 };
+    std::atomic<uint64_t> outputs_differ{ 0 };
+    std::atomic<uint32_t> max_diff_bits{ 0 };  // non-negative floats order like their bits
+    uint64_t              logged_ops  = 0;     // thread 0 only
+    uint64_t              logged_diff = 0;     // thread 0 only
+
+    float max_diff() const {
+        uint32_t b = max_diff_bits.load();
+        float    f;
+        std::memcpy(&f, &b, sizeof f);
+        return f;
+    }
+
+    void add_diff(float d, size_t n) {
+        uint32_t b;
+        std::memcpy(&b, &d, sizeof b);
+        uint32_t cur = max_diff_bits.load();
+        while (b > cur && !max_diff_bits.compare_exchange_weak(cur, b)) {
+        }
+        outputs_differ += n;
+    }
+
+    ~stats() {
+        if (verify_enabled() && ops.load() > 0) {
+            // ggml's logger may already be gone at exit: plain stderr.
+            std::fprintf(stderr, "t2p: T2P_VERIFY summary: %" PRIu64 " MUL_MATs checked against the scalar reference, "
+                                 "largest |T2P - reference| = %.9g, %" PRIu64 " outputs differ\n",
+                         ops.load(), (double) max_diff(), outputs_differ.load());
+        }
+    }
+};
+
+static stats g_stats;
+
+// Whether `t` can live in the T2P buffer: 2-D contiguous pq2_0, rows % 4 == 0, k % 256 == 0.
+static bool weight_ok(const ggml_tensor * t) {
+    return t->type == GGML_TYPE_PQ2_0 && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] % 4 == 0 &&
+           t->ne[0] % 256 == 0 && t->ne[0] > 0 && t->ne[1] > 0 && ggml_is_contiguous(t);
+}
+
+// The t2p_mm description of a MUL_MAT whose src0 is in the T2P buffer; false if not servable.
+static bool describe(const ggml_tensor * op, t2p_mm & m) {
+    const ggml_tensor * src0 = op->src[0];
+    const ggml_tensor * src1 = op->src[1];
+    if (op->op != GGML_OP_MUL_MAT || src0 == nullptr || src1 == nullptr || !weight_ok(src0) ||
+        src1->type != GGML_TYPE_F32 || op->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) ||
+        op->nb[0] != sizeof(float) || op->ne[0] != src0->ne[1] || src1->ne[0] != src0->ne[0] ||
+        op->ne[1] != src1->ne[1] || op->ne[2] != src1->ne[2] || op->ne[3] != src1->ne[3]) {
+        return false;
+    }
+    return t2p_mm_init(&m, src0->data, ggml_nbytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0], src1->data,
+                       (size_t) src1->ne[1], (size_t) src1->ne[2], (size_t) src1->ne[3], src1->nb[1], src1->nb[2],
+                       src1->nb[3], op->data, op->nb[1], op->nb[2], op->nb[3]) == T2P_STATUS_OK;
+}
+
+static void check(T2pStatus s, const char * what, const ggml_tensor * op) {
+    if (s != T2P_STATUS_OK) {
+        GGML_ABORT("t2p: %s failed for %s: %s", what, op->name, t2p_status_string(s));
+    }
+}
+
+class tensor_traits : public ggml::cpu::tensor_traits {
+    bool work_size(int /* n_threads */, const struct ggml_tensor * op, size_t & size) override {
+        t2p_mm m;
+        if (!describe(op, m)) {
+            return false;
+        }
+        size = t2p_mm_work_size(&m);
+        return true;
+    }
+
+    bool compute_forward(struct ggml_compute_params * params, struct ggml_tensor * op) override {
+        if (op->op != GGML_OP_MUL_MAT) {
+            return false;
+        }
+        t2p_mm m;
+        if (!describe(op, m)) {
+            // The weight is in the T2P layout: the CPU backend cannot read it.
+            GGML_ABORT("t2p: MUL_MAT %s has a shape the T2P buffer type does not serve", op->name);
+        }
+        const int ith = params->ith;
+        const int nth = params->nth;
+        if (params->wsize < t2p_mm_work_size(&m)) {
+            GGML_ABORT("t2p: work buffer too small for %s (%zu < %zu)", op->name, params->wsize,
+                       t2p_mm_work_size(&m));
+        }
+
+        check(t2p_mm_quantize(&m, params->wdata, params->wsize, ith, nth), "quantize", op);
+        ggml_barrier(params->threadpool);
+        check(t2p_mm_compute(&m, params->wdata, ith, nth), "gemm", op);
+
+        if (verify_enabled()) {
+            verify(params, op, m);
+        }
+        return true;
+    }
+
+    void verify(struct ggml_compute_params * params, const ggml_tensor * op, const t2p_mm & m) {
+        static thread_local std::vector<float> scratch;
+        scratch.resize(t2p_mm_verify_scratch(&m));
+        float  max_abs = 0.0f;
+        size_t n_diff  = 0;
+        check(t2p_mm_verify(&m, params->wdata, params->ith, params->nth, scratch.data(), scratch.size(), &max_abs,
+                            &n_diff),
+              "reference", op);
+        if (n_diff > 0) {
+            g_stats.add_diff(max_abs, n_diff);
+            GGML_LOG_ERROR("t2p: T2P_VERIFY: %s (%s x %s): %zu outputs differ from the reference, max |diff| %.9g\n",
+                           op->name, op->src[0]->name, op->src[1]->name, n_diff, (double) max_abs);
+        }
+        ggml_barrier(params->threadpool);
+        if (params->ith == 0) {
+            const uint64_t n = ++g_stats.ops;
+            const uint64_t d = g_stats.outputs_differ.load();
+            if ((n & (n - 1)) == 0 || d != g_stats.logged_diff) {
+                GGML_LOG_INFO("t2p: T2P_VERIFY: %" PRIu64 " MUL_MATs checked (last: %s, %zu x %zu x %zu cols), "
+                              "largest |T2P - reference| = %.9g, %" PRIu64 " outputs differ\n",
+                              n, op->name, m.rows, m.k, m.ncols * m.ne2 * m.ne3, (double) g_stats.max_diff(), d);
+                g_stats.logged_ops  = n;
+                g_stats.logged_diff = d;
+            }
+        }
+    }
+};
+
+static tensor_traits g_traits;
+
+static void buffer_set_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor * tensor, const void * data,
+                              size_t offset, size_t size) {
+    GGML_UNUSED(buffer);
+    const size_t nbytes = ggml_nbytes(tensor);
+    if (offset == 0 && size == nbytes && weight_ok(tensor)) {
+        const T2pStatus s = t2p_repack_pq2_0(data, size, tensor->data, nbytes, (size_t) tensor->ne[1],
+                                             (size_t) tensor->ne[0]);
+        if (s == T2P_STATUS_OK) {
+            tensor->extra = &g_traits;
+            const uint64_t n = ++g_stats.tensors;
+            g_stats.bytes += nbytes;
+            if (n == 1) {
+                GGML_LOG_INFO("t2p: placing pq2_0 weights in the T2P buffer (repacked to the row-pair layout, "
+                              "libt2p %s, %s kernels%s), first: %s [%" PRId64 " x %" PRId64 "]\n",
+                              t2p_version(), t2p_isa_name(t2p_active_isa()),
+                              verify_enabled() ? ", T2P_VERIFY on" : "", tensor->name, tensor->ne[1], tensor->ne[0]);
+            }
+            GGML_LOG_DEBUG("t2p: %s [%" PRId64 " x %" PRId64 "] repacked to T2P (%" PRIu64 " tensors, %.2f MiB so far)\n",
+                           tensor->name, tensor->ne[1], tensor->ne[0], n, g_stats.bytes.load() / 1048576.0);
+            return;
+        }
+        GGML_LOG_WARN("t2p: %s not repacked (%s), left in pq2_0 layout for the CPU backend\n", tensor->name,
+                      t2p_status_string(s));
+    }
+    if (tensor->extra == &g_traits) {
+        GGML_ABORT("t2p: partial write to the repacked tensor %s", tensor->name);
+    }
+    std::memcpy((char *) tensor->data + offset, data, size);
+}
+
+static void buffer_get_tensor(ggml_backend_buffer_t buffer, const struct ggml_tensor * tensor, void * data,
+                              size_t offset, size_t size) {
+    GGML_UNUSED(buffer);
+    if (tensor->extra != &g_traits) {
+        std::memcpy(data, (const char *) tensor->data + offset, size);
+        return;
+    }
+    // Hand back the original pq2_0 bytes.
+    const size_t      nbytes = ggml_nbytes(tensor);
+    std::vector<char> tmp(nbytes);
+    const T2pStatus   s = t2p_unpack_to_pq2_0(tensor->data, nbytes, tmp.data(), nbytes, (size_t) tensor->ne[1],
+                                              (size_t) tensor->ne[0]);
+    if (s != T2P_STATUS_OK) {
+        GGML_ABORT("t2p: unpacking %s failed: %s", tensor->name, t2p_status_string(s));
+    }
+    std::memcpy(data, tmp.data() + offset, size);
+}
+
+static const char * buffer_type_get_name(ggml_backend_buffer_type_t buft) {
+    GGML_UNUSED(buft);
+    return "CPU_T2P";
+}
+
+static ggml_backend_buffer_t buffer_type_alloc_buffer(ggml_backend_buffer_type_t buft, size_t size) {
+    ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), size);
+    if (buffer == nullptr) {
+        return nullptr;
+    }
+    buffer->buft              = buft;
+    buffer->iface.set_tensor  = buffer_set_tensor;
+    buffer->iface.get_tensor  = buffer_get_tensor;
+    buffer->iface.cpy_tensor  = nullptr;
+    return buffer;
+}
+
+static size_t buffer_type_get_alignment(ggml_backend_buffer_type_t buft) {
+    GGML_UNUSED(buft);
+    return TENSOR_ALIGNMENT;
+}
+
+class extra_buffer_type : public ggml::cpu::extra_buffer_type {
+    bool supports_op(ggml_backend_dev_t, const struct ggml_tensor * op) override {
+        if (op->op != GGML_OP_MUL_MAT || op->src[0] == nullptr || op->src[0]->buffer == nullptr ||
+            op->src[0]->buffer->buft != ggml_backend_cpu_t2p_buffer_type()) {
+            return false;
+        }
+        const ggml_tensor * src1 = op->src[1];
+        if (src1 == nullptr || (src1->buffer && !ggml_backend_buft_is_host(src1->buffer->buft))) {
+            return false;
+        }
+        t2p_mm m;
+        return describe(op, m);
+    }
+
+    ggml::cpu::tensor_traits * get_tensor_traits(const struct ggml_tensor * op) override {
+        if (op->op == GGML_OP_MUL_MAT && op->src[0] && op->src[0]->buffer &&
+            op->src[0]->buffer->buft == ggml_backend_cpu_t2p_buffer_type() && op->src[0]->extra == &g_traits) {
+            return &g_traits;
+        }
+        return nullptr;
+    }
+};
+
+}  // namespace ggml::cpu::t2p
+
+ggml_backend_buffer_type_t ggml_backend_cpu_t2p_buffer_type(void) {
+    static struct ggml_backend_buffer_type buft = {
+        /* .iface    = */ {
+            /* .get_name         = */ ggml::cpu::t2p::buffer_type_get_name,
+            /* .alloc_buffer     = */ ggml::cpu::t2p::buffer_type_alloc_buffer,
+            /* .get_alignment    = */ ggml::cpu::t2p::buffer_type_get_alignment,
+            /* .get_max_size     = */ nullptr,  // SIZE_MAX
+            /* .get_alloc_size   = */ nullptr,  // ggml_nbytes: T2P has the size of pq2_0
+            /* .is_host          = */ nullptr,  // not host: weights arrive through set_tensor
+        },
+        /* .device   = */ ggml_backend_reg_dev_get(ggml_backend_cpu_reg(), 0),
+        /* .context  = */ new ggml::cpu::t2p::extra_buffer_type(),
+    };
+    return &buft;
+}

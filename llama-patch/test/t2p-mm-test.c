@@ -1,0 +1,235 @@
+/*
+ * Standalone test of llama-patch/t2p-mm.h against libt2p (no ggml needed): the quantize /
+ * barrier / row-split / gemv-gemm sequence of the T2P buffer type, with nth threads emulated
+ * one after the other, must give bit for bit what one whole-matrix call of the scalar oracle
+ * gives, for single columns, batches with leftovers, several planes (contiguous and strided),
+ * padded dst columns and any thread count; T2P_VERIFY's comparison must find 0 differences
+ * and must catch an injected one. Run by llama-patch/check.sh.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "t2p-mm.h"
+
+float t2p_f16_for_test(uint16_t h);
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t) (rng >> 16);
+}
+static float next_f(void) { return ((float) (next_u32() % 20001) - 10000.0f) / 2500.0f; }
+
+static int failures = 0;
+#define CHECK(cond, ...)                                             \
+    do {                                                             \
+        if (!(cond)) {                                               \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
+            fprintf(stderr, __VA_ARGS__);                            \
+            fprintf(stderr, "\n");                                   \
+            failures++;                                              \
+        }                                                            \
+    } while (0)
+
+static const uint32_t SENTINEL = 0x7FC0DEADu; /* a NaN that no kernel produces */
+
+/* One case: rows x k weights; src1 is ne11 x ne12 x ne13 columns, with `xpad` extra floats after
+ * each column and `dpad` after each dst column; src1 planes `xgap` and dst planes `dgap` columns
+ * apart (0: contiguous). */
+static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne13, size_t xpad, size_t dpad,
+                     size_t xgap, size_t dgap, int nth) {
+    size_t wbytes = 0;
+    CHECK(t2p_repack_size(rows, k, &wbytes) == T2P_STATUS_OK, "repack_size");
+    t2p_block_pq2_0 * pq = malloc(wbytes);
+    void *            w  = malloc(wbytes);
+    for (size_t b = 0; b < rows * k / 128; b++) {
+        pq[b].d = (uint16_t) (0x3000 + next_u32() % 0x1000); /* fp16 0.125 .. 1 */
+        for (int i = 0; i < 32; i++) {
+            pq[b].qs[i] = (uint8_t) next_u32(); /* includes code 3 (+2) */
+        }
+    }
+    CHECK(t2p_repack_pq2_0(pq, wbytes, w, wbytes, rows, k) == T2P_STATUS_OK, "repack");
+
+    const size_t ldx   = k + xpad, ldd = rows + dpad;
+    const size_t nb11  = ldx * 4, nb12 = (ne11 + xgap) * nb11, nb13 = ne12 * nb12;
+    const size_t nb1   = ldd * 4, nb2 = (ne11 + dgap) * nb1, nb3 = ne12 * nb2;
+    const size_t xlen  = ne13 * nb13 / 4, dlen = ne13 * nb3 / 4;
+    float *      x     = malloc(xlen * 4);
+    float *      dst   = malloc(dlen * 4);
+    for (size_t i = 0; i < xlen; i++) {
+        x[i] = next_f();
+    }
+    for (size_t i = 0; i < dlen; i++) {
+        memcpy(&dst[i], &SENTINEL, 4);
+    }
+
+    t2p_mm m;
+    CHECK(t2p_mm_init(&m, w, wbytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst, nb1, nb2, nb3) ==
+              T2P_STATUS_OK,
+          "init");
+    if (xgap == 0 && dgap == 0 && ne12 * ne13 > 1) {
+        CHECK(m.ne2 * m.ne3 == 1 && m.ncols == ne11 * ne12 * ne13, "contiguous planes should merge");
+    }
+    const size_t wsize = t2p_mm_work_size(&m);
+    void *       wdata = malloc(wsize + 64);
+    for (int ith = 0; ith < nth; ith++) {
+        CHECK(t2p_mm_quantize(&m, wdata, wsize, ith, nth) == T2P_STATUS_OK, "quantize");
+    }
+    /* barrier */
+    for (int ith = 0; ith < nth; ith++) {
+        CHECK(t2p_mm_compute(&m, wdata, ith, nth) == T2P_STATUS_OK, "compute");
+    }
+
+    /* Expected: per plane, one whole-matrix scalar-oracle call on freshly quantized columns. */
+    size_t max_diff = 0;
+    for (size_t i3 = 0; i3 < ne13; i3++) {
+        for (size_t i2 = 0; i2 < ne12; i2++) {
+            const float * xp = (const float *) ((const char *) x + i2 * nb12 + i3 * nb13);
+            const float * dp = (const float *) ((const char *) dst + i2 * nb2 + i3 * nb3);
+            size_t        q8 = 0, q8x4 = 0;
+            t2p_activation_size(k, ne11, &q8, &q8x4);
+            void *  y   = malloc(q8x4 + q8);
+            float * ref = malloc(ne11 * rows * 4);
+            if (ne11 == 1) {
+                CHECK(t2p_quantize_q8_K(xp, k, y, q8) == T2P_STATUS_OK, "ref quantize");
+                CHECK(t2p_gemv_reference(w, wbytes, rows, k, y, q8, ref, rows, 0, rows) == T2P_STATUS_OK, "ref gemv");
+            } else {
+                CHECK(t2p_quantize_q8_K_x4(xp, ldx, k, ne11, y, q8x4) == T2P_STATUS_OK, "ref quantize x4");
+                CHECK(t2p_gemm_reference(w, wbytes, rows, k, y, q8x4, ne11, ref, rows, ne11 * rows, 0, rows) ==
+                          T2P_STATUS_OK,
+                      "ref gemm");
+            }
+            for (size_t c = 0; c < ne11; c++) {
+                /* semantic sanity: close to the float dot product */
+                for (size_t r = 0; r < rows; r++) {
+                    /* q8_K rounds each activation by at most amax/254 (per 256-block amax) */
+                    double exact = 0, bound = 0, amax = 0;
+                    for (size_t j = 0; j < k; j++) {
+                        if (j % 256 == 0) {
+                            amax = 0;
+                            for (size_t jj = j; jj < j + 256; jj++) {
+                                if (fabs(xp[c * ldx + jj]) > amax) amax = fabs(xp[c * ldx + jj]);
+                            }
+                        }
+                        const t2p_block_pq2_0 * blk = &pq[(r * k + j) / 128];
+                        const size_t            jj  = j % 128;
+                        const int   u  = (blk->qs[jj / 4] >> (2 * (jj % 4))) & 3;
+                        const float dw = t2p_f16_for_test(blk->d);
+                        exact += (double) (u - 1) * dw * xp[c * ldx + j];
+                        bound += fabs((double) (u - 1) * dw) * (amax / 254.0 + 1e-5 * amax);
+                    }
+                    const float got = dp[c * ldd + r];
+                    CHECK(fabs(got - exact) <= bound + 1e-4,
+                          "rows %zu k %zu col %zu row %zu: %g vs float %g", rows, k, c, r, got, exact);
+                    if (memcmp(&got, &ref[c * rows + r], 4) != 0) {
+                        max_diff++;
+                    }
+                }
+                for (size_t r = rows; r < ldd; r++) {
+                    CHECK(memcmp(&dp[c * ldd + r], &SENTINEL, 4) == 0, "padding of dst column written");
+                }
+            }
+            free(y);
+            free(ref);
+        }
+    }
+    CHECK(max_diff == 0, "rows %zu k %zu cols %zu x %zu x %zu nth %d: %zu outputs differ from the oracle", rows, k,
+          ne11, ne12, ne13, nth, max_diff);
+
+    /* T2P_VERIFY's check: zero, then an injected one-ulp error is found. */
+    float * scratch = malloc(t2p_mm_verify_scratch(&m) * 4);
+    size_t  total   = 0;
+    float   worst   = 0;
+    for (int ith = 0; ith < nth; ith++) {
+        float  mx = -1;
+        size_t nd = 1;
+        CHECK(t2p_mm_verify(&m, wdata, ith, nth, scratch, t2p_mm_verify_scratch(&m), &mx, &nd) == T2P_STATUS_OK,
+              "verify");
+        total += nd;
+        if (mx > worst) worst = mx;
+    }
+    CHECK(total == 0 && worst == 0.0f, "verify found %zu differences (max %g)", total, worst);
+    {
+        float * victim = (float *) ((char *) dst + (ne12 - 1) * nb2 + (ne13 - 1) * nb3) + (ne11 - 1) * ldd + rows - 1;
+        uint32_t bits;
+        memcpy(&bits, victim, 4);
+        bits ^= 1;
+        memcpy(victim, &bits, 4);
+        total = 0;
+        for (int ith = 0; ith < nth; ith++) {
+            float  mx = 0;
+            size_t nd = 0;
+            t2p_mm_verify(&m, wdata, ith, nth, scratch, t2p_mm_verify_scratch(&m), &mx, &nd);
+            total += nd;
+        }
+        CHECK(total == 1, "injected difference found %zu times", total);
+    }
+
+    free(scratch);
+    free(wdata);
+    free(x);
+    free(dst);
+    free(w);
+    free(pq);
+}
+
+/* fp16 -> float for the sanity check (normal numbers only, which is all run_case makes). */
+float t2p_f16_for_test(uint16_t h) {
+    const uint32_t e = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    const float    v = ldexpf(1.0f + mant / 1024.0f, (int) e - 15);
+    return (h & 0x8000) ? -v : v;
+}
+
+int main(void) {
+    printf("t2p %s, isa %s\n", t2p_version(), t2p_isa_name(t2p_active_isa()));
+
+    /* thread splits: rows in groups of 4, some threads with nothing to do */
+    size_t b, e;
+    t2p_mm_thread_rows(12, 0, 5, &b, &e);
+    CHECK(b == 0 && e == 0, "thread 0 of 5 over 12 rows: %zu..%zu", b, e);
+    size_t covered = 0;
+    for (int ith = 0; ith < 5; ith++) {
+        t2p_mm_thread_rows(12, ith, 5, &b, &e);
+        CHECK(b % 4 == 0 && e % 4 == 0 && b == covered, "split");
+        covered = e;
+    }
+    CHECK(covered == 12, "split covers all rows");
+
+    /* shapes the buffer type must refuse */
+    t2p_mm m;
+    float  dummy = 0;
+    CHECK(t2p_mm_init(&m, &dummy, 1 << 20, 6, 256, &dummy, 1, 1, 1, 1024, 1024, 1024, &dummy, 24, 24, 24) ==
+              T2P_STATUS_INVALID_SHAPE,
+          "rows %% 4");
+    CHECK(t2p_mm_init(&m, &dummy, 1 << 20, 8, 128, &dummy, 1, 1, 1, 512, 512, 512, &dummy, 32, 32, 32) ==
+              T2P_STATUS_INVALID_SHAPE,
+          "k %% 256");
+
+    static const size_t cols[] = { 1, 2, 3, 4, 5, 7, 8, 13 };
+    static const int    nths[] = { 1, 2, 3, 5 };
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+        for (size_t ti = 0; ti < sizeof nths / sizeof nths[0]; ti++) {
+            run_case(12, 512, cols[ci], 1, 1, 0, 0, 0, 0, nths[ti]);
+        }
+    }
+    run_case(16, 256, 3, 2, 3, 0, 0, 0, 0, 2);  /* contiguous planes: merged into one batch */
+    run_case(16, 256, 3, 2, 3, 8, 4, 0, 0, 3);  /* padded columns, planes still back to back: merged */
+    run_case(16, 256, 3, 2, 3, 8, 4, 1, 2, 3);  /* strided planes, padded columns */
+    run_case(16, 256, 2, 3, 1, 0, 0, 0, 1, 2);  /* src1 contiguous, dst planes strided: no merge */
+    run_case(16, 256, 2, 1, 3, 0, 0, 1, 0, 2);  /* dst contiguous, src1 planes strided: no merge */
+    run_case(8, 768, 1, 3, 2, 0, 0, 2, 1, 2);   /* single-column planes, strided */
+    run_case(8, 768, 1, 3, 2, 0, 0, 0, 0, 2);   /* single-column planes, merged into a batch */
+    run_case(4, 256, 1, 1, 1, 0, 0, 0, 0, 2);   /* one row group, two threads */
+
+    if (failures) {
+        fprintf(stderr, "t2p-mm-test: %d failures\n", failures);
+        return 1;
+    }
+    printf("t2p-mm-test: ok\n");
+    return 0;
+}

@@ -1,0 +1,383 @@
+//! `libt2p bench`: kernel throughput against the memory ceiling, T2P against the stock layout.
+//!
+//! Everything runs on persistent pools (one per thread count), and the ceiling is measured in the
+//! same run with the same pool: a multi-threaded sum over a buffer far larger than the LLC.
+//! gemv is memory-bound and reported as GB/s of weights and % of that ceiling; gemm is
+//! compute-bound and reported as GMAC/s and GFLOPS (2 FLOP per MAC). The stock baseline is the
+//! stock `vec_dot` on `pq2_0` as it sits in the file, one call per (row, column), parallelised
+//! over rows the same way.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use t2p::bandwidth::BandwidthProbe;
+use t2p::format::{BlockPq2_0, BlockQ8K, BlockT2p, QK_K, QK_PQ2_0, f32_to_f16, quantize_row_q8k};
+use t2p::kernels::{Isa, Kernels};
+use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul_parallel};
+use t2p::pool::ThreadPool;
+
+/// Options of `libt2p bench`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print exactly one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// More repetitions, and the stock baseline at 512 columns too (takes minutes).
+    #[arg(long)]
+    full: bool,
+    /// Thread counts to run (default: 1 and all available CPUs).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Kernel path (default: the best this CPU supports).
+    #[arg(long)]
+    isa: Option<String>,
+    /// Size of the bandwidth probe buffer in MiB.
+    #[arg(long, default_value_t = 1024)]
+    ceiling_mib: usize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Layout {
+    T2p,
+    Stock,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::T2p => "t2p",
+            Layout::Stock => "stock",
+        }
+    }
+}
+
+struct Shape {
+    label: &'static str,
+    rows: usize,
+    k: usize,
+    batch: usize,
+}
+
+struct Row {
+    label: &'static str,
+    layout: Layout,
+    rows: usize,
+    k: usize,
+    batch: usize,
+    threads: usize,
+    median_s: f64,
+    spread: f64,
+    reps: usize,
+    gbps: f64,
+    pct: f64,
+    gflops: f64,
+}
+
+impl Row {
+    fn kernel(&self) -> &'static str {
+        if self.batch == 1 { "gemv" } else { "gemm" }
+    }
+}
+
+fn lcg(s: &mut u64) -> u64 {
+    *s = s
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    *s
+}
+
+/// Random T2P blocks (ternary codes mostly, some code 3, small positive and negative scales).
+fn t2p_blocks(n: usize, seed: u64) -> Vec<BlockT2p> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            let mut b = BlockT2p::default();
+            for pair in b.qs.iter_mut() {
+                for word in pair.iter_mut() {
+                    for byte in word.iter_mut() {
+                        *byte = (lcg(&mut s) >> 40) as u8;
+                    }
+                }
+            }
+            for d in b.d.iter_mut() {
+                *d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
+            }
+            b
+        })
+        .collect()
+}
+
+fn pq2_0_blocks(n: usize, seed: u64) -> Vec<BlockPq2_0> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            let mut b = BlockPq2_0::default();
+            for q in b.qs.iter_mut() {
+                *q = (lcg(&mut s) >> 40) as u8;
+            }
+            b.d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
+            b
+        })
+        .collect()
+}
+
+fn columns(k: usize, ncols: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..k * ncols)
+        .map(|_| (lcg(&mut s) >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+        .collect()
+}
+
+/// The stock baseline: `vec_dot_stock` per (row, column), rows split across the pool in the
+/// same whole-row-group jobs as [`matmul_parallel`]; `y` holds `ncols` columns of `k / 256`.
+fn stock_parallel(
+    pool: &ThreadPool,
+    kern: &Kernels,
+    pq: &[BlockPq2_0],
+    rows: usize,
+    k: usize,
+    y: &[BlockQ8K],
+    ncols: usize,
+    out: &mut [f32],
+) {
+    let nbr = k / QK_PQ2_0;
+    let nby = k / QK_K;
+    let jobs = (pool.threads() * t2p::matmul::JOBS_PER_THREAD).min(rows / 4).max(1);
+    let per = (rows / 4).div_ceil(jobs) * 4;
+    let mut slots: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
+    for col in out.chunks_mut(rows).take(ncols) {
+        for (j, piece) in col.chunks_mut(per).enumerate() {
+            slots[j].push(piece);
+        }
+    }
+    let slots: Vec<Mutex<Vec<&mut [f32]>>> = slots.into_iter().map(Mutex::new).collect();
+    pool.run(slots.len(), |j| {
+        let mut dst = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+        let r0 = j * per;
+        let m = dst[0].len();
+        for i in 0..m {
+            let row = &pq[(r0 + i) * nbr..(r0 + i + 1) * nbr];
+            for (c, d) in dst.iter_mut().enumerate() {
+                d[i] = kern.vec_dot_stock(row, &y[c * nby..(c + 1) * nby]);
+            }
+        }
+    });
+}
+
+/// Runs `f` once as warm-up (which also sizes the run), then repeats it within `budget`
+/// (at least `min_reps`, at most `max_reps` times); returns the sorted times in seconds.
+fn time_reps(budget: Duration, min_reps: usize, max_reps: usize, mut f: impl FnMut()) -> Vec<f64> {
+    let t = Instant::now();
+    f();
+    let first = t.elapsed().as_secs_f64().max(1e-7);
+    let reps = ((budget.as_secs_f64() / first) as usize).clamp(min_reps, max_reps);
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times
+}
+
+fn json_num(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        "null".into()
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let isa = match &args.isa {
+        Some(name) => Isa::from_name(name)?,
+        None => Isa::best(),
+    };
+    let kern = Kernels::for_isa(isa)?;
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut threads = if args.threads.is_empty() {
+        vec![1, all]
+    } else {
+        args.threads.clone()
+    };
+    threads.retain(|&t| t > 0);
+    threads.sort_unstable();
+    threads.dedup();
+    let pools: Vec<ThreadPool> = threads.iter().map(|&t| ThreadPool::new(t)).collect();
+    let budget = Duration::from_millis(if args.full { 2000 } else { 400 });
+    let (min_reps, max_reps) = if args.full { (5, 50) } else { (3, 15) };
+
+    eprintln!(
+        "bench: isa {isa}, threads {threads:?}, probing bandwidth over {} MiB ...",
+        args.ceiling_mib
+    );
+    let probe = BandwidthProbe::new(pools.last().expect("one pool"), args.ceiling_mib << 20);
+    let ceilings: Vec<f64> = pools
+        .iter()
+        .map(|p| probe.measure(p, if args.full { 7 } else { 3 }).median_gbps)
+        .collect();
+    drop(probe);
+    for (t, c) in threads.iter().zip(&ceilings) {
+        eprintln!("bench: ceiling at {t} thread(s): {c:.2} GB/s");
+    }
+
+    let shapes = [
+        Shape { label: "decode", rows: 32768, k: 8192, batch: 1 },
+        Shape { label: "L3", rows: 4096, k: 14336, batch: 1 },
+        Shape { label: "L2", rows: 1024, k: 1024, batch: 1 },
+        Shape { label: "prefill", rows: 17408, k: 5120, batch: 4 },
+        Shape { label: "prefill", rows: 17408, k: 5120, batch: 64 },
+        Shape { label: "prefill", rows: 17408, k: 5120, batch: 512 },
+    ];
+    let total_runs = shapes.len() * threads.len() * 2;
+    let mut results: Vec<Row> = Vec::new();
+    let mut done = 0;
+    for (si, shape) in shapes.iter().enumerate() {
+        let (rows, k, batch) = (shape.rows, shape.k, shape.batch);
+        let nblk = rows * k / QK_PQ2_0;
+        let w = T2pMatrix::from_t2p_blocks(t2p_blocks(nblk / 4, si as u64 + 1), rows, k)?;
+        let pq = pq2_0_blocks(nblk, si as u64 + 100);
+        let x = columns(k, batch, si as u64 + 200);
+        let act = QuantizedBatch::new(&x, k, batch)?;
+        let mut yq = vec![BlockQ8K::default(); batch * k / QK_K];
+        quantize_row_q8k(&x, &mut yq);
+        let mut out = vec![0.0f32; rows * batch];
+        let bytes = w.size_bytes() as f64;
+        let macs = (rows * k * batch) as f64;
+        for (pi, pool) in pools.iter().enumerate() {
+            for layout in [Layout::T2p, Layout::Stock] {
+                done += 1;
+                // The stock baseline at 512 columns takes tens of seconds; only with --full.
+                if layout == Layout::Stock && batch > 64 && !args.full {
+                    eprintln!(
+                        "bench: [{done}/{total_runs}] skip stock {rows}x{k}x{batch} (use --full)"
+                    );
+                    continue;
+                }
+                eprint!(
+                    "bench: [{done}/{total_runs}] {} {} {rows}x{k}x{batch} threads {} ...",
+                    if batch == 1 { "gemv" } else { "gemm" },
+                    layout.name(),
+                    pool.threads()
+                );
+                let _ = std::io::stderr().flush();
+                // Big gemm runs: fewer repetitions, but never a single one.
+                let (lo, hi) = if macs * 2.0 > 2e10 { (2, max_reps) } else { (min_reps, max_reps) };
+                let times = match layout {
+                    Layout::T2p => time_reps(budget, lo, hi, || {
+                        matmul_parallel(pool, kern, &w, &act, &mut out, rows).expect("shape");
+                    }),
+                    Layout::Stock => time_reps(budget, lo, hi, || {
+                        stock_parallel(pool, kern, &pq, rows, k, &yq, batch, &mut out);
+                    }),
+                };
+                let median = times[times.len() / 2];
+                let spread = (times[times.len() - 1] - times[0]) / median;
+                eprintln!(" {:.3} ms (x{})", median * 1e3, times.len());
+                let gbps = bytes / median / 1e9;
+                results.push(Row {
+                    label: shape.label,
+                    layout,
+                    rows,
+                    k,
+                    batch,
+                    threads: pool.threads(),
+                    median_s: median,
+                    spread,
+                    reps: times.len(),
+                    gbps,
+                    pct: 100.0 * gbps / ceilings[pi],
+                    gflops: 2.0 * macs / median / 1e9,
+                });
+            }
+        }
+    }
+
+    if args.json {
+        let mut s = String::new();
+        write!(
+            s,
+            "{{\"ceiling_gbps\": {}, \"ceiling_gbps_by_threads\": {{",
+            json_num(*ceilings.last().expect("one ceiling"))
+        )?;
+        for (i, (t, c)) in threads.iter().zip(&ceilings).enumerate() {
+            write!(s, "{}\"{t}\": {}", if i > 0 { ", " } else { "" }, json_num(*c))?;
+        }
+        write!(
+            s,
+            "}}, \"threads\": [{}], \"results\": [",
+            threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+        )?;
+        for (i, r) in results.iter().enumerate() {
+            write!(
+                s,
+                "{}{{\"kernel\": \"{}\", \"layout\": \"{}\", \"isa\": \"{}\", \"rows\": {}, \"cols\": {}, \"batch\": {}, \"threads\": {}, \"median_s\": {}, \"gbps\": {}, \"pct_of_ceiling\": {}, \"gflops\": {}}}",
+                if i > 0 { ", " } else { "" },
+                r.kernel(),
+                r.layout.name(),
+                isa,
+                r.rows,
+                r.k,
+                r.batch,
+                r.threads,
+                json_num(r.median_s),
+                json_num(r.gbps),
+                json_num(r.pct),
+                json_num(r.gflops)
+            )?;
+        }
+        s.push_str("]}");
+        println!("{s}");
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    println!("t2p bench: isa {isa}, weights {} bytes per 128", 34);
+    for (t, c) in threads.iter().zip(&ceilings) {
+        println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
+    }
+    println!(
+        "{:<5} {:<8} {:<5} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>7}",
+        "kern", "shape", "lay", "rows x k", "batch", "thr", "median ms", "spread", "GB/s",
+        "%ceil", "GMAC/s", "GFLOPS", "t2p/st"
+    );
+    for r in &results {
+        let ratio = if r.layout == Layout::T2p {
+            results
+                .iter()
+                .find(|o| {
+                    o.layout == Layout::Stock
+                        && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
+                })
+                .map_or("-".to_string(), |o| format!("{:.1}x", o.median_s / r.median_s))
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<5} {:<8} {:<5} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>7}",
+            r.kernel(),
+            r.label,
+            r.layout.name(),
+            format!("{}x{}", r.rows, r.k),
+            r.batch,
+            r.threads,
+            r.median_s * 1e3,
+            100.0 * r.spread,
+            r.gbps,
+            r.pct,
+            r.gflops / 2.0,
+            r.gflops,
+            ratio
+        );
+    }
+    println!(
+        "(median of {}..{} repetitions after a warm-up; spread = (max - min) / median; GB/s counts weight bytes; % of the ceiling at the same thread count)",
+        results.iter().map(|r| r.reps).min().unwrap_or(0),
+        results.iter().map(|r| r.reps).max().unwrap_or(0)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,229 @@
+//! `libt2p info`: what a GGUF file holds and how t2p would load it.
+
+use std::process::ExitCode;
+
+use t2p::runner::{
+    Array, GgmlType, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer, Value, peak_rss_bytes,
+};
+
+/// Options of `libt2p info`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF file.
+    #[arg(short = 'm', long = "model")]
+    model: std::path::PathBuf,
+    /// Print every metadata key (long arrays abbreviated).
+    #[arg(long)]
+    keys: bool,
+    /// Do not list the tensors one by one.
+    #[arg(long)]
+    no_tensors: bool,
+    /// Also load every tensor (T2P repack included) and report peak RSS against the file size.
+    #[arg(long)]
+    load: bool,
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.2} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+fn short(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.chars().count() > 60 => {
+            format!(
+                "{:?}... ({} bytes)",
+                s.chars().take(60).collect::<String>(),
+                s.len()
+            )
+        }
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(a) => short_array(a),
+        Value::U8(x) => x.to_string(),
+        Value::I8(x) => x.to_string(),
+        Value::U16(x) => x.to_string(),
+        Value::I16(x) => x.to_string(),
+        Value::U32(x) => x.to_string(),
+        Value::I32(x) => x.to_string(),
+        Value::U64(x) => x.to_string(),
+        Value::I64(x) => x.to_string(),
+        Value::F32(x) => format!("{x:e}"),
+        Value::F64(x) => format!("{x:e}"),
+        Value::Bool(x) => x.to_string(),
+    }
+}
+
+fn short_array(a: &Array) -> String {
+    let items: Vec<String> = match a {
+        Array::String(v) => v.iter().take(4).map(|s| format!("{s:?}")).collect(),
+        Array::F32(v) => v.iter().take(8).map(|x| format!("{x}")).collect(),
+        Array::F64(v) => v.iter().take(8).map(|x| format!("{x}")).collect(),
+        Array::Array(v) => v.iter().take(2).map(short_array).collect(),
+        other => other
+            .to_i64_vec()
+            .unwrap_or_default()
+            .iter()
+            .take(8)
+            .map(|x| x.to_string())
+            .collect(),
+    };
+    let more = if a.len() > items.len() { ", ..." } else { "" };
+    format!(
+        "[{}{more}] ({} x {})",
+        items.join(", "),
+        a.len(),
+        a.elem_type_name()
+    )
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let gguf = GgufFile::open(&args.model)?;
+    println!("file:          {}", args.model.display());
+    println!(
+        "size:          {} bytes ({}), GGUF v{}, alignment {}, data at byte {}",
+        gguf.file_len(),
+        mib(gguf.file_len()),
+        gguf.version(),
+        gguf.alignment(),
+        gguf.data_offset()
+    );
+    let arch = gguf.architecture().unwrap_or("(none)");
+    println!("architecture:  {arch}");
+    if let Some(Value::String(name)) = gguf.get("general.name") {
+        println!("name:          {name}");
+    }
+    if let Some(ft) = gguf.get("general.file_type") {
+        println!("file type:     {}", short(ft));
+    }
+    println!("metadata keys: {}", gguf.metadata().len());
+
+    println!("\nhyper-parameters ({arch}.*):");
+    let prefix = format!("{arch}.");
+    for (k, v) in gguf.metadata() {
+        if let Some(rest) = k.strip_prefix(&prefix) {
+            println!("  {rest:<40} {}", short(v));
+        }
+    }
+    let hadamard: Vec<&str> = gguf
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.starts_with("prism.hadamard."))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if !hadamard.is_empty() {
+        println!(
+            "  Hadamard-rotated weights: {} keys ({})",
+            hadamard.len(),
+            hadamard.join(", ")
+        );
+    }
+
+    println!("\ntokenizer:");
+    if gguf.get("tokenizer.ggml.model").is_none() {
+        println!("  (none)");
+    } else {
+        match Tokenizer::from_gguf(&gguf) {
+            Ok(t) => {
+                println!(
+                    "  kind {:?} (tokenizer.ggml.model {:?}), pre {:?}, {} tokens, {} merges",
+                    t.kind(),
+                    gguf.get_str("tokenizer.ggml.model").unwrap_or("?"),
+                    t.pre(),
+                    t.n_vocab(),
+                    t.n_merges()
+                );
+                let name = |id: Option<u32>| match id {
+                    Some(id) => format!("{id} {:?}", t.token_text(id).unwrap_or("")),
+                    None => "none".to_string(),
+                };
+                println!(
+                    "  bos {}, eos {}, add_bos {}, add_eos {}",
+                    name(t.bos()),
+                    name(t.eos()),
+                    t.add_bos(),
+                    t.add_eos()
+                );
+                if gguf.get("tokenizer.chat_template").is_some() {
+                    println!("  has a chat template");
+                }
+            }
+            Err(e) => println!("  cannot be built: {e}"),
+        }
+    }
+
+    let opts = LoadOptions {
+        progress: Progress::Auto,
+        ..LoadOptions::default()
+    };
+    println!("\ntensors: {}", gguf.tensors().len());
+    for (ty, n, bytes) in gguf.bytes_by_type() {
+        let load = if ty.is_loadable() {
+            ""
+        } else {
+            "  (cannot be loaded)"
+        };
+        println!("  {:<8} {n:>5} tensors {:>14}{load}", ty.name(), mib(bytes));
+    }
+    let t2p: Vec<_> = gguf.tensors().iter().filter(|t| opts.uses_t2p(t)).collect();
+    let t2p_bytes: u64 = t2p.iter().map(|t| t.n_bytes).sum();
+    let pq2: u64 = gguf
+        .tensors()
+        .iter()
+        .filter(|t| t.ggml_type == GgmlType::PQ2_0)
+        .count() as u64;
+    println!(
+        "  T2P: {} of {pq2} pq2_0 tensors, {} of {} tensor data",
+        t2p.len(),
+        mib(t2p_bytes),
+        mib(gguf.tensors().iter().map(|t| t.n_bytes).sum())
+    );
+    if !args.no_tensors && !gguf.tensors().is_empty() {
+        println!(
+            "\n  {:<40} {:<8} {:<22} {:>12}  layout",
+            "name", "type", "shape [k, rows]", "bytes"
+        );
+        for t in gguf.tensors() {
+            let layout = if opts.uses_t2p(t) {
+                "T2P".to_string()
+            } else if t.ggml_type == GgmlType::PQ2_0 {
+                "pq2_0 (shape not T2P-able)".to_string()
+            } else if t.ggml_type.is_loadable() {
+                "as stored".to_string()
+            } else {
+                "unsupported".to_string()
+            };
+            let stored = if t.stored_type_id != t.ggml_type.0 {
+                format!(" (stored as id {})", t.stored_type_id)
+            } else {
+                String::new()
+            };
+            println!(
+                "  {:<40} {:<8} {:<22} {:>12}  {layout}{stored}",
+                t.name,
+                t.ggml_type.name(),
+                format!("{:?}", t.shape),
+                t.n_bytes
+            );
+        }
+    }
+    if args.keys {
+        println!("\nmetadata:");
+        for (k, v) in gguf.metadata() {
+            println!("  {k:<45} {}", short(v));
+        }
+    }
+    if args.load {
+        let start = std::time::Instant::now();
+        let (_, store) = TensorStore::load_file(&args.model, &opts)?;
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "\nloaded {} tensors ({}) in {secs:.2} s; peak RSS {} vs file {}",
+            store.len(),
+            mib(store.total_bytes() as u64),
+            peak_rss_bytes()
+                .map(mib)
+                .unwrap_or_else(|| "unknown".into()),
+            mib(gguf.file_len())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

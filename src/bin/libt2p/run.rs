@@ -1,0 +1,215 @@
+//! `libt2p run`: generate text from a prompt, streaming it as it comes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use t2p::bandwidth::BandwidthProbe;
+use t2p::runner::generate::generate;
+use t2p::runner::model::{Exec, Loaded, Model};
+use t2p::runner::sample::{Sampler, SamplerConfig};
+use t2p::runner::{LoadOptions, Progress};
+
+/// Options shared by every command that loads a model.
+#[derive(clap::Args, Clone)]
+pub struct ModelArgs {
+    /// The GGUF model file.
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// Threads (default: all CPUs).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context size in tokens (default: the model's, capped at 4096).
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
+    /// Prompt tokens per forward pass.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch: usize,
+}
+
+impl ModelArgs {
+    /// Threads to use.
+    pub fn threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Loads the model, printing the load time on stderr.
+    pub fn load(&self, quiet: bool) -> Result<(Loaded, f64), Box<dyn std::error::Error>> {
+        if !self.model.is_file() {
+            return Err(format!("model file {} not found", self.model.display()).into());
+        }
+        let t = Instant::now();
+        let opts = LoadOptions { progress: if quiet { Progress::Never } else { Progress::Auto }, ..Default::default() };
+        let loaded = Model::load(&self.model, &opts)?;
+        let secs = t.elapsed().as_secs_f64();
+        Ok((loaded, secs))
+    }
+
+    /// The context size for `loaded`.
+    pub fn n_ctx(&self, loaded: &Loaded) -> usize {
+        self.ctx_size.unwrap_or_else(|| loaded.model.n_ctx_train().min(4096))
+    }
+}
+
+/// Sampling options.
+#[derive(clap::Args, Clone)]
+pub struct SampleArgs {
+    /// Temperature (0: greedy).
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Top-k (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Top-p (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back on.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Random seed (same seed, same output).
+    #[arg(short = 's', long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl SampleArgs {
+    /// The sampler these options describe.
+    pub fn sampler(&self) -> Sampler {
+        Sampler::new(SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+        })
+    }
+}
+
+/// Options of `libt2p run`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The prompt.
+    #[arg(short = 'p', long, conflicts_with = "file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long)]
+    file: Option<PathBuf>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n_predict: usize,
+    /// Do not add the BOS token even if the model asks for it.
+    #[arg(long)]
+    no_bos: bool,
+    /// Print one JSON object (prompt ids, generated ids, text, timings) instead of streaming.
+    #[arg(long)]
+    json: bool,
+    /// Skip the memory-bandwidth measurement at the end (no "% of ceiling").
+    #[arg(long)]
+    no_ceiling: bool,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?,
+        (None, None) => String::new(),
+    };
+    let (loaded, load_secs) = args.model.load(args.json)?;
+    let exec = Exec::new(args.model.threads());
+    let tok = &loaded.tokenizer;
+    let mut ids = tok.encode(&prompt, !args.no_bos, true);
+    if ids.is_empty() {
+        ids.extend(tok.bos());
+    }
+    if ids.is_empty() {
+        return Err("the prompt is empty and the model has no BOS token".into());
+    }
+    let n_ctx = args.model.n_ctx(&loaded);
+    if ids.len() >= n_ctx {
+        return Err(format!("the prompt has {} tokens, more than the context of {n_ctx}", ids.len()).into());
+    }
+    let n = args.n_predict.min(n_ctx - ids.len());
+    let mut session = loaded.model.new_session(n_ctx);
+    let mut sampler = args.sample.sampler();
+    let mut generated = Vec::new();
+    let mut text = Vec::new();
+    let mut stream = tok.stream_decoder(false);
+    let stdout = std::io::stdout();
+    if !args.json {
+        let mut out = stdout.lock();
+        out.write_all(&tok.decode(&ids, false))?;
+        out.flush()?;
+    }
+    let stats = generate(&loaded.model, &exec, &mut session, &ids, n, args.model.batch, &mut sampler, |id| tok.is_eog(id), |id| {
+        generated.push(id);
+        if !tok.is_eog(id) {
+            let piece = stream.push(id);
+            text.extend_from_slice(piece.as_bytes());
+            if !args.json {
+                let mut out = stdout.lock();
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
+            }
+        }
+        true
+    })?;
+    let tail = stream.finish();
+    text.extend_from_slice(tail.as_bytes());
+    let bytes_per_token = loaded.model.bytes_per_token() as f64;
+    let ceiling = (!args.no_ceiling).then(|| {
+        let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
+        probe.measure(&exec.pool, 3).median_gbps
+    });
+    let gen_gbps = stats.gen_tps() * bytes_per_token / 1e9;
+    let pct = ceiling.map(|c| 100.0 * gen_gbps / c);
+    if args.json {
+        let obj = serde_json::json!({
+            "prompt_ids": ids,
+            "ids": generated,
+            "text": String::from_utf8_lossy(&text),
+            "timings": {
+                "load_s": load_secs,
+                "prompt_tokens": stats.prompt_tokens,
+                "prompt_s": stats.prompt_secs,
+                "prompt_tps": stats.prompt_tps(),
+                "gen_tokens": stats.gen_tokens,
+                "gen_s": stats.gen_secs,
+                "gen_tps": stats.gen_tps(),
+                "weights_bytes_per_token": bytes_per_token,
+                "gen_gbps": gen_gbps,
+                "ceiling_gbps": ceiling,
+                "pct_of_ceiling": pct,
+                "threads": exec.pool.threads(),
+                "isa": exec.kern.isa().name(),
+            }
+        });
+        println!("{obj}");
+    } else {
+        print!("{tail}");
+        println!();
+        eprintln!();
+        eprintln!("load: {load_secs:.2} s | threads {} | kernels {}", exec.pool.threads(), exec.kern.isa());
+        eprintln!("prompt: {} tokens in {:.3} s = {:.1} tok/s", stats.prompt_tokens, stats.prompt_secs, stats.prompt_tps());
+        eprintln!("generation: {} tokens in {:.3} s = {:.2} tok/s", stats.gen_tokens, stats.gen_secs, stats.gen_tps());
+        match (ceiling, pct) {
+            (Some(c), Some(p)) => eprintln!(
+                "memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
+                bytes_per_token / 1e6
+            ),
+            _ => eprintln!("memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s", bytes_per_token / 1e6),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,161 @@
+//! NEON + dotprod: the SDOT gemv (slot masks, dup8, eight accumulators), the per-column SDOT gemm
+//! and the stock-layout SDOT vec_dot.
+
+use core::arch::aarch64::*;
+
+use super::asm::sdot;
+use super::{
+    accumulate, dup_lane_s32, dup8x4, gemm_tiles, load_i8x16x2, load_i16x8, load_u8x16, recombine,
+    row_scales, scale_f32, slot_scaled, stock, store_f32x4,
+};
+use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::kernels::{Isa, Kernels};
+
+pub(in crate::kernels) static KERNELS: Kernels = Kernels {
+    isa: Isa::NeonDotprod,
+    gemv,
+    gemm,
+    vec_dot_stock,
+};
+
+/// gemv entry (also the i8mm path's gemv).
+pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: this fn is reachable only through the dotprod and i8mm `KERNELS`, which
+    // `aarch64::kernels` hands out only after detecting dotprod.
+    unsafe { gemv_dotprod(x, nb, y, out) }
+}
+
+fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
+    unsafe { gemm_dotprod(x, nb, y, ncols, out, ld) }
+}
+
+/// Stock vec_dot entry (also the i8mm path's).
+pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
+    // detecting dotprod.
+    unsafe { vec_dot_stock_dotprod(x, y) }
+}
+
+/// `dot(u, y)` for the four rows of one T2P block against 128 activations (`y[wd]` = chunks
+/// `4wd..4wd+4` of 8 values), `u = w + 1` the stored codes.
+///
+/// Per word `(p, wd)`: three ANDs and a shift give the four slots pre-scaled by 1, 4, 16, 1; each
+/// meets its dup8 activations in one SDOT, whose lanes 0-1 collect row `2p` and lanes 2-3 row
+/// `2p + 1`. Eight independent accumulators (pair x slot), recombined once. Bounds: slot bytes
+/// are 0..=48, so every product fits the int32 lanes many times over (|a2| <= 48*128*8*4).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
+    let zero = vdupq_n_s32(0);
+    let mut a = [[zero; 4]; 2];
+    for (wd, chunks) in y.iter().enumerate() {
+        let ys = dup8x4(chunks);
+        for (acc, words) in a.iter_mut().zip(&x.qs) {
+            let v = load_u8x16(&words[wd]);
+            for (s, ys) in ys.iter().enumerate() {
+                acc[s] = sdot(acc[s], slot_scaled(v, s), *ys);
+            }
+        }
+    }
+    // [row 0, row 1, row 2, row 3]: each row's two partial lanes added pairwise.
+    vpaddq_s32(recombine(a[0]), recombine(a[1]))
+}
+
+#[target_feature(enable = "neon,dotprod")]
+fn gemv_dotprod(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = vdupq_n_f32(0.0);
+        for (pair, yb) in group.chunks_exact(2).zip(y) {
+            let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
+            let bs: &[[i16; 8]; 2] = bytemuck::cast_ref(&yb.bsums);
+            let dy = vdupq_n_f32(yb.d);
+            for (h, blk) in pair.iter().enumerate() {
+                // dot(w, y) = dot(u, y) - sum(y), sum(y) from the eight bsums of this half.
+                let ysum = vaddlvq_s16(load_i16x8(&bs[h]));
+                let isum = vsubq_s32(block_dot_u(blk, &ys[h]), vdupq_n_s32(ysum));
+                acc = accumulate(acc, vmulq_f32(row_scales(&blk.d), dy), isum);
+            }
+        }
+        store_f32x4(o, acc);
+    }
+}
+
+/// Exact sums `[column c: rows 0..3]` of one T2P block against half a `q8_K x4` block, with SDOT
+/// per column. One decoded slot per row pair serves all four columns (dup8 per column).
+///
+/// Four columns x two pairs x four slot accumulators would not fit the 32 vector registers, so
+/// slots 0, 1, 3 are decoded unscaled (`v & 3`, `(v >> 2) & 3`, `v >> 6`) into one accumulator
+/// and slot 2 scaled (`v & 0x30` = 16u) into another: 16 accumulators, `dot(u) = a + a2 / 16`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
+    let zero = vdupq_n_s32(0);
+    let m3 = vdupq_n_u8(0x03);
+    let mut a = [[[zero; 2]; 2]; 4]; // [column][pair][slots 0/1/3 | slot 2]
+    for wd in 0..4 {
+        let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];
+        for s in 0..4 {
+            let yc = dup8x4(&y[4 * wd + s]);
+            let cls = usize::from(s == 2);
+            for (p, &v) in v.iter().enumerate() {
+                let w = vreinterpretq_s8_u8(match s {
+                    0 => vandq_u8(v, m3),
+                    1 => vandq_u8(vshrq_n_u8::<2>(v), m3),
+                    2 => vandq_u8(v, vdupq_n_u8(0x30)),
+                    _ => vshrq_n_u8::<6>(v),
+                });
+                for (acc, yc) in a.iter_mut().zip(&yc) {
+                    acc[p][cls] = sdot(acc[p][cls], w, *yc);
+                }
+            }
+        }
+    }
+    let mut r = [zero; 4];
+    for (c, (rc, acc)) in r.iter_mut().zip(&a).enumerate() {
+        let dot_u = vpaddq_s32(
+            vsraq_n_s32::<4>(acc[0][0], acc[0][1]),
+            vsraq_n_s32::<4>(acc[1][0], acc[1][1]),
+        );
+        *rc = vsubq_s32(dot_u, dup_lane_s32(sums, c));
+    }
+    r
+}
+
+#[target_feature(enable = "neon,dotprod")]
+fn gemm_dotprod(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+}
+
+/// The stock layout as it sits in the file, ggml's way: per 16 weights a table lookup, shift,
+/// mask, subtract 1 and one SDOT.
+#[target_feature(enable = "neon,dotprod")]
+fn vec_dot_stock_dotprod(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    let k = stock::Consts::new();
+    let mut acc = 0.0f32;
+    for (pair, yb) in x.chunks_exact(2).zip(y) {
+        let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
+        for (blk, ys) in pair.iter().zip(ys) {
+            let raw: &[[u8; 16]; 2] = bytemuck::cast_ref(&blk.qs);
+            let mut s = [vdupq_n_s32(0); 2];
+            for (half, raw) in raw.iter().enumerate() {
+                let raw = load_u8x16(raw);
+                for j in 0..2 {
+                    let (y0, y1) = load_i8x16x2(&ys[2 * half + j]);
+                    s[0] = sdot(s[0], k.decode(raw, 2 * j), y0);
+                    s[1] = sdot(s[1], k.decode(raw, 2 * j + 1), y1);
+                }
+            }
+            let isum = vaddvq_s32(vaddq_s32(s[0], s[1]));
+            acc += (scale_f32(blk.d) * yb.d) * isum as f32;
+        }
+    }
+    acc
+}

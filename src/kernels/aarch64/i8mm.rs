@@ -1,0 +1,72 @@
+//! NEON + i8mm: SMMLA gemm tiles on the row pairs; gemv and stock vec_dot are the dotprod ones.
+
+use core::arch::aarch64::*;
+
+use super::asm::smmla;
+use super::{dotprod, gemm_tiles, load_i8x16x2, load_u8x16, recombine, slot_scaled};
+use crate::format::{BlockQ8Kx4, BlockT2p};
+use crate::kernels::{Isa, Kernels};
+
+pub(in crate::kernels) static KERNELS: Kernels = Kernels {
+    isa: Isa::NeonI8mm,
+    gemv: dotprod::gemv,
+    gemm,
+    vec_dot_stock: dotprod::vec_dot_stock,
+};
+
+fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: reachable only through `KERNELS`, which `aarch64::kernels` hands out only after
+    // detecting i8mm (and dotprod).
+    unsafe { gemm_i8mm(x, nb, y, ncols, out, ld) }
+}
+
+/// Exact sums `[column c: rows 0..3]` of one T2P block against half a `q8_K x4` block.
+///
+/// A decoded slot of row pair `p` is already the 2x8 operand SMMLA wants (8 weights of row `2p`,
+/// then the same 8 of row `2p + 1`), and the `q8_K x4` chunk is two 2x8 operands (columns 0-1,
+/// columns 2-3): four SMMLA per slot, each operand used twice, into 16 accumulators
+/// `[pair][column pair][slot]` whose lanes are `[r2p.c, r2p.c', r2p+1.c, r2p+1.c']`.
+/// `-sum(y)` of each column is folded into the slot-0 accumulators' start value.
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
+    let zero = vdupq_n_s32(0);
+    let neg = vreinterpretq_s64_s32(vnegq_s32(sums));
+    // [-s0, -s1, -s0, -s1] and [-s2, -s3, -s2, -s3]: the lane layout of one SMMLA tile.
+    let start = [
+        vreinterpretq_s32_s64(vdupq_laneq_s64::<0>(neg)),
+        vreinterpretq_s32_s64(vdupq_laneq_s64::<1>(neg)),
+    ];
+    let mut a = [start.map(|s| [s, zero, zero, zero]); 2]; // [pair][column pair][slot]
+    for wd in 0..4 {
+        let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];
+        for s in 0..4 {
+            let (b01, b23) = load_i8x16x2(&y[4 * wd + s]);
+            for (acc, &v) in a.iter_mut().zip(&v) {
+                let w = slot_scaled(v, s);
+                acc[0][s] = smmla(acc[0][s], w, b01);
+                acc[1][s] = smmla(acc[1][s], w, b23);
+            }
+        }
+    }
+    let t = a.map(|pair| pair.map(|acc| recombine(acc)));
+    // Row-major 2x2 tiles to columns: even lanes are the pair's column 2cp, odd lanes 2cp + 1.
+    [
+        vuzp1q_s32(t[0][0], t[1][0]),
+        vuzp2q_s32(t[0][0], t[1][0]),
+        vuzp1q_s32(t[0][1], t[1][1]),
+        vuzp2q_s32(t[0][1], t[1][1]),
+    ]
+}
+
+#[target_feature(enable = "neon,i8mm")]
+fn gemm_i8mm(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+}

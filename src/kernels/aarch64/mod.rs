@@ -1,0 +1,418 @@
+//! aarch64 kernels: plain NEON ([`Isa::Neon`]), NEON + dotprod ([`Isa::NeonDotprod`]: SDOT gemv
+//! and per-column SDOT gemm) and NEON + i8mm ([`Isa::NeonI8mm`]: the dotprod gemv with SMMLA
+//! gemm tiles).
+//!
+//! Exactness: every integer sum of a 128-weight block is exact (int32 accumulators, int16 only
+//! where the bound is shown next to the code), and the float step is the oracle's
+//! `acc + (d_w * d_y) * (isum as f32)` as a separate `fmul`, `fmul`, `fadd` per block in block
+//! order, never a fused multiply-add. So every path is bit-identical to [`super::scalar`].
+//!
+//! Safety: weights and activations are read only through references to whole blocks (each vector
+//! load reads inside one `&[u8; 16]`-sized field), so a wrong length can panic but never read out
+//! of bounds. The dotprod/i8mm code is `#[target_feature]` code; its statics are handed out by
+//! [`kernels`] only after runtime detection.
+//!
+//! The kernels use the q8_K `bsums` for `sum(y)` (to turn the stored codes `u = w + 1` back into
+//! weights), so they rely on the q8_K invariant that `bsums` are the sums of `qs`, as ggml does.
+
+use core::arch::aarch64::*;
+
+use super::{Isa, Kernels};
+use crate::format::{BlockQ8Kx4, BlockT2p};
+
+mod asm;
+mod dotprod;
+mod i8mm;
+mod neon;
+
+/// The kernels of an aarch64 path, if this CPU has the features it needs.
+pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    let neon = std::arch::is_aarch64_feature_detected!("neon");
+    let dotprod = neon && std::arch::is_aarch64_feature_detected!("dotprod");
+    match isa {
+        Isa::Neon if neon => Some(&neon::KERNELS),
+        Isa::NeonDotprod if dotprod => Some(&dotprod::KERNELS),
+        // The i8mm path uses the dotprod gemv, so it needs both.
+        Isa::NeonI8mm if dotprod && std::arch::is_aarch64_feature_detected!("i8mm") => {
+            Some(&i8mm::KERNELS)
+        }
+        _ => None,
+    }
+}
+
+// Helpers shared by the paths. They need only base NEON; Rust still wants `#[target_feature]`
+// on every caller of a NEON intrinsic, so each carries `neon` and inlines into the kernels.
+
+/// Loads a 16-byte word.
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_u8x16(a: &[u8; 16]) -> uint8x16_t {
+    // SAFETY: `a` is a reference to 16 readable bytes; vld1q_u8 has no alignment requirement.
+    unsafe { vld1q_u8(a.as_ptr()) }
+}
+
+/// Loads 32 int8 as two vectors (one `ldp`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_i8x16x2(a: &[i8; 32]) -> (int8x16_t, int8x16_t) {
+    // SAFETY: both loads read inside the 32 bytes `a` refers to (offsets 0 and 16).
+    unsafe { (vld1q_s8(a.as_ptr()), vld1q_s8(a.as_ptr().add(16))) }
+}
+
+/// Loads eight int16.
+#[inline]
+#[target_feature(enable = "neon")]
+fn load_i16x8(a: &[i16; 8]) -> int16x8_t {
+    // SAFETY: `a` is a reference to eight readable i16.
+    unsafe { vld1q_s16(a.as_ptr()) }
+}
+
+/// Stores four floats.
+#[inline]
+#[target_feature(enable = "neon")]
+fn store_f32x4(out: &mut [f32], v: float32x4_t) {
+    let out: &mut [f32; 4] = (&mut out[..4]).try_into().expect("four outputs");
+    // SAFETY: `out` is a reference to four writable f32.
+    unsafe { vst1q_f32(out.as_mut_ptr(), v) }
+}
+
+/// The four row scales of a T2P block, fp16 -> f32 (exact; `fcvtl` on the u16 bits).
+#[inline]
+#[target_feature(enable = "neon")]
+fn row_scales(d: &[u16; 4]) -> float32x4_t {
+    // SAFETY: `d` is a reference to four readable u16.
+    let bits = unsafe { vld1_u16(d.as_ptr()) };
+    vcvt_f32_f16(vreinterpret_f16_u16(bits))
+}
+
+/// One fp16 scale -> f32 (exact), through the same vector conversion.
+#[inline]
+#[target_feature(enable = "neon")]
+fn scale_f32(d: u16) -> f32 {
+    vgetq_lane_f32::<0>(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(d))))
+}
+
+/// The oracle's float step for four lanes: `acc + dwdy * isum`, as separate multiply and add
+/// (`dwdy` is already the rounded product `d_w * d_y`). Never `vfmaq`/`vmlaq`: a fused
+/// multiply-add would round once instead of twice and differ from the oracle.
+#[inline]
+#[target_feature(enable = "neon")]
+fn accumulate(acc: float32x4_t, dwdy: float32x4_t, isum: int32x4_t) -> float32x4_t {
+    vaddq_f32(acc, vmulq_f32(dwdy, vcvtq_f32_s32(isum)))
+}
+
+/// A vector holding 64-bit half `LANE` of `v` twice ("dup8": the same eight activations for both
+/// rows of a pair).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dup8<const LANE: i32>(v: int8x16_t) -> int8x16_t {
+    vreinterpretq_s8_s64(vdupq_laneq_s64::<LANE>(vreinterpretq_s64_s8(v)))
+}
+
+/// The four 8-byte chunks of `a`, each dup8'ed (one `ldp` and four `dup`).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dup8x4(a: &[i8; 32]) -> [int8x16_t; 4] {
+    let (y01, y23) = load_i8x16x2(a);
+    [
+        dup8::<0>(y01),
+        dup8::<1>(y01),
+        dup8::<0>(y23),
+        dup8::<1>(y23),
+    ]
+}
+
+/// Lane `lane` of `v` in every lane (`lane` is a constant after unrolling).
+#[inline]
+#[target_feature(enable = "neon")]
+fn dup_lane_s32(v: int32x4_t, lane: usize) -> int32x4_t {
+    match lane {
+        0 => vdupq_laneq_s32::<0>(v),
+        1 => vdupq_laneq_s32::<1>(v),
+        2 => vdupq_laneq_s32::<2>(v),
+        _ => vdupq_laneq_s32::<3>(v),
+    }
+}
+
+/// Slot `s` of a T2P word, scaled in place: `v & 0x03` = u, `v & 0x0C` = 4u, `v & 0x30` = 16u,
+/// and `v >> 6` = u for slot 3 (as a signed byte, `v & 0xC0` = 64u would read 128 as -128).
+/// Every result is 0..=48, a non-negative int8.
+#[inline]
+#[target_feature(enable = "neon")]
+fn slot_scaled(v: uint8x16_t, s: usize) -> int8x16_t {
+    vreinterpretq_s8_u8(match s {
+        0 => vandq_u8(v, vdupq_n_u8(0x03)),
+        1 => vandq_u8(v, vdupq_n_u8(0x0C)),
+        2 => vandq_u8(v, vdupq_n_u8(0x30)),
+        _ => vshrq_n_u8::<6>(v),
+    })
+}
+
+/// `dot(u, y)` from the four slot accumulators of [`slot_scaled`] codes:
+/// `a0 + a3 + a1 / 4 + a2 / 16`. This is the design's `16*(a0+a3) + 4*a1 + a2 = 16 * dot(u, y)`
+/// divided by 16 exactly: every lane of `a1` is a multiple of 4 and of `a2` a multiple of 16, so
+/// the arithmetic shifts drop nothing (two `ssra` instead of shifts, adds and a final shift).
+#[inline]
+#[target_feature(enable = "neon")]
+fn recombine(a: [int32x4_t; 4]) -> int32x4_t {
+    vsraq_n_s32::<4>(vsraq_n_s32::<2>(vaddq_s32(a[0], a[3]), a[1]), a[2])
+}
+
+/// The sums of the 128 values of half `h` of each column of a `q8_K x4` block, from `bsums`:
+/// `[column 0, 1, 2, 3]`.
+///
+/// int16 is exact up to the last step: a bsum is in -2048..=2032, a sum of four in
+/// -8192..=8128; the final pairwise add widens.
+#[inline]
+#[target_feature(enable = "neon")]
+fn tile_half_sums(yb: &BlockQ8Kx4, h: usize) -> int32x4_t {
+    let b: &[[[i16; 8]; 2]; 4] = bytemuck::cast_ref(&yb.bsums); // [column][half]
+    let c = |col: usize| load_i16x8(&b[col][h]);
+    let q01 = vpaddq_s16(c(0), c(1)); // [column 0: 4 pair sums, column 1: 4]
+    let q23 = vpaddq_s16(c(2), c(3));
+    vpaddlq_s16(vpaddq_s16(q01, q23))
+}
+
+/// `v * w[lane]` (one `fmul` by element; `lane` is a constant after unrolling).
+#[inline]
+#[target_feature(enable = "neon")]
+fn mul_lane_f32(v: float32x4_t, w: float32x4_t, lane: usize) -> float32x4_t {
+    match lane {
+        0 => vmulq_laneq_f32::<0>(v, w),
+        1 => vmulq_laneq_f32::<1>(v, w),
+        2 => vmulq_laneq_f32::<2>(v, w),
+        _ => vmulq_laneq_f32::<3>(v, w),
+    }
+}
+
+/// The gemm tile loop shared by all aarch64 paths. For every row group and every 4-column tile,
+/// `block(x, y, sums)` returns the exact integer sums `[column c: rows 0..3]` of one T2P block
+/// against half of a `q8_K x4` block (`y[c]` = 8-byte chunk `c` of the four columns, `sums` the
+/// four columns' sums over that half); the float step follows the oracle. Only the `ncols` real
+/// columns of the last, zero-padded tile are written.
+#[inline]
+#[target_feature(enable = "neon")]
+fn gemm_tiles(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+    block: impl Fn(&BlockT2p, &[[i8; 32]; 16], int32x4_t) -> [int32x4_t; 4],
+) {
+    let half = nb / 2;
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
+        for (t, tile) in y.chunks_exact(half).enumerate() {
+            let mut acc = [vdupq_n_f32(0.0); 4];
+            // One block per iteration (not a pair sharing a q8_K x4 block): the 16 integer
+            // accumulators and the 4 float ones then fit the registers without spills.
+            for (b, blk) in group.iter().enumerate() {
+                let (yb, h) = (&tile[b / 2], b % 2);
+                let ys: &[[[i8; 32]; 16]; 2] = bytemuck::cast_ref(&yb.qs);
+                let isum = block(blk, &ys[h], tile_half_sums(yb, h));
+                let dw = row_scales(&blk.d);
+                // SAFETY: `yb.d` is four readable f32.
+                let dy = unsafe { vld1q_f32(yb.d.as_ptr()) };
+                for (c, (acc, isum)) in acc.iter_mut().zip(isum).enumerate() {
+                    *acc = accumulate(*acc, mul_lane_f32(dw, dy, c), isum);
+                }
+            }
+            let real = ncols.saturating_sub(4 * t).min(4);
+            for (c, a) in acc.iter().enumerate().take(real) {
+                let o = (4 * t + c) * ld + 4 * g;
+                store_f32x4(&mut out[o..o + 4], *a);
+            }
+        }
+    }
+}
+
+/// Shared pieces of the stock-layout (pq2_0 as in the file) vec_dot: the ggml NEON decode of
+/// 16 weights, table lookup, shift, mask, subtract 1.
+mod stock {
+    use core::arch::aarch64::*;
+
+    /// `tbl` indices: group `q` of 16 weights (`16q..16q+16` of a 64-weight half) reads bytes
+    /// `4q..4q+4`, each four times.
+    const IDX: [[u8; 16]; 4] = {
+        let mut idx = [[0u8; 16]; 4];
+        let mut q = 0;
+        while q < 4 {
+            let mut l = 0;
+            while l < 16 {
+                idx[q][l] = (4 * q + l / 4) as u8;
+                l += 1;
+            }
+            q += 1;
+        }
+        idx
+    };
+    /// Per-lane right shifts (negative left shifts) `2 * (lane % 4)`.
+    const SHIFTS: [i8; 16] = [0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6];
+
+    /// The decode constants, loaded once per call.
+    pub(super) struct Consts {
+        idx: [uint8x16_t; 4],
+        shifts: int8x16_t,
+    }
+
+    impl Consts {
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(super) fn new() -> Self {
+            Consts {
+                idx: IDX.map(|i| super::load_u8x16(&i)),
+                // SAFETY: SHIFTS is 16 readable bytes.
+                shifts: unsafe { vld1q_s8(SHIFTS.as_ptr()) },
+            }
+        }
+
+        /// Weights `16q..16q+16` of the 64 whose codes are in `raw` (16 bytes), as int8
+        /// `code - 1` in -1..=2.
+        #[inline]
+        #[target_feature(enable = "neon")]
+        pub(super) fn decode(&self, raw: uint8x16_t, q: usize) -> int8x16_t {
+            let spread = vqtbl1q_u8(raw, self.idx[q]);
+            let codes = vandq_u8(vshlq_u8(spread, self.shifts), vdupq_n_u8(3));
+            vsubq_s8(vreinterpretq_s8_u8(codes), vdupq_n_s8(1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Isa, Kernels, scalar};
+    use crate::format::{
+        BlockPq2_0, BlockQ8K, BlockT2p, f32_to_f16, interleave_q8k_x4, repack_pq2_0_to_t2p,
+    };
+
+    /// The aarch64 paths this CPU runs.
+    fn paths() -> Vec<&'static Kernels> {
+        [Isa::Neon, Isa::NeonDotprod, Isa::NeonI8mm]
+            .into_iter()
+            .filter_map(|isa| Kernels::for_isa(isa).ok())
+            .collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The integer bounds the kernels argue for, at their extremes: every code one value (3 is
+    /// +2, the largest product with -128), every activation -128 or +127, unit scales so the
+    /// outputs are the exact sums, through gemv, a padded 3-column gemm and the stock vec_dot.
+    #[test]
+    fn extreme_codes_and_activations_are_exact() {
+        let (rows, k) = (8, 512);
+        for code in 0..4u8 {
+            for act in [-128i8, 127, -1] {
+                let pq =
+                    vec![BlockPq2_0::from_codes(&[code; 128], f32_to_f16(1.0)); rows * k / 128];
+                let mut w = vec![BlockT2p::default(); rows * k / 512];
+                repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+                let y = vec![BlockQ8K::from_qs([act; 256], 1.0); k / 256];
+                let exact = (code as f32 - 1.0) * act as f32 * k as f32;
+                let zero = BlockQ8K::default();
+                let x4: Vec<_> = y
+                    .iter()
+                    .map(|b| interleave_q8k_x4([b, b, b, &zero]))
+                    .collect();
+                for kern in paths() {
+                    let mut out = vec![0.0; rows];
+                    kern.gemv(&w, k / 128, &y, &mut out);
+                    assert!(
+                        out.iter().all(|&v| v == exact),
+                        "{} gemv {code} {act}",
+                        kern.isa()
+                    );
+                    let mut out = vec![f32::NAN; 4 * rows];
+                    kern.gemm(&w, k / 128, &x4, 3, &mut out, rows);
+                    assert!(
+                        out[..3 * rows].iter().all(|&v| v == exact),
+                        "{} gemm",
+                        kern.isa()
+                    );
+                    assert!(
+                        out[3 * rows..].iter().all(|v| v.is_nan()),
+                        "padding written"
+                    );
+                    let stock = kern.vec_dot_stock(&pq[..k / 128], &y);
+                    assert_eq!(stock, exact, "{} stock {code} {act}", kern.isa());
+                }
+            }
+        }
+    }
+
+    /// Random codes, activations and scales (zero and negative scales included): bit-identical
+    /// to the oracle on every aarch64 path, for gemv, gemm and the stock vec_dot.
+    #[test]
+    fn random_blocks_match_the_oracle_bit_for_bit() {
+        let (rows, k) = (8, 768);
+        let mut s = 0x1234_5678_u64;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        };
+        let pq: Vec<BlockPq2_0> = (0..rows * k / 128)
+            .map(|_| {
+                let codes = std::array::from_fn(|_| (next() % 4) as u8);
+                let d = f32_to_f16((next() % 2001) as f32 / 1000.0 - 1.0);
+                BlockPq2_0::from_codes(&codes, d)
+            })
+            .collect();
+        let mut w = vec![BlockT2p::default(); rows * k / 512];
+        repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+        let cols: Vec<Vec<BlockQ8K>> = (0..4)
+            .map(|_| {
+                (0..k / 256)
+                    .map(|_| {
+                        let d = (next() % 1000) as f32 / 997.0 + 0.001;
+                        BlockQ8K::from_qs(std::array::from_fn(|_| next() as i8), d)
+                    })
+                    .collect()
+            })
+            .collect();
+        let x4: Vec<_> = (0..k / 256)
+            .map(|b| interleave_q8k_x4([&cols[0][b], &cols[1][b], &cols[2][b], &cols[3][b]]))
+            .collect();
+        let oracle = &scalar::KERNELS;
+        let mut want_v = vec![0.0; rows];
+        oracle.gemv(&w, k / 128, &cols[0], &mut want_v);
+        let mut want_m = vec![0.0; 4 * rows];
+        oracle.gemm(&w, k / 128, &x4, 4, &mut want_m, rows);
+        let want_s: Vec<f32> = (0..rows)
+            .map(|r| oracle.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &cols[0]))
+            .collect();
+        for kern in paths() {
+            let mut got = vec![0.0; rows];
+            kern.gemv(&w, k / 128, &cols[0], &mut got);
+            assert_eq!(bits(&got), bits(&want_v), "{} gemv", kern.isa());
+            let mut got = vec![0.0; 4 * rows];
+            kern.gemm(&w, k / 128, &x4, 4, &mut got, rows);
+            assert_eq!(bits(&got), bits(&want_m), "{} gemm", kern.isa());
+            let got: Vec<f32> = (0..rows)
+                .map(|r| kern.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &cols[0]))
+                .collect();
+            assert_eq!(bits(&got), bits(&want_s), "{} stock", kern.isa());
+        }
+    }
+
+    /// Detection is consistent: i8mm implies dotprod implies NEON among the paths offered.
+    #[test]
+    fn paths_follow_detection() {
+        let has = |isa| Kernels::for_isa(isa).is_ok();
+        assert!(has(Isa::Neon), "NEON is part of every aarch64 Linux target");
+        assert_eq!(
+            has(Isa::NeonDotprod),
+            std::arch::is_aarch64_feature_detected!("dotprod")
+        );
+        assert_eq!(
+            has(Isa::NeonI8mm),
+            std::arch::is_aarch64_feature_detected!("dotprod")
+                && std::arch::is_aarch64_feature_detected!("i8mm")
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! Plain NEON for cores without dotprod (Cortex-A53 and the like): widening int8 multiply-adds
+//! (`smlal`/`smlal2`) into int16 lanes, widened to int32 once per block.
+//!
+//! The codes are decoded unscaled here (`u` in 0..=3), because int16 lanes have no room for the
+//! 4x/16x slot scaling: a product `u * y` is in -384..=381 and a lane collects at most 16 of
+//! them per block, so |lane| <= 6144; the pairwise sums at the end stay within int16 up to four
+//! lanes (|sum| <= 24576) before widening.
+
+use core::arch::aarch64::*;
+
+use super::{
+    accumulate, dup8x4, gemm_tiles, load_i8x16x2, load_i16x8, load_u8x16, row_scales, scale_f32,
+    stock, store_f32x4,
+};
+use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::kernels::{Isa, Kernels};
+
+pub(in crate::kernels) static KERNELS: Kernels = Kernels {
+    isa: Isa::Neon,
+    gemv,
+    gemm,
+    vec_dot_stock,
+};
+
+/// The four slots of a T2P word as unscaled codes `u`: `v & 3`, `(v >> 2) & 3`, `(v >> 4) & 3`,
+/// `v >> 6`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
+    let m3 = vdupq_n_u8(3);
+    [
+        vandq_u8(v, m3),
+        vandq_u8(vshrq_n_u8::<2>(v), m3),
+        vandq_u8(vshrq_n_u8::<4>(v), m3),
+        vshrq_n_u8::<6>(v),
+    ]
+    .map(|v| vreinterpretq_s8_u8(v))
+}
+
+/// Four rows' int16 lane accumulators -> `[row 0, row 1, row 2, row 3]` in int32 (exact: sums of
+/// up to four lanes fit int16, see the module bounds; the last step widens).
+#[inline]
+#[target_feature(enable = "neon")]
+fn rows_to_i32(r: [int16x8_t; 4]) -> int32x4_t {
+    vpaddlq_s16(vpaddq_s16(vpaddq_s16(r[0], r[1]), vpaddq_s16(r[2], r[3])))
+}
+
+/// `dot(u, y)` for the four rows of one T2P block against 128 activations (`y[wd]` = chunks
+/// `4wd..4wd+4`). The low half of a slot (row `2p`) meets the low half of the dup8 activations,
+/// the high half (row `2p + 1`) the high half. Two accumulators per row (by slot parity) for
+/// independent chains; each lane collects 8 products.
+#[inline]
+#[target_feature(enable = "neon")]
+fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
+    let zero = vdupq_n_s16(0);
+    let mut a = [[zero; 2]; 4]; // [row][slot parity]
+    for (wd, chunks) in y.iter().enumerate() {
+        let ys = dup8x4(chunks);
+        for (p, words) in x.qs.iter().enumerate() {
+            let u = slots(load_u8x16(&words[wd]));
+            for (s, (u, ys)) in u.iter().zip(&ys).enumerate() {
+                let (lo, hi) = (2 * p, 2 * p + 1);
+                a[lo][s % 2] = vmlal_s8(a[lo][s % 2], vget_low_s8(*u), vget_low_s8(*ys));
+                a[hi][s % 2] = vmlal_high_s8(a[hi][s % 2], *u, *ys);
+            }
+        }
+    }
+    rows_to_i32(a.map(|r| vaddq_s16(r[0], r[1])))
+}
+
+fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: reachable only through `KERNELS`, which `aarch64::kernels` hands out only after
+    // detecting NEON.
+    unsafe { gemv_neon(x, nb, y, out) }
+}
+
+fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: as for `gemv`.
+    unsafe { gemm_neon(x, nb, y, ncols, out, ld) }
+}
+
+fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: as for `gemv`.
+    unsafe { vec_dot_stock_neon(x, y) }
+}
+
+#[target_feature(enable = "neon")]
+fn gemv_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = vdupq_n_f32(0.0);
+        for (pair, yb) in group.chunks_exact(2).zip(y) {
+            let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
+            let bs: &[[i16; 8]; 2] = bytemuck::cast_ref(&yb.bsums);
+            let dy = vdupq_n_f32(yb.d);
+            for (h, blk) in pair.iter().enumerate() {
+                // dot(w, y) = dot(u, y) - sum(y), sum(y) from the eight bsums of this half.
+                let ysum = vaddlvq_s16(load_i16x8(&bs[h]));
+                let isum = vsubq_s32(block_dot_u(blk, &ys[h]), vdupq_n_s32(ysum));
+                acc = accumulate(acc, vmulq_f32(row_scales(&blk.d), dy), isum);
+            }
+        }
+        store_f32x4(o, acc);
+    }
+}
+
+/// Exact sums `[column c: rows 0..3]` of one T2P block against half a `q8_K x4` block. Each
+/// decoded slot serves both rows of its pair and all four columns; `ext #8` swaps the two
+/// columns of an activation vector so every row meets every column with `smlal`/`smlal2`.
+/// 16 int16 accumulators `[row][column]`, each lane collecting 16 products per block.
+#[inline]
+#[target_feature(enable = "neon")]
+fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
+    let zero = vdupq_n_s16(0);
+    let mut a = [[zero; 4]; 4]; // [row][column]
+    for wd in 0..4 {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        for s in 0..4 {
+            let (b01, b23) = load_i8x16x2(&y[4 * wd + s]);
+            // b = [column c | column c + 1], b' = [column c + 1 | column c]
+            let b = [
+                (b01, vextq_s8::<8>(b01, b01)),
+                (b23, vextq_s8::<8>(b23, b23)),
+            ];
+            for (p, u) in u.iter().enumerate() {
+                let w = u[s];
+                let (lo, hi) = (2 * p, 2 * p + 1);
+                for (cp, &(b, bx)) in b.iter().enumerate() {
+                    let (c0, c1) = (2 * cp, 2 * cp + 1);
+                    a[lo][c0] = vmlal_s8(a[lo][c0], vget_low_s8(w), vget_low_s8(b));
+                    a[lo][c1] = vmlal_s8(a[lo][c1], vget_low_s8(w), vget_low_s8(bx));
+                    a[hi][c0] = vmlal_high_s8(a[hi][c0], w, bx);
+                    a[hi][c1] = vmlal_high_s8(a[hi][c1], w, b);
+                }
+            }
+        }
+    }
+    let neg = vnegq_s32(sums);
+    let mut r = [vdupq_n_s32(0); 4];
+    for (c, rc) in r.iter_mut().enumerate() {
+        let dot_u = rows_to_i32([a[0][c], a[1][c], a[2][c], a[3][c]]);
+        *rc = vaddq_s32(dot_u, super::dup_lane_s32(neg, c));
+    }
+    r
+}
+
+#[target_feature(enable = "neon")]
+fn gemm_neon(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+}
+
+/// The stock layout as it sits in the file, ggml's decode (table lookup, shift, mask, minus one)
+/// with `smlal`/`smlal2` instead of SDOT. A product is in -256..=254 and an int16 lane collects
+/// 8 per block in each of two accumulators, so |sum of both| <= 4096.
+#[target_feature(enable = "neon")]
+fn vec_dot_stock_neon(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    let k = stock::Consts::new();
+    let mut acc = 0.0f32;
+    for (pair, yb) in x.chunks_exact(2).zip(y) {
+        let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
+        for (blk, ys) in pair.iter().zip(ys) {
+            let raw: &[[u8; 16]; 2] = bytemuck::cast_ref(&blk.qs);
+            let mut s = [vdupq_n_s16(0); 2];
+            for (half, raw) in raw.iter().enumerate() {
+                let raw = load_u8x16(raw);
+                for j in 0..2 {
+                    let (y0, y1) = load_i8x16x2(&ys[2 * half + j]);
+                    for (acc, (w, y)) in s
+                        .iter_mut()
+                        .zip([(k.decode(raw, 2 * j), y0), (k.decode(raw, 2 * j + 1), y1)])
+                    {
+                        *acc = vmlal_s8(*acc, vget_low_s8(w), vget_low_s8(y));
+                        *acc = vmlal_high_s8(*acc, w, y);
+                    }
+                }
+            }
+            let isum = vaddlvq_s16(vaddq_s16(s[0], s[1]));
+            acc += (scale_f32(blk.d) * yb.d) * isum as f32;
+        }
+    }
+    acc
+}

@@ -1,0 +1,372 @@
+//! x86_64 AVX2 + F16C kernels: `maddubs` on slot-masked T2P words.
+//!
+//! **Register layout.** One 256-bit register holds word `wd` of row pair 0 in its low lane and
+//! word `wd` of row pair 1 in its high lane (lane = row pair). A slot of that register is then
+//! `[row 0: 8 codes | row 1: 8 codes | row 2: 8 codes | row 3: 8 codes]`, all for the same 8
+//! weights `k = 8c .. 8c + 8` (`c = 4*wd + s`), so the activation operand is those 8 bytes in
+//! every 64-bit quarter ("dup8" in both halves of both lanes). That operand is exactly what one
+//! `vpbroadcastq` from the `q8_K` bytes produces, so the activations need no scratch copy: the
+//! column (or the `q8_K x4` tile, whose 8-byte chunks are already per column) is read in place,
+//! and the arrangement costs one broadcast load per operand, no shuffles.
+//!
+//! **Exactness.** `maddubs(a, b)` multiplies unsigned bytes `a` by signed bytes `b` and adds
+//! adjacent pairs into int16 *with saturation*, so every int16 sum is bounded below:
+//! codes are `u <= 3` (code 3, weight +2, is legal) and activations `|y| <= 128` (-128 is legal in
+//! raw `q8_K`). The slot-3 mask `0xC0` would give `192 * 127 * 2 = 48768` and saturate, so slot 3
+//! is always shifted down first.
+//!
+//! Float semantics equal the oracle's: per 128-weight block and row,
+//! `acc = acc + (d_w * d_y) * (isum as f32)`, two separately rounded IEEE operations (`mulps`,
+//! `addps`; no FMA), in block order.
+
+use std::arch::x86_64::*;
+
+use super::{Isa, Kernels};
+use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+
+static KERNELS: Kernels = Kernels {
+    isa: Isa::Avx2,
+    gemv,
+    gemm,
+    vec_dot_stock,
+};
+
+/// The AVX2 kernels, if this CPU has AVX2 and F16C. The safe wrappers in [`KERNELS`] are only
+/// reachable through here, which is what makes their `unsafe` calls sound.
+pub(super) fn kernels() -> Option<&'static Kernels> {
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+        Some(&KERNELS)
+    } else {
+        None
+    }
+}
+
+fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: KERNELS is only handed out by `kernels()`, after AVX2 and F16C were detected.
+    unsafe { gemv_avx2(x, nb, y, out) }
+}
+
+fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
+    unsafe { gemm_avx2(x, nb, y, ncols, out, ld) }
+}
+
+fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
+    unsafe { vec_dot_stock_avx2(x, y) }
+}
+
+/// Word `wd` of both row pairs: low lane = pair 0 (rows 0, 1), high lane = pair 1 (rows 2, 3).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
+    let lo: &[u8; 16] = &blk.qs[0][wd];
+    let hi: &[u8; 16] = &blk.qs[1][wd];
+    // SAFETY: both pointers come from 16-byte arrays, and loadu has no alignment requirement.
+    unsafe { _mm256_loadu2_m128i(hi.as_ptr().cast(), lo.as_ptr().cast()) }
+}
+
+/// The 8 bytes in every 64-bit quarter of a register ("dup8" in both lanes).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn bcast8(chunk: &[i8; 8]) -> __m256i {
+    // SAFETY: loadl_epi64 reads exactly the 8 bytes of `chunk`, unaligned.
+    unsafe { _mm256_broadcastq_epi64(_mm_loadl_epi64(chunk.as_ptr().cast())) }
+}
+
+/// `[d0, d1, d2, d3]` of a T2P block as f32 (F16C conversion is exact).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn scales(blk: &BlockT2p) -> __m128 {
+    let d: &[u16; 4] = &blk.d;
+    // SAFETY: reads the 8 bytes of `d`, unaligned.
+    unsafe { _mm_cvtph_ps(_mm_loadl_epi64(d.as_ptr().cast())) }
+}
+
+/// 8-byte chunk `c` (0..16) of a 128-value activation half.
+#[inline(always)]
+fn chunk8(ys: &[i8; 128], c: usize) -> &[i8; 8] {
+    ys[8 * c..8 * c + 8].try_into().expect("8 bytes")
+}
+
+/// Activation half `h` (0 or 1) of a `q8_K` block: the 128 values one T2P block multiplies.
+#[inline(always)]
+fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
+    yb.qs[128 * h..128 * h + 128].try_into().expect("128 values")
+}
+
+/// T2P gemv.
+///
+/// Per word the 5-op slot split `s0 = v & 3`, `s1 = v & 0xC`, `t = v >> 4`, `s2 = t & 3`,
+/// `s3 = t & 0xC` gives `u` (slots 0, 2) and `4u` (slots 1, 3). Slots of equal scale share an
+/// int16 accumulator: `a` sums 8 `maddubs` of `u` (each pair `|.| <= 2*3*128 = 768`, total
+/// `<= 6144`), `b` sums 8 of `4u` (`<= 2*12*128*8 = 24576`), both below 32767, so no `maddubs`
+/// saturates and no int16 add wraps. `madd_epi16` then widens with weights 4 and 1:
+/// `4a + b = 4 * dot(u, y)` per row in int32, and `dot(w, y) = dot(u, y) - sum(y)` with `sum(y)`
+/// from `bsums`; the division by 4 is an exact arithmetic shift.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    let m03 = _mm256_set1_epi8(0x03);
+    let m0c = _mm256_set1_epi8(0x0C);
+    let ones = _mm256_set1_epi16(1);
+    let fours = _mm256_set1_epi16(4);
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = _mm_setzero_ps();
+        for (b, blk) in group.iter().enumerate() {
+            let yb = &y[b / 2];
+            let ys = half(yb, b % 2);
+            let mut a = _mm256_setzero_si256();
+            let mut bq = _mm256_setzero_si256();
+            for wd in 0..4 {
+                let v = load_word(blk, wd);
+                let t = _mm256_srli_epi16::<4>(v);
+                let s0 = _mm256_and_si256(v, m03);
+                let s1 = _mm256_and_si256(v, m0c);
+                let s2 = _mm256_and_si256(t, m03);
+                let s3 = _mm256_and_si256(t, m0c);
+                let c = 4 * wd;
+                let p0 = _mm256_maddubs_epi16(s0, bcast8(chunk8(ys, c)));
+                let p1 = _mm256_maddubs_epi16(s1, bcast8(chunk8(ys, c + 1)));
+                let p2 = _mm256_maddubs_epi16(s2, bcast8(chunk8(ys, c + 2)));
+                let p3 = _mm256_maddubs_epi16(s3, bcast8(chunk8(ys, c + 3)));
+                a = _mm256_add_epi16(a, _mm256_add_epi16(p0, p2));
+                bq = _mm256_add_epi16(bq, _mm256_add_epi16(p1, p3));
+            }
+            // int32 lanes: [r0, r0, r1, r1 | r2, r2, r3, r3], each a part of 4 * dot(u, y).
+            let s = _mm256_add_epi32(_mm256_madd_epi16(a, fours), _mm256_madd_epi16(bq, ones));
+            let r = _mm_hadd_epi32(
+                _mm256_castsi256_si128(s),
+                _mm256_extracti128_si256::<1>(s),
+            );
+            let ysum = yb.half_sum(b % 2);
+            let isum = _mm_srai_epi32::<2>(_mm_sub_epi32(r, _mm_set1_epi32(4 * ysum)));
+            let scale = _mm_mul_ps(scales(blk), _mm_set1_ps(yb.d));
+            acc = _mm_add_ps(acc, _mm_mul_ps(scale, _mm_cvtepi32_ps(isum)));
+        }
+        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// T2P gemm on `q8_K x4` tiles: each decoded slot register serves all four columns.
+///
+/// Slots are decoded to plain `u` (`(v >> 2s) & 3`; the 3 extra shifts per word are shared by the
+/// 4 columns). One int16 accumulator per column sums the 16 `maddubs` of a block: each pair is
+/// `|.| <= 2*3*128 = 768`, so the total is `<= 12288` (no saturation, no wrap). Loop order: tile,
+/// then row group, so a tile's activations (`k` bytes x 4) stay in L1 while the weights stream.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn gemm_avx2(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let half_n = nb / 2;
+    let m03 = _mm256_set1_epi8(0x03);
+    let ones = _mm256_set1_epi16(1);
+    // Result lanes after the reduction: [c0r0, c0r1, c1r0, c1r1 | c0r2, c0r3, c1r2, c1r3]
+    // (columns 0, 1; likewise 2, 3): the index vectors spread per-row and per-column factors.
+    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
+    let c01_idx = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
+    let c23_idx = _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3);
+    // Per block of the current tile: sum(y) of the 4 columns (from bsums).
+    let mut sums: Vec<[i32; 4]> = vec![[0; 4]; nb];
+    for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
+        let real = (ncols - 4 * t).min(4);
+        for (b, s) in sums.iter_mut().enumerate() {
+            *s = std::array::from_fn(|col| tile[b / 2].half_sum(col, b % 2));
+        }
+        for (g, group) in x.chunks_exact(nb).enumerate() {
+            let mut acc01 = _mm256_setzero_ps();
+            let mut acc23 = _mm256_setzero_ps();
+            for (b, blk) in group.iter().enumerate() {
+                let yb = &tile[b / 2];
+                let ys: &[i8; 512] = yb.qs[512 * (b % 2)..512 * (b % 2) + 512]
+                    .try_into()
+                    .expect("512 values");
+                let mut a = [_mm256_setzero_si256(); 4];
+                for wd in 0..4 {
+                    let v = load_word(blk, wd);
+                    let sl = [
+                        _mm256_and_si256(v, m03),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
+                        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
+                    ];
+                    for (s, &w) in sl.iter().enumerate() {
+                        let c = 4 * wd + s;
+                        for (col, acc) in a.iter_mut().enumerate() {
+                            let off = 32 * c + 8 * col;
+                            let chunk: &[i8; 8] = ys[off..off + 8].try_into().expect("8 bytes");
+                            *acc = _mm256_add_epi16(*acc, _mm256_maddubs_epi16(w, bcast8(chunk)));
+                        }
+                    }
+                }
+                // [r0, r0, r1, r1 | r2, r2, r3, r3] per column, then pairs of columns.
+                let h01 = _mm256_hadd_epi32(
+                    _mm256_madd_epi16(a[0], ones),
+                    _mm256_madd_epi16(a[1], ones),
+                );
+                let h23 = _mm256_hadd_epi32(
+                    _mm256_madd_epi16(a[2], ones),
+                    _mm256_madd_epi16(a[3], ones),
+                );
+                let s = &sums[b];
+                // SAFETY: reads the 16 bytes of `s`, unaligned.
+                let s4 = _mm256_castsi128_si256(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
+                let i01 = _mm256_sub_epi32(h01, _mm256_permutevar8x32_epi32(s4, c01_idx));
+                let i23 = _mm256_sub_epi32(h23, _mm256_permutevar8x32_epi32(s4, c23_idx));
+                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
+                let d: &[f32; 4] = &yb.d;
+                // SAFETY: reads the 4 floats of `d`, unaligned.
+                let dy = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(d.as_ptr()) });
+                let sc01 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c01_idx));
+                let sc23 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c23_idx));
+                acc01 = _mm256_add_ps(acc01, _mm256_mul_ps(sc01, _mm256_cvtepi32_ps(i01)));
+                acc23 = _mm256_add_ps(acc23, _mm256_mul_ps(sc23, _mm256_cvtepi32_ps(i23)));
+            }
+            let mut lanes = [[0.0f32; 8]; 2];
+            // SAFETY: writes exactly the 8 floats of each array, unaligned.
+            unsafe {
+                _mm256_storeu_ps(lanes[0].as_mut_ptr(), acc01);
+                _mm256_storeu_ps(lanes[1].as_mut_ptr(), acc23);
+            }
+            for col in 0..real {
+                let l = &lanes[col / 2];
+                let j = 2 * (col % 2);
+                let base = (4 * t + col) * ld + ROWS_PER_T2P * g;
+                out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
+            }
+        }
+    }
+}
+
+/// The stock algorithm on `pq2_0` as it sits in the file, ported to AVX2 as ggml would: unpack
+/// the 2-bit codes with shift + mask, restore weight order with byte/word unpacks, subtract 1,
+/// then a signed dot product. The signed dot uses `maddubs(|y|, sign(w, y))` rather than ggml's
+/// usual `maddubs(|w|, sign(y, w))`: the latter negates -128 (legal in raw `q8_K`) to -128, while
+/// `|y| = 128` is a valid unsigned byte, so this form is exact (`2*128*2 = 512` per int16 pair,
+/// 4 summed `<= 2048`).
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn vec_dot_stock_avx2(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let one8 = _mm256_set1_epi8(1);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = 0.0f32;
+    for (b, blk) in x.iter().enumerate() {
+        let yb = &y[b / 2];
+        let ys = half(yb, b % 2);
+        let qs: &[u8; 32] = &blk.qs;
+        // SAFETY: reads the 32 bytes of `qs`, unaligned.
+        let q = unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) };
+        // Byte i of c_s holds the code of weight 4i + s (per 128-bit lane).
+        let c0 = _mm256_and_si256(q, m3);
+        let c1 = _mm256_and_si256(_mm256_srli_epi16::<2>(q), m3);
+        let c2 = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m3);
+        let c3 = _mm256_and_si256(_mm256_srli_epi16::<6>(q), m3);
+        let lo01 = _mm256_unpacklo_epi8(c0, c1);
+        let hi01 = _mm256_unpackhi_epi8(c0, c1);
+        let lo23 = _mm256_unpacklo_epi8(c2, c3);
+        let hi23 = _mm256_unpackhi_epi8(c2, c3);
+        // Per lane (lane 0: weights 0..63, lane 1: 64..127), 16 consecutive weights each.
+        let q0 = _mm256_unpacklo_epi16(lo01, lo23); // 0..15   | 64..79
+        let q1 = _mm256_unpackhi_epi16(lo01, lo23); // 16..31  | 80..95
+        let q2 = _mm256_unpacklo_epi16(hi01, hi23); // 32..47  | 96..111
+        let q3 = _mm256_unpackhi_epi16(hi01, hi23); // 48..63  | 112..127
+        let w = [
+            _mm256_permute2x128_si256::<0x20>(q0, q1),
+            _mm256_permute2x128_si256::<0x20>(q2, q3),
+            _mm256_permute2x128_si256::<0x31>(q0, q1),
+            _mm256_permute2x128_si256::<0x31>(q2, q3),
+        ];
+        let mut s16 = _mm256_setzero_si256();
+        for (i, &wi) in w.iter().enumerate() {
+            let w8 = _mm256_sub_epi8(wi, one8);
+            let yv: &[i8; 32] = ys[32 * i..32 * i + 32].try_into().expect("32 values");
+            // SAFETY: reads the 32 bytes of `yv`, unaligned.
+            let yv = unsafe { _mm256_loadu_si256(yv.as_ptr().cast()) };
+            let p = _mm256_maddubs_epi16(_mm256_abs_epi8(yv), _mm256_sign_epi8(w8, yv));
+            s16 = _mm256_add_epi16(s16, p);
+        }
+        let s32 = _mm256_madd_epi16(s16, ones);
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(s32),
+            _mm256_extracti128_si256::<1>(s32),
+        );
+        let s = _mm_hadd_epi32(s, s);
+        let isum = _mm_cvtsi128_si32(_mm_hadd_epi32(s, s));
+        acc = super::scalar::accumulate(acc, crate::format::f16_to_f32(blk.d), yb.d, isum);
+    }
+    acc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{f32_to_f16, interleave_q8k_x4};
+    use crate::kernels::scalar;
+
+    fn t2p(codes: impl Fn(usize, usize) -> u8, d: f32) -> BlockT2p {
+        let c = std::array::from_fn(|r| std::array::from_fn(|k| codes(r, k)));
+        BlockT2p::pack(&c, [f32_to_f16(d); 4])
+    }
+
+    /// The saturation traps: code 3 with -128 and +127 in every position, on gemv and gemm.
+    #[test]
+    fn code_three_with_extreme_activations_is_exact() {
+        let Some(k) = kernels() else { return };
+        for v in [-128i8, 127, -127] {
+            let x = [t2p(|_, _| 3, 1.0), t2p(|r, j| ((r + j) % 4) as u8, 1.0)];
+            let y = [BlockQ8K::from_qs([v; 256], 1.0)];
+            let mut want = [0.0; 4];
+            let mut got = [0.0; 4];
+            scalar::gemv(&x, 2, &y, &mut want);
+            k.gemv(&x, 2, &y, &mut got);
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "gemv {v}");
+            let tile = [interleave_q8k_x4([&y[0], &y[0], &y[0], &y[0]])];
+            let mut want = [0.0; 16];
+            let mut got = [0.0; 16];
+            scalar::gemm(&x, 2, &tile, 4, &mut want, 4);
+            k.gemm(&x, 2, &tile, 4, &mut got, 4);
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "gemm {v}");
+            let pq = [BlockPq2_0::from_codes(&[3; 128], f32_to_f16(1.0)); 2];
+            assert_eq!(
+                k.vec_dot_stock(&pq, &y).to_bits(),
+                scalar::vec_dot_stock(&pq, &y).to_bits()
+            );
+        }
+    }
+
+    /// Every code in every slot position against -128/+127 mixes, several tiles, real columns only.
+    #[test]
+    fn gemm_writes_only_real_columns_of_the_last_tile() {
+        let Some(k) = kernels() else { return };
+        let x: Vec<BlockT2p> = (0..4)
+            .map(|i| t2p(|r, j| ((r * 3 + j * 7 + i) % 4) as u8, 0.5 + i as f32))
+            .collect();
+        let cols: Vec<BlockQ8K> = (0..8)
+            .map(|c| {
+                BlockQ8K::from_qs(
+                    std::array::from_fn(|i| if (i + c) % 3 == 0 { -128 } else { 127 - c as i8 }),
+                    0.1 * (c + 1) as f32,
+                )
+            })
+            .collect();
+        let tiles = [
+            interleave_q8k_x4([&cols[0], &cols[1], &cols[2], &cols[3]]),
+            interleave_q8k_x4([&cols[4], &cols[5], &cols[6], &cols[7]]),
+        ];
+        for ncols in 5..=8 {
+            let ld = 9;
+            let mut want = vec![f32::NAN; ld * 8];
+            let mut got = vec![f32::NAN; ld * 8];
+            scalar::gemm(&x, 2, &tiles, ncols, &mut want, ld);
+            k.gemm(&x, 2, &tiles, ncols, &mut got, ld);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "ncols {ncols}");
+        }
+    }
+}

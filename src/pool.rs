@@ -1,0 +1,334 @@
+//! A persistent thread pool for the kernels: threads are created once, and a call hands them a
+//! job by bumping an epoch counter, not by spawning.
+//!
+//! [`ThreadPool::run`] executes `f(0) .. f(n_jobs - 1)` on the pool's workers *and* the calling
+//! thread (indices are claimed from a shared counter, so uneven jobs balance themselves) and
+//! returns when all of them are done. Idle workers spin for a short while ([`DEFAULT_SPIN`]) so
+//! back-to-back calls (one matmul after another in a token) start without a wake-up system
+//! call, then sleep on a condition variable and burn no core.
+//!
+//! The job closure borrows from the caller's stack, while the workers are `'static` threads. The
+//! pool erases the closure's lifetime for the duration of one call; the whole argument for why
+//! that is sound lives in [`ThreadPool::run`].
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long an idle worker (and a caller waiting for the last job) spins before sleeping.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// The job of one call, with its lifetime erased (see [`ThreadPool::run`]).
+#[derive(Clone, Copy)]
+struct JobRef(*const (dyn Fn(usize) + Sync + 'static));
+
+// SAFETY: the pointee is `Sync` (so `&F` may be used from any thread), and `run` keeps it alive
+// until every thread that received the pointer has stopped using it.
+unsafe impl Send for JobRef {}
+
+struct Shared {
+    /// Bumped once per call (and once at shutdown); workers run one job per new epoch.
+    epoch: AtomicU64,
+    job: Mutex<Option<JobRef>>,
+    next: AtomicUsize,
+    n_jobs: AtomicUsize,
+    /// Workers that have not yet finished the current epoch.
+    pending: AtomicUsize,
+    panicked: AtomicBool,
+    shutdown: AtomicBool,
+    spin: Duration,
+    /// Workers asleep (or about to sleep) on `wake_cv`.
+    sleepers: AtomicUsize,
+    wake_lock: Mutex<()>,
+    wake_cv: Condvar,
+    /// The caller sleeps on `done_cv` when the last jobs take longer than the spin.
+    caller_sleeping: AtomicBool,
+    done_lock: Mutex<()>,
+    done_cv: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Jobs run outside every lock, so a poisoned lock cannot hold broken state.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    /// Claims and runs job indices until none are left; a panic stops the claiming everywhere.
+    fn work(&self, job: JobRef) {
+        let n = self.n_jobs.load(Ordering::Acquire);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            loop {
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                // SAFETY: `run` keeps the closure alive until `pending` reaches 0, which happens
+                // only after this thread (a worker) has returned from `work`, or, on the
+                // calling thread, before `run` returns.
+                let f = unsafe { &*job.0 };
+                f(i);
+            }
+        }));
+        if result.is_err() {
+            self.panicked.store(true, Ordering::Release);
+            self.next.store(n, Ordering::Relaxed);
+        }
+    }
+
+    fn worker(&self) {
+        let mut seen = self.epoch.load(Ordering::Acquire);
+        loop {
+            // Wait for a new epoch: spin first, then sleep.
+            let start = Instant::now();
+            while self.epoch.load(Ordering::Acquire) == seen && start.elapsed() < self.spin {
+                for _ in 0..64 {
+                    std::hint::spin_loop();
+                }
+            }
+            if self.epoch.load(Ordering::Acquire) == seen {
+                let mut g = lock(&self.wake_lock);
+                self.sleepers.fetch_add(1, Ordering::SeqCst);
+                // `run` bumps the epoch (SeqCst) then reads `sleepers` (SeqCst): either it sees
+                // this sleeper and notifies under the lock, or this load sees the new epoch.
+                while self.epoch.load(Ordering::SeqCst) == seen {
+                    g = self.wake_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            }
+            seen = self.epoch.load(Ordering::Acquire);
+            if self.shutdown.load(Ordering::Acquire) {
+                return;
+            }
+            let job = *lock(&self.job);
+            if let Some(job) = job {
+                self.work(job);
+            }
+            if self.pending.fetch_sub(1, Ordering::SeqCst) == 1
+                && self.caller_sleeping.load(Ordering::SeqCst)
+            {
+                // The caller set `caller_sleeping` (SeqCst) before re-reading `pending` under
+                // `done_lock`, so taking the lock here cannot miss its wait.
+                let _g = lock(&self.done_lock);
+                self.done_cv.notify_all();
+            }
+        }
+    }
+
+    /// Waits until every worker has finished the current epoch.
+    fn wait_done(&self) {
+        let start = Instant::now();
+        while self.pending.load(Ordering::Acquire) != 0 {
+            if start.elapsed() >= self.spin {
+                let mut g = lock(&self.done_lock);
+                self.caller_sleeping.store(true, Ordering::SeqCst);
+                while self.pending.load(Ordering::SeqCst) != 0 {
+                    g = self.done_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+                self.caller_sleeping.store(false, Ordering::SeqCst);
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// A fixed set of worker threads plus the calling thread. See the module documentation.
+pub struct ThreadPool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// One call at a time; a call that finds the pool busy (another thread's call, or a job
+    /// calling `run` again) runs its jobs inline instead of deadlocking.
+    busy: Mutex<()>,
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads in total: the caller of [`ThreadPool::run`] plus
+    /// `threads - 1` workers (`0` is treated as 1). Workers spin for [`DEFAULT_SPIN`] when idle.
+    pub fn new(threads: usize) -> ThreadPool {
+        ThreadPool::with_spin(threads, DEFAULT_SPIN)
+    }
+
+    /// As [`ThreadPool::new`] with a chosen idle spin time (`Duration::ZERO`: sleep at once).
+    pub fn with_spin(threads: usize, spin: Duration) -> ThreadPool {
+        let shared = Arc::new(Shared {
+            epoch: AtomicU64::new(0),
+            job: Mutex::new(None),
+            next: AtomicUsize::new(0),
+            n_jobs: AtomicUsize::new(0),
+            pending: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            shutdown: AtomicBool::new(false),
+            spin,
+            sleepers: AtomicUsize::new(0),
+            wake_lock: Mutex::new(()),
+            wake_cv: Condvar::new(),
+            caller_sleeping: AtomicBool::new(false),
+            done_lock: Mutex::new(()),
+            done_cv: Condvar::new(),
+        });
+        let workers = (1..threads.max(1))
+            .map(|i| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("t2p-worker-{i}"))
+                    .spawn(move || s.worker())
+                    .expect("spawning a t2p pool worker")
+            })
+            .collect();
+        ThreadPool {
+            shared,
+            workers,
+            busy: Mutex::new(()),
+        }
+    }
+
+    /// A pool with one thread per available CPU.
+    pub fn with_available_parallelism() -> ThreadPool {
+        ThreadPool::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Threads that execute jobs, the caller included.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Runs `f(i)` for every `i` in `0..n_jobs`, spread over the workers and the calling thread,
+    /// and returns when all have finished. Each index runs exactly once; the order is unspecified.
+    ///
+    /// # Panics
+    /// If a job panics (after every thread has stopped working on this call).
+    pub fn run<F: Fn(usize) + Sync>(&self, n_jobs: usize, f: F) {
+        let inline = || (0..n_jobs).for_each(&f);
+        if n_jobs <= 1 || self.workers.is_empty() {
+            return inline();
+        }
+        let Ok(_busy) = self.busy.try_lock() else {
+            return inline();
+        };
+        let s = &*self.shared;
+        let dyn_f: &(dyn Fn(usize) + Sync) = &f;
+        // SAFETY: only the trait object's lifetime bound changes ('_ to 'static); the layout is
+        // identical. The pointer is dereferenced only inside `Shared::work` for this call's
+        // epoch: by workers between seeing the new epoch and decrementing `pending`, and by this
+        // thread below. This function does not return or unwind before `wait_done` has seen
+        // `pending == 0` (every job panic is caught inside `work`), and it clears the slot
+        // before returning; each worker handles every epoch exactly once (the next call cannot
+        // start before all workers decremented `pending`), so no thread can reach the pointer
+        // after `f` is dropped.
+        let job = JobRef(unsafe {
+            std::mem::transmute::<
+                *const (dyn Fn(usize) + Sync + '_),
+                *const (dyn Fn(usize) + Sync + 'static),
+            >(dyn_f)
+        });
+        *lock(&s.job) = Some(job);
+        s.next.store(0, Ordering::Relaxed);
+        s.n_jobs.store(n_jobs, Ordering::Relaxed);
+        s.panicked.store(false, Ordering::Relaxed);
+        s.pending.store(self.workers.len(), Ordering::Relaxed);
+        // Publishes the stores above to workers that acquire the new epoch.
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&s.wake_lock);
+            s.wake_cv.notify_all();
+        }
+        s.work(job);
+        s.wait_done();
+        *lock(&s.job) = None;
+        if s.panicked.load(Ordering::Acquire) {
+            panic!("a t2p thread-pool job panicked");
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        let s = &*self.shared;
+        s.shutdown.store(true, Ordering::SeqCst);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        {
+            let _g = lock(&s.wake_lock);
+            s.wake_cv.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadPool")
+            .field("threads", &self.threads())
+            .field("spin", &self.shared.spin)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_index_runs_once() {
+        for threads in [1, 2, 3, 5] {
+            for spin in [Duration::ZERO, DEFAULT_SPIN] {
+                let pool = ThreadPool::with_spin(threads, spin);
+                for n in [0, 1, 2, 7, 100] {
+                    let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                    pool.run(n, |i| {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                    });
+                    assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn many_calls_after_sleeping() {
+        let pool = ThreadPool::with_spin(3, Duration::from_micros(1));
+        let total = AtomicUsize::new(0);
+        for round in 0..200 {
+            if round % 50 == 0 {
+                std::thread::sleep(Duration::from_millis(2)); // let the workers fall asleep
+            }
+            pool.run(4, |i| {
+                total.fetch_add(i + 1, Ordering::Relaxed);
+            });
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 200 * 10);
+    }
+
+    #[test]
+    fn a_panicking_job_is_reported_and_the_pool_survives() {
+        let pool = ThreadPool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(8, |i| {
+                if i == 5 {
+                    panic!("job 5");
+                }
+            })
+        }));
+        assert!(r.is_err());
+        let n = AtomicUsize::new(0);
+        pool.run(8, |_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 8);
+    }
+
+    #[test]
+    fn nested_run_does_not_deadlock() {
+        let pool = ThreadPool::new(2);
+        let n = AtomicUsize::new(0);
+        pool.run(4, |_| {
+            pool.run(3, |_| {
+                n.fetch_add(1, Ordering::Relaxed);
+            })
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 12);
+    }
+}

@@ -1,0 +1,235 @@
+//! The error type of the runner: every refusal names what was being read (key, tensor, field)
+//! and, where the file is involved, the byte offset.
+
+use std::fmt;
+
+/// Why a GGUF file, a tensor or a tokenizer was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GgufError {
+    /// The operating system failed a read (or the file changed size under us).
+    Io {
+        /// What was being read.
+        what: String,
+        /// Byte offset of the read.
+        offset: u64,
+        /// The I/O error, as text.
+        message: String,
+    },
+    /// A field or payload extends past the end of the file.
+    Truncated {
+        /// What was being read.
+        what: String,
+        /// Byte offset where it starts.
+        offset: u64,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes left in the file from `offset`.
+        available: u64,
+    },
+    /// The first four bytes are not `GGUF`.
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 4],
+    },
+    /// A GGUF version other than 2 or 3 (big-endian files show up here as a byte-swapped number).
+    UnsupportedVersion {
+        /// The version number read.
+        version: u32,
+    },
+    /// A count or length larger than the file could possibly hold, or than a sane limit.
+    TooLarge {
+        /// What was counted.
+        what: String,
+        /// Byte offset of the count field.
+        offset: u64,
+        /// The value read.
+        value: u64,
+        /// The largest value that could be valid here.
+        limit: u64,
+    },
+    /// A metadata value type id outside 0..=12 (or arrays nested too deeply).
+    BadValueType {
+        /// The key whose value it is.
+        key: String,
+        /// Byte offset of the type field.
+        offset: u64,
+        /// The type id read.
+        type_id: u32,
+    },
+    /// A string that is not UTF-8.
+    InvalidUtf8 {
+        /// What string (key name or "value of KEY").
+        what: String,
+        /// Byte offset of its length field.
+        offset: u64,
+    },
+    /// The same metadata key twice.
+    DuplicateKey {
+        /// The key.
+        key: String,
+        /// Byte offset of the second occurrence.
+        offset: u64,
+    },
+    /// The same tensor name twice.
+    DuplicateTensor {
+        /// The tensor name.
+        name: String,
+        /// Byte offset of the second tensor info.
+        offset: u64,
+    },
+    /// `general.alignment` is zero, not a power of two, too large, or not an integer.
+    BadAlignment {
+        /// Byte offset of the key.
+        offset: u64,
+        /// The value read (0 when the type was wrong).
+        value: u64,
+    },
+    /// A tensor info that cannot describe a valid tensor (dimensions, element count, offset).
+    BadTensor {
+        /// Tensor name.
+        name: String,
+        /// Byte offset of its tensor info.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A GGML type id this crate does not know.
+    UnknownTensorType {
+        /// Tensor name.
+        name: String,
+        /// Byte offset of its tensor info.
+        offset: u64,
+        /// The type id read.
+        type_id: u32,
+    },
+    /// A known type that cannot be loaded (or used where it was asked for).
+    UnsupportedTensorType {
+        /// Tensor name.
+        name: String,
+        /// Type name (`q4_K`, `Q2_0 (id 42, group 64)`, ...).
+        type_name: String,
+    },
+    /// A metadata key that is required is absent.
+    MissingKey {
+        /// The key.
+        key: String,
+    },
+    /// A metadata key holds a value of the wrong type (or out of range for the requested type).
+    KeyType {
+        /// The key.
+        key: String,
+        /// What the caller asked for.
+        expected: &'static str,
+        /// What the file holds.
+        found: String,
+    },
+    /// A tensor that is required is absent.
+    MissingTensor {
+        /// Tensor name.
+        name: String,
+    },
+    /// A tensor's shape does not fit the way it is used.
+    Shape {
+        /// Tensor name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `tokenizer.ggml.*` metadata cannot build a tokenizer.
+    Tokenizer {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl fmt::Display for GgufError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use GgufError::*;
+        match self {
+            Io {
+                what,
+                offset,
+                message,
+            } => write!(f, "I/O error reading {what} at byte {offset}: {message}"),
+            Truncated {
+                what,
+                offset,
+                needed,
+                available,
+            } => write!(
+                f,
+                "truncated file: {what} at byte {offset} needs {needed} bytes, {available} left"
+            ),
+            BadMagic { found } => write!(f, "not a GGUF file (magic {found:02x?} at byte 0)"),
+            UnsupportedVersion { version } => write!(
+                f,
+                "unsupported GGUF version {version} at byte 4 (2 and 3 are supported; \
+                 big-endian files are not)"
+            ),
+            TooLarge {
+                what,
+                offset,
+                value,
+                limit,
+            } => write!(
+                f,
+                "{what} at byte {offset} is {value}, more than the file can hold (limit {limit})"
+            ),
+            BadValueType {
+                key,
+                offset,
+                type_id,
+            } => write!(
+                f,
+                "metadata key {key:?}: invalid value type {type_id} at byte {offset}"
+            ),
+            InvalidUtf8 { what, offset } => {
+                write!(f, "{what} at byte {offset} is not valid UTF-8")
+            }
+            DuplicateKey { key, offset } => {
+                write!(f, "duplicate metadata key {key:?} at byte {offset}")
+            }
+            DuplicateTensor { name, offset } => {
+                write!(f, "duplicate tensor {name:?} at byte {offset}")
+            }
+            BadAlignment { offset, value } => write!(
+                f,
+                "general.alignment at byte {offset} is {value}: must be a u32 power of two \
+                 between 1 and 1 MiB"
+            ),
+            BadTensor {
+                name,
+                offset,
+                reason,
+            } => write!(f, "tensor {name:?} (info at byte {offset}): {reason}"),
+            UnknownTensorType {
+                name,
+                offset,
+                type_id,
+            } => write!(
+                f,
+                "tensor {name:?} (info at byte {offset}): unknown GGML type id {type_id}"
+            ),
+            UnsupportedTensorType { name, type_name } => {
+                write!(f, "tensor {name:?}: type {type_name} is not supported here")
+            }
+            MissingKey { key } => write!(f, "missing metadata key {key:?}"),
+            KeyType {
+                key,
+                expected,
+                found,
+            } => write!(
+                f,
+                "metadata key {key:?}: expected {expected}, found {found}"
+            ),
+            MissingTensor { name } => write!(f, "missing tensor {name:?}"),
+            Shape { name, reason } => write!(f, "tensor {name:?}: {reason}"),
+            Tokenizer { reason } => write!(f, "tokenizer: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for GgufError {}
+
+/// Shorthand for results carrying [`GgufError`].
+pub type Result<T> = std::result::Result<T, GgufError>;

@@ -1,0 +1,913 @@
+//! GGUF (v2 and v3, little endian) header reader for files that may be hostile.
+//!
+//! Every count, length and offset is checked against the bytes the file actually has before it
+//! is used, so a corrupted header yields a [`GgufError`] naming the field and its byte offset,
+//! never a panic or an allocation larger than the file. Tensor data is not read here (see
+//! [`crate::runner::TensorStore`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
+
+use super::error::{GgufError, Result};
+use super::types::GgmlType;
+
+/// `general.alignment` when the key is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// Largest accepted `general.alignment` (a larger one would only waste the file).
+pub const MAX_ALIGNMENT: u64 = 1 << 20;
+/// ggml's `GGML_MAX_DIMS`.
+pub const MAX_DIMS: u32 = 4;
+/// Arrays of arrays deeper than this are refused (each level would cost stack, not bytes).
+pub const MAX_ARRAY_DEPTH: u32 = 8;
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// Type 0.
+    U8(u8),
+    /// Type 1.
+    I8(i8),
+    /// Type 2.
+    U16(u16),
+    /// Type 3.
+    I16(i16),
+    /// Type 4.
+    U32(u32),
+    /// Type 5.
+    I32(i32),
+    /// Type 6.
+    F32(f32),
+    /// Type 7 (any non-zero byte is true).
+    Bool(bool),
+    /// Type 8.
+    String(String),
+    /// Type 9.
+    Array(Array),
+    /// Type 10.
+    U64(u64),
+    /// Type 11.
+    I64(i64),
+    /// Type 12.
+    F64(f64),
+}
+
+/// A typed metadata array (type 9); arrays of arrays nest.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    /// Elements of type 0.
+    U8(Vec<u8>),
+    /// Elements of type 1.
+    I8(Vec<i8>),
+    /// Elements of type 2.
+    U16(Vec<u16>),
+    /// Elements of type 3.
+    I16(Vec<i16>),
+    /// Elements of type 4.
+    U32(Vec<u32>),
+    /// Elements of type 5.
+    I32(Vec<i32>),
+    /// Elements of type 6.
+    F32(Vec<f32>),
+    /// Elements of type 7.
+    Bool(Vec<bool>),
+    /// Elements of type 8.
+    String(Vec<String>),
+    /// Elements of type 9.
+    Array(Vec<Array>),
+    /// Elements of type 10.
+    U64(Vec<u64>),
+    /// Elements of type 11.
+    I64(Vec<i64>),
+    /// Elements of type 12.
+    F64(Vec<f64>),
+}
+
+impl Value {
+    /// The GGUF type name of the value (for messages).
+    pub fn type_name(&self) -> String {
+        match self {
+            Value::U8(_) => "u8".into(),
+            Value::I8(_) => "i8".into(),
+            Value::U16(_) => "u16".into(),
+            Value::I16(_) => "i16".into(),
+            Value::U32(_) => "u32".into(),
+            Value::I32(_) => "i32".into(),
+            Value::F32(_) => "f32".into(),
+            Value::Bool(_) => "bool".into(),
+            Value::String(_) => "string".into(),
+            Value::Array(a) => format!("array of {} {}", a.len(), a.elem_type_name()),
+            Value::U64(_) => "u64".into(),
+            Value::I64(_) => "i64".into(),
+            Value::F64(_) => "f64".into(),
+        }
+    }
+
+    /// The value as a non-negative integer, whatever its integer type.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v as u64),
+            Value::U16(v) => Some(v as u64),
+            Value::U32(v) => Some(v as u64),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a signed integer, whatever its integer type.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::I8(v) => Some(v as i64),
+            Value::I16(v) => Some(v as i64),
+            Value::I32(v) => Some(v as i64),
+            Value::I64(v) => Some(v),
+            Value::U8(v) => Some(v as i64),
+            Value::U16(v) => Some(v as i64),
+            Value::U32(v) => Some(v as i64),
+            Value::U64(v) => i64::try_from(v).ok(),
+            _ => None,
+        }
+    }
+
+    /// The value as a float (f32, f64, or an integer converted).
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v as f64),
+            Value::F64(v) => Some(v),
+            _ => self.as_i64().map(|v| v as f64),
+        }
+    }
+}
+
+impl Array {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Array::U8(v) => v.len(),
+            Array::I8(v) => v.len(),
+            Array::U16(v) => v.len(),
+            Array::I16(v) => v.len(),
+            Array::U32(v) => v.len(),
+            Array::I32(v) => v.len(),
+            Array::F32(v) => v.len(),
+            Array::Bool(v) => v.len(),
+            Array::String(v) => v.len(),
+            Array::Array(v) => v.len(),
+            Array::U64(v) => v.len(),
+            Array::I64(v) => v.len(),
+            Array::F64(v) => v.len(),
+        }
+    }
+
+    /// Whether the array has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The element type name.
+    pub fn elem_type_name(&self) -> &'static str {
+        match self {
+            Array::U8(_) => "u8",
+            Array::I8(_) => "i8",
+            Array::U16(_) => "u16",
+            Array::I16(_) => "i16",
+            Array::U32(_) => "u32",
+            Array::I32(_) => "i32",
+            Array::F32(_) => "f32",
+            Array::Bool(_) => "bool",
+            Array::String(_) => "string",
+            Array::Array(_) => "array",
+            Array::U64(_) => "u64",
+            Array::I64(_) => "i64",
+            Array::F64(_) => "f64",
+        }
+    }
+
+    /// Integer elements as `i64` (None for non-integer arrays or u64 values above `i64::MAX`).
+    pub fn to_i64_vec(&self) -> Option<Vec<i64>> {
+        fn conv<T: Copy + TryInto<i64>>(v: &[T]) -> Option<Vec<i64>> {
+            v.iter().map(|&x| x.try_into().ok()).collect()
+        }
+        match self {
+            Array::U8(v) => conv(v),
+            Array::I8(v) => conv(v),
+            Array::U16(v) => conv(v),
+            Array::I16(v) => conv(v),
+            Array::U32(v) => conv(v),
+            Array::I32(v) => conv(v),
+            Array::U64(v) => conv(v),
+            Array::I64(v) => Some(v.clone()),
+            Array::Bool(v) => Some(v.iter().map(|&b| b as i64).collect()),
+            _ => None,
+        }
+    }
+
+    /// Numeric elements as `f32` (floats, or integers converted).
+    pub fn to_f32_vec(&self) -> Option<Vec<f32>> {
+        match self {
+            Array::F32(v) => Some(v.clone()),
+            Array::F64(v) => Some(v.iter().map(|&x| x as f32).collect()),
+            _ => self
+                .to_i64_vec()
+                .map(|v| v.into_iter().map(|x| x as f32).collect()),
+        }
+    }
+}
+
+/// One tensor as described by the header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Tensor name.
+    pub name: String,
+    /// Dimensions in ggml order: `shape[0]` is the contiguous one (`k` for a weight matrix,
+    /// whose `shape[1]` is the number of output rows).
+    pub shape: Vec<u64>,
+    /// The type its bytes are in (legacy id 42 with the pq2_0 layout is reported as pq2_0).
+    pub ggml_type: GgmlType,
+    /// The type id as stored in the file.
+    pub stored_type_id: u32,
+    /// Offset of the data relative to the start of the data section.
+    pub offset: u64,
+    /// Size of the data in bytes.
+    pub n_bytes: u64,
+    /// Byte offset in the file of this tensor's info record (for messages).
+    pub info_offset: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements (checked when the header was read, so it does not overflow).
+    pub fn n_elements(&self) -> u64 {
+        self.shape.iter().product()
+    }
+
+    /// Rows of a 2-D view: the product of every dimension but the first.
+    pub fn n_rows(&self) -> u64 {
+        self.shape.iter().skip(1).product()
+    }
+
+    /// Whether the loader will repack this tensor into T2P: pq2_0, 2-D, rows a multiple of 4,
+    /// `k` a positive multiple of 256.
+    pub fn is_t2p_candidate(&self) -> bool {
+        self.ggml_type == GgmlType::PQ2_0
+            && self.shape.len() == 2
+            && self.shape[1] > 0
+            && self.shape[1] % 4 == 0
+            && self.shape[0] > 0
+            && self.shape[0] % 256 == 0
+    }
+}
+
+/// The parsed header of a GGUF file: metadata and tensor infos, no tensor data.
+#[derive(Clone, Debug)]
+pub struct GgufFile {
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+    file_len: u64,
+}
+
+/// Reads little-endian fields while tracking the offset and the bytes left in the file.
+struct Reader<R> {
+    inner: R,
+    pos: u64,
+    len: u64,
+}
+
+impl<R: Read> Reader<R> {
+    fn remaining(&self) -> u64 {
+        self.len.saturating_sub(self.pos)
+    }
+
+    fn need(&self, n: u64, what: &dyn Fn() -> String) -> Result<()> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                what: what(),
+                offset: self.pos,
+                needed: n,
+                available: self.remaining(),
+            });
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self, buf: &mut [u8], what: &dyn Fn() -> String) -> Result<()> {
+        self.need(buf.len() as u64, what)?;
+        self.inner.read_exact(buf).map_err(|e| GgufError::Io {
+            what: what(),
+            offset: self.pos,
+            message: e.to_string(),
+        })?;
+        self.pos += buf.len() as u64;
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
+        let mut b = [0u8; N];
+        self.fill(&mut b, what)?;
+        Ok(b)
+    }
+
+    fn u32(&mut self, what: &dyn Fn() -> String) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &dyn Fn() -> String) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// A count that is followed by `count` items of at least `min_item` bytes each.
+    fn count(&mut self, min_item: u64, what: &dyn Fn() -> String) -> Result<u64> {
+        let offset = self.pos;
+        let n = self.u64(what)?;
+        let limit = self.remaining() / min_item.max(1);
+        if n > limit {
+            return Err(GgufError::TooLarge {
+                what: what(),
+                offset,
+                value: n,
+                limit,
+            });
+        }
+        Ok(n)
+    }
+
+    fn bytes(&mut self, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
+        let n = self.count(1, &|| format!("length of {}", what()))?;
+        let mut v = vec![0u8; n as usize];
+        self.fill(&mut v, what)?;
+        Ok(v)
+    }
+
+    fn string(&mut self, what: &dyn Fn() -> String) -> Result<String> {
+        let offset = self.pos;
+        let v = self.bytes(what)?;
+        String::from_utf8(v).map_err(|_| GgufError::InvalidUtf8 {
+            what: what(),
+            offset,
+        })
+    }
+
+    fn value(&mut self, type_id: u32, key: &str, depth: u32) -> Result<Value> {
+        let what = || format!("value of {key:?}");
+        Ok(match type_id {
+            0 => Value::U8(self.array::<1>(&what)?[0]),
+            1 => Value::I8(self.array::<1>(&what)?[0] as i8),
+            2 => Value::U16(u16::from_le_bytes(self.array(&what)?)),
+            3 => Value::I16(i16::from_le_bytes(self.array(&what)?)),
+            4 => Value::U32(self.u32(&what)?),
+            5 => Value::I32(i32::from_le_bytes(self.array(&what)?)),
+            6 => Value::F32(f32::from_le_bytes(self.array(&what)?)),
+            7 => Value::Bool(self.array::<1>(&what)?[0] != 0),
+            8 => Value::String(self.string(&what)?),
+            9 => Value::Array(self.array_value(key, depth)?),
+            10 => Value::U64(self.u64(&what)?),
+            11 => Value::I64(i64::from_le_bytes(self.array(&what)?)),
+            12 => Value::F64(f64::from_le_bytes(self.array(&what)?)),
+            _ => unreachable!("type ids are checked by the caller"),
+        })
+    }
+
+    fn array_value(&mut self, key: &str, depth: u32) -> Result<Array> {
+        let type_offset = self.pos;
+        let elem = self.u32(&|| format!("array type of {key:?}"))?;
+        if elem > 12 || depth >= MAX_ARRAY_DEPTH {
+            return Err(GgufError::BadValueType {
+                key: key.to_string(),
+                offset: type_offset,
+                type_id: elem,
+            });
+        }
+        // Smallest encoding of one element, so that the count is bounded by the file.
+        let min_size: u64 = match elem {
+            0 | 1 | 7 => 1,
+            2 | 3 => 2,
+            4..=6 => 4,
+            8 => 8,
+            9 => 12,
+            _ => 8,
+        };
+        let what = || format!("array length of {key:?}");
+        let n = self.count(min_size, &what)? as usize;
+        macro_rules! fixed {
+            ($variant:ident, $t:ty, $conv:expr) => {{
+                let size = std::mem::size_of::<$t>();
+                let mut raw = vec![0u8; n * size];
+                self.fill(&mut raw, &|| format!("array data of {key:?}"))?;
+                Array::$variant(raw.chunks_exact(size).map($conv).collect())
+            }};
+        }
+        Ok(match elem {
+            0 => Array::U8({
+                let mut raw = vec![0u8; n];
+                self.fill(&mut raw, &|| format!("array data of {key:?}"))?;
+                raw
+            }),
+            1 => fixed!(I8, i8, |c| c[0] as i8),
+            2 => fixed!(U16, u16, |c| u16::from_le_bytes([c[0], c[1]])),
+            3 => fixed!(I16, i16, |c| i16::from_le_bytes([c[0], c[1]])),
+            4 => fixed!(U32, u32, |c| u32::from_le_bytes(c.try_into().unwrap())),
+            5 => fixed!(I32, i32, |c| i32::from_le_bytes(c.try_into().unwrap())),
+            6 => fixed!(F32, f32, |c| f32::from_le_bytes(c.try_into().unwrap())),
+            7 => fixed!(Bool, u8, |c| c[0] != 0),
+            10 => fixed!(U64, u64, |c| u64::from_le_bytes(c.try_into().unwrap())),
+            11 => fixed!(I64, i64, |c| i64::from_le_bytes(c.try_into().unwrap())),
+            12 => fixed!(F64, f64, |c| f64::from_le_bytes(c.try_into().unwrap())),
+            8 => {
+                let mut v = Vec::with_capacity(prealloc(n as u64));
+                for i in 0..n {
+                    v.push(self.string(&|| format!("element {i} of {key:?}"))?);
+                }
+                Array::String(v)
+            }
+            9 => {
+                let mut v = Vec::with_capacity(prealloc(n as u64));
+                for _ in 0..n {
+                    v.push(self.array_value(key, depth + 1)?);
+                }
+                Array::Array(v)
+            }
+            _ => unreachable!("checked above"),
+        })
+    }
+}
+
+/// Capacity to reserve for `n` items announced by a count field: the count is already bounded
+/// by the file size, but the in-memory item is larger than its smallest encoding, so beyond
+/// this the vector grows only as items are actually parsed.
+fn prealloc(n: u64) -> usize {
+    n.min(1 << 16) as usize
+}
+
+fn align_up(x: u64, a: u64) -> Option<u64> {
+    x.checked_add(a - 1).map(|v| v / a * a)
+}
+
+impl GgufFile {
+    /// Reads the header of the file at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let io = |e: std::io::Error| GgufError::Io {
+            what: format!("{}", path.display()),
+            offset: 0,
+            message: e.to_string(),
+        };
+        let file = File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        Self::read(BufReader::with_capacity(1 << 16, file), len)
+    }
+
+    /// Parses a header held in memory (the whole file, or at least its header when
+    /// `bytes` is followed by data the caller reads separately).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        Self::read(bytes, bytes.len() as u64)
+    }
+
+    /// Reads a header from `src`, positioned at the start of a file of `len` bytes.
+    pub fn read<R: Read>(src: R, len: u64) -> Result<Self> {
+        let mut r = Reader {
+            inner: src,
+            pos: 0,
+            len,
+        };
+        let magic: [u8; 4] = r.array(&|| "magic".into())?;
+        if &magic != b"GGUF" {
+            return Err(GgufError::BadMagic { found: magic });
+        }
+        let version = r.u32(&|| "version".into())?;
+        if version != 2 && version != 3 {
+            return Err(GgufError::UnsupportedVersion { version });
+        }
+        // Smallest tensor info: name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8.
+        let n_tensors = r.count(32, &|| "tensor count".into())?;
+        // Smallest key/value: key length 8 + type 4 + a one-byte value.
+        let n_kv = r.count(13, &|| "metadata key count".into())?;
+
+        let mut metadata = Vec::with_capacity(prealloc(n_kv));
+        let mut index = HashMap::with_capacity(prealloc(n_kv));
+        let mut alignment = DEFAULT_ALIGNMENT;
+        for i in 0..n_kv {
+            let key_offset = r.pos;
+            let key = r.string(&|| format!("key of metadata entry {i}"))?;
+            let type_offset = r.pos;
+            let type_id = r.u32(&|| format!("value type of {key:?}"))?;
+            if type_id > 12 {
+                return Err(GgufError::BadValueType {
+                    key,
+                    offset: type_offset,
+                    type_id,
+                });
+            }
+            let value = r.value(type_id, &key, 0)?;
+            if key == "general.alignment" {
+                let a = match value {
+                    Value::U32(a) => a as u64,
+                    _ => 0,
+                };
+                if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
+                    return Err(GgufError::BadAlignment {
+                        offset: key_offset,
+                        value: a,
+                    });
+                }
+                alignment = a;
+            }
+            if index.contains_key(&key) {
+                return Err(GgufError::DuplicateKey {
+                    key,
+                    offset: key_offset,
+                });
+            }
+            index.insert(key.clone(), metadata.len());
+            metadata.push((key, value));
+        }
+
+        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(prealloc(n_tensors));
+        let mut tensor_index = HashMap::with_capacity(prealloc(n_tensors));
+        for i in 0..n_tensors {
+            let info_offset = r.pos;
+            let name = r.string(&|| format!("name of tensor {i}"))?;
+            let bad = |reason: String| GgufError::BadTensor {
+                name: name.clone(),
+                offset: info_offset,
+                reason,
+            };
+            let n_dims = r.u32(&|| format!("dimension count of tensor {name:?}"))?;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(bad(format!(
+                    "{n_dims} dimensions (1 to {MAX_DIMS} allowed)"
+                )));
+            }
+            let mut shape = Vec::with_capacity(n_dims as usize);
+            for d in 0..n_dims {
+                shape.push(r.u64(&|| format!("dimension {d} of tensor {name:?}"))?);
+            }
+            let type_id = r.u32(&|| format!("type of tensor {name:?}"))?;
+            let offset = r.u64(&|| format!("data offset of tensor {name:?}"))?;
+            let n_elements = shape
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                .filter(|&n| n <= i64::MAX as u64)
+                .ok_or_else(|| bad(format!("element count of shape {shape:?} overflows")))?;
+            let ggml_type = GgmlType(type_id);
+            let n_bytes = match ggml_type.block() {
+                Some((block, bytes)) => {
+                    if shape[0] % block != 0 {
+                        return Err(bad(format!(
+                            "first dimension {} is not a multiple of the {} block size {block}",
+                            shape[0], ggml_type
+                        )));
+                    }
+                    (n_elements / block)
+                        .checked_mul(bytes)
+                        .ok_or_else(|| bad("byte size overflows".into()))?
+                }
+                // Resolved below, once every offset is known.
+                None if ggml_type == GgmlType::Q2_0_LEGACY => 0,
+                None => {
+                    return Err(GgufError::UnknownTensorType {
+                        name,
+                        offset: info_offset,
+                        type_id,
+                    });
+                }
+            };
+            if offset % alignment != 0 {
+                return Err(bad(format!(
+                    "data offset {offset} is not a multiple of the alignment {alignment}"
+                )));
+            }
+            if tensor_index.contains_key(&name) {
+                return Err(GgufError::DuplicateTensor {
+                    name,
+                    offset: info_offset,
+                });
+            }
+            tensor_index.insert(name.clone(), tensors.len());
+            tensors.push(TensorInfo {
+                name,
+                shape,
+                ggml_type,
+                stored_type_id: type_id,
+                offset,
+                n_bytes,
+                info_offset,
+            });
+        }
+
+        let header_end = r.pos;
+        let data_offset = align_up(header_end, alignment).unwrap_or(u64::MAX);
+        let mut file = GgufFile {
+            version,
+            metadata,
+            index,
+            tensors,
+            tensor_index,
+            alignment,
+            data_offset,
+            file_len: len,
+        };
+        file.check_tensor_ranges()?;
+        Ok(file)
+    }
+
+    /// Resolves legacy id 42 and checks that every tensor lies inside the file without
+    /// overlapping another.
+    fn check_tensor_ranges(&mut self) -> Result<()> {
+        if self.tensors.is_empty() {
+            return Ok(());
+        }
+        let data_len = self.file_len.checked_sub(self.data_offset).ok_or_else(|| {
+            let t = &self.tensors[0];
+            GgufError::Truncated {
+                what: "tensor data section".into(),
+                offset: self.data_offset,
+                needed: 1,
+                available: 0,
+            }
+            .with_tensor(&t.name)
+        })?;
+        let mut order: Vec<usize> = (0..self.tensors.len()).collect();
+        order.sort_by_key(|&i| self.tensors[i].offset);
+        for (pos, &i) in order.iter().enumerate() {
+            // Room up to the next tensor (or the end of the file): what id 42 is decided by.
+            let next = order
+                .get(pos + 1)
+                .map(|&j| self.tensors[j].offset)
+                .unwrap_or(data_len);
+            let t = &mut self.tensors[i];
+            let bad = |reason: String| GgufError::BadTensor {
+                name: t.name.clone(),
+                offset: t.info_offset,
+                reason,
+            };
+            if t.offset > data_len {
+                return Err(bad(format!(
+                    "data offset {} is past the end of the data section ({data_len} bytes at \
+                     byte {})",
+                    t.offset, self.data_offset
+                )));
+            }
+            if t.ggml_type == GgmlType::Q2_0_LEGACY {
+                let room = next.saturating_sub(t.offset);
+                let n = t.n_elements();
+                let s34 = (n % 128 == 0).then(|| n / 128 * 34);
+                let s18 = (n % 64 == 0).then(|| n / 64 * 18);
+                let fits = |s: u64| s <= room && room < s + self.alignment.max(1);
+                match (s34, s18) {
+                    (Some(s), _) if fits(s) => {
+                        t.ggml_type = GgmlType::PQ2_0;
+                        t.n_bytes = s;
+                    }
+                    (_, Some(s)) if fits(s) => {
+                        return Err(GgufError::UnsupportedTensorType {
+                            name: t.name.clone(),
+                            type_name: "q2_0 (id 42, mainline group-64 layout)".into(),
+                        });
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "type id 42 (q2_0) with {room} bytes of room for {n} weights matches \
+                             neither the pq2_0 layout (34 bytes / 128) nor the group-64 one"
+                        )));
+                    }
+                }
+            }
+            let end = t.offset.checked_add(t.n_bytes).unwrap_or(u64::MAX);
+            if end > data_len {
+                return Err(GgufError::Truncated {
+                    what: format!("data of tensor {:?}", t.name),
+                    offset: self.data_offset.saturating_add(t.offset),
+                    needed: t.n_bytes,
+                    available: data_len - t.offset,
+                });
+            }
+            if end > next {
+                return Err(bad(format!(
+                    "data [{}, {end}) overlaps the next tensor at {next}",
+                    t.offset
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// GGUF version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Data alignment in bytes.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Absolute file offset of the tensor data section.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// File length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Metadata in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    /// Tensor infos in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// The info of tensor `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// Absolute byte range of a tensor's data in the file.
+    pub fn tensor_file_range(&self, t: &TensorInfo) -> std::ops::Range<u64> {
+        let start = self.data_offset + t.offset;
+        start..start + t.n_bytes
+    }
+
+    /// The value of `key`, if present.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    fn require(&self, key: &str) -> Result<&Value> {
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_string(),
+        })
+    }
+
+    fn wrong(key: &str, expected: &'static str, v: &Value) -> GgufError {
+        GgufError::KeyType {
+            key: key.to_string(),
+            expected,
+            found: v.type_name(),
+        }
+    }
+
+    /// `key` as a u32 (any integer type whose value fits).
+    pub fn get_u32(&self, key: &str) -> Result<u32> {
+        let v = self.require(key)?;
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(|| Self::wrong(key, "u32", v))
+    }
+
+    /// `key` as a u64 (any non-negative integer).
+    pub fn get_u64(&self, key: &str) -> Result<u64> {
+        let v = self.require(key)?;
+        v.as_u64().ok_or_else(|| Self::wrong(key, "u64", v))
+    }
+
+    /// `key` as an i64 (any integer).
+    pub fn get_i64(&self, key: &str) -> Result<i64> {
+        let v = self.require(key)?;
+        v.as_i64().ok_or_else(|| Self::wrong(key, "i64", v))
+    }
+
+    /// `key` as an f32 (f32, f64, or an integer).
+    pub fn get_f32(&self, key: &str) -> Result<f32> {
+        let v = self.require(key)?;
+        v.as_f64()
+            .map(|x| x as f32)
+            .ok_or_else(|| Self::wrong(key, "f32", v))
+    }
+
+    /// `key` as a bool.
+    pub fn get_bool(&self, key: &str) -> Result<bool> {
+        match self.require(key)? {
+            Value::Bool(b) => Ok(*b),
+            v => Err(Self::wrong(key, "bool", v)),
+        }
+    }
+
+    /// `key` as a string.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        match self.require(key)? {
+            Value::String(s) => Ok(s),
+            v => Err(Self::wrong(key, "string", v)),
+        }
+    }
+
+    /// `key` as an array.
+    pub fn get_array(&self, key: &str) -> Result<&Array> {
+        match self.require(key)? {
+            Value::Array(a) => Ok(a),
+            v => Err(Self::wrong(key, "array", v)),
+        }
+    }
+
+    /// `key` as an array of strings.
+    pub fn get_str_array(&self, key: &str) -> Result<&[String]> {
+        match self.require(key)? {
+            Value::Array(Array::String(a)) => Ok(a),
+            v => Err(Self::wrong(key, "array of string", v)),
+        }
+    }
+
+    /// `key` as an array of integers (any integer element type).
+    pub fn get_i64_array(&self, key: &str) -> Result<Vec<i64>> {
+        let v = self.require(key)?;
+        match v {
+            Value::Array(a) => a.to_i64_vec(),
+            _ => None,
+        }
+        .ok_or_else(|| Self::wrong(key, "array of integers", v))
+    }
+
+    /// `key` as an array of f32 (float or integer elements).
+    pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        let v = self.require(key)?;
+        match v {
+            Value::Array(a) => a.to_f32_vec(),
+            _ => None,
+        }
+        .ok_or_else(|| Self::wrong(key, "array of numbers", v))
+    }
+
+    /// `Ok(None)` when `key` is absent, else [`get_u32`](Self::get_u32).
+    pub fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+        self.get(key).map(|_| self.get_u32(key)).transpose()
+    }
+
+    /// `Ok(None)` when `key` is absent, else [`get_f32`](Self::get_f32).
+    pub fn opt_f32(&self, key: &str) -> Result<Option<f32>> {
+        self.get(key).map(|_| self.get_f32(key)).transpose()
+    }
+
+    /// `Ok(None)` when `key` is absent, else [`get_bool`](Self::get_bool).
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        self.get(key).map(|_| self.get_bool(key)).transpose()
+    }
+
+    /// `Ok(None)` when `key` is absent, else [`get_str`](Self::get_str).
+    pub fn opt_str(&self, key: &str) -> Result<Option<&str>> {
+        self.get(key).map(|_| self.get_str(key)).transpose()
+    }
+
+    /// `general.architecture` (e.g. `llama`, `qwen3`, `qwen35`).
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+    }
+
+    /// `"{architecture}.{suffix}"`, e.g. `arch_key("block_count")` = `qwen3.block_count`.
+    pub fn arch_key(&self, suffix: &str) -> Result<String> {
+        Ok(format!("{}.{suffix}", self.architecture()?))
+    }
+
+    /// Bytes of tensor data per GGML type, in type id order: `(type, tensor count, bytes)`.
+    pub fn bytes_by_type(&self) -> Vec<(GgmlType, usize, u64)> {
+        let mut m: std::collections::BTreeMap<GgmlType, (usize, u64)> = Default::default();
+        for t in &self.tensors {
+            let e = m.entry(t.ggml_type).or_default();
+            e.0 += 1;
+            e.1 += t.n_bytes;
+        }
+        m.into_iter().map(|(k, (n, b))| (k, n, b)).collect()
+    }
+
+    /// Seeks `src` to a tensor's data and checks that the source is as long as the header says.
+    pub(crate) fn seek_to<S: Seek>(&self, src: &mut S, t: &TensorInfo) -> Result<()> {
+        let at = self.data_offset + t.offset;
+        src.seek(SeekFrom::Start(at)).map_err(|e| GgufError::Io {
+            what: format!("data of tensor {:?}", t.name),
+            offset: at,
+            message: e.to_string(),
+        })?;
+        Ok(())
+    }
+}
+
+impl GgufError {
+    fn with_tensor(self, name: &str) -> GgufError {
+        match self {
+            GgufError::Truncated {
+                what,
+                offset,
+                needed,
+                available,
+            } => GgufError::Truncated {
+                what: format!("{what} (first tensor {name:?})"),
+                offset,
+                needed,
+                available,
+            },
+            e => e,
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Tensor data into memory with ordinary reads (no mmap), pq2_0 matrices straight into T2P.
+//!
+//! A T2P matrix is read into its final buffer a few MB at a time and each chunk is repacked in
+//! place (a T2P row group occupies exactly the bytes of its four pq2_0 rows), so the model is
+//! never held twice: peak memory is the model plus one chunk of I/O buffering.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{IsTerminal, Read, Seek};
+use std::path::Path;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::error::{GgufError, Result};
+use super::gguf::{GgufFile, TensorInfo};
+use super::types::GgmlType;
+use crate::format::{
+    BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, dequantize_row_pq2_0, f16_to_f32,
+    repack_pq2_0_in_place, t2p_block_count,
+};
+use crate::matmul::T2pMatrix;
+
+/// Weights per Q8_0 block.
+pub const QK8_0: usize = 32;
+
+/// One ggml Q8_0 block: `{ ggml_half d; int8_t qs[32]; }`, value `qs[i] * d`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    /// Scale, IEEE fp16 bits.
+    pub d: u16,
+    /// Quantized values.
+    pub qs: [i8; QK8_0],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+
+/// A tensor's data as held in memory.
+#[derive(Clone, Debug)]
+pub enum TensorData {
+    /// A pq2_0 matrix repacked into T2P row groups (ready for [`crate::matmul`]).
+    T2p(T2pMatrix),
+    /// pq2_0 blocks in file order (shapes T2P cannot hold, or kept on request).
+    Pq2_0(Vec<BlockPq2_0>),
+    /// 32-bit floats.
+    F32(Vec<f32>),
+    /// IEEE half bits.
+    F16(Vec<u16>),
+    /// bfloat16 bits.
+    Bf16(Vec<u16>),
+    /// Q8_0 blocks.
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+/// A loaded tensor.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    /// Name in the file.
+    pub name: String,
+    /// Dimensions in ggml order (`shape[0]` contiguous; a matrix is `[k, rows]`).
+    pub shape: Vec<u64>,
+    /// The data.
+    pub data: TensorData,
+}
+
+fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits((bits as u32) << 16)
+}
+
+impl Tensor {
+    /// The GGML type the data is in (T2P reports pq2_0, its file type).
+    pub fn ggml_type(&self) -> GgmlType {
+        match self.data {
+            TensorData::T2p(_) | TensorData::Pq2_0(_) => GgmlType::PQ2_0,
+            TensorData::F32(_) => GgmlType::F32,
+            TensorData::F16(_) => GgmlType::F16,
+            TensorData::Bf16(_) => GgmlType::BF16,
+            TensorData::Q8_0(_) => GgmlType::Q8_0,
+        }
+    }
+
+    /// Elements per row (`shape[0]`).
+    pub fn row_len(&self) -> usize {
+        self.shape.first().copied().unwrap_or(0) as usize
+    }
+
+    /// Number of rows (the product of the other dimensions).
+    pub fn n_rows(&self) -> usize {
+        self.shape.iter().skip(1).product::<u64>() as usize
+    }
+
+    /// Number of elements.
+    pub fn n_elements(&self) -> usize {
+        self.shape.iter().product::<u64>() as usize
+    }
+
+    /// Bytes of data held.
+    pub fn size_bytes(&self) -> usize {
+        match &self.data {
+            TensorData::T2p(m) => m.size_bytes(),
+            TensorData::Pq2_0(v) => std::mem::size_of_val(v.as_slice()),
+            TensorData::F32(v) => 4 * v.len(),
+            TensorData::F16(v) | TensorData::Bf16(v) => 2 * v.len(),
+            TensorData::Q8_0(v) => std::mem::size_of_val(v.as_slice()),
+        }
+    }
+
+    /// The T2P matrix, if the tensor was repacked.
+    pub fn as_t2p(&self) -> Option<&T2pMatrix> {
+        match &self.data {
+            TensorData::T2p(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The floats, if the tensor is F32.
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match &self.data {
+            TensorData::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Dequantizes row `row` (of [`n_rows`](Self::n_rows), each [`row_len`](Self::row_len)
+    /// long) into `out`: the embedding lookup and the path for small non-T2P weights.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> Result<()> {
+        let k = self.row_len();
+        if row >= self.n_rows() || out.len() < k {
+            return Err(GgufError::Shape {
+                name: self.name.clone(),
+                reason: format!(
+                    "row {row} of {} (length {k}) into a buffer of {}",
+                    self.n_rows(),
+                    out.len()
+                ),
+            });
+        }
+        let out = &mut out[..k];
+        let span = row * k..(row + 1) * k;
+        match &self.data {
+            TensorData::F32(v) => out.copy_from_slice(&v[span]),
+            TensorData::F16(v) => {
+                for (o, &b) in out.iter_mut().zip(&v[span]) {
+                    *o = f16_to_f32(b);
+                }
+            }
+            TensorData::Bf16(v) => {
+                for (o, &b) in out.iter_mut().zip(&v[span]) {
+                    *o = bf16_to_f32(b);
+                }
+            }
+            TensorData::Q8_0(v) => {
+                let nb = k / QK8_0;
+                for (chunk, b) in out
+                    .chunks_exact_mut(QK8_0)
+                    .zip(&v[row * nb..(row + 1) * nb])
+                {
+                    let d = f16_to_f32(b.d);
+                    for (o, &q) in chunk.iter_mut().zip(&b.qs) {
+                        *o = q as f32 * d;
+                    }
+                }
+            }
+            TensorData::Pq2_0(v) => {
+                let nb = k / QK_PQ2_0;
+                dequantize_row_pq2_0(&v[row * nb..(row + 1) * nb], out);
+            }
+            TensorData::T2p(m) => {
+                let nb = k / QK_PQ2_0;
+                let (g, r) = (row / ROWS_PER_T2P, row % ROWS_PER_T2P);
+                for (b, chunk) in m.blocks()[g * nb..(g + 1) * nb]
+                    .iter()
+                    .zip(out.chunks_exact_mut(QK_PQ2_0))
+                {
+                    let d = f16_to_f32(b.d[r]);
+                    for (j, o) in chunk.iter_mut().enumerate() {
+                        *o = (b.code(r, j) as f32 - 1.0) * d;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole tensor as f32, row after row.
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        let k = self.row_len();
+        let mut out = vec![0f32; self.n_elements()];
+        if k > 0 {
+            for (r, chunk) in out.chunks_exact_mut(k).enumerate() {
+                self.dequantize_row(r, chunk)?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// When to draw a progress bar on stderr.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Progress {
+    /// Only when stderr is a terminal.
+    #[default]
+    Auto,
+    /// Never.
+    Never,
+}
+
+/// How [`TensorStore::load`] treats tensors.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Repack eligible pq2_0 matrices into T2P (default true).
+    pub repack_t2p: bool,
+    /// Names of pq2_0 tensors to keep as pq2_0 even when T2P could hold them.
+    pub keep_pq2_0: Vec<String>,
+    /// Progress bar policy.
+    pub progress: Progress,
+    /// Bytes read per `read` call (rounded to whole T2P row groups), default 4 MiB.
+    pub chunk_bytes: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            repack_t2p: true,
+            keep_pq2_0: Vec::new(),
+            progress: Progress::Auto,
+            chunk_bytes: 4 << 20,
+        }
+    }
+}
+
+impl LoadOptions {
+    /// Whether tensor `t` will be held as a [`TensorData::T2p`] matrix.
+    pub fn uses_t2p(&self, t: &TensorInfo) -> bool {
+        self.repack_t2p && t.is_t2p_candidate() && !self.keep_pq2_0.iter().any(|n| n == &t.name)
+    }
+}
+
+/// All tensors of a file, by name.
+#[derive(Debug, Default)]
+pub struct TensorStore {
+    tensors: HashMap<String, Tensor>,
+    order: Vec<String>,
+}
+
+struct Bar(Option<indicatif::ProgressBar>);
+
+impl Bar {
+    fn new(policy: Progress, total: u64) -> Bar {
+        if policy == Progress::Auto && std::io::stderr().is_terminal() {
+            let pb = indicatif::ProgressBar::new(total);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "loading {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}) {msg}",
+            ) {
+                pb.set_style(style);
+            }
+            Bar(Some(pb))
+        } else {
+            Bar(None)
+        }
+    }
+    fn inc(&self, n: usize) {
+        if let Some(pb) = &self.0 {
+            pb.inc(n as u64);
+        }
+    }
+    fn finish(&self) {
+        if let Some(pb) = &self.0 {
+            pb.finish_and_clear();
+        }
+    }
+}
+
+/// Reads `dst.len()` bytes in chunks of `chunk`, advancing the bar.
+fn read_chunked<R: Read>(
+    src: &mut R,
+    dst: &mut [u8],
+    chunk: usize,
+    bar: &Bar,
+    what: &dyn Fn() -> String,
+    offset: u64,
+) -> Result<()> {
+    let mut done = 0u64;
+    for part in dst.chunks_mut(chunk.max(1)) {
+        src.read_exact(part).map_err(|e| GgufError::Io {
+            what: what(),
+            offset: offset + done,
+            message: e.to_string(),
+        })?;
+        done += part.len() as u64;
+        bar.inc(part.len());
+    }
+    Ok(())
+}
+
+fn shape_err(name: &str, e: crate::Error) -> GgufError {
+    GgufError::Shape {
+        name: name.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+impl TensorStore {
+    /// Opens `path`, reads its header and loads every tensor.
+    pub fn load_file(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<(GgufFile, Self)> {
+        let path = path.as_ref();
+        let gguf = GgufFile::open(path)?;
+        let mut f = File::open(path).map_err(|e| GgufError::Io {
+            what: path.display().to_string(),
+            offset: 0,
+            message: e.to_string(),
+        })?;
+        let store = Self::load(&gguf, &mut f, opts)?;
+        Ok((gguf, store))
+    }
+
+    /// Loads every tensor of `gguf` from `src` (the same file the header came from).
+    pub fn load<R: Read + Seek>(gguf: &GgufFile, src: &mut R, opts: &LoadOptions) -> Result<Self> {
+        // Refuse before reading anything, so a bad file costs no I/O.
+        for t in gguf.tensors() {
+            if !t.ggml_type.is_loadable() {
+                return Err(GgufError::UnsupportedTensorType {
+                    name: t.name.clone(),
+                    type_name: t.ggml_type.name(),
+                });
+            }
+        }
+        let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
+        let bar = Bar::new(opts.progress, total);
+        let mut store = TensorStore::default();
+        for t in gguf.tensors() {
+            let tensor = load_one(gguf, src, t, opts, &bar)?;
+            store.order.push(t.name.clone());
+            store.tensors.insert(t.name.clone(), tensor);
+        }
+        bar.finish();
+        Ok(store)
+    }
+
+    /// The tensor `name`.
+    pub fn get(&self, name: &str) -> Option<&Tensor> {
+        self.tensors.get(name)
+    }
+
+    /// The tensor `name`, or [`GgufError::MissingTensor`].
+    pub fn require(&self, name: &str) -> Result<&Tensor> {
+        self.get(name).ok_or_else(|| GgufError::MissingTensor {
+            name: name.to_string(),
+        })
+    }
+
+    /// Removes and returns the tensor `name` (to move it into a model struct).
+    pub fn take(&mut self, name: &str) -> Option<Tensor> {
+        self.order.retain(|n| n != name);
+        self.tensors.remove(name)
+    }
+
+    /// Tensor names in file order.
+    pub fn names(&self) -> &[String] {
+        &self.order
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether the store holds no tensor.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    /// Tensors in file order.
+    pub fn iter(&self) -> impl Iterator<Item = &Tensor> {
+        self.order.iter().filter_map(|n| self.tensors.get(n))
+    }
+
+    /// Bytes of tensor data held.
+    pub fn total_bytes(&self) -> usize {
+        self.tensors.values().map(Tensor::size_bytes).sum()
+    }
+}
+
+fn read_vec<T: Pod, R: Read>(
+    src: &mut R,
+    n: usize,
+    t: &TensorInfo,
+    gguf: &GgufFile,
+    opts: &LoadOptions,
+    bar: &Bar,
+) -> Result<Vec<T>> {
+    let mut v = vec![T::zeroed(); n];
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+    if bytes.len() as u64 != t.n_bytes {
+        return Err(GgufError::Shape {
+            name: t.name.clone(),
+            reason: format!("{} bytes expected, {} in file", bytes.len(), t.n_bytes),
+        });
+    }
+    read_chunked(
+        src,
+        bytes,
+        opts.chunk_bytes,
+        bar,
+        &|| format!("data of tensor {:?}", t.name),
+        gguf.tensor_file_range(t).start,
+    )?;
+    Ok(v)
+}
+
+fn load_one<R: Read + Seek>(
+    gguf: &GgufFile,
+    src: &mut R,
+    t: &TensorInfo,
+    opts: &LoadOptions,
+    bar: &Bar,
+) -> Result<Tensor> {
+    gguf.seek_to(src, t)?;
+    let n = t.n_elements() as usize;
+    let data = match t.ggml_type {
+        GgmlType::PQ2_0 if opts.uses_t2p(t) => {
+            let (k, rows) = (t.shape[0] as usize, t.shape[1] as usize);
+            let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(&t.name, e))?;
+            let mut blocks = vec![BlockT2p::zeroed(); nblocks];
+            let nb = k / QK_PQ2_0;
+            let group_bytes = nb * std::mem::size_of::<BlockT2p>();
+            let groups_per_chunk = (opts.chunk_bytes / group_bytes).max(1);
+            let start = gguf.tensor_file_range(t).start;
+            for (c, chunk) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(chunk);
+                let len = bytes.len();
+                read_chunked(
+                    src,
+                    bytes,
+                    len,
+                    bar,
+                    &|| format!("data of tensor {:?}", t.name),
+                    start + (c * groups_per_chunk * group_bytes) as u64,
+                )?;
+                repack_pq2_0_in_place(bytes, len / group_bytes * ROWS_PER_T2P, k)
+                    .map_err(|e| shape_err(&t.name, e))?;
+            }
+            TensorData::T2p(
+                T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(&t.name, e))?,
+            )
+        }
+        GgmlType::PQ2_0 => TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, bar)?),
+        GgmlType::F32 => {
+            let mut v: Vec<f32> = read_vec(src, n, t, gguf, opts, bar)?;
+            if cfg!(target_endian = "big") {
+                v.iter_mut()
+                    .for_each(|x| *x = f32::from_bits(u32::from_le(x.to_bits())));
+            }
+            TensorData::F32(v)
+        }
+        GgmlType::F16 | GgmlType::BF16 => {
+            let mut v: Vec<u16> = read_vec(src, n, t, gguf, opts, bar)?;
+            if cfg!(target_endian = "big") {
+                v.iter_mut().for_each(|x| *x = u16::from_le(*x));
+            }
+            if t.ggml_type == GgmlType::F16 {
+                TensorData::F16(v)
+            } else {
+                TensorData::Bf16(v)
+            }
+        }
+        GgmlType::Q8_0 => TensorData::Q8_0(read_vec(src, n / QK8_0, t, gguf, opts, bar)?),
+        other => {
+            return Err(GgufError::UnsupportedTensorType {
+                name: t.name.clone(),
+                type_name: other.name(),
+            });
+        }
+    };
+    Ok(Tensor {
+        name: t.name.clone(),
+        shape: t.shape.clone(),
+        data,
+    })
+}
+
+fn proc_status_kb(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    line[field.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .map(|kb| kb * 1024)
+}
+
+/// Peak resident set size of this process in bytes (`VmHWM`), where `/proc` exists.
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_kb("VmHWM:")
+}
+
+/// Current resident set size of this process in bytes (`VmRSS`), where `/proc` exists.
+pub fn current_rss_bytes() -> Option<u64> {
+    proc_status_kb("VmRSS:")
+}

@@ -1,0 +1,38 @@
+//! The GGUF side of t2p: a header reader that treats files as hostile ([`GgufFile`]), a loader
+//! that streams pq2_0 matrices into T2P without a second copy ([`TensorStore`]), and the
+//! tokenizers described by `tokenizer.ggml.*` metadata ([`Tokenizer`]).
+//!
+//! The forward passes (llama, qwen3, qwen35) build on these three: read the hyper-parameters
+//! with the typed getters (`gguf.get_u32(&gguf.arch_key("block_count")?)`), move tensors out of
+//! the store with [`TensorStore::take`], and use [`Tensor::dequantize_row`] for embeddings.
+//!
+//! ```no_run
+//! use t2p::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
+//! let (gguf, store) = TensorStore::load_file("model.gguf", &LoadOptions::default())?;
+//! let n_layer = gguf.get_u32(&gguf.arch_key("block_count")?)?;
+//! let tok = Tokenizer::from_gguf(&gguf)?;
+//! let ids = tok.encode("Once upon a time", true, true);
+//! let wq = store.require("blk.0.attn_q.weight")?.as_t2p();
+//! # let _ = (n_layer, ids, wq);
+//! # Ok::<(), t2p::runner::GgufError>(())
+//! ```
+
+mod error;
+mod gguf;
+mod loader;
+pub mod model;
+pub mod generate;
+pub mod sample;
+pub mod tokenizer;
+mod types;
+
+pub use error::{GgufError, Result};
+pub use gguf::{
+    Array, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo, Value,
+};
+pub use loader::{
+    BlockQ8_0, LoadOptions, Progress, QK8_0, Tensor, TensorData, TensorStore, current_rss_bytes,
+    peak_rss_bytes,
+};
+pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};
+pub use types::GgmlType;

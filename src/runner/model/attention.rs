@@ -1,0 +1,68 @@
+//! Causal multi-head attention over the KV cache, with grouped KV heads (query head `h` reads KV
+//! head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses).
+
+use std::sync::Mutex;
+
+use super::kv_cache::KvCache;
+use super::linear::Exec;
+use super::ops::{dot, softmax};
+
+/// The shape of one attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads (divides `n_head`).
+    pub n_head_kv: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Score scale, usually `1 / sqrt(head_dim)`.
+    pub scale: f32,
+}
+
+/// `out[t][h]` = softmax(q[t][h] . K[0..=pos0+t]) V for every token `t` of the batch and head `h`,
+/// reading K/V of `layer` from `cache` (already holding positions `0..pos0 + n`).
+pub fn attend(
+    exec: &Exec,
+    s: AttnShape,
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    pos0: usize,
+    out: &mut [f32],
+) {
+    let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    let n = q.len() / q_dim;
+    let (k, v) = cache.layer(layer, pos0 + n);
+    let group = s.n_head / s.n_head_kv;
+    let slots: Vec<Mutex<&mut [f32]>> = out[..n * q_dim].chunks_mut(hd).map(Mutex::new).collect();
+    exec.pool.run(n * s.n_head, |j| {
+        let (t, h) = (j / s.n_head, j % s.n_head);
+        let kvh = h / group;
+        let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+        let len = pos0 + t + 1;
+        let mut kf = vec![0.0f32; hd];
+        let mut scores: Vec<f32> = (0..len)
+            .map(|p| {
+                for (d, x) in kf
+                    .iter_mut()
+                    .zip(&k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
+                {
+                    *d = x.to_f32();
+                }
+                dot(qh, &kf) * s.scale
+            })
+            .collect();
+        softmax(&mut scores);
+        let mut o = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+        o.fill(0.0);
+        for (p, &w) in scores.iter().enumerate() {
+            for (d, x) in o
+                .iter_mut()
+                .zip(&v[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
+            {
+                *d += w * x.to_f32();
+            }
+        }
+    });
+}

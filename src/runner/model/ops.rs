@@ -1,0 +1,136 @@
+//! The small float operations of a transformer layer, written once for every architecture.
+
+/// `x = x / sqrt(mean(x^2) + eps) * w` over `x.len()` values (the sum in f64, as ggml does).
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v = *v * scale * g;
+    }
+}
+
+/// [`rms_norm`] of `src` into `dst`.
+pub fn rms_norm_into(dst: &mut [f32], src: &[f32], w: &[f32], eps: f32) {
+    dst.copy_from_slice(src);
+    rms_norm(dst, w, eps);
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(2i, 2i + 1)` (llama.cpp `LLAMA_ROPE_TYPE_NORM`: llama).
+    Normal,
+    /// Halves `(i, i + n/2)` (llama.cpp `LLAMA_ROPE_TYPE_NEOX`: qwen3, qwen35).
+    Neox,
+}
+
+/// Rotary position embedding tables for one position: `cos`/`sin` of `pos * base^(-2i/n_dims)`
+/// for `i < n_dims / 2`, the angle advanced by repeated multiplication in f32 as ggml does.
+pub fn rope_angles(pos: usize, n_dims: usize, base: f32, cos: &mut [f32], sin: &mut [f32]) {
+    let theta_scale = base.powf(-2.0 / n_dims as f32);
+    let mut theta = pos as f32;
+    for i in 0..n_dims / 2 {
+        cos[i] = theta.cos();
+        sin[i] = theta.sin();
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates the first `n_dims` values of one head in place.
+pub fn rope(head: &mut [f32], n_dims: usize, style: RopeStyle, cos: &[f32], sin: &[f32]) {
+    for i in 0..n_dims / 2 {
+        let (a, b) = match style {
+            RopeStyle::Normal => (2 * i, 2 * i + 1),
+            RopeStyle::Neox => (i, i + n_dims / 2),
+        };
+        let (x0, x1) = (head[a], head[b]);
+        head[a] = x0 * cos[i] - x1 * sin[i];
+        head[b] = x0 * sin[i] + x1 * cos[i];
+    }
+}
+
+/// `x / (1 + e^-x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// `1 / (1 + e^-x)`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// In-place softmax.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Rounds to the nearest IEEE half and back (the KV cache stores f16, as llama.cpp's does).
+#[inline]
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// `sum a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_of_constant_is_the_weight() {
+        let mut x = [3.0f32; 8];
+        rms_norm(&mut x, &[2.0; 8], 0.0);
+        assert!(x.iter().all(|&v| (v - 2.0).abs() < 1e-6));
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity_and_preserves_norm() {
+        let (mut c, mut s) = ([0.0; 4], [0.0; 4]);
+        rope_angles(0, 8, 10000.0, &mut c, &mut s);
+        let mut h: Vec<f32> = (0..8).map(|i| i as f32).collect();
+        rope(&mut h, 8, RopeStyle::Neox, &c, &s);
+        assert_eq!(h, (0..8).map(|i| i as f32).collect::<Vec<_>>());
+        rope_angles(17, 8, 10000.0, &mut c, &mut s);
+        for style in [RopeStyle::Normal, RopeStyle::Neox] {
+            let mut h: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
+            let n0: f32 = h.iter().map(|v| v * v).sum();
+            rope(&mut h, 8, style, &c, &s);
+            assert!((h.iter().map(|v| v * v).sum::<f32>() - n0).abs() < 1e-3);
+        }
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = [1.0, 2.0, 3.0, -1e9];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6 && x[3] == 0.0);
+    }
+}

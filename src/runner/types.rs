@@ -1,0 +1,134 @@
+//! The GGML tensor type table: ids, names, block sizes and bytes per block.
+//!
+//! Only a few types can be loaded ([`GgmlType::is_loadable`]); the others are known by name and
+//! size so that `libt2p info` can describe any file and a loader can refuse them by name.
+
+/// A GGML tensor type id as stored in a GGUF tensor info.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GgmlType(pub u32);
+
+struct TypeInfo {
+    id: u32,
+    name: &'static str,
+    block: u32,
+    bytes: u32,
+}
+
+const fn t(id: u32, name: &'static str, block: u32, bytes: u32) -> TypeInfo {
+    TypeInfo {
+        id,
+        name,
+        block,
+        bytes,
+    }
+}
+
+/// ggml's ids; 4, 5 and 31..33 were removed upstream and are deliberately absent.
+/// Id 42 is resolved per tensor by the reader (see [`GgmlType::Q2_0_LEGACY`]).
+const TABLE: &[TypeInfo] = &[
+    t(0, "f32", 1, 4),
+    t(1, "f16", 1, 2),
+    t(2, "q4_0", 32, 18),
+    t(3, "q4_1", 32, 20),
+    t(6, "q5_0", 32, 22),
+    t(7, "q5_1", 32, 24),
+    t(8, "q8_0", 32, 34),
+    t(9, "q8_1", 32, 36),
+    t(10, "q2_K", 256, 84),
+    t(11, "q3_K", 256, 110),
+    t(12, "q4_K", 256, 144),
+    t(13, "q5_K", 256, 176),
+    t(14, "q6_K", 256, 210),
+    t(15, "q8_K", 256, 292),
+    t(16, "iq2_xxs", 256, 66),
+    t(17, "iq2_xs", 256, 74),
+    t(18, "iq3_xxs", 256, 98),
+    t(19, "iq1_s", 256, 50),
+    t(20, "iq4_nl", 32, 18),
+    t(21, "iq3_s", 256, 110),
+    t(22, "iq2_s", 256, 82),
+    t(23, "iq4_xs", 256, 136),
+    t(24, "i8", 1, 1),
+    t(25, "i16", 1, 2),
+    t(26, "i32", 1, 4),
+    t(27, "i64", 1, 8),
+    t(28, "f64", 1, 8),
+    t(29, "iq1_m", 256, 56),
+    t(30, "bf16", 1, 2),
+    t(34, "tq1_0", 256, 54),
+    t(35, "tq2_0", 256, 66),
+    t(39, "mxfp4", 32, 17),
+    t(142, "pq2_0", 128, 34),
+    t(143, "ptq1_0", 128, 28),
+];
+
+impl GgmlType {
+    /// 32-bit float.
+    pub const F32: GgmlType = GgmlType(0);
+    /// IEEE half.
+    pub const F16: GgmlType = GgmlType(1);
+    /// 32 int8 with one fp16 scale (34 bytes).
+    pub const Q8_0: GgmlType = GgmlType(8);
+    /// bfloat16.
+    pub const BF16: GgmlType = GgmlType(30);
+    /// PrismML's ternary format: 128 weights in 34 bytes.
+    pub const PQ2_0: GgmlType = GgmlType(142);
+    /// Id 42: older PrismML files store pq2_0 bytes under it ("Q2_0", group 128); mainline
+    /// llama.cpp reused it for an 18-byte group-64 layout. The reader tells them apart by the
+    /// space the tensor occupies and reports the former as [`GgmlType::PQ2_0`].
+    pub const Q2_0_LEGACY: GgmlType = GgmlType(42);
+    /// Mainline's group-64 Q2_0 (18 bytes per 64 weights), known only to be refused.
+    pub const Q2_0_G64_BLOCK: (u64, u64) = (64, 18);
+
+    fn info(self) -> Option<&'static TypeInfo> {
+        TABLE.iter().find(|t| t.id == self.0)
+    }
+
+    /// The type's name as ggml prints it, or `type<id>` when unknown.
+    pub fn name(self) -> String {
+        match self.info() {
+            Some(i) => i.name.to_string(),
+            None if self == Self::Q2_0_LEGACY => "q2_0".to_string(),
+            None => format!("type{}", self.0),
+        }
+    }
+
+    /// `(weights per block, bytes per block)`, when the id is in the table.
+    pub fn block(self) -> Option<(u64, u64)> {
+        self.info().map(|i| (i.block as u64, i.bytes as u64))
+    }
+
+    /// Whether [`crate::runner::TensorStore`] can load tensors of this type.
+    pub fn is_loadable(self) -> bool {
+        matches!(
+            self,
+            Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0 | Self::PQ2_0
+        )
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_unique_and_sane() {
+        for (i, a) in TABLE.iter().enumerate() {
+            assert!(a.block > 0 && a.bytes > 0);
+            for b in &TABLE[i + 1..] {
+                assert_ne!(a.id, b.id);
+                assert_ne!(a.name, b.name);
+            }
+        }
+        assert_eq!(GgmlType::PQ2_0.block(), Some((128, 34)));
+        assert_eq!(GgmlType(35).name(), "tq2_0");
+        assert_eq!(GgmlType(42).block(), None);
+        assert_eq!(GgmlType(999).name(), "type999");
+    }
+}
