@@ -121,3 +121,36 @@ fn qwen3_tiny_matches_llama_cpp_pq2_0_references() {
         }
     }
 }
+
+fn read_ids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path).unwrap().split_whitespace().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn perplexity_matches_llama_perplexity() {
+    use t2p::runner::perplexity::perplexity;
+    let Some(dir) = runner_data::testdata() else { return };
+    let exec = Exec::new(2);
+    let stories = dir.join("stories260K");
+    let l = load(&stories.join("stories260K.gguf"));
+    let text = std::fs::read_to_string(stories.join("ppl-text.txt")).unwrap();
+    let ids = l.tokenizer.encode(&text, true, true);
+    assert_eq!(ids, read_ids(&stories.join("ppl-text.ids.txt")), "stories260K tokenization of the perplexity text");
+    let ppl = perplexity(&l.model, &exec, &ids, 128, l.tokenizer.bos(), |_, _| {}).unwrap();
+    eprintln!("stories260K perplexity {:.4} (llama.cpp 5.0930)", ppl.last().unwrap());
+    assert_eq!(ppl.len(), 46);
+    assert!((ppl.last().unwrap() - 5.0930).abs() < 0.001, "final {}", ppl.last().unwrap());
+
+    let qwen = dir.join("qwen3-tiny");
+    let l = load(&qwen.join("qwen3-tiny-pq2_0.gguf"));
+    let text = std::fs::read_to_string(qwen.join("ppl-text.txt")).unwrap();
+    let ids = l.tokenizer.encode(&text, true, true);
+    assert_eq!(ids, read_ids(&qwen.join("ppl-text.ids.txt")), "qwen3 tokenization of the perplexity text");
+    let bos = if l.tokenizer.add_bos() { l.tokenizer.bos() } else { None };
+    let ppl = perplexity(&l.model, &exec, &ids, 128, bos, |_, _| {}).unwrap();
+    let final_ppl = *ppl.last().unwrap();
+    let reference = 117481873.4572;
+    eprintln!("qwen3-tiny perplexity {final_ppl:.4} (llama.cpp pq2_0 {reference}), {:+.3}%", 100.0 * (final_ppl / reference - 1.0));
+    assert_eq!(ppl.len(), 22);
+    assert!((final_ppl / reference - 1.0).abs() < 0.005, "final {final_ppl}");
+}

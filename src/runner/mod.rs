@@ -22,6 +22,7 @@ mod gguf;
 mod loader;
 pub mod model;
 pub mod generate;
+pub mod perplexity;
 pub mod sample;
 pub mod tokenizer;
 mod types;

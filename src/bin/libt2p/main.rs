@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod check;
 mod info;
+mod logits;
+mod perplexity;
 mod run;
 
 /// Ternary language models on the T2P layout.
@@ -23,6 +25,10 @@ enum Command {
     Check(check::Args),
     /// Describe a GGUF file: architecture, hyper-parameters, tensors by type, tokenizer, T2P use.
     Info(info::Args),
+    /// Evaluate token ids in one batch and print the top logits of every position.
+    Logits(logits::Args),
+    /// Perplexity of a text file, chunked and scored as llama-perplexity does.
+    Perplexity(perplexity::Args),
     /// Generate text from a prompt, streaming it; ends with speed and % of the memory ceiling.
     Run(run::Args),
 }
@@ -33,6 +39,8 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Check(args) => check::run(args),
         Command::Info(args) => info::run(args),
+        Command::Logits(args) => logits::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
         Command::Run(args) => run::run(args),
     };
     match result {
