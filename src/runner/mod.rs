@@ -19,11 +19,13 @@
 
 mod error;
 mod gguf;
+pub mod gguf_writer;
 mod loader;
 pub mod model;
 pub mod generate;
 pub mod perplexity;
 pub mod sample;
+pub mod synth;
 pub mod tokenizer;
 mod types;
 

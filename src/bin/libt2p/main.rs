@@ -8,6 +8,7 @@ mod info;
 mod logits;
 mod perplexity;
 mod run;
+mod synth;
 
 /// Ternary language models on the T2P layout.
 #[derive(Parser)]
@@ -31,6 +32,8 @@ enum Command {
     Perplexity(perplexity::Args),
     /// Generate text from a prompt, streaming it; ends with speed and % of the memory ceiling.
     Run(run::Args),
+    /// Write a synthetic model (real shapes, random ternary weights) for benchmarks.
+    Synth(synth::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
         Command::Logits(args) => logits::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Run(args) => run::run(args),
+        Command::Synth(args) => synth::run(args),
     };
     match result {
         Ok(code) => code,
