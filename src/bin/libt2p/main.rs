@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod chat;
 mod check;
 mod info;
 mod logits;
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Kernel throughput against the measured memory ceiling, T2P against the stock layout.
     Bench(bench::Args),
+    /// A multi-turn conversation using the model's chat template.
+    Chat(chat::Args),
     /// Show CPU features and the kernel path, and check every runnable path against the oracle.
     Check(check::Args),
     /// Describe a GGUF file: architecture, hyper-parameters, tensors by type, tokenizer, T2P use.
@@ -40,6 +43,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(args) => bench::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Check(args) => check::run(args),
         Command::Info(args) => info::run(args),
         Command::Logits(args) => logits::run(args),
