@@ -25,6 +25,7 @@ pub mod model;
 pub mod generate;
 pub mod perplexity;
 pub mod sample;
+pub mod speculative;
 pub mod synth;
 pub mod tokenizer;
 mod types;

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
-use t2p::runner::generate::generate;
+use t2p::runner::generate::{GenStats, generate};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
+use t2p::runner::speculative::{DraftStats, LookupConfig, generate_lookup};
 use t2p::runner::{LoadOptions, Progress};
 
 /// Options shared by every command that loads a model.
@@ -31,7 +32,8 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Threads to use.
     pub fn threads(&self) -> usize {
-        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// Loads the model, printing the load time on stderr.
@@ -40,7 +42,14 @@ impl ModelArgs {
             return Err(format!("model file {} not found", self.model.display()).into());
         }
         let t = Instant::now();
-        let opts = LoadOptions { progress: if quiet { Progress::Never } else { Progress::Auto }, ..Default::default() };
+        let opts = LoadOptions {
+            progress: if quiet {
+                Progress::Never
+            } else {
+                Progress::Auto
+            },
+            ..Default::default()
+        };
         let loaded = Model::load(&self.model, &opts)?;
         let secs = t.elapsed().as_secs_f64();
         Ok((loaded, secs))
@@ -48,7 +57,8 @@ impl ModelArgs {
 
     /// The context size for `loaded`.
     pub fn n_ctx(&self, loaded: &Loaded) -> usize {
-        self.ctx_size.unwrap_or_else(|| loaded.model.n_ctx_train().min(4096))
+        self.ctx_size
+            .unwrap_or_else(|| loaded.model.n_ctx_train().min(4096))
     }
 }
 
@@ -118,12 +128,21 @@ pub struct Args {
     /// Skip the memory-bandwidth measurement at the end (no "% of ceiling").
     #[arg(long)]
     no_ceiling: bool,
+    /// Speculative decoding: `lookup` drafts tokens from earlier context and verifies them in
+    /// one batch (greedy only; same output as without). Off by default.
+    #[arg(long, value_parser = ["none", "lookup"], default_value = "none")]
+    draft: String,
+    /// Most tokens drafted at once (3 keeps a verification within one 4-column tile).
+    #[arg(long, default_value_t = 3)]
+    draft_max: usize,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let prompt = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?,
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?
+        }
         (None, None) => String::new(),
     };
     let (loaded, load_secs) = args.model.load(args.json)?;
@@ -138,7 +157,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     let n_ctx = args.model.n_ctx(&loaded);
     if ids.len() >= n_ctx {
-        return Err(format!("the prompt has {} tokens, more than the context of {n_ctx}", ids.len()).into());
+        return Err(format!(
+            "the prompt has {} tokens, more than the context of {n_ctx}",
+            ids.len()
+        )
+        .into());
     }
     let n = args.n_predict.min(n_ctx - ids.len());
     let mut session = loaded.model.new_session(n_ctx);
@@ -152,7 +175,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         out.write_all(&tok.decode(&ids, false))?;
         out.flush()?;
     }
-    let stats = generate(&loaded.model, &exec, &mut session, &ids, n, args.model.batch, &mut sampler, |id| tok.is_eog(id), |id| {
+    let drafting = args.draft == "lookup";
+    if drafting && args.sample.temperature > 0.0 {
+        return Err("--draft lookup needs greedy sampling (--temp 0)".into());
+    }
+    let mut on_token = |id: u32| {
         generated.push(id);
         if !tok.is_eog(id) {
             let piece = stream.push(id);
@@ -164,7 +191,38 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             }
         }
         true
-    })?;
+    };
+    let (stats, draft): (GenStats, Option<DraftStats>) = if drafting {
+        let cfg = LookupConfig {
+            max_draft: args.draft_max.max(1),
+            ..Default::default()
+        };
+        let (s, d) = generate_lookup(
+            &loaded.model,
+            &exec,
+            &mut session,
+            &ids,
+            n,
+            args.model.batch,
+            &cfg,
+            |id| tok.is_eog(id),
+            &mut on_token,
+        )?;
+        (s, Some(d))
+    } else {
+        let s = generate(
+            &loaded.model,
+            &exec,
+            &mut session,
+            &ids,
+            n,
+            args.model.batch,
+            &mut sampler,
+            |id| tok.is_eog(id),
+            &mut on_token,
+        )?;
+        (s, None)
+    };
     let tail = stream.finish();
     text.extend_from_slice(tail.as_bytes());
     let bytes_per_token = loaded.model.bytes_per_token() as f64;
@@ -193,22 +251,55 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "pct_of_ceiling": pct,
                 "threads": exec.pool.threads(),
                 "isa": exec.kern.isa().name(),
-            }
+            },
+            "draft": draft.map(|d| serde_json::json!({
+                "kind": "lookup",
+                "drafted": d.drafted,
+                "accepted": d.accepted,
+                "verifications": d.verifications,
+                "acceptance": d.acceptance(),
+            })),
         });
         println!("{obj}");
     } else {
         print!("{tail}");
         println!();
         eprintln!();
-        eprintln!("load: {load_secs:.2} s | threads {} | kernels {}", exec.pool.threads(), exec.kern.isa());
-        eprintln!("prompt: {} tokens in {:.3} s = {:.1} tok/s", stats.prompt_tokens, stats.prompt_secs, stats.prompt_tps());
-        eprintln!("generation: {} tokens in {:.3} s = {:.2} tok/s", stats.gen_tokens, stats.gen_secs, stats.gen_tps());
+        eprintln!(
+            "load: {load_secs:.2} s | threads {} | kernels {}",
+            exec.pool.threads(),
+            exec.kern.isa()
+        );
+        eprintln!(
+            "prompt: {} tokens in {:.3} s = {:.1} tok/s",
+            stats.prompt_tokens,
+            stats.prompt_secs,
+            stats.prompt_tps()
+        );
+        eprintln!(
+            "generation: {} tokens in {:.3} s = {:.2} tok/s",
+            stats.gen_tokens,
+            stats.gen_secs,
+            stats.gen_tps()
+        );
+        if let Some(d) = draft {
+            eprintln!(
+                "drafting: {} of {} drafted tokens accepted ({:.0}%) in {} verifications",
+                d.accepted,
+                d.drafted,
+                100.0 * d.acceptance(),
+                d.verifications
+            );
+        }
         match (ceiling, pct) {
             (Some(c), Some(p)) => eprintln!(
                 "memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
                 bytes_per_token / 1e6
             ),
-            _ => eprintln!("memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s", bytes_per_token / 1e6),
+            _ => eprintln!(
+                "memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s",
+                bytes_per_token / 1e6
+            ),
         }
     }
     Ok(ExitCode::SUCCESS)
