@@ -17,12 +17,13 @@
 //! # Ok::<(), t2p::runner::GgufError>(())
 //! ```
 
+pub mod chat;
 mod error;
+pub mod generate;
 mod gguf;
 pub mod gguf_writer;
 mod loader;
 pub mod model;
-pub mod generate;
 pub mod perplexity;
 pub mod sample;
 pub mod speculative;

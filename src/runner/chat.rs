@@ -1,0 +1,106 @@
+//! Chat templates: the GGUF's `tokenizer.chat_template` (Jinja) rendered with minijinja, with
+//! Python's string methods available as the Hugging Face templates expect.
+
+use minijinja::{Environment, context};
+
+use super::{GgufError, GgufFile};
+
+/// One message of a conversation.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl Message {
+    /// A message with `role` and `content`.
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template with the model's BOS/EOS strings.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos: String,
+    eos: String,
+}
+
+fn template_error(e: minijinja::Error) -> GgufError {
+    GgufError::Shape {
+        name: "tokenizer.chat_template".into(),
+        reason: e.to_string(),
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; `bos`/`eos` are the strings templates see as `bos_token`/`eos_token`.
+    pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, GgufError> {
+        let mut env = Environment::new();
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_template_owned("chat", source.to_string())
+            .map_err(template_error)?;
+        Ok(ChatTemplate {
+            env,
+            bos: bos.into(),
+            eos: eos.into(),
+        })
+    }
+
+    /// The template of a GGUF file, or `None` if it has none.
+    pub fn from_gguf(
+        gguf: &GgufFile,
+        tok: &super::Tokenizer,
+    ) -> Result<Option<ChatTemplate>, GgufError> {
+        let Some(src) = gguf.opt_str("tokenizer.chat_template")? else {
+            return Ok(None);
+        };
+        let piece = |id: Option<u32>| {
+            id.map(|i| String::from_utf8_lossy(&tok.token_to_piece(i, true)).into_owned())
+                .unwrap_or_default()
+        };
+        Ok(Some(ChatTemplate::new(
+            src,
+            &piece(tok.bos()),
+            &piece(tok.eos()),
+        )?))
+    }
+
+    /// Renders `messages`, ending with the assistant's turn opener when `add_generation_prompt`.
+    pub fn render(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<String, GgufError> {
+        let tmpl = self.env.get_template("chat").map_err(template_error)?;
+        tmpl.render(context! { messages => messages, add_generation_prompt => add_generation_prompt, bos_token => &self.bos, eos_token => &self.eos })
+            .map_err(template_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_a_chatml_template_with_python_methods() {
+        let src = "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content.strip() + '<|im_end|>\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+        let t = ChatTemplate::new(src, "", "<|im_end|>").unwrap();
+        let out = t.render(&[Message::new("user", " Hello ")], true).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn a_broken_template_is_an_error() {
+        assert!(ChatTemplate::new("{% for %}", "", "").is_err());
+    }
+}
