@@ -7,12 +7,15 @@
 # Extra arguments go to every `cargo test` (e.g. `--release`, `-- --nocapture`).
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64-static.
 # CARGO_TARGET_DIR defaults to target-arm so the cross build does not churn the host one.
+# Each cargo step is bounded by T2P_ARM_TIMEOUT seconds (default 900), so an emulated hang
+# (e.g. a thread-pool test under a loaded machine) fails the run instead of stalling CI.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target-arm}"
 target=aarch64-unknown-linux-gnu
 sysroot=/usr/aarch64-linux-gnu
+limit="${T2P_ARM_TIMEOUT:-900}"
 
 run_cpu() {
     local cpu=$1 expect=$2
@@ -21,9 +24,9 @@ run_cpu() {
     local start=$SECONDS
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $cpu -L $sysroot" \
         T2P_EXPECT_ISAS="$expect" \
-        cargo test --target "$target" --lib --test kernels_matrix --test kernels_prop "$@"
+        timeout "$limit" cargo test --target "$target" --lib --test kernels_matrix --test kernels_prop "$@"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64-static -cpu $cpu -L $sysroot" \
-        cargo run --quiet --target "$target" --release --bin libt2p -- check
+        timeout "$limit" cargo run --quiet --target "$target" --release --bin libt2p -- check
     echo "== aarch64 qemu -cpu $cpu: done in $((SECONDS - start)) s"
 }
 

@@ -43,7 +43,8 @@ pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
 /// Per word `(p, wd)`: three ANDs and a shift give the four slots pre-scaled by 1, 4, 16, 1; each
 /// meets its dup8 activations in one SDOT, whose lanes 0-1 collect row `2p` and lanes 2-3 row
 /// `2p + 1`. Eight independent accumulators (pair x slot), recombined once. Bounds: slot bytes
-/// are 0..=48, so every product fits the int32 lanes many times over (|a2| <= 48*128*8*4).
+/// are 0..=48 (non-negative as int8), and an int32 lane sums 16 products per block, so
+/// |lane| <= 16 * 48 * 128 = 98304.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
 fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
@@ -93,7 +94,8 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     let zero = vdupq_n_s32(0);
     let m3 = vdupq_n_u8(0x03);
     let mut a = [[[zero; 2]; 2]; 4]; // [column][pair][slots 0/1/3 | slot 2]
-    for wd in 0..4 {
+    // Four calls rather than a loop, so the words are unrolled.
+    let mut word = |wd: usize| {
         let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];
         for s in 0..4 {
             let yc = dup8x4(&y[4 * wd + s]);
@@ -110,7 +112,11 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
                 }
             }
         }
-    }
+    };
+    word(0);
+    word(1);
+    word(2);
+    word(3);
     let mut r = [zero; 4];
     for (c, (rc, acc)) in r.iter_mut().zip(&a).enumerate() {
         let dot_u = vpaddq_s32(

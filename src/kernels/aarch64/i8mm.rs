@@ -3,7 +3,7 @@
 use core::arch::aarch64::*;
 
 use super::asm::smmla;
-use super::{dotprod, gemm_tiles, load_i8x16x2, load_u8x16, recombine, slot_scaled};
+use super::{dotprod, gemm_tiles, load_i8x16x2, load_u8x16, slot_scaled};
 use crate::format::{BlockQ8Kx4, BlockT2p};
 use crate::kernels::{Isa, Kernels};
 
@@ -24,12 +24,15 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 ///
 /// A decoded slot of row pair `p` is already the 2x8 operand SMMLA wants (8 weights of row `2p`,
 /// then the same 8 of row `2p + 1`), and the `q8_K x4` chunk is two 2x8 operands (columns 0-1,
-/// columns 2-3): four SMMLA per slot, each operand used twice, into 16 accumulators
-/// `[pair][column pair][slot]` whose lanes are `[r2p.c, r2p.c', r2p+1.c, r2p+1.c']`.
-/// `-sum(y)` of each column is folded into the slot-0 accumulators' start value.
+/// columns 2-3): four SMMLA per slot, each operand used twice. Accumulators
+/// `[pair][column pair][class]` have lanes `[r2p.c, r2p.c', r2p+1.c, r2p+1.c']`; slots 0 and 3
+/// (both unscaled) share class 0, slot 1 (4u) is class 1, slot 2 (16u) class 2: 12 independent
+/// chains. `-sum(y)` of each column is folded into the class-0 start values, so
+/// `dot(w) = a0 + a1 / 4 + a2 / 16` with exact shifts (multiples of 4 and 16).
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
 fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
+    const CLASS: [usize; 4] = [0, 1, 2, 0];
     let zero = vdupq_n_s32(0);
     let neg = vreinterpretq_s64_s32(vnegq_s32(sums));
     // [-s0, -s1, -s0, -s1] and [-s2, -s3, -s2, -s3]: the lane layout of one SMMLA tile.
@@ -37,19 +40,26 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
         vreinterpretq_s32_s64(vdupq_laneq_s64::<0>(neg)),
         vreinterpretq_s32_s64(vdupq_laneq_s64::<1>(neg)),
     ];
-    let mut a = [start.map(|s| [s, zero, zero, zero]); 2]; // [pair][column pair][slot]
-    for wd in 0..4 {
+    let mut a = [start.map(|s| [s, zero, zero]); 2]; // [pair][column pair][class]
+    // Written as four calls rather than a loop so the words are unrolled (no loop counter or
+    // address arithmetic between the SMMLAs).
+    let mut word = |wd: usize| {
         let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];
-        for s in 0..4 {
+        for (s, &cls) in CLASS.iter().enumerate() {
             let (b01, b23) = load_i8x16x2(&y[4 * wd + s]);
             for (acc, &v) in a.iter_mut().zip(&v) {
                 let w = slot_scaled(v, s);
-                acc[0][s] = smmla(acc[0][s], w, b01);
-                acc[1][s] = smmla(acc[1][s], w, b23);
+                acc[0][cls] = smmla(acc[0][cls], w, b01);
+                acc[1][cls] = smmla(acc[1][cls], w, b23);
             }
         }
-    }
-    let t = a.map(|pair| pair.map(|acc| recombine(acc)));
+    };
+    word(0);
+    word(1);
+    word(2);
+    word(3);
+    let t =
+        a.map(|pair| pair.map(|acc| vsraq_n_s32::<4>(vsraq_n_s32::<2>(acc[0], acc[1]), acc[2])));
     // Row-major 2x2 tiles to columns: even lanes are the pair's column 2cp, odd lanes 2cp + 1.
     [
         vuzp1q_s32(t[0][0], t[1][0]),

@@ -183,7 +183,9 @@ fn vec_dot_stock_neon(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
                     }
                 }
             }
-            let isum = vaddlvq_s16(vaddq_s16(s[0], s[1]));
+            // A pairwise add (not `vaddq`) joins the two chains, so LLVM keeps them apart
+            // instead of reassociating them into one serial chain of `smlal`.
+            let isum = vaddlvq_s16(vpaddq_s16(s[0], s[1]));
             acc += (scale_f32(blk.d) * yb.d) * isum as f32;
         }
     }
