@@ -5,11 +5,14 @@
 //! [`Session`] (KV cache, and recurrent state for hybrid models).
 
 mod attention;
+pub mod deltanet;
 mod error;
+pub mod hadamard;
 mod kv_cache;
 mod linear;
 mod llama;
 pub mod ops;
+mod qwen35;
 
 use std::path::Path;
 
@@ -18,6 +21,9 @@ pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use linear::{Exec, Input, Linear};
 pub use llama::{Llama, LlamaConfig};
+pub use qwen35::{Qwen35, Qwen35Config};
+
+use deltanet::{RecurrentCheckpoint, RecurrentState};
 
 use crate::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
 
@@ -25,12 +31,35 @@ use crate::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
 pub enum Model {
     /// `llama` or `qwen3`.
     Llama(Llama),
+    /// `qwen35` (Gated DeltaNet + gated attention hybrid).
+    Qwen35(Qwen35),
 }
 
-/// Per-sequence state: the position and the KV cache.
+/// Per-sequence state: the position, the KV cache and, for hybrid models, the recurrent state.
 pub struct Session {
     /// Attention K/V.
     pub cache: KvCache,
+    /// Conv + SSM state of the recurrent layers (`None` for attention-only models).
+    pub recurrent: Option<RecurrentState>,
+}
+
+/// A point a [`Session`] can return to with [`Session::rollback`].
+#[derive(Clone, Copy, Debug)]
+pub struct Checkpoint {
+    len: usize,
+    recurrent: Option<RecurrentCheckpoint>,
+}
+
+impl Checkpoint {
+    /// Tokens the session held at the checkpoint.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the checkpoint is at the start of the sequence.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 impl Session {
@@ -44,9 +73,53 @@ impl Session {
         self.cache.is_empty()
     }
 
-    /// Forgets everything from position `len` on (for rollback).
+    /// Forgets everything from position `len` on. Attention-only sessions can truncate
+    /// anywhere. A recurrent state cannot be rewound: hybrid sessions truncated to 0 start
+    /// over, to any other shorter length they refuse the next forward pass until a
+    /// [`rollback`](Self::rollback) or a truncation to 0 (use [`checkpoint`](Self::checkpoint)).
     pub fn truncate(&mut self, len: usize) {
+        if len < self.cache.len()
+            && let Some(r) = &mut self.recurrent
+        {
+            if len == 0 {
+                r.reset();
+            } else {
+                r.invalidate();
+            }
+        }
         self.cache.truncate(len);
+    }
+
+    /// Marks the current point to return to, in O(1) (for speculative decoding). For hybrid
+    /// models only the latest checkpoint stays valid.
+    pub fn checkpoint(&mut self) -> Checkpoint {
+        Checkpoint {
+            len: self.cache.len(),
+            recurrent: self.recurrent.as_mut().map(|r| r.checkpoint()),
+        }
+    }
+
+    /// Returns to `cp` in O(1): the KV cache is truncated, the recurrent state switched back.
+    /// A checkpoint can be rolled back to any number of times until the next checkpoint.
+    pub fn rollback(&mut self, cp: &Checkpoint) -> Result<()> {
+        if cp.len > self.cache.len() {
+            return Err(ModelError::BadShape(format!(
+                "checkpoint at {} is past the session's {} tokens",
+                cp.len,
+                self.cache.len()
+            )));
+        }
+        match (&mut self.recurrent, &cp.recurrent) {
+            (Some(r), Some(c)) => r.rollback(c)?,
+            (None, None) => {}
+            _ => {
+                return Err(ModelError::BadShape(
+                    "checkpoint of another kind of session".into(),
+                ));
+            }
+        }
+        self.cache.truncate(cp.len);
+        Ok(())
     }
 }
 
@@ -67,6 +140,7 @@ impl Model {
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let model = match gguf.architecture()? {
             "llama" | "qwen3" => Model::Llama(Llama::new(&gguf, store)?),
+            "qwen35" => Model::Qwen35(Qwen35::new(&gguf, store)?),
             other => return Err(ModelError::UnsupportedArchitecture(other.into())),
         };
         Ok(Loaded {
@@ -80,6 +154,7 @@ impl Model {
     pub fn n_vocab(&self) -> usize {
         match self {
             Model::Llama(m) => m.cfg.n_vocab,
+            Model::Qwen35(m) => m.cfg.n_vocab,
         }
     }
 
@@ -87,6 +162,7 @@ impl Model {
     pub fn n_ctx_train(&self) -> usize {
         match self {
             Model::Llama(m) => m.cfg.n_ctx_train,
+            Model::Qwen35(m) => m.cfg.n_ctx_train,
         }
     }
 
@@ -94,6 +170,7 @@ impl Model {
     pub fn bytes_per_token(&self) -> usize {
         match self {
             Model::Llama(m) => m.bytes_per_token(),
+            Model::Qwen35(m) => m.bytes_per_token(),
         }
     }
 
@@ -102,6 +179,11 @@ impl Model {
         match self {
             Model::Llama(m) => Session {
                 cache: m.new_cache(n_ctx),
+                recurrent: None,
+            },
+            Model::Qwen35(m) => Session {
+                cache: m.new_cache(n_ctx),
+                recurrent: Some(m.new_recurrent_state()),
             },
         }
     }
@@ -120,6 +202,12 @@ impl Model {
         }
         match self {
             Model::Llama(m) => m.forward(exec, &mut session.cache, tokens, all_logits),
+            Model::Qwen35(m) => {
+                let rec = session.recurrent.as_mut().ok_or_else(|| {
+                    ModelError::BadShape("a qwen35 session needs a recurrent state".into())
+                })?;
+                m.forward(exec, &mut session.cache, rec, tokens, all_logits)
+            }
         }
     }
 }
