@@ -82,7 +82,7 @@ pub struct QuantizedBatch {
 impl QuantizedBatch {
     /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k .. (c + 1) * k]`).
     pub fn new(x: &[f32], k: usize, ncols: usize) -> Result<Self> {
-        if k == 0 || k % QK_K != 0 {
+        if k == 0 || !k.is_multiple_of(QK_K) {
             return Err(Error::Shape(format!(
                 "k = {k} is not a positive multiple of 256"
             )));
@@ -142,8 +142,8 @@ fn block_range(rows: usize, k: usize, range: &Range<usize>) -> Result<Range<usiz
     check_matrix_shape(rows, k)?;
     if range.start > range.end
         || range.end > rows
-        || range.start % ROWS_PER_T2P != 0
-        || range.end % ROWS_PER_T2P != 0
+        || !range.start.is_multiple_of(ROWS_PER_T2P)
+        || !range.end.is_multiple_of(ROWS_PER_T2P)
     {
         return Err(Error::Shape(format!(
             "row range {}..{} must lie in 0..{rows} on multiples of 4",
@@ -403,6 +403,9 @@ fn matmul_block(
 /// kernel over the same blocks in the same order; only which thread computes it changes). Each
 /// job owns disjoint `&mut` pieces of `out`: for one column the row range itself, for several
 /// columns one piece per column, filled from a job-local `rows x ncols` buffer.
+///
+/// Products below [`PARALLEL_MIN_MACS`] multiply-adds run on the calling thread alone: waking
+/// the workers costs more than such a product (see [`matmul_parallel_min`] to choose).
 pub fn matmul_parallel(
     pool: &ThreadPool,
     kern: &Kernels,
@@ -410,6 +413,24 @@ pub fn matmul_parallel(
     act: &QuantizedBatch,
     out: &mut [f32],
     ld: usize,
+) -> Result<()> {
+    matmul_parallel_min(pool, kern, w, act, out, ld, PARALLEL_MIN_MACS)
+}
+
+/// Below this many multiply-adds (`rows * k * ncols`) [`matmul_parallel`] stays on the calling
+/// thread: about 25 us of AVX2 work, several times the pool's per-call overhead.
+pub const PARALLEL_MIN_MACS: usize = 1 << 21;
+
+/// [`matmul_parallel`] with an explicit threshold: products of fewer than `min_macs`
+/// multiply-adds run as one job on the calling thread (`0` always splits).
+pub fn matmul_parallel_min(
+    pool: &ThreadPool,
+    kern: &Kernels,
+    w: &T2pMatrix,
+    act: &QuantizedBatch,
+    out: &mut [f32],
+    ld: usize,
+    min_macs: usize,
 ) -> Result<()> {
     if act.k != w.k {
         return Err(Error::Shape(format!(
@@ -420,7 +441,12 @@ pub fn matmul_parallel(
     let (rows, ncols) = (w.rows, act.ncols);
     check_matrix_shape(rows, w.k)?;
     check_out(ncols, ld, rows, &(0..rows), out.len())?;
-    let per = rows_per_job(rows, pool.threads());
+    let threads = if rows * w.k * ncols < min_macs {
+        1
+    } else {
+        pool.threads()
+    };
+    let per = rows_per_job(rows, threads);
     let n_jobs = rows.div_ceil(per);
     let range = |j: usize| j * per..(j * per + per).min(rows);
     if ncols == 1 {

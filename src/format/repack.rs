@@ -13,12 +13,12 @@ use crate::error::{Error, Result, check_len};
 /// Checks that a `rows x k` matrix can be held in T2P: `rows` a multiple of 4 and `k` a
 /// non-zero multiple of 256 (one `q8_K` activation block covers two T2P blocks).
 pub fn check_matrix_shape(rows: usize, k: usize) -> Result<()> {
-    if rows == 0 || rows % ROWS_PER_T2P != 0 {
+    if rows == 0 || !rows.is_multiple_of(ROWS_PER_T2P) {
         return Err(Error::Shape(format!(
             "rows = {rows} is not a positive multiple of 4"
         )));
     }
-    if k == 0 || k % QK_K != 0 {
+    if k == 0 || !k.is_multiple_of(QK_K) {
         return Err(Error::Shape(format!(
             "k = {k} is not a positive multiple of 256"
         )));

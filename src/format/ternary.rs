@@ -181,7 +181,7 @@ pub fn repack_to_t2p<B: TernaryBlock>(
     dst: &mut [BlockT2p],
 ) -> Result<()> {
     let n = super::t2p_block_count(rows, k)?;
-    if k % B::WEIGHTS != 0 {
+    if !k.is_multiple_of(B::WEIGHTS) {
         return Err(Error::Shape(format!(
             "k = {k} is not a multiple of the {} block ({})",
             B::NAME,

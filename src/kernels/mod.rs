@@ -172,7 +172,7 @@ impl Kernels {
         ld: usize,
     ) {
         assert!(
-            nb > 0 && nb % 2 == 0,
+            nb > 0 && nb.is_multiple_of(2),
             "nb must be a positive even block count"
         );
         assert_eq!(x.len() % nb, 0, "weight blocks");
@@ -197,7 +197,7 @@ impl Kernels {
 
 fn assert_gemv_shape(x: &[BlockT2p], nb: usize, ny: usize, nout: usize) {
     assert!(
-        nb > 0 && nb % 2 == 0,
+        nb > 0 && nb.is_multiple_of(2),
         "nb must be a positive even block count"
     );
     assert_eq!(ny, nb / 2, "activation blocks");
