@@ -9,8 +9,10 @@
 //   tensor or op stays with the CPU backend. --no-repack (use_extra_bufts = false) disables
 //   every extra buffer type, this one included.
 // * MUL_MAT: src1 is quantized to q8_K (one column) or q8_K x4 tiles (several) by t2p's own
-//   quantizers into the op's work buffer (work_size), split over the threads; barrier; then each
-//   thread runs t2p_gemv / t2p_gemm over its rows (whole groups of 4, split by ith/nth).
+//   quantizers into the op's work buffer (work_size), split over the threads; barrier; then the
+//   rows are cut into 4 chunks per thread of whole groups of 4: thread ith starts with chunk ith
+//   and takes the next free one when done (ggml's threadpool chunk counter, as repack.cpp does),
+//   running t2p_gemv (one column) or t2p_gemm (several) over the chunk's rows.
 //   Batched src1 (ne12, ne13 > 1) is broadcast against the 2-D weight.
 // * T2P_VERIFY=1 in the environment: every MUL_MAT is recomputed with the scalar oracle
 //   (t2p_gemv_reference / t2p_gemm_reference) on the same quantized activations and the largest
@@ -26,6 +28,7 @@
 #include "t2p.h"
 #include "t2p-mm.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cmath>
@@ -137,24 +140,45 @@ class tensor_traits : public ggml::cpu::tensor_traits {
                        t2p_mm_work_size(&m));
         }
 
+        // Row chunks: 4 per thread (1 per thread on NUMA, as ggml does), whole groups of 4 rows.
+        const int nchunk = ggml_is_numa() ? std::min(nth, (int) (m.rows / 4)) : (int) t2p_mm_chunk_count(m.rows, nth);
+        if (ith == 0) {
+            // every thread starts with chunk ith, so the first free one is nth
+            ggml_threadpool_chunk_set(params->threadpool, nth);
+        }
         check(t2p_mm_quantize(&m, params->wdata, params->wsize, ith, nth), "quantize", op);
         ggml_barrier(params->threadpool);
-        check(t2p_mm_compute(&m, params->wdata, ith, nth), "gemm", op);
 
-        if (verify_enabled()) {
-            verify(params, op, m);
+        const bool verify = verify_enabled();
+        float      max_abs = 0.0f;
+        size_t     n_diff  = 0;
+        for (int chunk = ith; chunk < nchunk; chunk = ggml_threadpool_chunk_add(params->threadpool, 1)) {
+            size_t b, e;
+            t2p_mm_chunk_rows(m.rows, (size_t) chunk, (size_t) nchunk, &b, &e);
+            check(t2p_mm_compute(&m, params->wdata, b, e), m.ncols == 1 ? "t2p_gemv" : "t2p_gemm", op);
+            if (verify) {
+                verify_rows(op, m, params->wdata, b, e, max_abs, n_diff);
+            }
+        }
+        if (verify) {
+            report(params, op, m, max_abs, n_diff);
         }
         return true;
     }
 
-    void verify(struct ggml_compute_params * params, const ggml_tensor * op, const t2p_mm & m) {
+    static void verify_rows(const ggml_tensor * op, const t2p_mm & m, const void * wdata, size_t b, size_t e,
+                            float & max_abs, size_t & n_diff) {
         static thread_local std::vector<float> scratch;
         scratch.resize(t2p_mm_verify_scratch(&m));
-        float  max_abs = 0.0f;
-        size_t n_diff  = 0;
-        check(t2p_mm_verify(&m, params->wdata, params->ith, params->nth, scratch.data(), scratch.size(), &max_abs,
-                            &n_diff),
-              "reference", op);
+        float  mx = 0.0f;
+        size_t nd = 0;
+        check(t2p_mm_verify(&m, wdata, b, e, scratch.data(), scratch.size(), &mx, &nd), "reference", op);
+        max_abs = std::max(max_abs, mx);
+        n_diff += nd;
+    }
+
+    static void report(struct ggml_compute_params * params, const ggml_tensor * op, const t2p_mm & m, float max_abs,
+                       size_t n_diff) {
         if (n_diff > 0) {
             g_stats.add_diff(max_abs, n_diff);
             GGML_LOG_ERROR("t2p: T2P_VERIFY: %s (%s x %s): %zu outputs differ from the reference, max |diff| %.9g\n",

@@ -7,7 +7,9 @@
  *   1. every thread quantizes its share of src1 into the shared work buffer (q8_K for a single
  *      column, q8_K x4 tiles otherwise) with t2p's own quantizers   -> t2p_mm_quantize()
  *   2. barrier (the caller's: ggml_barrier)
- *   3. every thread computes its rows (whole groups of 4, split by ith/nth) of every column
+ *   3. the rows are cut into chunks of whole groups of 4 (t2p_mm_chunk_rows: chunk i of n);
+ *      thread ith starts with chunk ith and takes further ones as it finishes (the caller's
+ *      atomic counter, as ggml's repack does), computing every column of the chunk's rows
  *      through t2p_gemv (one column) or t2p_gemm (several)           -> t2p_mm_compute()
  *   4. optionally the same rows again through the scalar oracle, compared bit for bit
  *                                                                      -> t2p_mm_verify()
@@ -69,8 +71,7 @@ static inline T2pStatus t2p_mm_init(t2p_mm * m, const void * w, size_t w_bytes, 
     if (rows == 0 || rows % 4 != 0 || k == 0 || k % 256 != 0 || ne11 == 0 || ne12 == 0 || ne13 == 0) {
         return T2P_STATUS_INVALID_SHAPE;
     }
-    if (nb11 % sizeof(float) != 0 || nb1 % sizeof(float) != 0 || nb1 < rows * sizeof(float) ||
-        (ne11 > 1 && nb11 < k * sizeof(float))) {
+    if (nb11 % sizeof(float) != 0 || nb1 % sizeof(float) != 0 || nb1 < rows * sizeof(float)) {
         return T2P_STATUS_INVALID_SHAPE;
     }
     s = t2p_repack_size(rows, k, &need);
@@ -95,6 +96,9 @@ static inline T2pStatus t2p_mm_init(t2p_mm * m, const void * w, size_t w_bytes, 
         m->ne3 = 1;
     }
 
+    if (m->ncols > 1 && nb11 < k * sizeof(float)) {
+        return T2P_STATUS_INVALID_SHAPE; /* overlapping columns */
+    }
     s = t2p_activation_size(k, m->ncols, &q8, &q8x4);
     if (s != T2P_STATUS_OK) {
         return s;
@@ -108,11 +112,19 @@ static inline size_t t2p_mm_work_size(const t2p_mm * m) {
     return m->plane_bytes * m->ne2 * m->ne3;
 }
 
-/* Rows [*begin, *end) of thread ith of nth: whole groups of 4, as even as possible. */
-static inline void t2p_mm_thread_rows(size_t rows, int ith, int nth, size_t * begin, size_t * end) {
+/* Rows [*begin, *end) of chunk i of n (e.g. thread ith of nth): whole groups of 4, as even as
+ * possible; a chunk may be empty when n exceeds rows / 4. */
+static inline void t2p_mm_chunk_rows(size_t rows, size_t i, size_t n, size_t * begin, size_t * end) {
     const size_t groups = rows / 4;
-    *begin = 4 * (groups * (size_t) ith / (size_t) nth);
-    *end   = 4 * (groups * (size_t) (ith + 1) / (size_t) nth);
+    *begin = 4 * (groups * i / n);
+    *end   = 4 * (groups * (i + 1) / n);
+}
+
+/* How many row chunks to hand out for nth threads: 4 per thread (so a thread that is
+ * descheduled on a busy machine does not hold up the others), at most one per group of 4 rows. */
+static inline size_t t2p_mm_chunk_count(size_t rows, int nth) {
+    const size_t want = nth <= 1 ? 1 : 4 * (size_t) nth;
+    return want < rows / 4 ? want : rows / 4;
 }
 
 static inline const float * t2p_mm_x_plane(const t2p_mm * m, size_t p) {
@@ -177,11 +189,10 @@ static inline T2pStatus t2p_mm_compute_plane(const t2p_mm * m, const void * wdat
                                                        m->ncols, out, ld_out, out_len, row_begin, row_end);
 }
 
-/* Thread ith of nth computes its rows of dst, every plane. */
-static inline T2pStatus t2p_mm_compute(const t2p_mm * m, const void * wdata, int ith, int nth) {
+/* Rows [b, e) (multiples of 4) of dst, every column of every plane. */
+static inline T2pStatus t2p_mm_compute(const t2p_mm * m, const void * wdata, size_t b, size_t e) {
     const size_t ld = m->d_col / sizeof(float);
-    size_t b, e, p;
-    t2p_mm_thread_rows(m->rows, ith, nth, &b, &e);
+    size_t p;
     if (b == e) {
         return T2P_STATUS_OK;
     }
@@ -200,22 +211,21 @@ static inline size_t t2p_mm_verify_scratch(const t2p_mm * m) {
     return (m->ncols == 1 ? 1 : 4) * m->rows;
 }
 
-/* Recomputes thread ith's rows of dst (already computed by t2p_mm_compute) with the scalar
+/* Recomputes rows [b, e) of dst (already computed by t2p_mm_compute) with the scalar
  * oracle on the same quantized activations, four columns at a time, and compares bit for bit.
  * `*max_abs` gets the largest |dst - reference| (INFINITY when a NaN differs),
  * `*n_diff` the number of outputs whose bits differ. */
-static inline T2pStatus t2p_mm_verify(const t2p_mm * m, const void * wdata, int ith, int nth,
+static inline T2pStatus t2p_mm_verify(const t2p_mm * m, const void * wdata, size_t b, size_t e,
                                       float * scratch, size_t scratch_len, float * max_abs, size_t * n_diff) {
     const size_t ld = m->d_col / sizeof(float);
     const size_t tile_b = (m->k / 256) * T2P_Q8_K_X4_BLOCK_BYTES;
-    size_t b, e, p, t, c, r;
+    size_t p, t, c, r;
 
     *max_abs = 0.0f;
     *n_diff  = 0;
     if (scratch_len < t2p_mm_verify_scratch(m)) {
         return T2P_STATUS_BUFFER_TOO_SMALL;
     }
-    t2p_mm_thread_rows(m->rows, ith, nth, &b, &e);
     if (b == e) {
         return T2P_STATUS_OK;
     }

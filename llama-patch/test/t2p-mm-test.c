@@ -80,9 +80,12 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
     for (int ith = 0; ith < nth; ith++) {
         CHECK(t2p_mm_quantize(&m, wdata, wsize, ith, nth) == T2P_STATUS_OK, "quantize");
     }
-    /* barrier */
-    for (int ith = 0; ith < nth; ith++) {
-        CHECK(t2p_mm_compute(&m, wdata, ith, nth) == T2P_STATUS_OK, "compute");
+    /* barrier; then the row chunks, in an order that is not the natural one */
+    const size_t nchunk = t2p_mm_chunk_count(rows, nth);
+    for (size_t i = 0; i < nchunk; i++) {
+        size_t b, e;
+        t2p_mm_chunk_rows(rows, (i * 7 + 3) % nchunk, nchunk, &b, &e);
+        CHECK(t2p_mm_compute(&m, wdata, b, e) == T2P_STATUS_OK, "compute");
     }
 
     /* Expected: per plane, one whole-matrix scalar-oracle call on freshly quantized columns. */
@@ -145,10 +148,11 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
     float * scratch = malloc(t2p_mm_verify_scratch(&m) * 4);
     size_t  total   = 0;
     float   worst   = 0;
-    for (int ith = 0; ith < nth; ith++) {
+    for (size_t i = 0; i < nchunk; i++) {
         float  mx = -1;
-        size_t nd = 1;
-        CHECK(t2p_mm_verify(&m, wdata, ith, nth, scratch, t2p_mm_verify_scratch(&m), &mx, &nd) == T2P_STATUS_OK,
+        size_t nd = 1, b, e;
+        t2p_mm_chunk_rows(rows, i, nchunk, &b, &e);
+        CHECK(t2p_mm_verify(&m, wdata, b, e, scratch, t2p_mm_verify_scratch(&m), &mx, &nd) == T2P_STATUS_OK,
               "verify");
         total += nd;
         if (mx > worst) worst = mx;
@@ -161,10 +165,11 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
         bits ^= 1;
         memcpy(victim, &bits, 4);
         total = 0;
-        for (int ith = 0; ith < nth; ith++) {
+        for (size_t i = 0; i < nchunk; i++) {
             float  mx = 0;
-            size_t nd = 0;
-            t2p_mm_verify(&m, wdata, ith, nth, scratch, t2p_mm_verify_scratch(&m), &mx, &nd);
+            size_t nd = 0, b, e;
+            t2p_mm_chunk_rows(rows, i, nchunk, &b, &e);
+            t2p_mm_verify(&m, wdata, b, e, scratch, t2p_mm_verify_scratch(&m), &mx, &nd);
             total += nd;
         }
         CHECK(total == 1, "injected difference found %zu times", total);
@@ -190,15 +195,24 @@ int main(void) {
 
     /* thread splits: rows in groups of 4, some threads with nothing to do */
     size_t b, e;
-    t2p_mm_thread_rows(12, 0, 5, &b, &e);
-    CHECK(b == 0 && e == 0, "thread 0 of 5 over 12 rows: %zu..%zu", b, e);
+    t2p_mm_chunk_rows(12, 0, 5, &b, &e);
+    CHECK(b == 0 && e == 0, "chunk 0 of 5 over 12 rows: %zu..%zu", b, e);
     size_t covered = 0;
     for (int ith = 0; ith < 5; ith++) {
-        t2p_mm_thread_rows(12, ith, 5, &b, &e);
+        t2p_mm_chunk_rows(12, ith, 5, &b, &e);
         CHECK(b % 4 == 0 && e % 4 == 0 && b == covered, "split");
         covered = e;
     }
     CHECK(covered == 12, "split covers all rows");
+    CHECK(t2p_mm_chunk_count(12, 1) == 1 && t2p_mm_chunk_count(12, 2) == 3 && t2p_mm_chunk_count(4096, 2) == 8,
+          "chunk counts");
+    covered = 0;
+    for (size_t i = 0; i < t2p_mm_chunk_count(1000, 3); i++) {
+        t2p_mm_chunk_rows(1000, i, t2p_mm_chunk_count(1000, 3), &b, &e);
+        CHECK(b % 4 == 0 && e % 4 == 0 && b == covered && e > b, "chunks of 1000 rows");
+        covered = e;
+    }
+    CHECK(covered == 1000, "chunks cover all rows");
 
     /* shapes the buffer type must refuse */
     t2p_mm m;
