@@ -16,6 +16,8 @@ if [ "${1:-}" != "--no-install" ]; then
     command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
     ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
     command -v make >/dev/null || missing+=(make)
+    command -v cmake >/dev/null || missing+=(cmake)
+    command -v pkg-config >/dev/null || missing+=(pkg-config)
     if [ ${#missing[@]} -gt 0 ]; then
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}"
@@ -38,6 +40,19 @@ for isa in scalar avx2; do T2P_ISA=$isa ./target/release/libt2p check; done
 step "x86_64: C unit tests"
 cargo build --release --lib --no-default-features
 make -s -C tests/c LIB=../../target/release/libt2p.a
+
+step "llama-patch: the parts that need only t2p.h (compile + oracle test), patch shape"
+T2P_LIB=target/release/libt2p.a ./llama-patch/check.sh
+
+step "build/: install into a temporary prefix, build the CMake and pkg-config consumers"
+prefix=$(mktemp -d)
+T2P_SKIP_BUILD=1 ./build/install.sh "$prefix"
+cmake -S build/test-consumer -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$prefix/consumer" >/dev/null
+"$prefix/consumer/t2p-consumer"
+cc build/test-consumer/main.c -o "$prefix/consumer-pc" $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs t2p)
+"$prefix/consumer-pc"
+rm -rf "$prefix"
 
 step "aarch64 under qemu: kernels, repack, dispatch, C ABI (three CPU models)"
 ./tests/aarch64-runs.sh
