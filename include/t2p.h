@@ -79,9 +79,6 @@
 // Bytes of one q8_K x4 block (4 columns x 256 activations).
 #define T2P_Q8_K_X4_BLOCK_BYTES 1168
 
-// Jobs per pool thread in [`matmul_parallel`].
-#define JOBS_PER_THREAD 4
-
 // `general.alignment` when the key is absent.
 #define DEFAULT_ALIGNMENT 32
 
@@ -93,6 +90,9 @@
 
 // Arrays of arrays deeper than this are refused (each level would cost stack, not bytes).
 #define MAX_ARRAY_DEPTH 8
+
+// Data alignment of the files written (GGUF's default).
+#define ALIGNMENT 32
 
 // Weights per Q8_0 block.
 #define QK8_0 32

@@ -91,6 +91,8 @@ mod tests {
         let p = BandwidthProbe::new(&pool, 9 << 20);
         assert_eq!(p.bytes(), 9 << 20);
         let b = p.measure(&pool, 3);
-        assert!(b.worst_gbps > 0.0 && b.worst_gbps <= b.median_gbps && b.median_gbps <= b.best_gbps);
+        assert!(
+            b.worst_gbps > 0.0 && b.worst_gbps <= b.median_gbps && b.median_gbps <= b.best_gbps
+        );
     }
 }

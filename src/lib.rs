@@ -7,7 +7,9 @@
 //!
 //! * [`format`]: the byte layouts (pq2_0, q8_K, q8_K x4, T2P) and the repack;
 //! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
-//! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers;
+//! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers, and its
+//!   parallel entry point on [`pool`], the persistent thread pool;
+//! * [`bandwidth`]: the memory-read probe that gives the ceiling kernels are measured against;
 //! * [`ffi`]: the C ABI (`include/t2p.h`);
 //! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers.
 #![deny(missing_docs)]

@@ -362,17 +362,17 @@ pub fn matmul(kern: &Kernels, w: &T2pMatrix, act: &QuantizedBatch) -> Result<Vec
     Ok(out)
 }
 
-/// Rows of one parallel job for `rows` rows on `threads` threads: whole row groups, about
-/// [`JOBS_PER_THREAD`] jobs per thread (indices are claimed dynamically, so a thread slowed by
+/// Rows of one parallel job for `rows` rows on `threads` threads: whole row groups (a multiple
+/// of 4), about 4 jobs per thread (indices are claimed dynamically, so a thread slowed by
 /// another process does not hold up the call).
-fn rows_per_job(rows: usize, threads: usize) -> usize {
+pub fn rows_per_job(rows: usize, threads: usize) -> usize {
     let groups = rows / ROWS_PER_T2P;
     let jobs = (threads * JOBS_PER_THREAD).clamp(1, groups.max(1));
     groups.div_ceil(jobs) * ROWS_PER_T2P
 }
 
-/// Jobs per pool thread in [`matmul_parallel`].
-pub const JOBS_PER_THREAD: usize = 4;
+// Not `pub`: cbindgen would export a public constant into the C header.
+const JOBS_PER_THREAD: usize = 4;
 
 /// All columns of `act` for the rows `rows` (whole row groups), written relative to the range:
 /// `out[c * ld + (r - rows.start)]`. Shapes were checked by the caller.
@@ -404,8 +404,9 @@ fn matmul_block(
 /// job owns disjoint `&mut` pieces of `out`: for one column the row range itself, for several
 /// columns one piece per column, filled from a job-local `rows x ncols` buffer.
 ///
-/// Products below [`PARALLEL_MIN_MACS`] multiply-adds run on the calling thread alone: waking
-/// the workers costs more than such a product (see [`matmul_parallel_min`] to choose).
+/// Products below 2^21 multiply-adds (`rows * k * ncols`, about 25 us of AVX2 work) run on the
+/// calling thread alone: waking the workers costs more than such a product saves (see
+/// [`matmul_parallel_min`] to choose).
 pub fn matmul_parallel(
     pool: &ThreadPool,
     kern: &Kernels,
@@ -417,9 +418,8 @@ pub fn matmul_parallel(
     matmul_parallel_min(pool, kern, w, act, out, ld, PARALLEL_MIN_MACS)
 }
 
-/// Below this many multiply-adds (`rows * k * ncols`) [`matmul_parallel`] stays on the calling
-/// thread: about 25 us of AVX2 work, several times the pool's per-call overhead.
-pub const PARALLEL_MIN_MACS: usize = 1 << 21;
+// Not `pub`: cbindgen would export a public constant into the C header.
+const PARALLEL_MIN_MACS: usize = 1 << 21;
 
 /// [`matmul_parallel`] with an explicit threshold: products of fewer than `min_macs`
 /// multiply-adds run as one job on the calling thread (`0` always splits).
@@ -441,12 +441,12 @@ pub fn matmul_parallel_min(
     let (rows, ncols) = (w.rows, act.ncols);
     check_matrix_shape(rows, w.k)?;
     check_out(ncols, ld, rows, &(0..rows), out.len())?;
-    let threads = if rows * w.k * ncols < min_macs {
-        1
+    // One job runs inline on the calling thread (ThreadPool::run does not wake the workers).
+    let per = if rows * w.k * ncols < min_macs {
+        rows
     } else {
-        pool.threads()
+        rows_per_job(rows, pool.threads())
     };
-    let per = rows_per_job(rows, threads);
     let n_jobs = rows.div_ceil(per);
     let range = |j: usize| j * per..(j * per + per).min(rows);
     if ncols == 1 {

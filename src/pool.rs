@@ -5,7 +5,9 @@
 //! thread (indices are claimed from a shared counter, so uneven jobs balance themselves) and
 //! returns when all of them are done. Idle workers spin for a short while ([`DEFAULT_SPIN`]) so
 //! back-to-back calls (one matmul after another in a token) start without a wake-up system
-//! call, then sleep on a condition variable and burn no core.
+//! call, then sleep on a condition variable and burn no core. A call only waits for workers that
+//! actually joined it: a worker the OS has not scheduled yet (a busy machine) does not hold the
+//! caller up; the caller then simply runs more of the jobs itself.
 //!
 //! The job closure borrows from the caller's stack, while the workers are `'static` threads. The
 //! pool erases the closure's lifetime for the duration of one call; the whole argument for why
@@ -34,8 +36,11 @@ struct Shared {
     job: Mutex<Option<JobRef>>,
     next: AtomicUsize,
     n_jobs: AtomicUsize,
-    /// Workers that have not yet finished the current epoch.
-    pending: AtomicUsize,
+    /// Whether the current call still accepts workers (set before the epoch bump, cleared when
+    /// the caller has run out of indices).
+    open: AtomicBool,
+    /// Workers registered for the current call: they may hold the job pointer.
+    active: AtomicUsize,
     panicked: AtomicBool,
     shutdown: AtomicBool,
     spin: Duration,
@@ -64,9 +69,9 @@ impl Shared {
                 if i >= n {
                     break;
                 }
-                // SAFETY: `run` keeps the closure alive until `pending` reaches 0, which happens
-                // only after this thread (a worker) has returned from `work`, or, on the
-                // calling thread, before `run` returns.
+                // SAFETY: `run` keeps the closure alive until no worker is registered in
+                // `active`; a worker calls `work` only while registered, and the calling thread
+                // calls it before waiting (see `ThreadPool::run`).
                 let f = unsafe { &*job.0 };
                 f(i);
             }
@@ -78,7 +83,9 @@ impl Shared {
     }
 
     fn worker(&self) {
-        let mut seen = self.epoch.load(Ordering::Acquire);
+        // Epoch 0 is the pool's creation: a worker that starts after the first call was posted
+        // must still run it, so it starts from 0, not from the current value.
+        let mut seen = 0;
         loop {
             // Wait for a new epoch: spin first, then sleep.
             let start = Instant::now();
@@ -101,14 +108,21 @@ impl Shared {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            let job = *lock(&self.job);
-            if let Some(job) = job {
-                self.work(job);
+            // Register, then look: `run` clears `open` (SeqCst) before reading `active`
+            // (SeqCst), so either this worker sees `open == false` and keeps its hands off the
+            // job, or `run` sees it registered and waits for it. A worker that was descheduled
+            // during the whole call never holds anyone up.
+            self.active.fetch_add(1, Ordering::SeqCst);
+            if self.open.load(Ordering::SeqCst) {
+                let job = *lock(&self.job);
+                if let Some(job) = job {
+                    self.work(job);
+                }
             }
-            if self.pending.fetch_sub(1, Ordering::SeqCst) == 1
+            if self.active.fetch_sub(1, Ordering::SeqCst) == 1
                 && self.caller_sleeping.load(Ordering::SeqCst)
             {
-                // The caller set `caller_sleeping` (SeqCst) before re-reading `pending` under
+                // The caller set `caller_sleeping` (SeqCst) before re-reading `active` under
                 // `done_lock`, so taking the lock here cannot miss its wait.
                 let _g = lock(&self.done_lock);
                 self.done_cv.notify_all();
@@ -116,14 +130,14 @@ impl Shared {
         }
     }
 
-    /// Waits until every worker has finished the current epoch.
+    /// Waits until no worker is registered for the current call (`open` is already false).
     fn wait_done(&self) {
         let start = Instant::now();
-        while self.pending.load(Ordering::Acquire) != 0 {
+        while self.active.load(Ordering::SeqCst) != 0 {
             if start.elapsed() >= self.spin {
                 let mut g = lock(&self.done_lock);
                 self.caller_sleeping.store(true, Ordering::SeqCst);
-                while self.pending.load(Ordering::SeqCst) != 0 {
+                while self.active.load(Ordering::SeqCst) != 0 {
                     g = self.done_cv.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
                 self.caller_sleeping.store(false, Ordering::SeqCst);
@@ -157,7 +171,8 @@ impl ThreadPool {
             job: Mutex::new(None),
             next: AtomicUsize::new(0),
             n_jobs: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            open: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             spin,
@@ -210,13 +225,14 @@ impl ThreadPool {
         let s = &*self.shared;
         let dyn_f: &(dyn Fn(usize) + Sync) = &f;
         // SAFETY: only the trait object's lifetime bound changes ('_ to 'static); the layout is
-        // identical. The pointer is dereferenced only inside `Shared::work` for this call's
-        // epoch: by workers between seeing the new epoch and decrementing `pending`, and by this
-        // thread below. This function does not return or unwind before `wait_done` has seen
-        // `pending == 0` (every job panic is caught inside `work`), and it clears the slot
-        // before returning; each worker handles every epoch exactly once (the next call cannot
-        // start before all workers decremented `pending`), so no thread can reach the pointer
-        // after `f` is dropped.
+        // identical. Other threads dereference the pointer only inside `Shared::work`, which a
+        // worker enters only while registered in `active` and after seeing `open == true`
+        // (taking the pointer from the `job` slot). This function clears `open`, then waits for
+        // `active == 0`, then empties the slot, and it cannot unwind before that (job panics are
+        // caught inside `work`). The SeqCst register-then-check / clear-then-wait pairing means
+        // a worker either is counted in `active` when `wait_done` looks, or sees `open ==
+        // false`; a worker that registers later finds `open == false` or, in a later call, that
+        // call's job. So no thread can reach this pointer after `run` returns and `f` is dropped.
         let job = JobRef(unsafe {
             std::mem::transmute::<
                 *const (dyn Fn(usize) + Sync + '_),
@@ -227,14 +243,15 @@ impl ThreadPool {
         s.next.store(0, Ordering::Relaxed);
         s.n_jobs.store(n_jobs, Ordering::Relaxed);
         s.panicked.store(false, Ordering::Relaxed);
-        s.pending.store(self.workers.len(), Ordering::Relaxed);
-        // Publishes the stores above to workers that acquire the new epoch.
+        // Publishes the stores above to workers that see `open` (SeqCst) after registering.
+        s.open.store(true, Ordering::SeqCst);
         s.epoch.fetch_add(1, Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = lock(&s.wake_lock);
             s.wake_cv.notify_all();
         }
         s.work(job);
+        s.open.store(false, Ordering::SeqCst);
         s.wait_done();
         *lock(&s.job) = None;
         if s.panicked.load(Ordering::Acquire) {
@@ -318,6 +335,36 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 8);
+    }
+
+    /// Many short calls whose closures borrow per-iteration data, with workers racing to join
+    /// calls that may already be over.
+    #[test]
+    fn stress_short_calls_with_borrowed_data() {
+        for spin in [Duration::ZERO, Duration::from_micros(3), DEFAULT_SPIN] {
+            let pool = ThreadPool::with_spin(3, spin);
+            for round in 0..3000usize {
+                let n = 1 + round % 9;
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(n, |i| {
+                    hits[i].fetch_add(round, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == round));
+            }
+        }
+    }
+
+    /// Workers really take part: with jobs long enough for them to wake, more than one thread
+    /// runs jobs.
+    #[test]
+    fn workers_join_long_calls() {
+        let pool = ThreadPool::new(2);
+        let ids = Mutex::new(std::collections::HashSet::new());
+        pool.run(8, |_| {
+            ids.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        assert_eq!(ids.lock().unwrap().len(), 2);
     }
 
     #[test]

@@ -92,7 +92,9 @@ fn chunk8(ys: &[i8; 128], c: usize) -> &[i8; 8] {
 /// Activation half `h` (0 or 1) of a `q8_K` block: the 128 values one T2P block multiplies.
 #[inline(always)]
 fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
-    yb.qs[128 * h..128 * h + 128].try_into().expect("128 values")
+    yb.qs[128 * h..128 * h + 128]
+        .try_into()
+        .expect("128 values")
 }
 
 /// T2P gemv.
@@ -106,47 +108,70 @@ fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
 /// from `bsums`; the division by 4 is an exact arithmetic shift.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
-    let m03 = _mm256_set1_epi8(0x03);
-    let m0c = _mm256_set1_epi8(0x0C);
-    let ones = _mm256_set1_epi16(1);
-    let fours = _mm256_set1_epi16(4);
+    // -4 * sum(y) per 128-value half, once per call rather than once per block and row group.
+    let neg_ysum4: Vec<i32> = (0..nb).map(|b| -4 * y[b / 2].half_sum(b % 2)).collect();
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = _mm_setzero_ps();
-        for (b, blk) in group.iter().enumerate() {
-            let yb = &y[b / 2];
-            let ys = half(yb, b % 2);
-            let mut a = _mm256_setzero_si256();
-            let mut bq = _mm256_setzero_si256();
-            for wd in 0..4 {
-                let v = load_word(blk, wd);
-                let t = _mm256_srli_epi16::<4>(v);
-                let s0 = _mm256_and_si256(v, m03);
-                let s1 = _mm256_and_si256(v, m0c);
-                let s2 = _mm256_and_si256(t, m03);
-                let s3 = _mm256_and_si256(t, m0c);
-                let c = 4 * wd;
-                let p0 = _mm256_maddubs_epi16(s0, bcast8(chunk8(ys, c)));
-                let p1 = _mm256_maddubs_epi16(s1, bcast8(chunk8(ys, c + 1)));
-                let p2 = _mm256_maddubs_epi16(s2, bcast8(chunk8(ys, c + 2)));
-                let p3 = _mm256_maddubs_epi16(s3, bcast8(chunk8(ys, c + 3)));
-                a = _mm256_add_epi16(a, _mm256_add_epi16(p0, p2));
-                bq = _mm256_add_epi16(bq, _mm256_add_epi16(p1, p3));
-            }
-            // int32 lanes: [r0, r0, r1, r1 | r2, r2, r3, r3], each a part of 4 * dot(u, y).
-            let s = _mm256_add_epi32(_mm256_madd_epi16(a, fours), _mm256_madd_epi16(bq, ones));
-            let r = _mm_hadd_epi32(
-                _mm256_castsi256_si128(s),
-                _mm256_extracti128_si256::<1>(s),
+        // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
+        // reductions and float steps share 256-bit instructions; the two float additions into
+        // `acc` stay separate and in block order.
+        for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum4.chunks_exact(2)) {
+            let s0 = block_u4(&pair[0], half(yb, 0));
+            let s1 = block_u4(&pair[1], half(yb, 1));
+            // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
+            let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
+            let ys = _mm256_setr_epi32(
+                nys[0], nys[0], nys[0], nys[0], nys[1], nys[1], nys[1], nys[1],
             );
-            let ysum = yb.half_sum(b % 2);
-            let isum = _mm_srai_epi32::<2>(_mm_sub_epi32(r, _mm_set1_epi32(4 * ysum)));
-            let scale = _mm_mul_ps(scales(blk), _mm_set1_ps(yb.d));
-            acc = _mm_add_ps(acc, _mm_mul_ps(scale, _mm_cvtepi32_ps(isum)));
+            let isum = _mm256_srai_epi32::<2>(_mm256_add_epi32(h, ys));
+            let d0: &[u16; 4] = &pair[0].d;
+            let d1: &[u16; 4] = &pair[1].d;
+            // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
+            let dh = unsafe {
+                _mm_unpacklo_epi64(
+                    _mm_loadl_epi64(d0.as_ptr().cast()),
+                    _mm_loadl_epi64(d1.as_ptr().cast()),
+                )
+            };
+            let scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(yb.d));
+            let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
+            acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
+            acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod));
         }
         let o: &mut [f32; 4] = o.try_into().expect("4 rows");
         // SAFETY: writes exactly the 4 floats of `o`, unaligned.
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
     }
+}
+
+/// `4 * dot(u, y)` of one T2P block with its 128 activations, as int32
+/// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes); see [`gemv_avx2`].
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn block_u4(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
+    let m03 = _mm256_set1_epi8(0x03);
+    let m0c = _mm256_set1_epi8(0x0C);
+    let mut a = _mm256_setzero_si256();
+    let mut bq = _mm256_setzero_si256();
+    for wd in 0..4 {
+        let v = load_word(blk, wd);
+        let t = _mm256_srli_epi16::<4>(v);
+        let s0 = _mm256_and_si256(v, m03);
+        let s1 = _mm256_and_si256(v, m0c);
+        let s2 = _mm256_and_si256(t, m03);
+        let s3 = _mm256_and_si256(t, m0c);
+        let c = 4 * wd;
+        let p0 = _mm256_maddubs_epi16(s0, bcast8(chunk8(ys, c)));
+        let p1 = _mm256_maddubs_epi16(s1, bcast8(chunk8(ys, c + 1)));
+        let p2 = _mm256_maddubs_epi16(s2, bcast8(chunk8(ys, c + 2)));
+        let p3 = _mm256_maddubs_epi16(s3, bcast8(chunk8(ys, c + 3)));
+        a = _mm256_add_epi16(a, _mm256_add_epi16(p0, p2));
+        bq = _mm256_add_epi16(bq, _mm256_add_epi16(p1, p3));
+    }
+    _mm256_add_epi32(
+        _mm256_madd_epi16(a, _mm256_set1_epi16(4)),
+        _mm256_madd_epi16(bq, _mm256_set1_epi16(1)),
+    )
 }
 
 /// T2P gemm on `q8_K x4` tiles: each decoded slot register serves all four columns.
@@ -206,14 +231,10 @@ unsafe fn gemm_avx2(
                     }
                 }
                 // [r0, r0, r1, r1 | r2, r2, r3, r3] per column, then pairs of columns.
-                let h01 = _mm256_hadd_epi32(
-                    _mm256_madd_epi16(a[0], ones),
-                    _mm256_madd_epi16(a[1], ones),
-                );
-                let h23 = _mm256_hadd_epi32(
-                    _mm256_madd_epi16(a[2], ones),
-                    _mm256_madd_epi16(a[3], ones),
-                );
+                let h01 =
+                    _mm256_hadd_epi32(_mm256_madd_epi16(a[0], ones), _mm256_madd_epi16(a[1], ones));
+                let h23 =
+                    _mm256_hadd_epi32(_mm256_madd_epi16(a[2], ones), _mm256_madd_epi16(a[3], ones));
                 let s = &sums[b];
                 // SAFETY: reads the 16 bytes of `s`, unaligned.
                 let s4 = _mm256_castsi128_si256(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
@@ -350,7 +371,13 @@ mod tests {
         let cols: Vec<BlockQ8K> = (0..8)
             .map(|c| {
                 BlockQ8K::from_qs(
-                    std::array::from_fn(|i| if (i + c) % 3 == 0 { -128 } else { 127 - c as i8 }),
+                    std::array::from_fn(|i| {
+                        if (i + c) % 3 == 0 {
+                            -128
+                        } else {
+                            127 - c as i8
+                        }
+                    }),
                     0.1 * (c + 1) as f32,
                 )
             })

@@ -64,6 +64,7 @@ struct Shape {
 struct Row {
     label: &'static str,
     layout: Layout,
+    isa: Isa,
     rows: usize,
     k: usize,
     batch: usize,
@@ -132,7 +133,7 @@ fn columns(k: usize, ncols: usize, seed: u64) -> Vec<f32> {
 }
 
 /// The stock baseline: `vec_dot_stock` per (row, column), rows split across the pool in the
-/// same whole-row-group jobs as [`matmul_parallel`]; `y` holds `ncols` columns of `k / 256`.
+/// same whole-row-group jobs as [`matmul_parallel`]; `y` holds the columns, `k / 256` blocks each.
 fn stock_parallel(
     pool: &ThreadPool,
     kern: &Kernels,
@@ -140,13 +141,12 @@ fn stock_parallel(
     rows: usize,
     k: usize,
     y: &[BlockQ8K],
-    ncols: usize,
     out: &mut [f32],
 ) {
     let nbr = k / QK_PQ2_0;
     let nby = k / QK_K;
-    let jobs = (pool.threads() * t2p::matmul::JOBS_PER_THREAD).min(rows / 4).max(1);
-    let per = (rows / 4).div_ceil(jobs) * 4;
+    let ncols = y.len() / nby;
+    let per = t2p::matmul::rows_per_job(rows, pool.threads());
     let mut slots: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
     for col in out.chunks_mut(rows).take(ncols) {
         for (j, piece) in col.chunks_mut(per).enumerate() {
@@ -168,14 +168,23 @@ fn stock_parallel(
 }
 
 /// Runs `f` once as warm-up (which also sizes the run), then repeats it within `budget`
-/// (at least `min_reps`, at most `max_reps` times); returns the sorted times in seconds.
-fn time_reps(budget: Duration, min_reps: usize, max_reps: usize, mut f: impl FnMut()) -> Vec<f64> {
+/// (at least `min_reps`, at most `max_reps` times), calling `before` untimed ahead of each
+/// run; returns the sorted times in seconds.
+fn time_reps(
+    budget: Duration,
+    min_reps: usize,
+    max_reps: usize,
+    mut before: impl FnMut(),
+    mut f: impl FnMut(),
+) -> Vec<f64> {
+    before();
     let t = Instant::now();
     f();
     let first = t.elapsed().as_secs_f64().max(1e-7);
     let reps = ((budget.as_secs_f64() / first) as usize).clamp(min_reps, max_reps);
     let mut times: Vec<f64> = (0..reps)
         .map(|_| {
+            before();
             let t = Instant::now();
             f();
             t.elapsed().as_secs_f64()
@@ -183,6 +192,56 @@ fn time_reps(budget: Duration, min_reps: usize, max_reps: usize, mut f: impl FnM
         .collect();
     times.sort_by(f64::total_cmp);
     times
+}
+
+/// Per-call overhead of a pool: an empty job (one index per thread) and a tiny gemv through
+/// [`matmul_parallel`], against the same gemv on the calling thread alone; median microseconds.
+struct Overhead {
+    threads: usize,
+    empty_us: f64,
+    tiny_gemv_us: f64,
+    tiny_gemv_serial_us: f64,
+}
+
+fn pool_overhead(pool: &ThreadPool, kern: &Kernels) -> Result<Overhead, t2p::Error> {
+    let median_us = |mut f: Box<dyn FnMut() + '_>| {
+        for _ in 0..200 {
+            f();
+        }
+        let mut t: Vec<f64> = (0..2000)
+            .map(|_| {
+                let s = Instant::now();
+                f();
+                s.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let n = pool.threads();
+    let empty_us = median_us(Box::new(|| {
+        pool.run(n, |i| {
+            std::hint::black_box(i);
+        })
+    }));
+    // 64 x 1024: 64K weights, about a microsecond of work; split in whole row groups.
+    let (rows, k) = (64, 1024);
+    let w = T2pMatrix::from_t2p_blocks(t2p_blocks(rows * k / QK_PQ2_0 / 4, 9), rows, k)?;
+    let act = QuantizedBatch::new(&columns(k, 1, 10), k, 1)?;
+    let mut out = vec![0.0f32; rows];
+    let solo = ThreadPool::new(1);
+    let tiny_gemv_us = median_us(Box::new(|| {
+        t2p::matmul::matmul_parallel_min(pool, kern, &w, &act, &mut out, rows, 0).expect("shape")
+    }));
+    let tiny_gemv_serial_us = median_us(Box::new(|| {
+        matmul_parallel(&solo, kern, &w, &act, &mut out, rows).expect("shape")
+    }));
+    Ok(Overhead {
+        threads: n,
+        empty_us,
+        tiny_gemv_us,
+        tiny_gemv_serial_us,
+    })
 }
 
 fn json_num(x: f64) -> String {
@@ -226,15 +285,63 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         eprintln!("bench: ceiling at {t} thread(s): {c:.2} GB/s");
     }
 
+    let overheads: Vec<Overhead> = pools
+        .iter()
+        .map(|p| pool_overhead(p, kern))
+        .collect::<Result<_, _>>()?;
+    for o in &overheads {
+        eprintln!(
+            "bench: pool overhead at {} thread(s): empty call {:.2} us, 64x1024 gemv split {:.2} us (one thread {:.2} us)",
+            o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
+        );
+    }
+
+    // Larger than the LLC (32 MiB here), read between decode runs to evict the weights.
+    let flush: Vec<u64> = (0..(96usize << 20) / 8).map(|i| i as u64).collect();
     let shapes = [
-        Shape { label: "decode", rows: 32768, k: 8192, batch: 1 },
-        Shape { label: "L3", rows: 4096, k: 14336, batch: 1 },
-        Shape { label: "L2", rows: 1024, k: 1024, batch: 1 },
-        Shape { label: "prefill", rows: 17408, k: 5120, batch: 4 },
-        Shape { label: "prefill", rows: 17408, k: 5120, batch: 64 },
-        Shape { label: "prefill", rows: 17408, k: 5120, batch: 512 },
+        Shape {
+            label: "decode",
+            rows: 32768,
+            k: 8192,
+            batch: 1,
+        },
+        Shape {
+            label: "L3",
+            rows: 4096,
+            k: 14336,
+            batch: 1,
+        },
+        Shape {
+            label: "L2",
+            rows: 1024,
+            k: 1024,
+            batch: 1,
+        },
+        Shape {
+            label: "prefill",
+            rows: 17408,
+            k: 5120,
+            batch: 4,
+        },
+        Shape {
+            label: "prefill",
+            rows: 17408,
+            k: 5120,
+            batch: 64,
+        },
+        Shape {
+            label: "prefill",
+            rows: 17408,
+            k: 5120,
+            batch: 512,
+        },
     ];
-    let total_runs = shapes.len() * threads.len() * 2;
+    let oracle = Kernels::for_isa(Isa::Scalar)?;
+    let mut variants = vec![(Layout::T2p, kern), (Layout::Stock, kern)];
+    if isa != Isa::Scalar {
+        variants.push((Layout::Stock, oracle));
+    }
+    let total_runs = shapes.len() * threads.len() * variants.len();
     let mut results: Vec<Row> = Vec::new();
     let mut done = 0;
     for (si, shape) in shapes.iter().enumerate() {
@@ -250,30 +357,49 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let bytes = w.size_bytes() as f64;
         let macs = (rows * k * batch) as f64;
         for (pi, pool) in pools.iter().enumerate() {
-            for layout in [Layout::T2p, Layout::Stock] {
+            for &(layout, vkern) in &variants {
                 done += 1;
-                // The stock baseline at 512 columns takes tens of seconds; only with --full.
-                if layout == Layout::Stock && batch > 64 && !args.full {
+                // The stock baselines at many columns take tens of seconds: only with --full.
+                let limit = if vkern.isa() == Isa::Scalar && isa != Isa::Scalar {
+                    4
+                } else {
+                    64
+                };
+                if layout == Layout::Stock && batch > limit && !args.full {
                     eprintln!(
-                        "bench: [{done}/{total_runs}] skip stock {rows}x{k}x{batch} (use --full)"
+                        "bench: [{done}/{total_runs}] skip stock {} {rows}x{k}x{batch} (use --full)",
+                        vkern.isa()
                     );
                     continue;
                 }
                 eprint!(
-                    "bench: [{done}/{total_runs}] {} {} {rows}x{k}x{batch} threads {} ...",
+                    "bench: [{done}/{total_runs}] {} {} {} {rows}x{k}x{batch} threads {} ...",
                     if batch == 1 { "gemv" } else { "gemm" },
                     layout.name(),
+                    vkern.isa(),
                     pool.threads()
                 );
                 let _ = std::io::stderr().flush();
                 // Big gemm runs: fewer repetitions, but never a single one.
-                let (lo, hi) = if macs * 2.0 > 2e10 { (2, max_reps) } else { (min_reps, max_reps) };
+                let (lo, hi) = if macs * 2.0 > 2e10 {
+                    (2, max_reps)
+                } else {
+                    (min_reps, max_reps)
+                };
+                // Decode streams weights that were not read recently (a token touches gigabytes):
+                // evict the matrix from the caches before each decode run (untimed).
+                let evict = || {
+                    if shape.label == "decode" {
+                        let s = flush.iter().fold(0u64, |a, &x| a.wrapping_add(x));
+                        std::hint::black_box(s);
+                    }
+                };
                 let times = match layout {
-                    Layout::T2p => time_reps(budget, lo, hi, || {
-                        matmul_parallel(pool, kern, &w, &act, &mut out, rows).expect("shape");
+                    Layout::T2p => time_reps(budget, lo, hi, evict, || {
+                        matmul_parallel(pool, vkern, &w, &act, &mut out, rows).expect("shape");
                     }),
-                    Layout::Stock => time_reps(budget, lo, hi, || {
-                        stock_parallel(pool, kern, &pq, rows, k, &yq, batch, &mut out);
+                    Layout::Stock => time_reps(budget, lo, hi, evict, || {
+                        stock_parallel(pool, vkern, &pq, rows, k, &yq, &mut out);
                     }),
                 };
                 let median = times[times.len() / 2];
@@ -283,6 +409,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 results.push(Row {
                     label: shape.label,
                     layout,
+                    isa: vkern.isa(),
                     rows,
                     k,
                     batch,
@@ -306,12 +433,21 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             json_num(*ceilings.last().expect("one ceiling"))
         )?;
         for (i, (t, c)) in threads.iter().zip(&ceilings).enumerate() {
-            write!(s, "{}\"{t}\": {}", if i > 0 { ", " } else { "" }, json_num(*c))?;
+            write!(
+                s,
+                "{}\"{t}\": {}",
+                if i > 0 { ", " } else { "" },
+                json_num(*c)
+            )?;
         }
         write!(
             s,
             "}}, \"threads\": [{}], \"results\": [",
-            threads.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+            threads
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         )?;
         for (i, r) in results.iter().enumerate() {
             write!(
@@ -320,7 +456,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 if i > 0 { ", " } else { "" },
                 r.kernel(),
                 r.layout.name(),
-                isa,
+                r.isa,
                 r.rows,
                 r.k,
                 r.batch,
@@ -329,6 +465,18 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 json_num(r.gbps),
                 json_num(r.pct),
                 json_num(r.gflops)
+            )?;
+        }
+        s.push_str("], \"pool_overhead_us\": [");
+        for (i, o) in overheads.iter().enumerate() {
+            write!(
+                s,
+                "{}{{\"threads\": {}, \"empty\": {}, \"tiny_gemv\": {}, \"tiny_gemv_one_thread\": {}}}",
+                if i > 0 { ", " } else { "" },
+                o.threads,
+                json_num(o.empty_us),
+                json_num(o.tiny_gemv_us),
+                json_num(o.tiny_gemv_serial_us)
             )?;
         }
         s.push_str("]}");
@@ -340,28 +488,54 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     for (t, c) in threads.iter().zip(&ceilings) {
         println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
     }
+    for o in &overheads {
+        println!(
+            "pool per-call overhead, {} thread(s): empty call {:.2} us; 64x1024 gemv split over the pool {:.2} us, on one thread {:.2} us",
+            o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
+        );
+    }
     println!(
-        "{:<5} {:<8} {:<5} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>7}",
-        "kern", "shape", "lay", "rows x k", "batch", "thr", "median ms", "spread", "GB/s",
-        "%ceil", "GMAC/s", "GFLOPS", "t2p/st"
+        "{:<5} {:<8} {:<5} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9}",
+        "kern",
+        "shape",
+        "lay",
+        "isa",
+        "rows x k",
+        "batch",
+        "thr",
+        "median ms",
+        "spread",
+        "GB/s",
+        "%ceil",
+        "GMAC/s",
+        "GFLOPS",
+        "vs stock",
+        "vs scalar"
     );
+    let ratio = |r: &Row, isa: Isa| {
+        results
+            .iter()
+            .find(|o| {
+                o.layout == Layout::Stock
+                    && o.isa == isa
+                    && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
+            })
+            .map_or("-".to_string(), |o| {
+                format!("{:.1}x", o.median_s / r.median_s)
+            })
+    };
     for r in &results {
-        let ratio = if r.layout == Layout::T2p {
-            results
-                .iter()
-                .find(|o| {
-                    o.layout == Layout::Stock
-                        && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
-                })
-                .map_or("-".to_string(), |o| format!("{:.1}x", o.median_s / r.median_s))
+        let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
+            (ratio(r, r.isa), ratio(r, Isa::Scalar))
         } else {
-            String::new()
+            (String::new(), String::new())
         };
         println!(
-            "{:<5} {:<8} {:<5} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>7}",
+            "{:<5} {:<8} {:<5} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9}",
             r.kernel(),
             r.label,
             r.layout.name(),
+            r.isa.name(),
             format!("{}x{}", r.rows, r.k),
             r.batch,
             r.threads,
@@ -371,7 +545,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             r.pct,
             r.gflops / 2.0,
             r.gflops,
-            ratio
+            vs_stock,
+            vs_scalar
         );
     }
     println!(

@@ -1,0 +1,69 @@
+//! The parallel driver and the pool: `matmul_parallel` must equal the single-threaded driver bit
+//! for bit, for several thread counts, batch widths, strides and uneven row splits.
+
+mod common;
+
+use common::*;
+use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul, matmul_parallel};
+use t2p::pool::ThreadPool;
+
+#[test]
+fn parallel_equals_single_threaded() {
+    let mut rng = Lcg(42);
+    let pools: Vec<ThreadPool> = [1, 2, 3, 4].into_iter().map(ThreadPool::new).collect();
+    // 36 rows = 9 row groups: chunks do not divide evenly for 2, 3 or 4 threads.
+    for (rows, k) in [(4, 256), (36, 512), (128, 1024)] {
+        let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut rng);
+        let w = T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
+        for ncols in [1, 2, 3, 4, 5, 8, 13] {
+            let x: Vec<f32> = (0..k * ncols)
+                .map(|_| rng.next() as f32 / u32::MAX as f32 - 0.5)
+                .collect();
+            let act = QuantizedBatch::new(&x, k, ncols).unwrap();
+            for kern in paths_under_test() {
+                let want = matmul(kern, &w, &act).unwrap();
+                for pool in &pools {
+                    for ld in [rows, rows + 3] {
+                        let sentinel = f32::from_bits(0x7fc0_4321);
+                        let mut out = vec![sentinel; (ncols - 1) * ld + rows];
+                        matmul_parallel(pool, kern, &w, &act, &mut out, ld).unwrap();
+                        let got: Vec<f32> = (0..ncols)
+                            .flat_map(|c| out[c * ld..c * ld + rows].to_vec())
+                            .collect();
+                        let what = format!(
+                            "{} {rows}x{k}x{ncols} threads {} ld {ld}",
+                            kern.isa(),
+                            pool.threads()
+                        );
+                        assert_bits_eq(&got, &want, &what);
+                        for c in 0..ncols - 1 {
+                            assert!(
+                                out[c * ld + rows..(c + 1) * ld]
+                                    .iter()
+                                    .all(|v| v.to_bits() == sentinel.to_bits()),
+                                "{what}: stride gap written"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn parallel_rejects_bad_shapes() {
+    let mut rng = Lcg(7);
+    let pq = pq2_0_tensor(8, 256, Codes::Random, Scales::One, &mut rng);
+    let w = T2pMatrix::from_pq2_0(&pq, 8, 256).unwrap();
+    let pool = ThreadPool::new(2);
+    let kern = oracle();
+    let act = QuantizedBatch::new(&vec![0.5; 512], 256, 2).unwrap();
+    let mut short = vec![0.0; 15];
+    assert!(matmul_parallel(&pool, kern, &w, &act, &mut short, 8).is_err());
+    let mut out = vec![0.0; 16];
+    assert!(matmul_parallel(&pool, kern, &w, &act, &mut out, 4).is_err());
+    let other = QuantizedBatch::new(&vec![0.5; 512], 512, 1).unwrap();
+    assert!(matmul_parallel(&pool, kern, &w, &other, &mut out, 8).is_err());
+    matmul_parallel(&pool, kern, &w, &act, &mut out, 8).unwrap();
+}
