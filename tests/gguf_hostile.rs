@@ -145,8 +145,10 @@ fn truncated_copies_fail_cleanly() {
         let bytes = std::fs::read(&path).unwrap();
         let need = required_len(&bytes);
         let g = GgufFile::from_bytes(&bytes).unwrap();
+        // Each cut re-parses up to 6 MB of vocabulary: fewer evenly spread cuts in big files.
+        let spread = if bytes.len() > 2 << 20 { 40 } else { 120 };
         let mut cuts: Vec<usize> = (0..64).collect();
-        cuts.extend((1..=120).map(|i| bytes.len() * i / 121));
+        cuts.extend((1..=spread).map(|i| bytes.len() * i / (spread + 1)));
         let header_end = g.data_offset().min(bytes.len() as u64) as usize;
         cuts.extend([header_end.saturating_sub(1), header_end, need - 1]);
         for t in g.tensors().iter().take(8) {
@@ -174,7 +176,7 @@ fn truncated_copies_fail_cleanly() {
         }
     }
     println!("{cases} truncated copies refused");
-    assert!(cases > 1000);
+    assert!(cases > 700);
 }
 
 #[test]
@@ -195,7 +197,7 @@ fn corrupted_fields_fail_cleanly() {
         for (fi, &(field, name)) in fields.iter().enumerate() {
             // Large files (a 6 MB vocabulary parsed per case): the first and last fields and
             // a sample in between, to keep the test under a minute on two cores.
-            if big && fi >= 40 && fi + 40 < n_fields && fi % 7 != 0 {
+            if big && fi >= 12 && fi + 12 < n_fields && fi % 20 != 0 {
                 continue;
             }
             let (pos, size) = match field {
@@ -207,7 +209,11 @@ fn corrupted_fields_fail_cleanly() {
             } else {
                 u64::from_le_bytes(bytes[pos..pos + 8].try_into().unwrap())
             };
-            let values: Vec<u64> = if size == 4 {
+            let values: Vec<u64> = if size == 4 && big {
+                vec![0, 13, 0xFFFF_FFFF, orig ^ 1]
+            } else if big {
+                vec![0, orig.wrapping_add(1), u64::MAX, orig.wrapping_add(32)]
+            } else if size == 4 {
                 vec![
                     0,
                     1,
@@ -243,7 +249,7 @@ fn corrupted_fields_fail_cleanly() {
                 cases += 1;
                 if let Err(e) = r {
                     refused += 1;
-                    if examples.len() < 12 && rng.next() % 50 == 0 {
+                    if examples.len() < 12 && rng.next().is_multiple_of(50) {
                         examples.push(format!("{name} = {v}: {e}"));
                     }
                 }
@@ -253,7 +259,7 @@ fn corrupted_fields_fail_cleanly() {
         // Random byte flips anywhere in the header.
         let header =
             (GgufFile::from_bytes(&bytes).unwrap().data_offset() as usize).min(bytes.len());
-        for _ in 0..if big { 40 } else { 300 } {
+        for _ in 0..if big { 20 } else { 300 } {
             let pos = rng.next() as usize % header;
             work[pos] ^= 1 << (rng.next() % 8);
             let what = format!("{} byte flip at {pos}", path.display());

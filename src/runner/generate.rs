@@ -33,7 +33,13 @@ impl GenStats {
 }
 
 /// Evaluates `tokens` in batches of at most `n_batch`, returning the last position's logits.
-pub fn prefill(model: &Model, exec: &Exec, session: &mut Session, tokens: &[u32], n_batch: usize) -> Result<Vec<f32>> {
+pub fn prefill(
+    model: &Model,
+    exec: &Exec,
+    session: &mut Session,
+    tokens: &[u32],
+    n_batch: usize,
+) -> Result<Vec<f32>> {
     let mut logits = Vec::new();
     for chunk in tokens.chunks(n_batch.max(1)) {
         logits = model.forward(exec, session, chunk, false)?;
@@ -56,7 +62,10 @@ pub fn generate(
     is_eog: impl Fn(u32) -> bool,
     mut on_token: impl FnMut(u32) -> bool,
 ) -> Result<GenStats> {
-    let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
+    let mut stats = GenStats {
+        prompt_tokens: prompt.len(),
+        ..Default::default()
+    };
     let t0 = Instant::now();
     let mut logits = prefill(model, exec, session, prompt, n_batch)?;
     stats.prompt_secs = t0.elapsed().as_secs_f64();

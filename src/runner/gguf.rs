@@ -256,9 +256,9 @@ impl TensorInfo {
         self.ggml_type == GgmlType::PQ2_0
             && self.shape.len() == 2
             && self.shape[1] > 0
-            && self.shape[1] % 4 == 0
+            && self.shape[1].is_multiple_of(4)
             && self.shape[0] > 0
-            && self.shape[0] % 256 == 0
+            && self.shape[0].is_multiple_of(256)
     }
 }
 
@@ -560,7 +560,7 @@ impl GgufFile {
             let ggml_type = GgmlType(type_id);
             let n_bytes = match ggml_type.block() {
                 Some((block, bytes)) => {
-                    if shape[0] % block != 0 {
+                    if !shape[0].is_multiple_of(block) {
                         return Err(bad(format!(
                             "first dimension {} is not a multiple of the {} block size {block}",
                             shape[0], ggml_type
@@ -580,7 +580,7 @@ impl GgufFile {
                     });
                 }
             };
-            if offset % alignment != 0 {
+            if !offset.is_multiple_of(alignment) {
                 return Err(bad(format!(
                     "data offset {offset} is not a multiple of the alignment {alignment}"
                 )));
@@ -659,8 +659,8 @@ impl GgufFile {
             if t.ggml_type == GgmlType::Q2_0_LEGACY {
                 let room = next.saturating_sub(t.offset);
                 let n = t.n_elements();
-                let s34 = (n % 128 == 0).then(|| n / 128 * 34);
-                let s18 = (n % 64 == 0).then(|| n / 64 * 18);
+                let s34 = n.is_multiple_of(128).then(|| n / 128 * 34);
+                let s18 = n.is_multiple_of(64).then(|| n / 64 * 18);
                 let fits = |s: u64| s <= room && room < s + self.alignment.max(1);
                 match (s34, s18) {
                     (Some(s), _) if fits(s) => {
@@ -681,7 +681,7 @@ impl GgufFile {
                     }
                 }
             }
-            let end = t.offset.checked_add(t.n_bytes).unwrap_or(u64::MAX);
+            let end = t.offset.saturating_add(t.n_bytes);
             if end > data_len {
                 return Err(GgufError::Truncated {
                     what: format!("data of tensor {:?}", t.name),

@@ -128,14 +128,26 @@ impl<W: Write + Seek> GgufWriter<W> {
             offset += t.bytes.div_ceil(ALIGNMENT) * ALIGNMENT;
         }
         pad(&mut out)?;
-        Ok(GgufWriter { out, specs: tensors, next: 0 })
+        Ok(GgufWriter {
+            out,
+            specs: tensors,
+            next: 0,
+        })
     }
 
     /// Writes the data of the next tensor; `data` must be exactly its byte size.
     pub fn tensor_data(&mut self, data: &[u8]) -> io::Result<()> {
-        let spec = self.specs.get(self.next).ok_or_else(|| io::Error::other("more tensor data than tensors"))?;
+        let spec = self
+            .specs
+            .get(self.next)
+            .ok_or_else(|| io::Error::other("more tensor data than tensors"))?;
         if data.len() as u64 != spec.bytes {
-            return Err(io::Error::other(format!("{}: {} bytes given, {} declared", spec.name, data.len(), spec.bytes)));
+            return Err(io::Error::other(format!(
+                "{}: {} bytes given, {} declared",
+                spec.name,
+                data.len(),
+                spec.bytes
+            )));
         }
         self.out.write_all(data)?;
         pad(&mut self.out)?;
@@ -146,7 +158,11 @@ impl<W: Write + Seek> GgufWriter<W> {
     /// Checks every tensor was written and returns the output.
     pub fn finish(mut self) -> io::Result<W> {
         if self.next != self.specs.len() {
-            return Err(io::Error::other(format!("{} of {} tensors written", self.next, self.specs.len())));
+            return Err(io::Error::other(format!(
+                "{} of {} tensors written",
+                self.next,
+                self.specs.len()
+            )));
         }
         self.out.flush()?;
         Ok(self.out)

@@ -15,8 +15,8 @@ use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
 use super::types::GgmlType;
 use crate::format::{
-    BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, dequantize_row_pq2_0, f16_to_f32,
-    repack_pq2_0_in_place, t2p_block_count,
+    BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32, repack_pq2_0_in_place,
+    t2p_block_count,
 };
 use crate::matmul::T2pMatrix;
 
@@ -136,25 +136,28 @@ impl Tensor {
             });
         }
         let out = &mut out[..k];
+        // The fields are public, so the data may not match the shape: check every slice.
+        let short = || GgufError::Shape {
+            name: self.name.clone(),
+            reason: format!("data shorter than shape {:?}", self.shape),
+        };
         let span = row * k..(row + 1) * k;
         match &self.data {
-            TensorData::F32(v) => out.copy_from_slice(&v[span]),
+            TensorData::F32(v) => out.copy_from_slice(v.get(span).ok_or_else(short)?),
             TensorData::F16(v) => {
-                for (o, &b) in out.iter_mut().zip(&v[span]) {
+                for (o, &b) in out.iter_mut().zip(v.get(span).ok_or_else(short)?) {
                     *o = f16_to_f32(b);
                 }
             }
             TensorData::Bf16(v) => {
-                for (o, &b) in out.iter_mut().zip(&v[span]) {
+                for (o, &b) in out.iter_mut().zip(v.get(span).ok_or_else(short)?) {
                     *o = bf16_to_f32(b);
                 }
             }
             TensorData::Q8_0(v) => {
                 let nb = k / QK8_0;
-                for (chunk, b) in out
-                    .chunks_exact_mut(QK8_0)
-                    .zip(&v[row * nb..(row + 1) * nb])
-                {
+                let blocks = v.get(row * nb..(row + 1) * nb).ok_or_else(short)?;
+                for (chunk, b) in out.chunks_exact_mut(QK8_0).zip(blocks) {
                     let d = f16_to_f32(b.d);
                     for (o, &q) in chunk.iter_mut().zip(&b.qs) {
                         *o = q as f32 * d;
@@ -163,15 +166,16 @@ impl Tensor {
             }
             TensorData::Pq2_0(v) => {
                 let nb = k / QK_PQ2_0;
-                dequantize_row_pq2_0(&v[row * nb..(row + 1) * nb], out);
+                let blocks = v.get(row * nb..(row + 1) * nb).ok_or_else(short)?;
+                for (chunk, b) in out.chunks_exact_mut(QK_PQ2_0).zip(blocks) {
+                    chunk.copy_from_slice(&b.dequantize());
+                }
             }
             TensorData::T2p(m) => {
-                let nb = k / QK_PQ2_0;
+                let nb = m.k() / QK_PQ2_0;
                 let (g, r) = (row / ROWS_PER_T2P, row % ROWS_PER_T2P);
-                for (b, chunk) in m.blocks()[g * nb..(g + 1) * nb]
-                    .iter()
-                    .zip(out.chunks_exact_mut(QK_PQ2_0))
-                {
+                let blocks = m.blocks().get(g * nb..(g + 1) * nb).ok_or_else(short)?;
+                for (b, chunk) in blocks.iter().zip(out.chunks_exact_mut(QK_PQ2_0)) {
                     let d = f16_to_f32(b.d[r]);
                     for (j, o) in chunk.iter_mut().enumerate() {
                         *o = (b.code(r, j) as f32 - 1.0) * d;

@@ -155,6 +155,14 @@ files['bad-tokenizer-no-tokens.gguf'] = gguf([string('tokenizer.ggml.model', 'gp
                                               str_array('tokenizer.ggml.tokens', [])], [], b'')
 files['bad-tokenizer-bpe-no-merges.gguf'] = gguf([string('tokenizer.ggml.model', 'gpt2'),
                                                   str_array('tokenizer.ggml.tokens', ['a', 'b'])], [], b'')
+files['bad-tokenizer-unknown-pre.gguf'] = gguf([string('tokenizer.ggml.model', 'gpt2'),
+                                                 string('tokenizer.ggml.pre', 'no-such-pre'),
+                                                 str_array('tokenizer.ggml.tokens', ['a', 'b']),
+                                                 str_array('tokenizer.ggml.merges', ['a b'])], [], b'')
+files['ok-tokenizer-bpe.gguf'] = gguf([string('tokenizer.ggml.model', 'gpt2'),
+                                       string('tokenizer.ggml.pre', 'qwen2'),
+                                       str_array('tokenizer.ggml.tokens', ['a', 'b', 'ab', '\u0120', '\u0120ab', 'c', '\u00c3', '\u00a9']),
+                                       str_array('tokenizer.ggml.merges', ['a b', '\u0120 ab'])], [], b'')
 
 for name, b in sorted(files.items()):
     with open(name, 'wb') as f:

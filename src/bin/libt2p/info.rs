@@ -76,6 +76,30 @@ fn short_array(a: &Array) -> String {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let opts = LoadOptions {
+        progress: Progress::Auto,
+        ..LoadOptions::default()
+    };
+    // Load first, before anything else allocates, so that the peak RSS is the loader's.
+    let loaded = if args.load {
+        let start = std::time::Instant::now();
+        let (_, store) = TensorStore::load_file(&args.model, &opts)?;
+        let line = format!(
+            "loaded {} tensors ({}) in {:.2} s; peak RSS {} (header, tensors and process) vs \
+             file {}",
+            store.len(),
+            mib(store.total_bytes() as u64),
+            start.elapsed().as_secs_f64(),
+            peak_rss_bytes()
+                .map(mib)
+                .unwrap_or_else(|| "unknown".into()),
+            mib(std::fs::metadata(&args.model)?.len())
+        );
+        drop(store);
+        Some(line)
+    } else {
+        None
+    };
     let gguf = GgufFile::open(&args.model)?;
     println!("file:          {}", args.model.display());
     println!(
@@ -150,10 +174,6 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
     }
 
-    let opts = LoadOptions {
-        progress: Progress::Auto,
-        ..LoadOptions::default()
-    };
     println!("\ntensors: {}", gguf.tensors().len());
     for (ty, n, bytes) in gguf.bytes_by_type() {
         let load = if ty.is_loadable() {
@@ -211,19 +231,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             println!("  {k:<45} {}", short(v));
         }
     }
-    if args.load {
-        let start = std::time::Instant::now();
-        let (_, store) = TensorStore::load_file(&args.model, &opts)?;
-        let secs = start.elapsed().as_secs_f64();
-        println!(
-            "\nloaded {} tensors ({}) in {secs:.2} s; peak RSS {} vs file {}",
-            store.len(),
-            mib(store.total_bytes() as u64),
-            peak_rss_bytes()
-                .map(mib)
-                .unwrap_or_else(|| "unknown".into()),
-            mib(gguf.file_len())
-        );
+    if let Some(line) = loaded {
+        println!("\n{line}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -238,7 +238,17 @@ impl Tokenizer {
         let add_space_prefix = gguf
             .opt_bool("tokenizer.ggml.add_space_prefix")?
             .unwrap_or(spm);
-        let pre = (kind == TokenizerKind::Bpe).then(|| PreTokenizer::new(&pre_name));
+        let pre = match kind {
+            TokenizerKind::Bpe => Some(PreTokenizer::new(&pre_name).ok_or_else(|| {
+                GgufError::Tokenizer {
+                    reason: format!(
+                        "unknown pre-tokenizer tokenizer.ggml.pre = {pre_name:?} (known: gpt-2, \
+                         llama-bpe/llama3, qwen2, qwen35, smollm/starcoder, default, ...)"
+                    ),
+                }
+            })?),
+            TokenizerKind::Spm => None,
+        };
 
         let vocab = Vocab {
             tokens,
@@ -428,12 +438,21 @@ impl Tokenizer {
     /// Splits `text` around occurrences of special tokens (longest tokens first).
     fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
         let mut frags = vec![Fragment::Text(text)];
+        // Special tokens whose first byte does not occur in the text cannot match: this skips
+        // nearly all of them without a substring search.
+        let mut present = [false; 256];
+        for b in text.bytes() {
+            present[b as usize] = true;
+        }
         for &id in &self.special {
             let ty = self.vocab.token_type(id);
             if !parse_special && matches!(ty, TokenType::Control | TokenType::Unknown) {
                 continue;
             }
             let pat = self.vocab.tokens[id as usize].as_str();
+            if !present[pat.as_bytes()[0] as usize] {
+                continue;
+            }
             // Cheap pre-check: most special tokens occur nowhere.
             if !frags
                 .iter()

@@ -37,16 +37,14 @@ pub struct PreTokenizer {
 }
 
 impl PreTokenizer {
-    /// Compiles the patterns for `pre`; an unknown name falls back to the default list, as
-    /// llama.cpp's default pre-tokenizer does (with a warning there).
-    pub fn new(pre: &str) -> PreTokenizer {
-        let patterns = patterns_for(pre).unwrap_or_else(|| patterns_for("default").unwrap());
-        PreTokenizer {
-            regexes: patterns
-                .into_iter()
-                .map(|p| Regex::new(p).expect("built-in pre-tokenizer patterns compile"))
-                .collect(),
-        }
+    /// Compiles the patterns for `pre`, or `None` for a name this crate does not know
+    /// (llama.cpp refuses those too: guessing would tokenize silently wrong).
+    pub fn new(pre: &str) -> Option<PreTokenizer> {
+        let regexes = patterns_for(pre)?
+            .into_iter()
+            .map(|p| Regex::new(p).ok())
+            .collect::<Option<Vec<_>>>()?;
+        Some(PreTokenizer { regexes })
     }
 
     /// Splits `text` into pre-token words (byte ranges into `text`).
@@ -117,13 +115,21 @@ mod tests {
 
     #[test]
     fn qwen2_splits() {
-        let p = PreTokenizer::new("qwen2");
+        let p = PreTokenizer::new("qwen2").unwrap();
         assert_eq!(
             p.split("Hello  world 123"),
             ["Hello", " ", " world", " ", "1", "2", "3"]
         );
         assert_eq!(p.split("don't\n\n x"), ["don", "'t", "\n\n", " x"]);
         assert!(p.split("").is_empty());
+    }
+
+    #[test]
+    fn every_known_pattern_compiles() {
+        for pre in ["gpt-2", "llama-bpe", "qwen2", "qwen35", "smollm", "default"] {
+            assert!(PreTokenizer::new(pre).is_some(), "{pre}");
+        }
+        assert!(PreTokenizer::new("no-such-pre").is_none());
     }
 
     #[test]
