@@ -37,6 +37,12 @@ pub struct Args {
     /// Size of the bandwidth probe buffer in MiB.
     #[arg(long, default_value_t = 1024)]
     ceiling_mib: usize,
+    /// Benchmark a model instead of the kernels: prompt and generation tok/s like llama-bench,
+    /// and the cost of verifying a draft (forward over B tokens / a 1-token decode).
+    #[arg(short = 'm', long = "model")]
+    model: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    model_bench: crate::model_bench::ModelBenchArgs,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -253,6 +259,16 @@ fn json_num(x: f64) -> String {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if let Some(model) = &args.model {
+        if args.threads.len() > 1 {
+            return Err("a model benchmark runs at one thread count (--threads N)".into());
+        }
+        if let Some(name) = &args.isa {
+            t2p::kernels::set_active(Isa::from_name(name)?)?;
+        }
+        let margs = crate::run::ModelArgs { model: model.clone(), threads: args.threads.first().copied(), ctx_size: None, batch: 512 };
+        return crate::model_bench::run(&margs, &args.model_bench, args.json);
+    }
     let isa = match &args.isa {
         Some(name) => Isa::from_name(name)?,
         None => Isa::best(),

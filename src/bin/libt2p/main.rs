@@ -7,6 +7,7 @@ mod chat;
 mod check;
 mod info;
 mod logits;
+mod model_bench;
 mod perplexity;
 mod run;
 mod synth;

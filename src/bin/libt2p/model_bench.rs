@@ -1,0 +1,122 @@
+//! `libt2p bench -m FILE`: prompt processing and generation speed of a model, like llama-bench
+//! (`pp` = one forward pass over a prompt of N tokens, `tg` = N single-token forward passes),
+//! plus the price of verifying a draft: a forward pass over B tokens / a 1-token decode.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use t2p::bandwidth::BandwidthProbe;
+use t2p::runner::model::{Exec, Loaded};
+
+use crate::run::ModelArgs;
+
+/// Options of the model benchmark.
+#[derive(clap::Args, Clone)]
+pub struct ModelBenchArgs {
+    /// Prompt tokens for the pp test (0: skip).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: usize,
+    /// Generated tokens for the tg test (0: skip).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: usize,
+    /// Repetitions (the median is reported).
+    #[arg(short = 'r', long, default_value_t = 3)]
+    pub reps: usize,
+    /// Batch widths whose forward-pass time is compared with a 1-token decode (verification cost).
+    #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
+    pub verify_batches: Vec<usize>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn tokens(loaded: &Loaded, n: usize) -> Vec<u32> {
+    let nv = loaded.model.n_vocab() as u32;
+    (0..n as u32).map(|i| (i * 7919 + 13) % nv).collect()
+}
+
+/// Seconds of one forward pass over `n` tokens after `ctx` tokens of context.
+fn time_forward(loaded: &Loaded, exec: &Exec, ctx: usize, n: usize) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut s = loaded.model.new_session(ctx + n + 1);
+    if ctx > 0 {
+        loaded.model.forward(exec, &mut s, &tokens(loaded, ctx), false)?;
+    }
+    let t = Instant::now();
+    loaded.model.forward(exec, &mut s, &tokens(loaded, n), false)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let (loaded, load_secs) = model.load(json)?;
+    let exec = Exec::new(model.threads());
+    let reps = args.reps.max(1);
+    let bytes = loaded.model.bytes_per_token() as f64;
+    let mut results = Vec::new();
+    if args.n_prompt > 0 {
+        time_forward(&loaded, &exec, 0, args.n_prompt.min(64))?; // warm-up
+        let t = median((0..reps).map(|_| time_forward(&loaded, &exec, 0, args.n_prompt)).collect::<Result<_, _>>()?);
+        results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
+    }
+    if args.n_gen > 0 {
+        let run_tg = || -> Result<f64, Box<dyn std::error::Error>> {
+            let mut s = loaded.model.new_session(args.n_gen + 2);
+            loaded.model.forward(&exec, &mut s, &[1], false)?;
+            let t = Instant::now();
+            for i in 0..args.n_gen {
+                loaded.model.forward(&exec, &mut s, &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32], false)?;
+            }
+            Ok(t.elapsed().as_secs_f64())
+        };
+        run_tg()?;
+        let t = median((0..reps).map(|_| run_tg()).collect::<Result<_, _>>()?);
+        results.push(("tg", args.n_gen, args.n_gen as f64 / t));
+    }
+    // Verification price: forward over B tokens (after 64 tokens of context) / 1 token.
+    let mut ratios = Vec::new();
+    if !args.verify_batches.is_empty() {
+        let one = median((0..reps + 2).map(|_| time_forward(&loaded, &exec, 64, 1)).collect::<Result<_, _>>()?);
+        for &b in &args.verify_batches {
+            let tb = median((0..reps + 2).map(|_| time_forward(&loaded, &exec, 64, b)).collect::<Result<_, _>>()?);
+            ratios.push((b, tb / one));
+        }
+    }
+    let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
+    let ceiling = probe.measure(&exec.pool, 3).median_gbps;
+    let tg_ceiling = ceiling * 1e9 / bytes;
+    if json {
+        let res: Vec<_> = results
+            .iter()
+            .map(|(k, n, tps)| serde_json::json!({ "test": format!("{k}{n}"), "tokens": n, "tps": tps }))
+            .collect();
+        let rat: Vec<_> = ratios.iter().map(|(b, r)| serde_json::json!({ "batch": b, "time_vs_1": r })).collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": model.model.display().to_string(),
+                "threads": exec.pool.threads(),
+                "isa": exec.kern.isa().name(),
+                "load_s": load_secs,
+                "weights_bytes_per_token": bytes,
+                "ceiling_gbps": ceiling,
+                "tg_ceiling_tps": tg_ceiling,
+                "results": res,
+                "verify": rat,
+            })
+        );
+    } else {
+        println!("model: {} | threads {} | kernels {}", model.model.display(), exec.pool.threads(), exec.kern.isa());
+        println!("weights per token {:.1} MB, memory ceiling {ceiling:.2} GB/s -> at most {tg_ceiling:.2} tok/s", bytes / 1e6);
+        println!("| test | t/s | % of ceiling |");
+        println!("|---|---|---|");
+        for (k, n, tps) in &results {
+            let pct = if *k == "tg" { format!("{:.1}%", 100.0 * tps / tg_ceiling) } else { "-".into() };
+            println!("| {k}{n} | {tps:.2} | {pct} |");
+        }
+        for (b, r) in &ratios {
+            println!("forward over {b} tokens = {r:.2} x a 1-token decode");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
