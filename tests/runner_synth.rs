@@ -9,21 +9,33 @@ use t2p::runner::{GgufFile, LoadOptions, TensorStore};
 
 #[test]
 fn synthetic_qwen3_loads_into_t2p_and_runs() {
-    let Some(dir) = runner_data::testdata() else { return };
+    let Some(dir) = runner_data::testdata() else {
+        return;
+    };
     let vocab = GgufFile::open(dir.join("tokenizer/ggml-vocab-qwen2.gguf")).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("tiny.gguf");
-    let shape = QWEN3_SHAPES.iter().find(|s| s.name == "qwen3-test").unwrap();
+    let shape = QWEN3_SHAPES
+        .iter()
+        .find(|s| s.name == "qwen3-test")
+        .unwrap();
     write_qwen3(&path, shape, &vocab, 7).unwrap();
 
     let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
-    for (k, v) in vocab.metadata().iter().filter(|(k, _)| k.starts_with("tokenizer.")) {
+    for (k, v) in vocab
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+    {
         assert_eq!(gguf.get(k), Some(v), "{k} copied");
     }
     assert_eq!(gguf.get_u32("qwen3.block_count").unwrap(), 2);
     let matrices = store.iter().filter(|t| t.shape.len() == 2).count();
     let t2p = store.iter().filter(|t| t.as_t2p().is_some()).count();
-    assert_eq!(matrices, t2p, "every matrix of a synthetic model is held in T2P");
+    assert_eq!(
+        matrices, t2p,
+        "every matrix of a synthetic model is held in T2P"
+    );
     assert_eq!(matrices, 2 + 2 * 7);
 
     let loaded = Model::load(&path, &LoadOptions::default()).unwrap();
@@ -36,5 +48,8 @@ fn synthetic_qwen3_loads_into_t2p_and_runs() {
     // The same weights again give the same file.
     let again = tmp.path().join("again.gguf");
     write_qwen3(&again, shape, &vocab, 7).unwrap();
-    assert_eq!(std::fs::read(&path).unwrap(), std::fs::read(&again).unwrap());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
 }

@@ -493,7 +493,11 @@ pub unsafe extern "C" fn t2p_quantize_q8_K_x4(
 
 fn row_range(rows: usize, k: usize, row_begin: usize, row_end: usize) -> Result<(), T2pStatus> {
     check_matrix_shape(rows, k)?;
-    if row_begin > row_end || row_end > rows || !row_begin.is_multiple_of(4) || !row_end.is_multiple_of(4) {
+    if row_begin > row_end
+        || row_end > rows
+        || !row_begin.is_multiple_of(4)
+        || !row_end.is_multiple_of(4)
+    {
         return Err(T2pStatus::InvalidShape);
     }
     Ok(())

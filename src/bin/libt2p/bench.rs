@@ -266,7 +266,12 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         if let Some(name) = &args.isa {
             t2p::kernels::set_active(Isa::from_name(name)?)?;
         }
-        let margs = crate::run::ModelArgs { model: model.clone(), threads: args.threads.first().copied(), ctx_size: None, batch: 512 };
+        let margs = crate::run::ModelArgs {
+            model: model.clone(),
+            threads: args.threads.first().copied(),
+            ctx_size: None,
+            batch: 512,
+        };
         return crate::model_bench::run(&margs, &args.model_bench, args.json);
     }
     let isa = match &args.isa {

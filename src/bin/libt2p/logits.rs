@@ -40,12 +40,18 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         })
         .collect();
     if args.json {
-        let pos: Vec<_> =
-            positions.iter().map(|(i, v)| serde_json::json!({ "top_ids": i, "top_logits": v })).collect();
+        let pos: Vec<_> = positions
+            .iter()
+            .map(|(i, v)| serde_json::json!({ "top_ids": i, "top_logits": v }))
+            .collect();
         println!("{}", serde_json::json!({ "positions": pos }));
     } else {
         for (p, (ids, vals)) in positions.iter().enumerate() {
-            let pairs: Vec<String> = ids.iter().zip(vals).map(|(i, v)| format!("{i}:{v:.4}")).collect();
+            let pairs: Vec<String> = ids
+                .iter()
+                .zip(vals)
+                .map(|(i, v)| format!("{i}:{v:.4}"))
+                .collect();
             println!("[{p}] {}", pairs.join(" "));
         }
     }

@@ -38,17 +38,30 @@ fn tokens(loaded: &Loaded, n: usize) -> Vec<u32> {
 }
 
 /// Seconds of one forward pass over `n` tokens after `ctx` tokens of context.
-fn time_forward(loaded: &Loaded, exec: &Exec, ctx: usize, n: usize) -> Result<f64, Box<dyn std::error::Error>> {
+fn time_forward(
+    loaded: &Loaded,
+    exec: &Exec,
+    ctx: usize,
+    n: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
     let mut s = loaded.model.new_session(ctx + n + 1);
     if ctx > 0 {
-        loaded.model.forward(exec, &mut s, &tokens(loaded, ctx), false)?;
+        loaded
+            .model
+            .forward(exec, &mut s, &tokens(loaded, ctx), false)?;
     }
     let t = Instant::now();
-    loaded.model.forward(exec, &mut s, &tokens(loaded, n), false)?;
+    loaded
+        .model
+        .forward(exec, &mut s, &tokens(loaded, n), false)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
-pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitCode, Box<dyn std::error::Error>> {
+pub fn run(
+    model: &ModelArgs,
+    args: &ModelBenchArgs,
+    json: bool,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (loaded, load_secs) = model.load(json)?;
     let exec = Exec::new(model.threads());
     let reps = args.reps.max(1);
@@ -56,7 +69,11 @@ pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitC
     let mut results = Vec::new();
     if args.n_prompt > 0 {
         time_forward(&loaded, &exec, 0, args.n_prompt.min(64))?; // warm-up
-        let t = median((0..reps).map(|_| time_forward(&loaded, &exec, 0, args.n_prompt)).collect::<Result<_, _>>()?);
+        let t = median(
+            (0..reps)
+                .map(|_| time_forward(&loaded, &exec, 0, args.n_prompt))
+                .collect::<Result<_, _>>()?,
+        );
         results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
     }
     if args.n_gen > 0 {
@@ -65,7 +82,12 @@ pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitC
             loaded.model.forward(&exec, &mut s, &[1], false)?;
             let t = Instant::now();
             for i in 0..args.n_gen {
-                loaded.model.forward(&exec, &mut s, &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32], false)?;
+                loaded.model.forward(
+                    &exec,
+                    &mut s,
+                    &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32],
+                    false,
+                )?;
             }
             Ok(t.elapsed().as_secs_f64())
         };
@@ -76,9 +98,17 @@ pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitC
     // Verification price: forward over B tokens (after 64 tokens of context) / 1 token.
     let mut ratios = Vec::new();
     if !args.verify_batches.is_empty() {
-        let one = median((0..reps + 2).map(|_| time_forward(&loaded, &exec, 64, 1)).collect::<Result<_, _>>()?);
+        let one = median(
+            (0..reps + 2)
+                .map(|_| time_forward(&loaded, &exec, 64, 1))
+                .collect::<Result<_, _>>()?,
+        );
         for &b in &args.verify_batches {
-            let tb = median((0..reps + 2).map(|_| time_forward(&loaded, &exec, 64, b)).collect::<Result<_, _>>()?);
+            let tb = median(
+                (0..reps + 2)
+                    .map(|_| time_forward(&loaded, &exec, 64, b))
+                    .collect::<Result<_, _>>()?,
+            );
             ratios.push((b, tb / one));
         }
     }
@@ -90,7 +120,10 @@ pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitC
             .iter()
             .map(|(k, n, tps)| serde_json::json!({ "test": format!("{k}{n}"), "tokens": n, "tps": tps }))
             .collect();
-        let rat: Vec<_> = ratios.iter().map(|(b, r)| serde_json::json!({ "batch": b, "time_vs_1": r })).collect();
+        let rat: Vec<_> = ratios
+            .iter()
+            .map(|(b, r)| serde_json::json!({ "batch": b, "time_vs_1": r }))
+            .collect();
         println!(
             "{}",
             serde_json::json!({
@@ -106,12 +139,24 @@ pub fn run(model: &ModelArgs, args: &ModelBenchArgs, json: bool) -> Result<ExitC
             })
         );
     } else {
-        println!("model: {} | threads {} | kernels {}", model.model.display(), exec.pool.threads(), exec.kern.isa());
-        println!("weights per token {:.1} MB, memory ceiling {ceiling:.2} GB/s -> at most {tg_ceiling:.2} tok/s", bytes / 1e6);
+        println!(
+            "model: {} | threads {} | kernels {}",
+            model.model.display(),
+            exec.pool.threads(),
+            exec.kern.isa()
+        );
+        println!(
+            "weights per token {:.1} MB, memory ceiling {ceiling:.2} GB/s -> at most {tg_ceiling:.2} tok/s",
+            bytes / 1e6
+        );
         println!("| test | t/s | % of ceiling |");
         println!("|---|---|---|");
         for (k, n, tps) in &results {
-            let pct = if *k == "tg" { format!("{:.1}%", 100.0 * tps / tg_ceiling) } else { "-".into() };
+            let pct = if *k == "tg" {
+                format!("{:.1}%", 100.0 * tps / tg_ceiling)
+            } else {
+                "-".into()
+            };
             println!("| {k}{n} | {tps:.2} | {pct} |");
         }
         for (b, r) in &ratios {

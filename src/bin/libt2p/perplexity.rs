@@ -24,7 +24,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let text = std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let text =
+        std::fs::read_to_string(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     let (loaded, _) = args.model.load(args.json)?;
     let n_ctx = args.model.ctx_size.unwrap_or(512);
     if n_ctx < 4 {
@@ -39,7 +40,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let bos = if tok.add_bos() { tok.bos() } else { None };
     let t = Instant::now();
     if !args.json {
-        eprintln!("perplexity: {} tokens, {} chunks of {n_ctx}", ids.len(), ids.len() / n_ctx);
+        eprintln!(
+            "perplexity: {} tokens, {} chunks of {n_ctx}",
+            ids.len(),
+            ids.len() / n_ctx
+        );
     }
     let chunks = perplexity(&loaded.model, &exec, &ids, n_ctx, bos, |i, ppl| {
         if !args.json {

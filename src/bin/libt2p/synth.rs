@@ -27,12 +27,22 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let Some(shape) = QWEN3_SHAPES.iter().find(|s| s.name == args.shape) else {
         let names: Vec<_> = QWEN3_SHAPES.iter().map(|s| s.name).collect();
-        return Err(format!("unknown shape {:?} (known: {})", args.shape, names.join(", ")).into());
+        return Err(format!(
+            "unknown shape {:?} (known: {})",
+            args.shape,
+            names.join(", ")
+        )
+        .into());
     };
     let vocab = GgufFile::open(&args.vocab)?;
     let t = Instant::now();
     write_qwen3(&args.output, shape, &vocab, args.seed)?;
     let bytes = std::fs::metadata(&args.output)?.len();
-    eprintln!("wrote {} ({:.1} MB) in {:.1} s", args.output.display(), bytes as f64 / 1e6, t.elapsed().as_secs_f64());
+    eprintln!(
+        "wrote {} ({:.1} MB) in {:.1} s",
+        args.output.display(),
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
     Ok(ExitCode::SUCCESS)
 }
