@@ -12,12 +12,9 @@ if [ "${1:-}" != "--no-install" ]; then
     step "install: aarch64 target, cross linker, qemu, libclang"
     rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
     missing=()
-    command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
-    command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
-    ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
-    command -v make >/dev/null || missing+=(make)
-    command -v cmake >/dev/null || missing+=(cmake)
-    command -v pkg-config >/dev/null || missing+=(pkg-config)
+    for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
     if [ ${#missing[@]} -gt 0 ]; then
         as_root apt-get update -qq
         DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${missing[@]}"
