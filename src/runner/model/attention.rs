@@ -41,17 +41,8 @@ pub fn attend(
         let kvh = h / group;
         let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
         let len = pos0 + t + 1;
-        let mut kf = vec![0.0f32; hd];
         let mut scores: Vec<f32> = (0..len)
-            .map(|p| {
-                for (d, x) in kf
-                    .iter_mut()
-                    .zip(&k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
-                {
-                    *d = x.to_f32();
-                }
-                dot(qh, &kf) * s.scale
-            })
+            .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * s.scale)
             .collect();
         softmax(&mut scores);
         let mut o = slots[j].lock().unwrap_or_else(|e| e.into_inner());
@@ -61,7 +52,7 @@ pub fn attend(
                 .iter_mut()
                 .zip(&v[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
             {
-                *d += w * x.to_f32();
+                *d += w * x;
             }
         }
     });
