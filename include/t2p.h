@@ -342,7 +342,8 @@ T2pStatus t2p_quantize_q8_K_x4(const float *x,
                                size_t y_bytes);
 
 // Decode: `out[r] = sum_k w[r][k] * y[k]` for rows `row_begin..row_end` (multiples of 4) of a
-// `rows x k` T2P matrix `w`, with `y` one q8_K column (`k / 256` blocks). Only
+// `rows x k` T2P matrix `w`, with `y` one q8_K column (`k / 256` blocks, `bsums` consistent
+// with `qs` as [`t2p_quantize_q8_K`] writes them). Only
 // `out[row_begin..row_end]` is written; `out_len` is the length of `out` (at least `row_end`).
 // Threads may call this concurrently on disjoint row ranges of the same `out`.
 //

@@ -9,6 +9,10 @@
 //! * float buffers are passed with their length in elements;
 //! * a panic inside the library never unwinds into C: it becomes `T2P_STATUS_PANIC`.
 //!
+//! Activations: q8_K blocks must be as [`t2p_quantize_q8_K`] writes them, with `bsums` equal to
+//! the sums of their `qs` (the SIMD paths take `sum(y)` from `bsums`, as ggml does; inconsistent
+//! hand-made blocks give path-dependent results, never undefined behaviour).
+//!
 //! Matrices: a `rows x k` weight matrix (`rows` a multiple of 4, `k` of 256) is `rows` rows of
 //! `k / 128` pq2_0 blocks in the file layout, or the same number of bytes in the T2P layout.
 //! Outputs are column-strided: row `r` of column `c` is `out[c * ld_out + r]` (ggml's `dst`).
