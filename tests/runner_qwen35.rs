@@ -3,141 +3,21 @@
 //! made and compared), the recurrent-state checkpoint/rollback, and the Hadamard fold on a
 //! synthetic model written by the test.
 
+mod reference;
 mod runner_data;
 
 use std::path::Path;
 
-use serde_json::Value as Json;
+use reference::*;
 use t2p::runner::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::runner::model::{Exec, Loaded, Model, Qwen35};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
 
-fn load(path: &Path) -> Loaded {
-    Model::load(path, &LoadOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn json(path: &Path) -> Json {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(v: &Json) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
-
-fn floats(v: &Json) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn read_ids(path: &Path) -> Vec<u32> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect()
-}
-
 fn tiny() -> Option<(std::path::PathBuf, Loaded)> {
     let dir = runner_data::testdata()?.join("qwen35-tiny");
     let l = load(&dir.join("qwen35-tiny-pq2_0.gguf"));
     Some((dir, l))
-}
-
-/// Greedy decoding as llama-completion does it: the prompt in one batch, then one token a call.
-fn greedy(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut s = l.model.new_session(prompt.len() + n);
-    let mut logits = l.model.forward(exec, &mut s, prompt, false).unwrap();
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let id = argmax(&logits);
-        out.push(id);
-        if out.len() == n || l.tokenizer.is_eog(id) {
-            break;
-        }
-        logits = l.model.forward(exec, &mut s, &[id], false).unwrap();
-    }
-    out
-}
-
-/// The README's teacher-forced check: prompt + reference tokens in one batch; the argmax must
-/// equal the reference wherever the reference margin is at least `margin`, and the reference
-/// top-10 logits must agree within `tol`. Returns the number of leading steps whose margins are
-/// all >= `margin` (free-running greedy must reproduce those exactly).
-fn teacher_forced(l: &Loaded, exec: &Exec, r: &Json, what: &str, margin: f32, tol: f32) -> usize {
-    let prompt = ids(&r["prompt_ids"]);
-    let generated = ids(&r["generated_ids"]);
-    let all: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
-    let mut s = l.model.new_session(all.len());
-    let logits = l.model.forward(exec, &mut s, &all, true).unwrap();
-    let nv = l.model.n_vocab();
-    let mut wide_prefix = None;
-    let (mut worst, mut checked, mut agree, mut flips) = (0.0f32, 0, 0, Vec::new());
-    for (i, step) in r["steps"].as_array().unwrap().iter().enumerate() {
-        let row = &logits[(prompt.len() - 1 + i) * nv..(prompt.len() + i) * nv];
-        let top = floats(&step["top_logits"]);
-        let m = top[0] - top[1];
-        let same = argmax(row) == generated[i];
-        agree += same as usize;
-        if m >= margin {
-            checked += 1;
-            if !same {
-                flips.push((i, m));
-            }
-        } else if wide_prefix.is_none() {
-            wide_prefix = Some(i);
-        }
-        for (&id, &v) in ids(&step["top_ids"]).iter().zip(&top) {
-            worst = worst.max((row[id as usize] - v).abs());
-        }
-    }
-    eprintln!(
-        "{what}: argmax = reference at {agree}/{} steps ({checked} with margin >= {margin} checked, flipped: {flips:?}); worst top-10 logit difference {worst:.5}",
-        generated.len()
-    );
-    assert!(
-        flips.is_empty(),
-        "{what}: argmax differs at (step, reference margin) {flips:?}"
-    );
-    assert!(worst < tol, "{what}: top-10 logits differ by {worst}");
-    wide_prefix.unwrap_or(generated.len())
-}
-
-/// Tokenization, teacher-forced check and free-running greedy of the three prompts against the
-/// references of one semantics.
-fn check_prompts(l: &Loaded, dir: &Path, semantics: &str, margin: f32, tol: f32) {
-    let exec = Exec::new(2);
-    for p in ["english", "unicode-el", "code-python"] {
-        let r = json(&dir.join(format!("greedy/{p}.{semantics}.json")));
-        let text = std::fs::read_to_string(dir.join(format!("prompts/{p}.txt"))).unwrap();
-        let prompt = ids(&r["prompt_ids"]);
-        assert_eq!(
-            l.tokenizer.encode(&text, true, true),
-            prompt,
-            "{p}: tokenization"
-        );
-        let what = format!("{p} ({semantics})");
-        let wide = teacher_forced(l, &exec, &r, &what, margin, tol);
-        let want = ids(&r["generated_ids"]);
-        let got = greedy(l, &exec, &prompt, want.len());
-        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        eprintln!(
-            "{what}: free-running greedy identical for {same}/{} tokens (first reference margin < {margin} at step {wide})",
-            want.len()
-        );
-        assert_eq!(
-            got[..wide],
-            want[..wide],
-            "{what}: free-running greedy before the first narrow margin"
-        );
-    }
 }
 
 /// Max and rms of `a - b`.
@@ -222,7 +102,14 @@ fn qwen35_tiny_exact_weights_match_upstream_f32() {
     }
     let (max, _) = check_seq64(&l, &dir, "f32.upstream", 0.01, 2e-3);
     assert!(max < 2e-3, "f32 seq64 position 63: max difference {max}");
-    check_prompts(&l, &dir, "f32.upstream", 0.01, 1e-2);
+    check_prompts(
+        &l,
+        &dir,
+        &["english", "unicode-el", "code-python"],
+        "f32.upstream",
+        0.01,
+        1e-2,
+    );
 }
 
 /// pq2_0 semantics on T2P. The references use llama.cpp's Q8_0 activations (blocks of 32);
@@ -242,7 +129,14 @@ const PQ2_0_TOL: f32 = 2.0;
 #[test]
 fn qwen35_tiny_matches_llama_cpp_pq2_0_references() {
     let Some((dir, l)) = tiny() else { return };
-    check_prompts(&l, &dir, "pq2_0.prism", PQ2_0_MARGIN, PQ2_0_TOL);
+    check_prompts(
+        &l,
+        &dir,
+        &["english", "unicode-el", "code-python"],
+        "pq2_0.prism",
+        PQ2_0_MARGIN,
+        PQ2_0_TOL,
+    );
 }
 
 #[test]

@@ -1,0 +1,145 @@
+//! Shared checks against the llama.cpp references in the shared test data: loading, the JSON
+//! files, greedy decoding as llama-completion does it, and the README's teacher-forced check.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use serde_json::Value as Json;
+use t2p::runner::LoadOptions;
+use t2p::runner::model::{Exec, Loaded, Model};
+use t2p::runner::sample::argmax;
+
+pub fn load(path: &Path) -> Loaded {
+    Model::load(path, &LoadOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn json(path: &Path) -> Json {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+pub fn ids(v: &Json) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+pub fn floats(v: &Json) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+pub fn read_ids(path: &Path) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// Greedy decoding as llama-completion does it: the prompt in one batch, then one token a call.
+pub fn greedy(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut s = l.model.new_session(prompt.len() + n);
+    let mut logits = l.model.forward(exec, &mut s, prompt, false).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let id = argmax(&logits);
+        out.push(id);
+        if out.len() == n || l.tokenizer.is_eog(id) {
+            break;
+        }
+        logits = l.model.forward(exec, &mut s, &[id], false).unwrap();
+    }
+    out
+}
+
+/// The README's teacher-forced check: prompt + reference tokens in one batch; the argmax must
+/// equal the reference wherever the reference margin is at least `margin`, and the reference
+/// top-10 logits must agree within `tol`. Returns the number of leading steps whose margins are
+/// all >= `margin` (free-running greedy must reproduce those exactly).
+pub fn teacher_forced(
+    l: &Loaded,
+    exec: &Exec,
+    r: &Json,
+    what: &str,
+    margin: f32,
+    tol: f32,
+) -> usize {
+    let prompt = ids(&r["prompt_ids"]);
+    let generated = ids(&r["generated_ids"]);
+    let all: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
+    let mut s = l.model.new_session(all.len());
+    let logits = l.model.forward(exec, &mut s, &all, true).unwrap();
+    let nv = l.model.n_vocab();
+    let mut wide_prefix = None;
+    let (mut worst, mut checked, mut agree, mut flips) = (0.0f32, 0, 0, Vec::new());
+    for (i, step) in r["steps"].as_array().unwrap().iter().enumerate() {
+        let row = &logits[(prompt.len() - 1 + i) * nv..(prompt.len() + i) * nv];
+        let top = floats(&step["top_logits"]);
+        let m = top[0] - top[1];
+        let same = argmax(row) == generated[i];
+        agree += same as usize;
+        if m >= margin {
+            checked += 1;
+            if !same {
+                flips.push((i, m));
+            }
+        } else if wide_prefix.is_none() {
+            wide_prefix = Some(i);
+        }
+        for (&id, &v) in ids(&step["top_ids"]).iter().zip(&top) {
+            worst = worst.max((row[id as usize] - v).abs());
+        }
+    }
+    eprintln!(
+        "{what}: argmax = reference at {agree}/{} steps ({checked} with margin >= {margin} checked, flipped: {flips:?}); worst top-10 logit difference {worst:.5}",
+        generated.len()
+    );
+    assert!(
+        flips.is_empty(),
+        "{what}: argmax differs at (step, reference margin) {flips:?}"
+    );
+    assert!(worst < tol, "{what}: top-10 logits differ by {worst}");
+    wide_prefix.unwrap_or(generated.len())
+}
+
+/// Tokenization, teacher-forced check and free-running greedy of the three prompts against the
+/// references of one semantics (`greedy/<prompt>.<semantics>.json`).
+pub fn check_prompts(
+    l: &Loaded,
+    dir: &Path,
+    prompts: &[&str],
+    semantics: &str,
+    margin: f32,
+    tol: f32,
+) {
+    let exec = Exec::new(2);
+    for p in prompts {
+        let r = json(&dir.join(format!("greedy/{p}.{semantics}.json")));
+        let text = std::fs::read_to_string(dir.join(format!("prompts/{p}.txt"))).unwrap();
+        let prompt = ids(&r["prompt_ids"]);
+        assert_eq!(
+            l.tokenizer.encode(&text, true, true),
+            prompt,
+            "{p}: tokenization"
+        );
+        let what = format!("{p} ({semantics})");
+        let wide = teacher_forced(l, &exec, &r, &what, margin, tol);
+        let want = ids(&r["generated_ids"]);
+        let got = greedy(l, &exec, &prompt, want.len());
+        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
+        eprintln!(
+            "{what}: free-running greedy identical for {same}/{} tokens (first reference margin < {margin} at step {wide})",
+            want.len()
+        );
+        assert_eq!(
+            got[..wide],
+            want[..wide],
+            "{what}: free-running greedy before the first narrow margin"
+        );
+    }
+}
