@@ -115,28 +115,5 @@ fn perplexity_matches_llama_perplexity() {
 
     let qwen = dir.join("qwen3-tiny");
     let l = load(&qwen.join("qwen3-tiny-pq2_0.gguf"));
-    let text = std::fs::read_to_string(qwen.join("ppl-text.txt")).unwrap();
-    let ids = l.tokenizer.encode(&text, true, true);
-    assert_eq!(
-        ids,
-        read_ids(&qwen.join("ppl-text.ids.txt")),
-        "qwen3 tokenization of the perplexity text"
-    );
-    let bos = if l.tokenizer.add_bos() {
-        l.tokenizer.bos()
-    } else {
-        None
-    };
-    let ppl = perplexity(&l.model, &exec, &ids, 128, bos, |_, _| {}).unwrap();
-    let final_ppl = *ppl.last().unwrap();
-    let reference = 117481873.4572;
-    eprintln!(
-        "qwen3-tiny perplexity {final_ppl:.4} (llama.cpp pq2_0 {reference}), {:+.3}%",
-        100.0 * (final_ppl / reference - 1.0)
-    );
-    assert_eq!(ppl.len(), 22);
-    assert!(
-        (final_ppl / reference - 1.0).abs() < 0.005,
-        "final {final_ppl}"
-    );
+    check_perplexity(&l, &qwen, "qwen3-tiny pq2_0", 117481873.4572, 22, 0.005);
 }

@@ -151,33 +151,8 @@ fn qwen35_tiny_seq64_logits_within_tolerance() {
 
 #[test]
 fn qwen35_tiny_perplexity_matches_llama_perplexity() {
-    use t2p::runner::perplexity::perplexity;
     let Some((dir, l)) = tiny() else { return };
-    let exec = Exec::new(2);
-    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
-    let ids = l.tokenizer.encode(&text, true, true);
-    assert_eq!(
-        ids,
-        read_ids(&dir.join("ppl-text.ids.txt")),
-        "tokenization of the perplexity text"
-    );
-    let bos = if l.tokenizer.add_bos() {
-        l.tokenizer.bos()
-    } else {
-        None
-    };
-    let ppl = perplexity(&l.model, &exec, &ids, 128, bos, |_, _| {}).unwrap();
-    let final_ppl = *ppl.last().unwrap();
-    let reference = 62634011.1916;
-    eprintln!(
-        "qwen35-tiny perplexity {final_ppl:.4} (llama.cpp pq2_0 {reference}), {:+.3}%",
-        100.0 * (final_ppl / reference - 1.0)
-    );
-    assert_eq!(ppl.len(), 22);
-    assert!(
-        (final_ppl / reference - 1.0).abs() < 0.005,
-        "final {final_ppl}"
-    );
+    check_perplexity(&l, &dir, "qwen35-tiny pq2_0", 62634011.1916, 22, 0.005);
 }
 
 /// Decodes `ids` one token a call, returning every logit row.

@@ -143,3 +143,42 @@ pub fn check_prompts(
         );
     }
 }
+
+/// Perplexity of `dir/ppl-text.txt` with 128-token chunks: the tokenization must equal
+/// `ppl-text.ids.txt`, there must be `n_chunks` chunks, and the final value must be within
+/// `rel_tol` of llama-perplexity's `reference`. Returns the final perplexity.
+pub fn check_perplexity(
+    l: &Loaded,
+    dir: &Path,
+    what: &str,
+    reference: f64,
+    n_chunks: usize,
+    rel_tol: f64,
+) -> f64 {
+    let exec = Exec::new(2);
+    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
+    let ids = l.tokenizer.encode(&text, true, true);
+    assert_eq!(
+        ids,
+        read_ids(&dir.join("ppl-text.ids.txt")),
+        "{what}: tokenization of the perplexity text"
+    );
+    let bos = if l.tokenizer.add_bos() {
+        l.tokenizer.bos()
+    } else {
+        None
+    };
+    let ppl =
+        t2p::runner::perplexity::perplexity(&l.model, &exec, &ids, 128, bos, |_, _| {}).unwrap();
+    let final_ppl = *ppl.last().unwrap();
+    eprintln!(
+        "{what} perplexity {final_ppl:.4} (llama.cpp {reference}), {:+.3}%",
+        100.0 * (final_ppl / reference - 1.0)
+    );
+    assert_eq!(ppl.len(), n_chunks, "{what}: chunks");
+    assert!(
+        (final_ppl / reference - 1.0).abs() < rel_tol,
+        "{what}: final perplexity {final_ppl}"
+    );
+    final_ppl
+}
