@@ -13,8 +13,9 @@ use bytemuck::Zeroable;
 
 use crate::error::{Error, Result, check_len};
 use crate::format::{
-    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P, check_matrix_shape,
-    deinterleave_q8k_x4, quantize_q8k_x4, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count,
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P,
+    check_matrix_shape, deinterleave_q8k_x4, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k,
+    repack_pq2_0_to_t2p, t2p_block_count,
 };
 use crate::kernels::Kernels;
 use crate::pool::ThreadPool;
@@ -68,20 +69,62 @@ impl T2pMatrix {
     }
 }
 
+/// How activations are quantized before a T2P matmul.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ActQuant {
+    /// `q8_K`: one scale per 256 values, ggml's activation type for the K-quants and `tq*`. One
+    /// float step per 128-weight block: the fastest form.
+    #[default]
+    Q8K,
+    /// `q8_0`: one scale per 32 values, llama.cpp's activation type for `pq2_0` (its outputs are
+    /// what the pq2_0 references hold). Half the quantization noise of `q8_K`, four float steps
+    /// per block.
+    Q8_0,
+}
+
+impl ActQuant {
+    /// The name used on command lines: `q8_K` or `q8_0`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActQuant::Q8K => "q8_K",
+            ActQuant::Q8_0 => "q8_0",
+        }
+    }
+
+    /// Parses [`ActQuant::name`] (case-insensitive).
+    pub fn from_name(name: &str) -> Result<ActQuant> {
+        match name.to_ascii_lowercase().as_str() {
+            "q8_k" | "q8k" => Ok(ActQuant::Q8K),
+            "q8_0" | "q80" => Ok(ActQuant::Q8_0),
+            _ => Err(Error::Shape(format!(
+                "unknown activation type {name:?} (expected q8_K or q8_0)"
+            ))),
+        }
+    }
+}
+
 /// A batch of `ncols` activation columns of length `k`, quantized once for every matmul that
-/// reads it: `q8_K x4` tiles for gemm (the last one zero-padded) and, when the batch ends in a
-/// single leftover column, that column as plain `q8_K` for gemv.
+/// reads it. As `q8_K`: `q8_K x4` tiles for gemm (the last one zero-padded) and, when the batch
+/// ends in a single leftover column, that column as plain `q8_K` for gemv. As `q8_0`: `k / 128`
+/// blocks per column, column after column.
 #[derive(Clone, Debug)]
 pub struct QuantizedBatch {
     k: usize,
     ncols: usize,
     tiles: Vec<BlockQ8Kx4>,
     last_column: Vec<BlockQ8K>,
+    q8_0: Vec<BlockQ8_0Quad>,
 }
 
 impl QuantizedBatch {
-    /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k .. (c + 1) * k]`).
+    /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k .. (c + 1) * k]`) as
+    /// `q8_K`.
     pub fn new(x: &[f32], k: usize, ncols: usize) -> Result<Self> {
+        Self::with(x, k, ncols, ActQuant::Q8K)
+    }
+
+    /// Quantizes `ncols` columns stored one after another in `x` as `act`.
+    pub fn with(x: &[f32], k: usize, ncols: usize, act: ActQuant) -> Result<Self> {
         if k == 0 || !k.is_multiple_of(QK_K) {
             return Err(Error::Shape(format!(
                 "k = {k} is not a positive multiple of 256"
@@ -94,26 +137,46 @@ impl QuantizedBatch {
             .checked_mul(ncols)
             .ok_or_else(|| Error::Shape("k * ncols overflows".into()))?;
         check_len("activation values", n, x.len())?;
+        let mut batch = QuantizedBatch {
+            k,
+            ncols,
+            tiles: Vec::new(),
+            last_column: Vec::new(),
+            q8_0: Vec::new(),
+        };
+        if act == ActQuant::Q8_0 {
+            batch.q8_0 = vec![BlockQ8_0Quad::zeroed(); n / QK_PQ2_0];
+            quantize_row_q8_0(&x[..n], &mut batch.q8_0);
+            return Ok(batch);
+        }
         let per_col = k / QK_K;
         let gemm_cols = if ncols % 4 == 1 { ncols - 1 } else { ncols };
-        let mut tiles = vec![BlockQ8Kx4::zeroed(); gemm_cols.div_ceil(4) * per_col];
-        for (t, tile) in tiles.chunks_exact_mut(per_col).enumerate() {
+        batch.tiles = vec![BlockQ8Kx4::zeroed(); gemm_cols.div_ceil(4) * per_col];
+        for (t, tile) in batch.tiles.chunks_exact_mut(per_col).enumerate() {
             let cols: Vec<&[f32]> = (4 * t..(4 * t + 4).min(gemm_cols))
                 .map(|c| &x[c * k..(c + 1) * k])
                 .collect();
             quantize_q8k_x4(&cols, k, tile);
         }
-        let mut last_column = Vec::new();
         if ncols % 4 == 1 {
-            last_column = vec![BlockQ8K::zeroed(); per_col];
-            quantize_row_q8k(&x[(ncols - 1) * k..ncols * k], &mut last_column);
+            batch.last_column = vec![BlockQ8K::zeroed(); per_col];
+            quantize_row_q8k(&x[(ncols - 1) * k..ncols * k], &mut batch.last_column);
         }
-        Ok(QuantizedBatch {
-            k,
-            ncols,
-            tiles,
-            last_column,
-        })
+        Ok(batch)
+    }
+
+    /// The activation type.
+    pub fn act(&self) -> ActQuant {
+        if self.q8_0.is_empty() {
+            ActQuant::Q8K
+        } else {
+            ActQuant::Q8_0
+        }
+    }
+
+    /// The `q8_0` blocks (column-major, `k / 128` per column); empty for a `q8_K` batch.
+    pub fn q8_0_blocks(&self) -> &[BlockQ8_0Quad] {
+        &self.q8_0
     }
 
     /// Inner dimension.
@@ -325,6 +388,12 @@ pub fn matmul_rows(
             act.k, w.k
         )));
     }
+    if act.act() == ActQuant::Q8_0 {
+        check_out(act.ncols, ld, w.rows, &range, out.len())?;
+        block_range(w.rows, w.k, &range)?;
+        matmul_block(kern, w, act, range.clone(), &mut out[range.start..], ld);
+        return Ok(());
+    }
     match act.ncols {
         1 => gemv_rows(kern, &w.blocks, w.rows, w.k, &act.last_column, out, range),
         n if n % 4 == 1 => {
@@ -387,6 +456,14 @@ fn matmul_block(
     let nb = w.k / QK_PQ2_0;
     let wb = &w.blocks[rows.start / ROWS_PER_T2P * nb..rows.end / ROWS_PER_T2P * nb];
     let n = act.ncols;
+    if act.act() == ActQuant::Q8_0 {
+        if n == 1 {
+            kern.gemv_q8_0(wb, nb, &act.q8_0, &mut out[..rows.len()]);
+        } else {
+            kern.gemm_q8_0(wb, nb, &act.q8_0, n, out, ld);
+        }
+        return;
+    }
     let gemm_cols = if n % 4 == 1 { n - 1 } else { n };
     if gemm_cols > 0 {
         kern.gemm(wb, nb, &act.tiles, gemm_cols, out, ld);

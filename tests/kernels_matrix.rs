@@ -1,11 +1,13 @@
 //! The seed's integer-oracle matrix, run on every ISA path this CPU supports: batch widths 1-5,
 //! 7, 8; rows 4, 8, 12; inner sizes 256, 512, 1024; all zeros, constants, extreme activations,
-//! code 3; rejected shapes. Outputs must be bit-identical to the scalar oracle.
+//! code 3; rejected shapes. Outputs must be bit-identical to the scalar oracle, for `q8_K`
+//! activations and for `q8_0` ones (a scale per 32 values).
 
 mod common;
 
 use common::*;
 use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
+use t2p::kernels::Kernels;
 use t2p::matmul::{gemm_rows, gemv_rows};
 
 fn tiles(cols: &[t2p::format::BlockQ8K], k: usize, ncols: usize) -> Vec<BlockQ8Kx4> {
@@ -104,6 +106,71 @@ fn check_case(
             }
             assert_bits_eq(&out, &want, &format!("{what} split rows"));
         }
+    }
+    check_q8_0(&pq, &w, rows, k, ncols, scales, acts, &mut rng);
+}
+
+/// The `q8_0` kernels on the same weights: the oracle writes every real output and only those,
+/// equals the exact integer sums with unit scales, gives each gemm column the gemv's bits, and
+/// every path matches it bit for bit.
+#[allow(clippy::too_many_arguments)]
+fn check_q8_0(
+    pq: &[t2p::format::BlockPq2_0],
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    ncols: usize,
+    scales: Scales,
+    acts: Acts,
+    rng: &mut Lcg,
+) {
+    let nb = k / 128;
+    let cols = q8_0_columns(k, ncols, acts, matches!(scales, Scales::One), rng);
+    let ld = rows + 4;
+    let sentinel = f32::from_bits(0x7fc0_4321);
+    let run = |kern: &Kernels| {
+        let mut out = vec![sentinel; ld * ncols];
+        if ncols == 1 {
+            kern.gemv_q8_0(w, nb, &cols, &mut out[..rows]);
+        } else {
+            kern.gemm_q8_0(w, nb, &cols, ncols, &mut out, ld);
+        }
+        out
+    };
+    let want = run(oracle());
+    for c in 0..ncols {
+        let col = &want[c * ld..(c + 1) * ld];
+        assert!(
+            col[..rows]
+                .iter()
+                .all(|v| v.to_bits() != sentinel.to_bits())
+        );
+        assert!(
+            col[rows..]
+                .iter()
+                .all(|v| v.to_bits() == sentinel.to_bits())
+        );
+        let mut alone = vec![0.0; rows];
+        oracle().gemv_q8_0(w, nb, &cols[c * nb..(c + 1) * nb], &mut alone);
+        assert_bits_eq(&col[..rows], &alone, "q8_0 gemm column vs gemv");
+        if matches!(scales, Scales::One) {
+            for (r, &got) in col[..rows].iter().enumerate() {
+                let exact: i64 = (0..k)
+                    .map(|i| {
+                        let b = &pq[r * nb + i / 128];
+                        (b.code(i % 128) as i64 - 1) * cols[c * nb + i / 128].qs[i % 128] as i64
+                    })
+                    .sum();
+                assert_eq!(got as i64, exact, "q8_0 oracle integer sum row {r} col {c}");
+            }
+        }
+    }
+    for kern in paths_under_test() {
+        let what = format!(
+            "{} q8_0 rows={rows} k={k} ncols={ncols} {scales:?} {acts:?}",
+            kern.isa()
+        );
+        assert_bits_eq(&run(kern), &want, &what);
     }
 }
 

@@ -1,10 +1,11 @@
-//! Byte layouts: the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`) and the
+//! Byte layouts: the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`, `q8_0`) and the
 //! T2P row-pair layout, with exact conversions between them.
 //!
 //! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
 //! against the size the C header and ggml use.
 
 mod pq2_0;
+mod q8_0;
 mod q8k;
 mod repack;
 mod t2p;
@@ -12,6 +13,7 @@ mod ternary;
 mod trits;
 
 pub use pq2_0::{BlockPq2_0, QK_PQ2_0, dequantize_row_pq2_0, quantize_row_pq2_0};
+pub use q8_0::{BlockQ8_0Quad, QK8_0, quantize_row_q8_0};
 pub use q8k::{
     BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
     quantize_q8k_x4, quantize_row_q8k,

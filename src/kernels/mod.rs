@@ -1,9 +1,12 @@
 //! Kernels per ISA path and the dispatch seam that picks one.
 //!
-//! Every path implements the same three operations on whole blocks:
+//! Every path implements the same operations on whole blocks:
 //!
 //! * **gemv** (decode): T2P row groups x one `q8_K` column -> `f32` per row;
 //! * **gemm** (prefill): T2P row groups x `q8_K x4` tiles of four columns;
+//! * **gemv_q8_0 / gemm_q8_0**: the same with `q8_0` activations (a scale per 32 values,
+//!   llama.cpp's numerics for `pq2_0`): four exact 32-weight sums per block, each scaled by its
+//!   own activation scale;
 //! * **stock vec_dot**: `pq2_0` (file layout) x `q8_K`, the baseline the T2P layout is measured
 //!   against.
 //!
@@ -19,7 +22,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
-use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -112,6 +115,11 @@ pub(crate) type GemvFn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut
 /// zero-padded), `out[c * ld + r]` for column `c < ncols` and row `r < 4 * ng`.
 pub(crate) type GemmFn =
     fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize);
+/// `x` as for gemv, `y`: the `nb` `q8_0` blocks of one column, `out`: `4 * ng` values.
+pub(crate) type GemvQ8_0Fn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]);
+/// `x` as for gemv, `y`: `ncols * nb` `q8_0` blocks (column `c` at `c * nb`), `out[c * ld + r]`.
+pub(crate) type GemmQ8_0Fn =
+    fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], ncols: usize, out: &mut [f32], ld: usize);
 /// `x`: `n / 128` pq2_0 blocks, `y`: `n / 256` `q8_K` blocks.
 pub(crate) type VecDotFn = fn(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32;
 
@@ -121,6 +129,8 @@ pub struct Kernels {
     isa: Isa,
     gemv: GemvFn,
     gemm: GemmFn,
+    gemv_q8_0: GemvQ8_0Fn,
+    gemm_q8_0: GemmQ8_0Fn,
     vec_dot_stock: VecDotFn,
 }
 
@@ -183,6 +193,46 @@ impl Kernels {
             assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
         }
         (self.gemm)(x, nb, y, ncols, out, ld)
+    }
+
+    /// gemv with `q8_0` activations (llama.cpp's numerics for `pq2_0`): `x` holds
+    /// `out.len() / 4` row groups of `nb` blocks, `y` the `nb` activation blocks of the column.
+    /// Each output is `sum_b d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` over the exact 32-weight
+    /// sums `i_j`, bit-identical on every path.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn gemv_q8_0(&self, x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+        assert!(nb > 0, "nb must be positive");
+        assert_eq!(y.len(), nb, "activation blocks");
+        assert_eq!(out.len() % ROWS_PER_T2P, 0, "rows");
+        assert_eq!(x.len(), out.len() / ROWS_PER_T2P * nb, "weight blocks");
+        (self.gemv_q8_0)(x, nb, y, out)
+    }
+
+    /// gemm with `q8_0` activations: column `c` is `y[c * nb .. (c + 1) * nb]`; writes
+    /// `out[c * ld + r]`, each column bit-identical to [`Kernels::gemv_q8_0`] on it.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn gemm_q8_0(
+        &self,
+        x: &[BlockT2p],
+        nb: usize,
+        y: &[BlockQ8_0Quad],
+        ncols: usize,
+        out: &mut [f32],
+        ld: usize,
+    ) {
+        assert!(nb > 0, "nb must be positive");
+        assert_eq!(x.len() % nb, 0, "weight blocks");
+        let rows = x.len() / nb * ROWS_PER_T2P;
+        assert_eq!(y.len(), ncols * nb, "activation blocks");
+        assert!(ld >= rows, "ld smaller than the rows");
+        if ncols > 0 {
+            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
+            (self.gemm_q8_0)(x, nb, y, ncols, out, ld)
+        }
     }
 
     /// The stock-layout dot product of one pq2_0 row with one `q8_K` column.

@@ -4,13 +4,16 @@
 
 use super::{Isa, Kernels};
 use crate::format::{
-    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32,
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
+    f16_to_f32,
 };
 
 pub(super) static KERNELS: Kernels = Kernels {
     isa: Isa::Scalar,
     gemv,
     gemm,
+    gemv_q8_0,
+    gemm_q8_0,
     vec_dot_stock,
 };
 
@@ -59,6 +62,57 @@ pub fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut
                 out[c * ld + ROWS_PER_T2P * g + r] = acc;
             }
         }
+    }
+}
+
+/// The float step of the `q8_0` kernels for one block and row, in llama.cpp's order: the four
+/// 32-value sums scaled and added left to right, `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3`, then
+/// `acc + d_w * s`; every operation separately rounded, no FMA.
+#[inline(always)]
+pub fn accumulate_q8_0(acc: f32, d_w: f32, d_y: &[f32; 4], isum: [i32; 4]) -> f32 {
+    let mut s = d_y[0] * isum[0] as f32;
+    for j in 1..4 {
+        s += d_y[j] * isum[j] as f32;
+    }
+    acc + d_w * s
+}
+
+/// Exact `sum_k w_k * y_k` over each 32-weight quarter of row `r` of a T2P block.
+pub fn t2p_block_isums_q8_0(x: &BlockT2p, r: usize, y: &[i8; QK_PQ2_0]) -> [i32; 4] {
+    std::array::from_fn(|j| {
+        (QK8_0 * j..QK8_0 * (j + 1))
+            .map(|k| (x.code(r, k) as i32 - 1) * y[k] as i32)
+            .sum()
+    })
+}
+
+/// Reference `q8_0` gemv: `out[4g + r] = sum_b d_w * sum_j d_y[j] * isum(g, b, r, j)`, with
+/// `y` the `nb` activation blocks of one column.
+pub fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    for (group, rows_out) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        for (r, o) in rows_out.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for (blk, yb) in group.iter().zip(y) {
+                let isum = t2p_block_isums_q8_0(blk, r, &yb.qs);
+                acc = accumulate_q8_0(acc, f16_to_f32(blk.d[r]), &yb.d, isum);
+            }
+            *o = acc;
+        }
+    }
+}
+
+/// Reference `q8_0` gemm: column `c` is `y[c * nb .. (c + 1) * nb]`, written to `out[c * ld + r]`.
+pub fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
+        gemv_q8_0(x, nb, col, &mut out[c * ld..c * ld + rows]);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Shared fixtures for the kernel tests: deterministic random blocks and the comparison helpers.
 #![allow(dead_code)]
 
-use t2p::format::{BlockPq2_0, BlockQ8K, f32_to_f16};
+use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, f32_to_f16};
 use t2p::kernels::{Isa, Kernels};
 
 /// A small deterministic generator (tests must be reproducible under qemu too).
@@ -104,6 +104,40 @@ pub fn q8k_columns(
                 (rng.next() % 1000) as f32 / 997.0 + 0.001
             };
             BlockQ8K::from_qs(qs, d)
+        })
+        .collect()
+}
+
+/// `ncols` columns of `k / 128` raw `q8_0` blocks each (column-major), with consistent sums and
+/// a random scale per 32 values (zero included) unless `scale_one`.
+pub fn q8_0_columns(
+    k: usize,
+    ncols: usize,
+    acts: Acts,
+    scale_one: bool,
+    rng: &mut Lcg,
+) -> Vec<BlockQ8_0Quad> {
+    (0..ncols * k / 128)
+        .map(|_| {
+            let qs = std::array::from_fn(|i| match acts {
+                Acts::Random => rng.next() as i8,
+                Acts::Zero => 0,
+                Acts::Constant(v) => v,
+                Acts::Extreme => {
+                    if i % 2 == 0 {
+                        127
+                    } else {
+                        -127
+                    }
+                }
+                Acts::Min => -128,
+            });
+            let d = std::array::from_fn(|_| match (scale_one, rng.next() % 8) {
+                (true, _) => 1.0,
+                (false, 0) => 0.0,
+                (false, _) => (rng.next() % 1000) as f32 / 997.0 + 0.001,
+            });
+            BlockQ8_0Quad::from_qs(qs, d)
         })
         .collect()
 }

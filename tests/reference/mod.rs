@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use serde_json::Value as Json;
+use t2p::matmul::ActQuant;
 use t2p::runner::LoadOptions;
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::argmax;
@@ -107,6 +108,12 @@ pub fn teacher_forced(
     wide_prefix.unwrap_or(generated.len())
 }
 
+/// Two threads with llama.cpp's numerics for pq2_0: `q8_0` activations (the references were
+/// made with them; models held as f32 do not quantize activations at all).
+pub fn reference_exec() -> Exec {
+    Exec::new(2).with_act(ActQuant::Q8_0)
+}
+
 /// Tokenization, teacher-forced check and free-running greedy of the three prompts against the
 /// references of one semantics (`greedy/<prompt>.<semantics>.json`).
 pub fn check_prompts(
@@ -117,7 +124,7 @@ pub fn check_prompts(
     margin: f32,
     tol: f32,
 ) {
-    let exec = Exec::new(2);
+    let exec = reference_exec();
     for p in prompts {
         let r = json(&dir.join(format!("greedy/{p}.{semantics}.json")));
         let text = std::fs::read_to_string(dir.join(format!("prompts/{p}.txt"))).unwrap();
@@ -155,7 +162,7 @@ pub fn check_perplexity(
     n_chunks: usize,
     rel_tol: f64,
 ) -> f64 {
-    let exec = Exec::new(2);
+    let exec = reference_exec();
     let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
     let ids = l.tokenizer.encode(&text, true, true);
     assert_eq!(

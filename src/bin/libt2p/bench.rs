@@ -41,6 +41,9 @@ pub struct Args {
     /// and the cost of verifying a draft (forward over B tokens / a 1-token decode).
     #[arg(short = 'm', long = "model")]
     model: Option<std::path::PathBuf>,
+    /// Activation quantization of a model benchmark (q8_0 or q8_K).
+    #[arg(long = "act", default_value = "q8_0", value_parser = crate::run::parse_act)]
+    act: t2p::matmul::ActQuant,
     #[command(flatten)]
     model_bench: crate::model_bench::ModelBenchArgs,
 }
@@ -271,6 +274,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             threads: args.threads.first().copied(),
             ctx_size: None,
             batch: 512,
+            act: args.act,
         };
         return crate::model_bench::run(&margs, &args.model_bench, args.json);
     }

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 
 use t2p::runner::chat::{ChatTemplate, Message};
 use t2p::runner::generate::generate;
-use t2p::runner::model::Exec;
 
 use crate::run::{ModelArgs, SampleArgs};
 
@@ -32,7 +31,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.gguf, tok)?
         .ok_or("the model has no tokenizer.chat_template")?;
-    let exec = Exec::new(args.model.threads());
+    let exec = args.model.exec();
     let n_ctx = args.model.n_ctx(&loaded);
     let mut session = loaded.model.new_session(n_ctx);
     let mut in_cache: Vec<u32> = Vec::new();

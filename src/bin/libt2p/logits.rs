@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use t2p::runner::model::Exec;
-
 use crate::run::ModelArgs;
 
 /// Options of `libt2p logits`.
@@ -24,7 +22,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (loaded, _) = args.model.load(true)?;
-    let exec = Exec::new(args.model.threads());
+    let exec = args.model.exec();
     let model = &loaded.model;
     let mut session = model.new_session(args.ids.len());
     let logits = model.forward(&exec, &mut session, &args.ids, true)?;

@@ -63,7 +63,7 @@ pub fn run(
     json: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (loaded, load_secs) = model.load(json)?;
-    let exec = Exec::new(model.threads());
+    let exec = model.exec();
     let reps = args.reps.max(1);
     let bytes = loaded.model.bytes_per_token() as f64;
     let mut results = Vec::new();

@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use t2p::runner::model::Exec;
 use t2p::runner::perplexity::perplexity;
 
 use crate::run::ModelArgs;
@@ -31,7 +30,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if n_ctx < 4 {
         return Err("the chunk size (-c) must be at least 4".into());
     }
-    let exec = Exec::new(args.model.threads());
+    let exec = args.model.exec();
     let tok = &loaded.tokenizer;
     let ids = tok.encode(&text, true, true);
     if ids.len() < n_ctx {

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
+use t2p::matmul::ActQuant;
 use t2p::runner::generate::{GenStats, generate};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
@@ -27,6 +28,15 @@ pub struct ModelArgs {
     /// Prompt tokens per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch: usize,
+    /// Activation quantization for the ternary matmuls: q8_0 (a scale per 32 values, llama.cpp's
+    /// numerics for pq2_0) or q8_K (a scale per 256, faster, noisier).
+    #[arg(long = "act", default_value = "q8_0", value_parser = parse_act)]
+    pub act: ActQuant,
+}
+
+/// Parses `--act`.
+pub fn parse_act(s: &str) -> Result<ActQuant, String> {
+    ActQuant::from_name(s).map_err(|e| e.to_string())
 }
 
 impl ModelArgs {
@@ -34,6 +44,11 @@ impl ModelArgs {
     pub fn threads(&self) -> usize {
         self.threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// The kernels, thread pool and activation type these options ask for.
+    pub fn exec(&self) -> Exec {
+        Exec::new(self.threads()).with_act(self.act)
     }
 
     /// Loads the model, printing the load time on stderr.
@@ -146,7 +161,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         (None, None) => String::new(),
     };
     let (loaded, load_secs) = args.model.load(args.json)?;
-    let exec = Exec::new(args.model.threads());
+    let exec = args.model.exec();
     let tok = &loaded.tokenizer;
     let mut ids = tok.encode(&prompt, !args.no_bos, true);
     if ids.is_empty() {

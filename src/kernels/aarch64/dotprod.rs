@@ -5,16 +5,19 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    accumulate, dup_lane_s32, dup8x4, gemm_tiles, load_i8x16x2, load_i16x8, load_u8x16, recombine,
-    row_scales, scale_f32, slot_scaled, stock, store_f32x4,
+    accumulate, dup_lane_s32, dup8x4, gemm_q8_0_by_columns, gemm_tiles, gemv_q8_0_with,
+    load_i8x16x2, load_i16x8, load_u8x16, recombine, row_scales, scale_f32, slot_scaled, slots,
+    stock, store_f32x4,
 };
-use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::NeonDotprod,
     gemv,
     gemm,
+    gemv_q8_0,
+    gemm_q8_0,
     vec_dot_stock,
 };
 
@@ -28,6 +31,43 @@ pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
     // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
     unsafe { gemm_dotprod(x, nb, y, ncols, out, ld) }
+}
+
+/// `q8_0` gemv entry (also the i8mm path's).
+pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
+    // detecting dotprod.
+    unsafe { gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys)) }
+}
+
+/// `q8_0` gemm entry (also the i8mm path's): one SDOT gemv per column.
+pub(super) fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_q8_0_by_columns(x, nb, y, ncols, out, ld, gemv_q8_0);
+}
+
+/// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): the four unscaled
+/// slots of a word meet their dup8 activations in one SDOT chain per row pair (|lane| <=
+/// 4 * 2 * 3 * 128 = 3072), and a pairwise add joins each row's two lanes.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
+    let zero = vdupq_n_s32(0);
+    std::array::from_fn(|wd| {
+        let ys = dup8x4(&y[wd]);
+        let pair = |p: usize| {
+            let u = slots(load_u8x16(&x.qs[p][wd]));
+            let a = sdot(sdot(zero, u[0], ys[0]), u[1], ys[1]);
+            sdot(sdot(a, u[2], ys[2]), u[3], ys[3])
+        };
+        vpaddq_s32(pair(0), pair(1))
+    })
 }
 
 /// Stock vec_dot entry (also the i8mm path's).

@@ -11,6 +11,8 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::NeonI8mm,
     gemv: dotprod::gemv,
     gemm,
+    gemv_q8_0: dotprod::gemv_q8_0,
+    gemm_q8_0: dotprod::gemm_q8_0,
     vec_dot_stock: dotprod::vec_dot_stock,
 };
 

@@ -18,7 +18,7 @@
 use core::arch::aarch64::*;
 
 use super::{Isa, Kernels};
-use crate::format::{BlockQ8Kx4, BlockT2p};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
 mod asm;
 mod dotprod;
@@ -225,6 +225,73 @@ fn gemm_tiles(
                 store_f32x4(&mut out[o..o + 4], *a);
             }
         }
+    }
+}
+
+/// The four slots of a T2P word as unscaled codes `u`: `v & 3`, `(v >> 2) & 3`, `(v >> 4) & 3`,
+/// `v >> 6`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
+    let m3 = vdupq_n_u8(3);
+    [
+        vandq_u8(v, m3),
+        vandq_u8(vshrq_n_u8::<2>(v), m3),
+        vandq_u8(vshrq_n_u8::<4>(v), m3),
+        vshrq_n_u8::<6>(v),
+    ]
+    .map(|v| vreinterpretq_s8_u8(v))
+}
+
+/// The `q8_0` float step of one block: `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row from
+/// the exact per-word `dot(u, y)` (`i_j = dot_u[j] - sums[j]`), each product and sum a separate
+/// `fmul`/`fadd` as in the oracle.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q8_0_block_sum(dot_u: [int32x4_t; 4], yb: &BlockQ8_0Quad) -> float32x4_t {
+    let term = |j: usize| {
+        let isum = vsubq_s32(dot_u[j], vdupq_n_s32(yb.sums[j]));
+        vmulq_n_f32(vcvtq_f32_s32(isum), yb.d[j])
+    };
+    let s = vaddq_f32(term(0), term(1));
+    vaddq_f32(vaddq_f32(s, term(2)), term(3))
+}
+
+/// The `q8_0` gemv shared by the aarch64 paths: `words(x, y)` gives the exact per-word
+/// `dot(u, y)` of the four rows (`[word j: rows 0..3]`); the float step follows the oracle.
+#[inline]
+#[target_feature(enable = "neon")]
+fn gemv_q8_0_with(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    out: &mut [f32],
+    words: impl Fn(&BlockT2p, &[[i8; 32]; 4]) -> [int32x4_t; 4],
+) {
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = vdupq_n_f32(0.0);
+        for (blk, yb) in group.iter().zip(y) {
+            let s = q8_0_block_sum(words(blk, bytemuck::cast_ref(&yb.qs)), yb);
+            acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
+        }
+        store_f32x4(o, acc);
+    }
+}
+
+/// The `q8_0` gemm of the aarch64 paths: one gemv per column (the weights of a row group are
+/// re-read per column from cache; a tiled form is future work).
+fn gemm_q8_0_by_columns(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+    gemv: fn(&[BlockT2p], usize, &[BlockQ8_0Quad], &mut [f32]),
+) {
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
+        gemv(x, nb, col, &mut out[c * ld..c * ld + rows]);
     }
 }
 

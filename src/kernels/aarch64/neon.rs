@@ -9,33 +9,20 @@
 use core::arch::aarch64::*;
 
 use super::{
-    accumulate, dup8x4, gemm_tiles, load_i8x16x2, load_i16x8, load_u8x16, row_scales, scale_f32,
-    stock, store_f32x4,
+    accumulate, dup8x4, gemm_q8_0_by_columns, gemm_tiles, gemv_q8_0_with, load_i8x16x2, load_i16x8,
+    load_u8x16, row_scales, scale_f32, slots, stock, store_f32x4,
 };
-use crate::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::Neon,
     gemv,
     gemm,
+    gemv_q8_0,
+    gemm_q8_0,
     vec_dot_stock,
 };
-
-/// The four slots of a T2P word as unscaled codes `u`: `v & 3`, `(v >> 2) & 3`, `(v >> 4) & 3`,
-/// `v >> 6`.
-#[inline]
-#[target_feature(enable = "neon")]
-fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
-    let m3 = vdupq_n_u8(3);
-    [
-        vandq_u8(v, m3),
-        vandq_u8(vshrq_n_u8::<2>(v), m3),
-        vandq_u8(vshrq_n_u8::<4>(v), m3),
-        vshrq_n_u8::<6>(v),
-    ]
-    .map(|v| vreinterpretq_s8_u8(v))
-}
 
 /// Four rows' int16 lane accumulators -> `[row 0, row 1, row 2, row 3]` in int32 (exact: sums of
 /// up to four lanes fit int16, see the module bounds; the last step widens).
@@ -77,6 +64,42 @@ fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
     // SAFETY: as for `gemv`.
     unsafe { gemm_neon(x, nb, y, ncols, out, ld) }
+}
+
+fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // SAFETY: as for `gemv`.
+    unsafe { gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys)) }
+}
+
+fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_q8_0_by_columns(x, nb, y, ncols, out, ld, gemv_q8_0);
+}
+
+/// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): per word, each row's
+/// int16 lanes collect 4 products (|lane| <= 4 * 384 = 1536), widened by [`rows_to_i32`].
+#[inline]
+#[target_feature(enable = "neon")]
+fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
+    let zero = vdupq_n_s16(0);
+    std::array::from_fn(|wd| {
+        let ys = dup8x4(&y[wd]);
+        let mut a = [zero; 4];
+        for (p, words) in x.qs.iter().enumerate() {
+            let u = slots(load_u8x16(&words[wd]));
+            for (u, ys) in u.iter().zip(&ys) {
+                a[2 * p] = vmlal_s8(a[2 * p], vget_low_s8(*u), vget_low_s8(*ys));
+                a[2 * p + 1] = vmlal_high_s8(a[2 * p + 1], *u, *ys);
+            }
+        }
+        rows_to_i32(a)
+    })
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use super::error::{ModelError, Result};
 use crate::format::{QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
 use crate::kernels::Kernels;
-use crate::matmul::{QuantizedBatch, T2pMatrix, matmul_parallel};
+use crate::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul_parallel};
 use crate::pool::ThreadPool;
 use crate::runner::{Tensor, TensorData};
 
@@ -17,20 +17,29 @@ pub struct Exec {
     pub kern: &'static Kernels,
     /// The persistent pool every parallel step uses.
     pub pool: ThreadPool,
+    /// How activations are quantized for the T2P matrices.
+    pub act: ActQuant,
 }
 
 impl Exec {
-    /// The active kernels on a pool of `threads` threads.
+    /// The active kernels on a pool of `threads` threads, with the default activation type.
     pub fn new(threads: usize) -> Exec {
         Exec {
             kern: crate::kernels::active(),
             pool: ThreadPool::new(threads.max(1)),
+            act: ActQuant::default(),
         }
+    }
+
+    /// The same with activations quantized as `act`.
+    pub fn with_act(mut self, act: ActQuant) -> Exec {
+        self.act = act;
+        self
     }
 }
 
-/// `n` activation vectors of length `k` (token-major) plus their `q8_K` form, computed on first
-/// use and then shared by every T2P matrix reading this input (q/k/v, gate/up).
+/// `n` activation vectors of length `k` (token-major) plus their quantized form, computed on
+/// first use and then shared by every T2P matrix reading this input (q/k/v, gate/up).
 pub struct Input<'a> {
     x: &'a [f32],
     k: usize,
@@ -54,11 +63,11 @@ impl<'a> Input<'a> {
         self.n
     }
 
-    fn quantized(&self) -> Result<&QuantizedBatch> {
+    fn quantized(&self, act: ActQuant) -> Result<&QuantizedBatch> {
         if let Some(q) = self.quantized.get() {
             return Ok(q);
         }
-        let q = QuantizedBatch::new(self.x, self.k, self.n)?;
+        let q = QuantizedBatch::with(self.x, self.k, self.n, act)?;
         Ok(self.quantized.get_or_init(|| q))
     }
 }
@@ -159,7 +168,7 @@ impl Linear {
                 &exec.pool,
                 exec.kern,
                 m,
-                input.quantized()?,
+                input.quantized(exec.act)?,
                 out,
                 rows,
             )?),

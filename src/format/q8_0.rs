@@ -1,0 +1,114 @@
+//! `q8_0` activations grouped per T2P block: llama.cpp's activation type for `pq2_0` weights
+//! (blocks of 32 int8 with an fp16 scale), four blocks to one 128-weight T2P block, with the
+//! scales widened to f32 and the block sums precomputed for the kernels.
+//!
+//! This is the "llama.cpp numerics" activation mode: a scale per 32 values instead of q8_K's
+//! one per 256, so half the quantization noise, at the price of four float multiplies per
+//! block instead of one (see [`crate::kernels::Kernels::gemv_q8_0`]).
+
+use bytemuck::{Pod, Zeroable};
+
+use super::{QK_PQ2_0, f16_to_f32, f32_to_f16};
+
+/// Values per `q8_0` block (ggml's `QK8_0`).
+pub const QK8_0: usize = 32;
+
+/// Four consecutive `q8_0` blocks: the 128 activations one T2P block multiplies (160 bytes).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct BlockQ8_0Quad {
+    /// Scale of each 32-value block (an fp16 value, held as f32): value `i` is `qs[i] * d[i / 32]`.
+    pub d: [f32; 4],
+    /// `sums[j]` = sum of `qs[32j .. 32j + 32]`.
+    pub sums: [i32; 4],
+    /// Quantized values.
+    pub qs: [i8; 128],
+}
+
+const _: () = assert!(std::mem::size_of::<BlockQ8_0Quad>() == 160);
+
+impl Default for BlockQ8_0Quad {
+    fn default() -> Self {
+        Self::zeroed()
+    }
+}
+
+impl BlockQ8_0Quad {
+    /// Builds a block from raw values and four scales, computing `sums`.
+    pub fn from_qs(qs: [i8; QK_PQ2_0], d: [f32; 4]) -> Self {
+        let sums = std::array::from_fn(|j| {
+            qs[QK8_0 * j..QK8_0 * (j + 1)]
+                .iter()
+                .map(|&q| q as i32)
+                .sum()
+        });
+        BlockQ8_0Quad { d, sums, qs }
+    }
+
+    /// Quantizes 128 values exactly as ggml's x86 `quantize_row_q8_0` does per 32: `amax` sets
+    /// `d = amax / 127` (stored as fp16) and `q = round_half_even(x * (127 / amax))`; an
+    /// all-zero block gets `d = 0` and zero values.
+    pub fn quantize(x: &[f32; QK_PQ2_0]) -> Self {
+        let mut qs = [0i8; QK_PQ2_0];
+        let mut d = [0.0f32; 4];
+        for (j, (chunk, q)) in x
+            .chunks_exact(QK8_0)
+            .zip(qs.chunks_exact_mut(QK8_0))
+            .enumerate()
+        {
+            let amax = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            d[j] = f16_to_f32(f32_to_f16(amax / 127.0));
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            for (q, &v) in q.iter_mut().zip(chunk) {
+                // |v * id| <= 127 up to rounding, and the clamp mirrors ggml's saturating packs.
+                *q = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
+            }
+        }
+        Self::from_qs(qs, d)
+    }
+}
+
+/// Quantizes a row (`x.len()` a multiple of 128) into `out` (`x.len() / 128` blocks).
+///
+/// # Panics
+/// If the lengths disagree.
+pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0Quad]) {
+    assert_eq!(
+        x.len(),
+        out.len() * QK_PQ2_0,
+        "row length must be 128 per block"
+    );
+    for (chunk, block) in x.chunks_exact(QK_PQ2_0).zip(out.iter_mut()) {
+        *block = BlockQ8_0Quad::quantize(chunk.try_into().expect("chunk of 128"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_follows_ggml_per_32() {
+        let mut x = [0.0f32; 128];
+        x[0] = -2.0; // amax of block 0: d = 2/127, id = 63.5
+        x[1] = 0.5 / 63.5; // 0.5 rounds to even: 0
+        x[2] = 1.5 / 63.5; // 1.5 rounds to even: 2
+        x[3] = 1.0;
+        x[40] = 0.25; // block 1: amax 0.25
+        x[41] = -0.125;
+        let b = BlockQ8_0Quad::quantize(&x);
+        assert_eq!(&b.qs[..4], &[-127, 0, 2, 64]);
+        assert_eq!(&b.qs[40..42], &[127, -64]);
+        assert_eq!(b.d[0], f16_to_f32(f32_to_f16(2.0 / 127.0)));
+        assert_eq!(b.d[2], 0.0);
+        assert_eq!(b.sums, [-127 + 2 + 64, 127 - 64, 0, 0]);
+    }
+
+    #[test]
+    fn all_zero_input_gives_zero_block() {
+        assert_eq!(
+            BlockQ8_0Quad::quantize(&[0.0; 128]),
+            BlockQ8_0Quad::zeroed()
+        );
+    }
+}
