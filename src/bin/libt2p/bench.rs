@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use t2p::bandwidth::BandwidthProbe;
 use t2p::format::{BlockPq2_0, BlockQ8K, BlockT2p, QK_K, QK_PQ2_0, f32_to_f16, quantize_row_q8k};
 use t2p::kernels::{Isa, Kernels};
-use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul_parallel};
+use t2p::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul_parallel};
 use t2p::pool::ThreadPool;
 
 /// Options of `libt2p bench`.
@@ -43,14 +43,18 @@ pub struct Args {
     model: Option<std::path::PathBuf>,
     /// Activation quantization of a model benchmark (q8_0 or q8_K).
     #[arg(long = "act", default_value = "q8_0", value_parser = crate::run::parse_act)]
-    act: t2p::matmul::ActQuant,
+    act: ActQuant,
     #[command(flatten)]
     model_bench: crate::model_bench::ModelBenchArgs,
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Layout {
+    /// T2P weights, q8_K activations.
     T2p,
+    /// T2P weights, q8_0 activations (llama.cpp's numerics for pq2_0).
+    T2pQ8_0,
+    /// pq2_0 as in the file, q8_K activations.
     Stock,
 }
 
@@ -58,6 +62,7 @@ impl Layout {
     fn name(self) -> &'static str {
         match self {
             Layout::T2p => "t2p",
+            Layout::T2pQ8_0 => "t2p-q8_0",
             Layout::Stock => "stock",
         }
     }
@@ -362,7 +367,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
     ];
     let oracle = Kernels::for_isa(Isa::Scalar)?;
-    let mut variants = vec![(Layout::T2p, kern), (Layout::Stock, kern)];
+    let mut variants = vec![
+        (Layout::T2p, kern),
+        (Layout::T2pQ8_0, kern),
+        (Layout::Stock, kern),
+    ];
     if isa != Isa::Scalar {
         variants.push((Layout::Stock, oracle));
     }
@@ -376,6 +385,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let pq = pq2_0_blocks(nblk, si as u64 + 100);
         let x = columns(k, batch, si as u64 + 200);
         let act = QuantizedBatch::new(&x, k, batch)?;
+        let act_q8_0 = QuantizedBatch::with(&x, k, batch, ActQuant::Q8_0)?;
         let mut yq = vec![BlockQ8K::default(); batch * k / QK_K];
         quantize_row_q8k(&x, &mut yq);
         let mut out = vec![0.0f32; rows * batch];
@@ -422,6 +432,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 let times = match layout {
                     Layout::T2p => time_reps(budget, lo, hi, evict, || {
                         matmul_parallel(pool, vkern, &w, &act, &mut out, rows).expect("shape");
+                    }),
+                    Layout::T2pQ8_0 => time_reps(budget, lo, hi, evict, || {
+                        matmul_parallel(pool, vkern, &w, &act_q8_0, &mut out, rows).expect("shape");
                     }),
                     Layout::Stock => time_reps(budget, lo, hi, evict, || {
                         stock_parallel(pool, vkern, &pq, rows, k, &yq, &mut out);
@@ -520,7 +533,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "{:<5} {:<8} {:<5} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9}",
+        "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9}",
         "kern",
         "shape",
         "lay",
@@ -556,7 +569,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             (String::new(), String::new())
         };
         println!(
-            "{:<5} {:<8} {:<5} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9}",
+            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9}",
             r.kernel(),
             r.label,
             r.layout.name(),
