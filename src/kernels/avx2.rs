@@ -70,7 +70,7 @@ fn gemm_q8_0(
     unsafe { gemm_q8_0_avx2(x, nb, y, ncols, out, ld) }
 }
 
-fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
+pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
     unsafe { vec_dot_stock_avx2(x, y) }
 }
@@ -78,7 +78,7 @@ fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
 /// Word `wd` of both row pairs: low lane = pair 0 (rows 0, 1), high lane = pair 1 (rows 2, 3).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
+pub(super) fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
     let lo: &[u8; 16] = &blk.qs[0][wd];
     let hi: &[u8; 16] = &blk.qs[1][wd];
     // SAFETY: both pointers come from 16-byte arrays, and loadu has no alignment requirement.
@@ -88,7 +88,7 @@ fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
 /// The 8 bytes in every 64-bit quarter of a register ("dup8" in both lanes).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn bcast8(chunk: &[i8; 8]) -> __m256i {
+pub(super) fn bcast8(chunk: &[i8; 8]) -> __m256i {
     // SAFETY: loadl_epi64 reads exactly the 8 bytes of `chunk`, unaligned.
     unsafe { _mm256_broadcastq_epi64(_mm_loadl_epi64(chunk.as_ptr().cast())) }
 }
@@ -96,7 +96,7 @@ fn bcast8(chunk: &[i8; 8]) -> __m256i {
 /// `[d0, d1, d2, d3]` of a T2P block as f32 (F16C conversion is exact).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn scales(blk: &BlockT2p) -> __m128 {
+pub(super) fn scales(blk: &BlockT2p) -> __m128 {
     let d: &[u16; 4] = &blk.d;
     // SAFETY: reads the 8 bytes of `d`, unaligned.
     unsafe { _mm_cvtph_ps(_mm_loadl_epi64(d.as_ptr().cast())) }
@@ -104,13 +104,13 @@ fn scales(blk: &BlockT2p) -> __m128 {
 
 /// 8-byte chunk `c` (0..16) of a 128-value activation half.
 #[inline(always)]
-fn chunk8(ys: &[i8; 128], c: usize) -> &[i8; 8] {
+pub(super) fn chunk8(ys: &[i8; 128], c: usize) -> &[i8; 8] {
     ys[8 * c..8 * c + 8].try_into().expect("8 bytes")
 }
 
 /// Activation half `h` (0 or 1) of a `q8_K` block: the 128 values one T2P block multiplies.
 #[inline(always)]
-fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
+pub(super) fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
     yb.qs[128 * h..128 * h + 128]
         .try_into()
         .expect("128 values")
@@ -286,18 +286,19 @@ unsafe fn gemm_avx2(
 
 /// Per-block factors of one `q8_0` column in the lane order of a word-pair reduction
 /// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
-/// `-4 * sum` and the scale of each word, computed once per call instead of per row group.
-struct Q8_0Lanes {
-    neg4sum: [__m256i; 2],
-    d: [__m256; 2],
+/// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
+/// group.
+pub(super) struct Q8_0Lanes {
+    pub(super) neg_sums: [__m256i; 2],
+    pub(super) d: [__m256; 2],
 }
 
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn q8_0_lanes(yb: &BlockQ8_0Quad) -> Q8_0Lanes {
-    let (s, d) = (yb.sums.map(|v| -4 * v), yb.d);
+pub(super) fn q8_0_lanes(yb: &BlockQ8_0Quad, sum_scale: i32) -> Q8_0Lanes {
+    let (s, d) = (yb.sums.map(|v| -sum_scale * v), yb.d);
     Q8_0Lanes {
-        neg4sum: [
+        neg_sums: [
             _mm256_setr_epi32(s[0], s[0], s[1], s[1], s[0], s[0], s[1], s[1]),
             _mm256_setr_epi32(s[2], s[2], s[3], s[3], s[2], s[2], s[3], s[3]),
         ],
@@ -312,7 +313,7 @@ fn q8_0_lanes(yb: &BlockQ8_0Quad) -> Q8_0Lanes {
 /// 0, 2, 1, 3).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn rows_by_word(v: __m256) -> __m256 {
+pub(super) fn rows_by_word(v: __m256) -> __m256 {
     _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
 }
 
@@ -345,11 +346,11 @@ fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
     }
     let i01 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
         _mm256_hadd_epi32(w[0], w[1]),
-        l.neg4sum[0],
+        l.neg_sums[0],
     ));
     let i23 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
         _mm256_hadd_epi32(w[2], w[3]),
-        l.neg4sum[1],
+        l.neg_sums[1],
     ));
     let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
     let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
@@ -361,7 +362,7 @@ fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
 /// T2P gemv on `q8_0` activations: [`block_q8_0`] per block, then `acc + d_w * s`.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb)).collect();
+    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 4)).collect();
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = _mm_setzero_ps();
         for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
@@ -376,9 +377,26 @@ unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &m
 
 /// Per block and word, one column pair's `-sum` and scale in the lane order
 /// `[c r0, c r1, c' r0, c' r1 | c r2, c r3, c' r2, c' r3]` of a column-pair reduction.
-struct PairLanes {
-    neg_sum: __m256i,
-    d: __m256,
+pub(super) struct PairLanes {
+    pub(super) neg_sum: __m256i,
+    pub(super) d: __m256,
+}
+
+/// [`PairLanes`] of block `b` for every word and both column pairs of four columns.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn pair_lanes(cols: &[&[BlockQ8_0Quad]; 4], b: usize) -> [[PairLanes; 2]; 4] {
+    std::array::from_fn(|wd| {
+        std::array::from_fn(|cp| {
+            let (a, z) = (&cols[2 * cp][b], &cols[2 * cp + 1][b]);
+            let (sa, sz) = (-a.sums[wd], -z.sums[wd]);
+            let (da, dz) = (a.d[wd], z.d[wd]);
+            PairLanes {
+                neg_sum: _mm256_setr_epi32(sa, sa, sz, sz, sa, sa, sz, sz),
+                d: _mm256_setr_ps(da, da, dz, dz, da, da, dz, dz),
+            }
+        })
+    })
 }
 
 /// T2P gemm on `q8_0` activations, four columns at a time (a last group of two or three
@@ -416,19 +434,7 @@ unsafe fn gemm_q8_0_avx2(
             &y[c * nb..(c + 1) * nb]
         });
         lanes.clear();
-        lanes.extend((0..nb).map(|b| {
-            std::array::from_fn(|wd| {
-                std::array::from_fn(|cp| {
-                    let (a, z) = (&cols[2 * cp][b], &cols[2 * cp + 1][b]);
-                    let (sa, sz) = (-a.sums[wd], -z.sums[wd]);
-                    let (da, dz) = (a.d[wd], z.d[wd]);
-                    PairLanes {
-                        neg_sum: _mm256_setr_epi32(sa, sa, sz, sz, sa, sa, sz, sz),
-                        d: _mm256_setr_ps(da, da, dz, dz, da, da, dz, dz),
-                    }
-                })
-            })
-        }));
+        lanes.extend((0..nb).map(|b| pair_lanes(&cols, b)));
         for (g, group) in x.chunks_exact(nb).enumerate() {
             let mut acc = [_mm256_setzero_ps(); 2];
             for (b, blk) in group.iter().enumerate() {

@@ -15,7 +15,7 @@
 //! `acc = acc + (d_w * d_y) * (isum as f32)` per block, in block order, without fused
 //! multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
-//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|neon|neon-dotprod|neon-i8mm`
+//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|neon|neon-dotprod|neon-i8mm`
 //! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).
 
 use std::fmt;
@@ -28,6 +28,8 @@ use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, R
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx_vnni;
 pub mod cpu;
 pub mod scalar;
 
@@ -45,13 +47,16 @@ pub enum Isa {
     NeonDotprod = 3,
     /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
     NeonI8mm = 4,
+    /// x86_64 AVX2 + F16C + AVX-VNNI (`vpdpbusd` on slot-masked words: no int16 saturation).
+    AvxVnni = 5,
 }
 
 impl Isa {
     /// Every path, in the order of preference within its architecture (best last).
-    pub const ALL: [Isa; 5] = [
+    pub const ALL: [Isa; 6] = [
         Isa::Scalar,
         Isa::Avx2,
+        Isa::AvxVnni,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
@@ -62,6 +67,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avx-vnni",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::NeonI8mm => "neon-i8mm",
@@ -73,7 +79,7 @@ impl Isa {
         Isa::ALL
             .into_iter()
             .find(|isa| isa.name() == name.trim())
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, neon, neon-dotprod, neon-i8mm)")))
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, avx-vnni, neon, neon-dotprod, neon-i8mm)")))
     }
 
     /// The ISA with the given stable number.
@@ -139,6 +145,8 @@ fn table(isa: Isa) -> Option<&'static Kernels> {
         Isa::Scalar => Some(&scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => avx2::kernels(),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => avx_vnni::kernels(),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::kernels(isa),
         _ => None,

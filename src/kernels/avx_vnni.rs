@@ -1,0 +1,339 @@
+//! x86_64 AVX2 + AVX-VNNI: `vpdpbusd` on slot-masked T2P words.
+//!
+//! `vpdpbusd` multiplies unsigned bytes by signed bytes and adds each group of four products
+//! into an int32 lane, **without** the int16 saturation of AVX2's `maddubs`. So a masked slot
+//! can stay in place even for slot 3 (`v & 0xC0` = 64u, at most 192, is a valid unsigned byte),
+//! and one instruction replaces `maddubs` + `add` (+ `madd`). The register layout, the dup8
+//! activation operands and the float steps are those of the AVX2 path ([`super::avx2`]), so the
+//! outputs are bit-identical to it and to the scalar oracle.
+//!
+//! Integer bounds: an int32 lane collects 4 products per instruction, at most 16 per block and
+//! slot class, each `|u * 4^s * y| <= 192 * 128`, so every lane stays below 2^22.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{
+    PairLanes, Q8_0Lanes, bcast8, chunk8, half, load_word, q8_0_lanes, rows_by_word, scales,
+};
+use super::{Isa, Kernels};
+use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+
+static KERNELS: Kernels = Kernels {
+    isa: Isa::AvxVnni,
+    gemv,
+    gemm,
+    gemv_q8_0,
+    gemm_q8_0,
+    vec_dot_stock: super::avx2::vec_dot_stock,
+};
+
+/// The AVX-VNNI kernels, if this CPU has AVX2, F16C and AVX-VNNI. As for the AVX2 path, the safe
+/// wrappers are only reachable through here.
+pub(super) fn kernels() -> Option<&'static Kernels> {
+    if is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("f16c")
+        && is_x86_feature_detected!("avxvnni")
+    {
+        Some(&KERNELS)
+    } else {
+        None
+    }
+}
+
+fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: KERNELS is only handed out by `kernels()`, after AVX2, F16C and AVX-VNNI were
+    // detected.
+    unsafe { gemv_vnni(x, nb, y, out) }
+}
+
+fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: as in `gemv`.
+    unsafe { gemm_vnni(x, nb, y, ncols, out, ld) }
+}
+
+fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // SAFETY: as in `gemv`.
+    unsafe { gemv_q8_0_vnni(x, nb, y, out) }
+}
+
+fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    // SAFETY: as in `gemv`.
+    unsafe { gemm_q8_0_vnni(x, nb, y, ncols, out, ld) }
+}
+
+/// `acc + dot4(u, y)` per int32 lane (`vpdpbusd`, VEX form).
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn dp(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(acc, u, y)
+}
+
+/// The four slots of a word as plain codes `u` (`(v >> 2s) & 3`).
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn slots_u(v: __m256i) -> [__m256i; 4] {
+    let m03 = _mm256_set1_epi8(0x03);
+    [
+        _mm256_and_si256(v, m03),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
+    ]
+}
+
+/// `dot(u, y)` of one word of both row pairs against its 32 activations,
+/// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes).
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn word_dot_u(blk: &BlockT2p, wd: usize, ys: &[i8; 128]) -> __m256i {
+    let u = slots_u(load_word(blk, wd));
+    let mut a = _mm256_setzero_si256();
+    for (s, u) in u.iter().enumerate() {
+        a = dp(a, *u, bcast8(chunk8(ys, 4 * wd + s)));
+    }
+    a
+}
+
+/// `64 * dot(u, y)` of one T2P block with its 128 activations, `[r0, r0, r1, r1 | r2, r2, r3, r3]`.
+///
+/// The masks `0x03, 0x0C, 0x30, 0xC0` give `4^s * u` for slot `s` with one AND each; four
+/// accumulators (one per slot class) collect the four words, and `64 a0 + 16 a1 + 4 a2 + a3`
+/// = `64 * dot(u, y)` recombines them with shifts.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn block_u64(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
+    let masks = [
+        _mm256_set1_epi8(0x03),
+        _mm256_set1_epi8(0x0C),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi8(0xC0u8 as i8),
+    ];
+    let mut a = [_mm256_setzero_si256(); 4];
+    for wd in 0..4 {
+        let v = load_word(blk, wd);
+        for (s, (a, m)) in a.iter_mut().zip(&masks).enumerate() {
+            *a = dp(*a, _mm256_and_si256(v, *m), bcast8(chunk8(ys, 4 * wd + s)));
+        }
+    }
+    _mm256_add_epi32(
+        _mm256_add_epi32(_mm256_slli_epi32::<6>(a[0]), _mm256_slli_epi32::<4>(a[1])),
+        _mm256_add_epi32(_mm256_slli_epi32::<2>(a[2]), a[3]),
+    )
+}
+
+/// T2P gemv: the AVX2 gemv's structure with [`block_u64`] (`>> 6` instead of `>> 2`).
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+unsafe fn gemv_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    let neg_ysum64: Vec<i32> = (0..nb).map(|b| -64 * y[b / 2].half_sum(b % 2)).collect();
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = _mm_setzero_ps();
+        for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum64.chunks_exact(2)) {
+            let s0 = block_u64(&pair[0], half(yb, 0));
+            let s1 = block_u64(&pair[1], half(yb, 1));
+            // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
+            let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
+            let ys = _mm256_setr_epi32(
+                nys[0], nys[0], nys[0], nys[0], nys[1], nys[1], nys[1], nys[1],
+            );
+            let isum = _mm256_srai_epi32::<6>(_mm256_add_epi32(h, ys));
+            let d0: &[u16; 4] = &pair[0].d;
+            let d1: &[u16; 4] = &pair[1].d;
+            // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
+            let dh = unsafe {
+                _mm_unpacklo_epi64(
+                    _mm_loadl_epi64(d0.as_ptr().cast()),
+                    _mm_loadl_epi64(d1.as_ptr().cast()),
+                )
+            };
+            let scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(yb.d));
+            let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
+            acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
+            acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod));
+        }
+        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// T2P gemm on `q8_K x4` tiles: the AVX2 gemm's loop order and float steps; per word the four
+/// plain slots serve the four columns, one `vpdpbusd` per slot and column into an int32
+/// accumulator per column.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+unsafe fn gemm_vnni(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let half_n = nb / 2;
+    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
+    let c01_idx = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
+    let c23_idx = _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3);
+    let mut sums: Vec<[i32; 4]> = vec![[0; 4]; nb];
+    for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
+        let real = (ncols - 4 * t).min(4);
+        for (b, s) in sums.iter_mut().enumerate() {
+            *s = std::array::from_fn(|col| tile[b / 2].half_sum(col, b % 2));
+        }
+        for (g, group) in x.chunks_exact(nb).enumerate() {
+            let mut acc01 = _mm256_setzero_ps();
+            let mut acc23 = _mm256_setzero_ps();
+            for (b, blk) in group.iter().enumerate() {
+                let yb = &tile[b / 2];
+                let ys: &[i8; 512] = yb.qs[512 * (b % 2)..512 * (b % 2) + 512]
+                    .try_into()
+                    .expect("512 values");
+                // Two accumulators per column (even and odd slots): a chain of 16 dependent
+                // `vpdpbusd` per block would be latency-bound.
+                let mut a = [[_mm256_setzero_si256(); 2]; 4];
+                for wd in 0..4 {
+                    let sl = slots_u(load_word(blk, wd));
+                    for (s, &w) in sl.iter().enumerate() {
+                        let c = 4 * wd + s;
+                        for (col, acc) in a.iter_mut().enumerate() {
+                            let off = 32 * c + 8 * col;
+                            let chunk: &[i8; 8] = ys[off..off + 8].try_into().expect("8 bytes");
+                            acc[s % 2] = dp(acc[s % 2], w, bcast8(chunk));
+                        }
+                    }
+                }
+                let a = a.map(|[e, o]| _mm256_add_epi32(e, o));
+                // [r0, r0, r1, r1 | r2, r2, r3, r3] per column, then pairs of columns.
+                let h01 = _mm256_hadd_epi32(a[0], a[1]);
+                let h23 = _mm256_hadd_epi32(a[2], a[3]);
+                let s = &sums[b];
+                // SAFETY: reads the 16 bytes of `s`, unaligned.
+                let s4 = _mm256_castsi128_si256(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
+                let i01 = _mm256_sub_epi32(h01, _mm256_permutevar8x32_epi32(s4, c01_idx));
+                let i23 = _mm256_sub_epi32(h23, _mm256_permutevar8x32_epi32(s4, c23_idx));
+                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
+                let d: &[f32; 4] = &yb.d;
+                // SAFETY: reads the 4 floats of `d`, unaligned.
+                let dy = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(d.as_ptr()) });
+                let sc01 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c01_idx));
+                let sc23 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c23_idx));
+                acc01 = _mm256_add_ps(acc01, _mm256_mul_ps(sc01, _mm256_cvtepi32_ps(i01)));
+                acc23 = _mm256_add_ps(acc23, _mm256_mul_ps(sc23, _mm256_cvtepi32_ps(i23)));
+            }
+            store_tile(out, ld, 4 * t, real, g, [acc01, acc23]);
+        }
+    }
+}
+
+/// Writes the `real` columns of a 4-column result `[c r0, c r1, c' r0, c' r1 | c r2, c r3, ...]`
+/// (column pairs 0-1 and 2-3) for row group `g`, columns from `c0`.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn store_tile(out: &mut [f32], ld: usize, c0: usize, real: usize, g: usize, acc: [__m256; 2]) {
+    let mut l = [[0.0f32; 8]; 2];
+    // SAFETY: writes exactly the 8 floats of each array, unaligned.
+    unsafe {
+        _mm256_storeu_ps(l[0].as_mut_ptr(), acc[0]);
+        _mm256_storeu_ps(l[1].as_mut_ptr(), acc[1]);
+    }
+    for col in 0..real {
+        let (l, j) = (&l[col / 2], 2 * (col % 2));
+        let base = (c0 + col) * ld + ROWS_PER_T2P * g;
+        out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
+    }
+}
+
+/// `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row of one block against four `q8_0` blocks:
+/// [`word_dot_u`] per word (plain slots, one accumulator), paired by `hadd`, `-sum` per word,
+/// then the AVX2 path's float steps.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+#[inline]
+fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
+    let w: [__m256i; 4] = std::array::from_fn(|wd| word_dot_u(blk, wd, ys));
+    let i01 = _mm256_add_epi32(_mm256_hadd_epi32(w[0], w[1]), l.neg_sums[0]);
+    let i23 = _mm256_add_epi32(_mm256_hadd_epi32(w[2], w[3]), l.neg_sums[1]);
+    let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
+    let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
+    let s = _mm_add_ps(_mm256_castps256_ps128(p01), _mm256_extractf128_ps::<1>(p01));
+    let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
+    _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
+}
+
+/// T2P gemv on `q8_0` activations.
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+unsafe fn gemv_q8_0_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 1)).collect();
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = _mm_setzero_ps();
+        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
+            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), block_q8_0(blk, &yb.qs, l)));
+        }
+        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+}
+
+/// T2P gemm on `q8_0` activations: the AVX2 `q8_0` gemm with one `vpdpbusd` per slot and
+/// column (int32 word sums directly, no `madd`).
+#[target_feature(enable = "avx2,f16c,avxvnni")]
+unsafe fn gemm_q8_0_vnni(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    let mut lanes: Vec<[[PairLanes; 2]; 4]> = Vec::with_capacity(nb);
+    for c0 in (0..ncols).step_by(4) {
+        let real = (ncols - c0).min(4);
+        if real == 1 {
+            let o = c0 * ld;
+            // SAFETY: same CPU features as this function.
+            unsafe { gemv_q8_0_vnni(x, nb, &y[c0 * nb..(c0 + 1) * nb], &mut out[o..o + rows]) };
+            continue;
+        }
+        let cols: [&[BlockQ8_0Quad]; 4] = std::array::from_fn(|i| {
+            let c = c0 + if i < real { i } else { 0 };
+            &y[c * nb..(c + 1) * nb]
+        });
+        lanes.clear();
+        lanes.extend((0..nb).map(|b| super::avx2::pair_lanes(&cols, b)));
+        for (g, group) in x.chunks_exact(nb).enumerate() {
+            let mut acc = [_mm256_setzero_ps(); 2];
+            for (b, blk) in group.iter().enumerate() {
+                let mut s = [_mm256_setzero_ps(); 2];
+                for (wd, word_lanes) in lanes[b].iter().enumerate() {
+                    let sl = slots_u(load_word(blk, wd));
+                    let mut a = [_mm256_setzero_si256(); 4];
+                    for (col, a) in a.iter_mut().enumerate() {
+                        let ys = &cols[col][b].qs;
+                        for (sn, &w) in sl.iter().enumerate() {
+                            *a = dp(*a, w, bcast8(chunk8(ys, 4 * wd + sn)));
+                        }
+                    }
+                    for (cp, s) in s.iter_mut().enumerate() {
+                        let l = &word_lanes[cp];
+                        let h = _mm256_hadd_epi32(a[2 * cp], a[2 * cp + 1]);
+                        let p =
+                            _mm256_mul_ps(l.d, _mm256_cvtepi32_ps(_mm256_add_epi32(h, l.neg_sum)));
+                        *s = if wd == 0 { p } else { _mm256_add_ps(*s, p) };
+                    }
+                }
+                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
+                for (acc, s) in acc.iter_mut().zip(s) {
+                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
+                }
+            }
+            store_tile(out, ld, c0, real, g, acc);
+        }
+    }
+}
