@@ -74,11 +74,12 @@ impl T2pMatrix {
 pub enum ActQuant {
     /// `q8_K`: one scale per 256 values, ggml's activation type for the K-quants and `tq*`. One
     /// float step per 128-weight block: the fastest form.
-    #[default]
     Q8K,
     /// `q8_0`: one scale per 32 values, llama.cpp's activation type for `pq2_0` (its outputs are
     /// what the pq2_0 references hold). Half the quantization noise of `q8_K`, four float steps
-    /// per block.
+    /// per block. The default: decode is memory-bound on most machines, where the extra float
+    /// work is free.
+    #[default]
     Q8_0,
 }
 

@@ -60,12 +60,21 @@ impl BlockQ8_0Quad {
             d[j] = f16_to_f32(f32_to_f16(amax / 127.0));
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             for (q, &v) in q.iter_mut().zip(chunk) {
-                // |v * id| <= 127 up to rounding, and the clamp mirrors ggml's saturating packs.
-                *q = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
+                // |v * id| <= 127 up to rounding; the clamp mirrors ggml's saturating packs.
+                *q = round_half_even(v * id).clamp(-128, 127) as i8;
             }
         }
         Self::from_qs(qs, d)
     }
+}
+
+/// Round half to even through the float mantissa: equal to `f32::round_ties_even` for
+/// |x| < 2^22 (the quantizer's values are within +-128), without a libm call, so the loop
+/// vectorizes. NaN (from a non-finite input) gives an arbitrary value, as in ggml.
+#[inline(always)]
+fn round_half_even(x: f32) -> i32 {
+    let v = x + 12_582_912.0;
+    (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
 /// Quantizes a row (`x.len()` a multiple of 128) into `out` (`x.len() / 128` blocks).
@@ -102,6 +111,17 @@ mod tests {
         assert_eq!(b.d[0], f16_to_f32(f32_to_f16(2.0 / 127.0)));
         assert_eq!(b.d[2], 0.0);
         assert_eq!(b.sums, [-127 + 2 + 64, 127 - 64, 0, 0]);
+    }
+
+    #[test]
+    fn rounding_matches_round_ties_even() {
+        for i in -130_000..=130_000 {
+            let x = i as f32 / 1000.0;
+            assert_eq!(round_half_even(x), x.round_ties_even() as i32, "{x}");
+        }
+        for x in [0.5f32, 1.5, 2.5, -0.5, -1.5, -2.5, 127.5, -127.5, 126.49999] {
+            assert_eq!(round_half_even(x), x.round_ties_even() as i32, "{x}");
+        }
     }
 
     #[test]
