@@ -26,7 +26,7 @@ pub use t2p::{BlockT2p, ROWS_PER_T2P};
 pub use ternary::{
     BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row, repack_to_t2p,
 };
-pub use trits::{pack_trits, trit};
+pub use trits::{decode_trits, pack_trits, trit};
 
 /// Converts IEEE half-precision bits to `f32` (exact).
 #[inline]

@@ -34,11 +34,9 @@ pub fn t2p_block_count(rows: usize, k: usize) -> Result<usize> {
     Ok(rows / ROWS_PER_T2P * (k / QK_PQ2_0))
 }
 
+/// Packs one row group (4 rows of `nb` pq2_0 blocks) into `nb` T2P blocks.
 fn pack_group(src: &[BlockPq2_0], nb: usize, dst: &mut [BlockT2p]) {
-    for (b, out) in dst.iter_mut().enumerate() {
-        let rows: [&BlockPq2_0; 4] = std::array::from_fn(|r| &src[r * nb + b]);
-        *out = BlockT2p::pack(&rows.map(|x| x.codes()), rows.map(|x| x.d));
-    }
+    super::ternary::repack_group(src, nb * QK_PQ2_0, dst);
 }
 
 /// Repacks a `rows x k` pq2_0 tensor (`src`, row-major blocks) into T2P row groups (`dst`).

@@ -41,17 +41,30 @@ impl BlockT2p {
 
     /// Packs four rows of 128 codes (0..=3) with their fp16 scales.
     pub fn pack(codes: &[[u8; QK_PQ2_0]; ROWS_PER_T2P], d: [u16; ROWS_PER_T2P]) -> Self {
-        let mut b = BlockT2p {
-            d,
-            qs: [[[0; 16]; 4]; 2],
-        };
-        for (r, row) in codes.iter().enumerate() {
-            for (k, &u) in row.iter().enumerate() {
-                let (p, wd, j, s) = Self::position(r, k);
-                b.qs[p][wd][j] |= (u & 3) << (2 * s);
-            }
+        let mut b = BlockT2p::default();
+        for (r, (row, &dr)) in codes.iter().zip(&d).enumerate() {
+            b.set_row(r, row, dr);
         }
         b
+    }
+
+    /// Sets row `r` (0..4): its fp16 scale and its 128 codes (only the low two bits of each
+    /// are used). Every byte of the row is overwritten, so the other rows are left as they are
+    /// and four calls fill a block whatever it held.
+    ///
+    /// # Panics
+    /// If `r >= 4`.
+    #[inline]
+    pub fn set_row(&mut self, r: usize, codes: &[u8; QK_PQ2_0], d: u16) {
+        self.d[r] = d;
+        // Weight 32*wd + 8*s + i sits in slot s of byte 8*(r % 2) + i of word (r / 2, wd).
+        let half = 8 * (r % 2);
+        for (word, c) in self.qs[r / 2].iter_mut().zip(codes.chunks_exact(32)) {
+            for (i, out) in word[half..half + 8].iter_mut().enumerate() {
+                *out =
+                    (c[i] & 3) | (c[8 + i] & 3) << 2 | (c[16 + i] & 3) << 4 | (c[24 + i] & 3) << 6;
+            }
+        }
     }
 
     /// The four rows of 128 codes, inverse of [`BlockT2p::pack`].
@@ -78,6 +91,30 @@ mod tests {
         let b = BlockT2p::pack(&codes, [1, 2, 3, 4]);
         assert_eq!(b.unpack(), codes);
         assert_eq!(b.d, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn set_row_agrees_with_position_and_leaves_other_rows() {
+        let codes: [[u8; 128]; 4] =
+            std::array::from_fn(|r| std::array::from_fn(|k| ((k * 5 + r) % 4) as u8));
+        let mut b = BlockT2p::default();
+        for r in [2, 0, 3, 1] {
+            b.set_row(r, &codes[r], r as u16 + 10);
+        }
+        for (r, row) in codes.iter().enumerate() {
+            for (k, &u) in row.iter().enumerate() {
+                let (p, wd, j, s) = BlockT2p::position(r, k);
+                assert_eq!((b.qs[p][wd][j] >> (2 * s)) & 3, u, "row {r} weight {k}");
+            }
+        }
+        assert_eq!(b.d, [10, 11, 12, 13]);
+        // Overwriting one row changes only that row.
+        b.set_row(1, &[3; 128], 7);
+        assert_eq!(b.unpack()[1], [3; 128]);
+        assert_eq!(
+            [b.unpack()[0], b.unpack()[2], b.unpack()[3]],
+            [codes[0], codes[2], codes[3]]
+        );
     }
 
     #[test]

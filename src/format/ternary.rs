@@ -3,11 +3,13 @@
 //! Each format holds a 2-bit code `u = w + 1` per weight (some packed in base 3) and an fp16
 //! scale per group; [`TernaryBlock::decode`] yields the codes and one scale per 128 weights, so
 //! the T2P result dequantizes to bit-identical weights (`(u - 1) * d` on both sides).
+//! [`TernaryBlock::encode`] is the inverse (used by `libt2p synth` and the tests): it refuses
+//! what a format cannot hold instead of rounding it.
 
 use bytemuck::{Pod, Zeroable};
 
-use super::trits::trit;
-use super::{BlockPq2_0, BlockT2p, QK_PQ2_0, f16_to_f32};
+use super::trits::{decode_trits, pack_trits};
+use super::{BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
 use crate::error::{Error, Result, check_len};
 
 /// A block format of ternary weights that can be repacked into T2P.
@@ -19,7 +21,45 @@ pub trait TernaryBlock: Pod {
     /// Weights per block (128 or 256).
     const WEIGHTS: usize;
     /// Writes the `WEIGHTS` codes (0..=3) into `codes` and one fp16 scale per 128 weights.
+    ///
+    /// # Panics
+    /// If `codes` is shorter than `WEIGHTS` or `scales` than `WEIGHTS / 128`.
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]);
+    /// Builds a block from `WEIGHTS` codes and one fp16 scale per 128 weights, so that
+    /// [`decode`](Self::decode) gives them back exactly. Refused: wrong lengths, codes above 3
+    /// (above 2 for the base-3 formats), and two different scales for a 256-weight format.
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self>;
+}
+
+/// Checks the arguments of [`TernaryBlock::encode`] (every code at most `max_code`, one scale per
+/// 128 weights, all of them equal) and returns the block's scale.
+fn check_encode<B: TernaryBlock>(codes: &[u8], scales: &[u16], max_code: u8) -> Result<u16> {
+    if codes.len() != B::WEIGHTS || scales.len() != B::WEIGHTS / QK_PQ2_0 {
+        return Err(Error::Shape(format!(
+            "a {} block takes {} codes and {} scales, got {} and {}",
+            B::NAME,
+            B::WEIGHTS,
+            B::WEIGHTS / QK_PQ2_0,
+            codes.len(),
+            scales.len()
+        )));
+    }
+    if let Some(i) = codes.iter().position(|&u| u > max_code) {
+        return Err(Error::InvalidArgument(format!(
+            "code {} at weight {i} does not fit a {} block (codes 0..={max_code})",
+            codes[i],
+            B::NAME
+        )));
+    }
+    if scales.iter().any(|&d| d != scales[0]) {
+        return Err(Error::InvalidArgument(format!(
+            "a {} block has one scale per {} weights, got different scales {:04x?}",
+            B::NAME,
+            B::WEIGHTS,
+            scales
+        )));
+    }
+    Ok(scales[0])
 }
 
 impl TernaryBlock for BlockPq2_0 {
@@ -27,8 +67,18 @@ impl TernaryBlock for BlockPq2_0 {
     const NAME: &'static str = "pq2_0";
     const WEIGHTS: usize = QK_PQ2_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        codes[..QK_PQ2_0].copy_from_slice(&self.codes());
+        for (c, &q) in codes[..QK_PQ2_0].chunks_exact_mut(4).zip(&self.qs) {
+            c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
+        }
         scales[0] = self.d;
+    }
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+        let d = check_encode::<Self>(codes, scales, 3)?;
+        let mut b = BlockPq2_0 { d, qs: [0; 32] };
+        for (j, &u) in codes.iter().enumerate() {
+            b.set_code(j, u);
+        }
+        Ok(b)
     }
 }
 
@@ -49,13 +99,29 @@ impl TernaryBlock for BlockTq2_0 {
     const NAME: &'static str = "tq2_0";
     const WEIGHTS: usize = 256;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        for (j, &b) in self.qs.iter().enumerate() {
-            let (h, m) = (j / 32, j % 32);
-            for l in 0..4 {
-                codes[128 * h + 32 * l + m] = (b >> (2 * l)) & 3;
+        // Byte 32h + m holds element 128h + 32l + m in bits 2l: 32 contiguous codes per (h, l).
+        for (half, qs) in codes[..256]
+            .chunks_exact_mut(128)
+            .zip(self.qs.chunks_exact(32))
+        {
+            for (l, out) in half.chunks_exact_mut(32).enumerate() {
+                for (o, &b) in out.iter_mut().zip(qs) {
+                    *o = (b >> (2 * l)) & 3;
+                }
             }
         }
         scales[..2].fill(self.d);
+    }
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+        let d = check_encode::<Self>(codes, scales, 3)?;
+        let mut qs = [0u8; 64];
+        for (j, q) in qs.iter_mut().enumerate() {
+            let (h, m) = (j / 32, j % 32);
+            for l in 0..4 {
+                *q |= codes[128 * h + 32 * l + m] << (2 * l);
+            }
+        }
+        Ok(BlockTq2_0 { qs, d })
     }
 }
 
@@ -79,20 +145,36 @@ impl TernaryBlock for BlockTq1_0 {
     const NAME: &'static str = "tq1_0";
     const WEIGHTS: usize = 256;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
+        let codes = &mut codes[..256];
         for n in 0..5 {
-            for m in 0..32 {
-                codes[32 * n + m] = trit(self.qs[m], n as u32);
-            }
-            for m in 0..16 {
-                codes[160 + 16 * n + m] = trit(self.qs[32 + m], n as u32);
-            }
+            decode_trits(&self.qs[..32], n as u32, &mut codes[32 * n..32 * n + 32]);
+            let at = 160 + 16 * n;
+            decode_trits(&self.qs[32..], n as u32, &mut codes[at..at + 16]);
         }
         for n in 0..4 {
-            for j in 0..4 {
-                codes[240 + 4 * n + j] = trit(self.qh[j], n as u32);
-            }
+            decode_trits(&self.qh, n as u32, &mut codes[240 + 4 * n..244 + 4 * n]);
         }
         scales[..2].fill(self.d);
+    }
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+        let d = check_encode::<Self>(codes, scales, 2)?;
+        let mut b = BlockTq1_0 {
+            qs: [0; 48],
+            qh: [0; 4],
+            d,
+        };
+        for m in 0..32 {
+            b.qs[m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[32 * n + m]));
+        }
+        for m in 0..16 {
+            b.qs[32 + m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| {
+                codes[160 + 16 * n + m]
+            }));
+        }
+        for j in 0..4 {
+            b.qh[j] = pack_trits(&std::array::from_fn::<u8, 4, _>(|n| codes[240 + 4 * n + j]));
+        }
+        Ok(b)
     }
 }
 
@@ -117,20 +199,34 @@ impl TernaryBlock for BlockPtq1_0 {
     const NAME: &'static str = "ptq1_0 (layout unverified against a real file)";
     const WEIGHTS: usize = 128;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
+        let codes = &mut codes[..128];
         for n in 0..5 {
-            for m in 0..16 {
-                codes[16 * n + m] = trit(self.qs[m], n as u32);
-            }
-            for m in 0..8 {
-                codes[80 + 8 * n + m] = trit(self.qs[16 + m], n as u32);
-            }
+            decode_trits(&self.qs[..16], n as u32, &mut codes[16 * n..16 * n + 16]);
+            let at = 80 + 8 * n;
+            decode_trits(&self.qs[16..], n as u32, &mut codes[at..at + 8]);
         }
         for n in 0..4 {
-            for h in 0..2 {
-                codes[120 + 2 * n + h] = trit(self.qh[h], n as u32);
-            }
+            decode_trits(&self.qh, n as u32, &mut codes[120 + 2 * n..122 + 2 * n]);
         }
         scales[0] = self.d;
+    }
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+        let d = check_encode::<Self>(codes, scales, 2)?;
+        let mut b = BlockPtq1_0 {
+            qs: [0; 24],
+            qh: [0; 2],
+            d,
+        };
+        for m in 0..16 {
+            b.qs[m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[16 * n + m]));
+        }
+        for m in 0..8 {
+            b.qs[16 + m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[80 + 8 * n + m]));
+        }
+        for h in 0..2 {
+            b.qh[h] = pack_trits(&std::array::from_fn::<u8, 4, _>(|n| codes[120 + 2 * n + h]));
+        }
+        Ok(b)
     }
 }
 
@@ -150,25 +246,21 @@ pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<
 
 /// Repacks row group `g`'s source rows (4 rows of `k / WEIGHTS` blocks each, row-major in `src`)
 /// into `k / 128` T2P blocks.
-fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [BlockT2p]) {
+pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [BlockT2p]) {
     let per_row = k / B::WEIGHTS;
-    let nb = k / QK_PQ2_0;
-    let mut codes = vec![[[0u8; QK_PQ2_0]; 4]; nb];
-    let mut scales = vec![[0u16; 4]; nb];
-    let mut blk_codes = vec![0u8; B::WEIGHTS];
-    let mut blk_scales = vec![0u16; B::WEIGHTS / QK_PQ2_0];
-    for r in 0..4 {
-        for (i, block) in src[r * per_row..(r + 1) * per_row].iter().enumerate() {
-            block.decode(&mut blk_codes, &mut blk_scales);
-            for (h, half) in blk_codes.chunks_exact(QK_PQ2_0).enumerate() {
-                let b = i * (B::WEIGHTS / QK_PQ2_0) + h;
-                codes[b][r].copy_from_slice(half);
-                scales[b][r] = blk_scales[h];
+    let halves = B::WEIGHTS / QK_PQ2_0;
+    // The largest block has 256 weights (two scales); each source block fills `halves`
+    // consecutive T2P blocks' row `r`, and the four rows overwrite every byte of them.
+    let mut codes = [0u8; 256];
+    let mut scales = [0u16; 2];
+    for (r, row) in src.chunks_exact(per_row).take(ROWS_PER_T2P).enumerate() {
+        for (block, out) in row.iter().zip(dst.chunks_exact_mut(halves)) {
+            block.decode(&mut codes, &mut scales);
+            let (chunks, _) = codes[..B::WEIGHTS].as_chunks::<QK_PQ2_0>();
+            for ((t, c), &d) in out.iter_mut().zip(chunks).zip(&scales) {
+                t.set_row(r, c, d);
             }
         }
-    }
-    for (b, out) in dst.iter_mut().enumerate() {
-        *out = BlockT2p::pack(&codes[b], scales[b]);
     }
 }
 
@@ -201,7 +293,6 @@ pub fn repack_to_t2p<B: TernaryBlock>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::trits::pack_trits;
     use crate::format::{dequantize_row_pq2_0, f32_to_f16};
 
     struct Lcg(u64);
@@ -329,7 +420,86 @@ mod tests {
         repack_to_t2p(&src, 8, 256, &mut a).unwrap();
         crate::format::repack_pq2_0_to_t2p(&src, 8, 256, &mut b).unwrap();
         assert_eq!(a, b);
+        // Both use `repack_group`: check it against a weight-by-weight packing by position.
+        let mut naive = vec![BlockT2p::default(); 4];
+        for (i, blk) in src.iter().enumerate() {
+            let (row, b) = (i / 2, i % 2); // 2 blocks of 128 per row
+            let t = &mut naive[row / 4 * 2 + b];
+            t.d[row % 4] = blk.d;
+            for k in 0..128 {
+                let (p, wd, j, s) = BlockT2p::position(row % 4, k);
+                t.qs[p][wd][j] |= blk.code(k) << (2 * s);
+            }
+        }
+        assert_eq!(a, naive);
         check_round_trip(&src, 8, 256);
+    }
+
+    /// Random codes (0..=max) and scales, encoded, must decode to themselves.
+    fn check_encode_round_trip<B: TernaryBlock>(max: u8, seed: u64) {
+        let mut rng = Lcg(seed);
+        let ns = B::WEIGHTS / QK_PQ2_0;
+        for i in 0..200 {
+            let codes: Vec<u8> = match i {
+                0..3 => vec![i as u8; B::WEIGHTS], // all -1, all 0, all +1
+                3 => vec![max; B::WEIGHTS],
+                _ => (0..B::WEIGHTS).map(|_| rng.next() % (max + 1)).collect(),
+            };
+            let d = if i % 7 == 0 { 0 } else { scale(&mut rng) };
+            let scales = vec![d; ns];
+            let b = B::encode(&codes, &scales).unwrap();
+            let (mut c2, mut s2) = (vec![9u8; B::WEIGHTS], vec![1u16; ns]);
+            b.decode(&mut c2, &mut s2);
+            assert_eq!(c2, codes, "{} block {i}", B::NAME);
+            assert_eq!(s2, scales, "{} block {i}", B::NAME);
+        }
+    }
+
+    #[test]
+    fn encoders_round_trip_through_decode() {
+        check_encode_round_trip::<BlockPq2_0>(3, 10);
+        check_encode_round_trip::<BlockTq2_0>(3, 11);
+        check_encode_round_trip::<BlockTq1_0>(2, 12);
+        check_encode_round_trip::<BlockPtq1_0>(2, 13);
+    }
+
+    #[test]
+    fn encoders_agree_with_the_existing_block_constructors() {
+        let mut rng = Lcg(14);
+        let codes: [u8; 128] = std::array::from_fn(|_| rng.next() % 4);
+        assert_eq!(
+            BlockPq2_0::encode(&codes, &[0x3c00]).unwrap(),
+            BlockPq2_0::from_codes(&codes, 0x3c00)
+        );
+        // tq2_0: byte 32h + m holds element 128h + 32l + m in bits 2l.
+        let mut codes = [0u8; 256];
+        codes[128 + 5] = 1;
+        codes[128 + 32 + 5] = 2;
+        codes[128 + 96 + 5] = 3;
+        let b = BlockTq2_0::encode(&codes, &[7, 7]).unwrap();
+        assert_eq!(b.qs[32 + 5], 0b11_00_10_01);
+        assert_eq!(b.qs.iter().filter(|&&q| q != 0).count(), 1);
+        assert_eq!(b.d, 7);
+    }
+
+    #[test]
+    fn encoders_refuse_what_the_format_cannot_hold() {
+        let mut codes = vec![1u8; 256];
+        codes[17] = 3;
+        assert!(BlockTq1_0::encode(&codes, &[0, 0]).is_err(), "+2 in base 3");
+        assert!(BlockTq2_0::encode(&codes, &[0, 0]).is_ok(), "+2 in 2 bits");
+        assert!(BlockPtq1_0::encode(&codes[..128], &[0]).is_err());
+        codes[17] = 4;
+        assert!(BlockTq2_0::encode(&codes, &[0, 0]).is_err(), "code 4");
+        codes[17] = 1;
+        let e = BlockTq2_0::encode(&codes, &[0x3c00, 0x4000]).unwrap_err();
+        assert!(e.to_string().contains("one scale per 256"), "{e}");
+        assert!(BlockTq1_0::encode(&codes, &[0x3c00, 0x3c01]).is_err());
+        assert!(BlockTq1_0::encode(&codes[..128], &[0]).is_err(), "length");
+        assert!(
+            BlockPq2_0::encode(&codes[..128], &[0, 0]).is_err(),
+            "scales"
+        );
     }
 
     #[test]

@@ -250,10 +250,10 @@ impl TensorInfo {
         self.shape.iter().skip(1).product()
     }
 
-    /// Whether the loader will repack this tensor into T2P: pq2_0, 2-D, rows a multiple of 4,
-    /// `k` a positive multiple of 256.
+    /// Whether the loader will repack this tensor into T2P: a ternary format
+    /// ([`GgmlType::is_ternary`]), 2-D, rows a multiple of 4, `k` a positive multiple of 256.
     pub fn is_t2p_candidate(&self) -> bool {
-        self.ggml_type == GgmlType::PQ2_0
+        self.ggml_type.is_ternary()
             && self.shape.len() == 2
             && self.shape[1] > 0
             && self.shape[1].is_multiple_of(4)
@@ -562,7 +562,8 @@ impl GgufFile {
                 Some((block, bytes)) => {
                     if !shape[0].is_multiple_of(block) {
                         return Err(bad(format!(
-                            "first dimension {} is not a multiple of the {} block size {block}",
+                            "row length (first dimension) {} is not a multiple of the {} block \
+                             size {block}",
                             shape[0], ggml_type
                         )));
                     }

@@ -1,8 +1,10 @@
-//! Tensor data into memory with ordinary reads (no mmap), pq2_0 matrices straight into T2P.
+//! Tensor data into memory with ordinary reads (no mmap), ternary matrices straight into T2P.
 //!
-//! A T2P matrix is read into its final buffer a few MB at a time and each chunk is repacked in
-//! place (a T2P row group occupies exactly the bytes of its four pq2_0 rows), so the model is
-//! never held twice: peak memory is the model plus one chunk of I/O buffering.
+//! A pq2_0 matrix is read into its final buffer a few MB at a time and each chunk is repacked in
+//! place (a T2P row group occupies exactly the bytes of its four pq2_0 rows). The other ternary
+//! formats (tq2_0, tq1_0, ptq1_0; legacy id 42 is pq2_0) are smaller on disk than T2P: each chunk
+//! of whole row groups is read into one reused buffer and repacked from there into the final
+//! buffer. Either way the model is never held twice: peak memory is the model plus one chunk.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -15,8 +17,8 @@ use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
 use super::types::GgmlType;
 use crate::format::{
-    BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32, repack_pq2_0_in_place,
-    t2p_block_count,
+    BlockPq2_0, BlockPtq1_0, BlockT2p, BlockTq1_0, BlockTq2_0, QK_PQ2_0, ROWS_PER_T2P,
+    TernaryBlock, f16_to_f32, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count,
 };
 use crate::matmul::T2pMatrix;
 
@@ -38,9 +40,12 @@ const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
 /// A tensor's data as held in memory.
 #[derive(Clone, Debug)]
 pub enum TensorData {
-    /// A pq2_0 matrix repacked into T2P row groups (ready for [`crate::matmul`]).
+    /// A ternary matrix (any of [`GgmlType::is_ternary`]) repacked into T2P row groups, ready
+    /// for [`crate::matmul`]; [`Tensor::source_type`] says which format the file had.
     T2p(T2pMatrix),
-    /// pq2_0 blocks in file order (shapes T2P cannot hold, or kept on request).
+    /// pq2_0 blocks in file order (shapes T2P cannot hold, or kept on request). A tensor in
+    /// another ternary format is converted to this losslessly (one tq* block gives two pq2_0
+    /// blocks with the same scale).
     Pq2_0(Vec<BlockPq2_0>),
     /// 32-bit floats.
     F32(Vec<f32>),
@@ -59,6 +64,9 @@ pub struct Tensor {
     pub name: String,
     /// Dimensions in ggml order (`shape[0]` contiguous; a matrix is `[k, rows]`).
     pub shape: Vec<u64>,
+    /// The GGML type of the tensor in the file (e.g. tq1_0 for a tq1_0 matrix now held as
+    /// T2P; legacy id 42 with the pq2_0 layout is pq2_0, as [`TensorInfo::ggml_type`] says).
+    pub source_type: GgmlType,
     /// The data.
     pub data: TensorData,
 }
@@ -68,15 +76,10 @@ fn bf16_to_f32(bits: u16) -> f32 {
 }
 
 impl Tensor {
-    /// The GGML type the data is in (T2P reports pq2_0, its file type).
+    /// The GGML type of the tensor in the file ([`source_type`](Self::source_type)): a T2P
+    /// matrix reports the ternary format it was repacked from.
     pub fn ggml_type(&self) -> GgmlType {
-        match self.data {
-            TensorData::T2p(_) | TensorData::Pq2_0(_) => GgmlType::PQ2_0,
-            TensorData::F32(_) => GgmlType::F32,
-            TensorData::F16(_) => GgmlType::F16,
-            TensorData::Bf16(_) => GgmlType::BF16,
-            TensorData::Q8_0(_) => GgmlType::Q8_0,
-        }
+        self.source_type
     }
 
     /// Elements per row (`shape[0]`).
@@ -212,9 +215,10 @@ pub enum Progress {
 /// How [`TensorStore::load`] treats tensors.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// Repack eligible pq2_0 matrices into T2P (default true).
+    /// Repack eligible ternary matrices into T2P (default true); when false they are held as
+    /// pq2_0 blocks ([`TensorData::Pq2_0`]).
     pub repack_t2p: bool,
-    /// Names of pq2_0 tensors to keep as pq2_0 even when T2P could hold them.
+    /// Names of ternary tensors to keep as pq2_0 blocks even when T2P could hold them.
     pub keep_pq2_0: Vec<String>,
     /// Progress bar policy.
     pub progress: Progress,
@@ -422,8 +426,11 @@ fn load_one<R: Read + Seek>(
     gguf.seek_to(src, t)?;
     let n = t.n_elements() as usize;
     let data = match t.ggml_type {
+        GgmlType::TQ2_0 => load_ternary::<BlockTq2_0, R>(gguf, src, t, opts, bar)?,
+        GgmlType::TQ1_0 => load_ternary::<BlockTq1_0, R>(gguf, src, t, opts, bar)?,
+        GgmlType::PTQ1_0 => load_ternary::<BlockPtq1_0, R>(gguf, src, t, opts, bar)?,
         GgmlType::PQ2_0 if opts.uses_t2p(t) => {
-            let (k, rows) = (t.shape[0] as usize, t.shape[1] as usize);
+            let (k, rows) = matrix_dims(t)?;
             let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(&t.name, e))?;
             let mut blocks = vec![BlockT2p::zeroed(); nblocks];
             let nb = k / QK_PQ2_0;
@@ -479,8 +486,124 @@ fn load_one<R: Read + Seek>(
     Ok(Tensor {
         name: t.name.clone(),
         shape: t.shape.clone(),
+        source_type: t.ggml_type,
         data,
     })
+}
+
+/// `(k, rows)` of a 2-D tensor, as `usize`.
+fn matrix_dims(t: &TensorInfo) -> Result<(usize, usize)> {
+    let dim = |i: usize| {
+        t.shape
+            .get(i)
+            .and_then(|&d| usize::try_from(d).ok())
+            .ok_or_else(|| GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!(
+                    "shape {:?} is not a matrix this machine can address",
+                    t.shape
+                ),
+            })
+    };
+    Ok((dim(0)?, dim(1)?))
+}
+
+/// Loads a tq2_0 / tq1_0 / ptq1_0 tensor: repacked into T2P when [`LoadOptions::uses_t2p`],
+/// else converted to pq2_0 blocks. Reads whole row groups (or, for pq2_0 blocks, whole source
+/// blocks) a chunk at a time into one reused buffer, so memory is the result plus one chunk.
+fn load_ternary<B: TernaryBlock, R: Read>(
+    gguf: &GgufFile,
+    src: &mut R,
+    t: &TensorInfo,
+    opts: &LoadOptions,
+    bar: &Bar,
+) -> Result<TensorData> {
+    let name = &t.name;
+    let bad = |reason: String| GgufError::Shape {
+        name: name.clone(),
+        reason,
+    };
+    let row_len = t.shape.first().copied().unwrap_or(0);
+    if !row_len.is_multiple_of(B::WEIGHTS as u64) {
+        // The header reader refuses this already; repeated so no path depends on it.
+        return Err(bad(format!(
+            "row length {row_len} is not a multiple of {} (the {} block)",
+            B::WEIGHTS,
+            B::NAME
+        )));
+    }
+    let src_size = std::mem::size_of::<B>();
+    let n_src = t
+        .n_elements()
+        .checked_div(B::WEIGHTS as u64)
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| bad("block count does not fit in memory".into()))?;
+    if (n_src as u64).checked_mul(src_size as u64) != Some(t.n_bytes) {
+        return Err(bad(format!(
+            "{n_src} {} blocks of {src_size} bytes expected, {} bytes in file",
+            B::NAME,
+            t.n_bytes
+        )));
+    }
+    let start = gguf.tensor_file_range(t).start;
+    let what = || format!("data of tensor {name:?}");
+    let per_pq = B::WEIGHTS / QK_PQ2_0;
+    if opts.uses_t2p(t) {
+        let (k, rows) = matrix_dims(t)?;
+        let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
+        let nb = k / QK_PQ2_0;
+        // Source blocks of one row group (4 rows) and their bytes.
+        let group_src = ROWS_PER_T2P * (k / B::WEIGHTS);
+        let group_bytes = group_src * src_size;
+        let groups = rows / ROWS_PER_T2P;
+        let groups_per_chunk = (opts.chunk_bytes / group_bytes).clamp(1, groups);
+        let mut blocks = vec![BlockT2p::zeroed(); nblocks];
+        let mut buf = vec![B::zeroed(); groups_per_chunk * group_src];
+        for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
+            let g = out.len() / nb;
+            let part = &mut buf[..g * group_src];
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
+            let len = bytes.len();
+            let offset = start + (c * groups_per_chunk * group_bytes) as u64;
+            read_chunked(src, bytes, len, bar, &what, offset)?;
+            repack_to_t2p(part, g * ROWS_PER_T2P, k, out).map_err(|e| shape_err(name, e))?;
+        }
+        let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
+        return Ok(TensorData::T2p(m));
+    }
+    // Any other shape: lossless pq2_0 blocks, converted a chunk of source blocks at a time.
+    let per_chunk = (opts.chunk_bytes / src_size).clamp(1, n_src.max(1));
+    let n_out = n_src
+        .checked_mul(per_pq)
+        .ok_or_else(|| bad("block count does not fit in memory".into()))?;
+    let mut out = Vec::with_capacity(n_out);
+    let mut buf = vec![B::zeroed(); per_chunk];
+    let (mut codes, mut scales) = (vec![0u8; B::WEIGHTS], vec![0u16; per_pq]);
+    let mut done = 0usize;
+    while done < n_src {
+        let part = &mut buf[..per_chunk.min(n_src - done)];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
+        let len = bytes.len();
+        read_chunked(
+            src,
+            bytes,
+            len,
+            bar,
+            &what,
+            start + (done * src_size) as u64,
+        )?;
+        for b in part.iter() {
+            b.decode(&mut codes, &mut scales);
+            for (half, d) in codes.chunks_exact(QK_PQ2_0).zip(&scales) {
+                out.push(
+                    BlockPq2_0::encode(half, std::slice::from_ref(d))
+                        .map_err(|e| shape_err(name, e))?,
+                );
+            }
+        }
+        done += part.len();
+    }
+    Ok(TensorData::Pq2_0(out))
 }
 
 fn proc_status_kb(field: &str) -> Option<u64> {

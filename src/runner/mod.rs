@@ -28,6 +28,7 @@ pub mod perplexity;
 pub mod sample;
 pub mod speculative;
 pub mod synth;
+pub mod synth_qwen35;
 pub mod tokenizer;
 mod types;
 

@@ -1,5 +1,9 @@
 //! Synthetic models with real shapes and random ternary weights, for benchmarks without a
 //! download: a valid GGUF that `libt2p` and llama.cpp both load.
+//!
+//! The matrices can be written as pq2_0 (the default), tq2_0, tq1_0, F32 or pq2_0 bytes under the
+//! legacy id 42 ([`SynthType`]). With one scale per 256 weights ([`SynthOptions::scale_group`])
+//! every one of them holds exactly the same weights, so the files differ only in their bytes.
 
 use std::fs::File;
 use std::io::{self, BufWriter};
@@ -8,7 +12,7 @@ use std::path::Path;
 use super::gguf::Value;
 use super::gguf_writer::{GgufWriter, TensorSpec};
 use super::{GgufError, GgufFile};
-use crate::format::{BlockPq2_0, QK_PQ2_0, f32_to_f16};
+use crate::format::{BlockPq2_0, BlockTq1_0, BlockTq2_0, QK_PQ2_0, TernaryBlock, f32_to_f16};
 
 /// A qwen3 (Ternary Bonsai) shape.
 #[derive(Clone, Copy, Debug)]
@@ -76,10 +80,10 @@ pub const QWEN3_SHAPES: [Qwen3Shape; 4] = [
 ];
 
 /// A fast deterministic generator for weights.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         // xorshift64*
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -90,11 +94,16 @@ impl Rng {
 
 /// `rows x k` random ternary weights as pq2_0 bytes: codes -1/0/+1 with probabilities 1/4, 1/2,
 /// 1/4 and one scale per block around `gain / sqrt(k / 2)` (activations keep their size).
-fn ternary_pq2_0(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<u8> {
+pub(crate) fn ternary_pq2_0(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<u8> {
+    bytemuck::cast_slice(&ternary_blocks(rows, k, gain, rng)).to_vec()
+}
+
+/// The blocks of [`ternary_pq2_0`] (the same random stream).
+fn ternary_blocks(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<BlockPq2_0> {
     // Two random bits per weight: 00 -> -1, 01 and 10 -> 0, 11 -> +1 (codes 0, 1, 1, 2).
     let code = |b: u64| [0u8, 1, 1, 2][(b & 3) as usize];
     let base = gain / (k as f32 / 2.0).sqrt();
-    let blocks: Vec<BlockPq2_0> = (0..rows * k / QK_PQ2_0)
+    (0..rows * k / QK_PQ2_0)
         .map(|_| {
             let mut b = BlockPq2_0 {
                 d: f32_to_f16(base * (0.75 + (rng.next() % 512) as f32 / 1024.0)),
@@ -112,12 +121,165 @@ fn ternary_pq2_0(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<u8> {
             }
             b
         })
-        .collect();
-    bytemuck::cast_slice(&blocks).to_vec()
+        .collect()
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
+pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The type `synth` writes the matrices in (1-D tensors are always F32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SynthType {
+    /// `pq2_0` (type 142): 128 weights in 34 bytes. The default.
+    Pq2_0,
+    /// `tq2_0` (type 35): 256 weights in 66 bytes; needs one scale per 256 weights.
+    Tq2_0,
+    /// `tq1_0` (type 34): 256 weights in 54 bytes; needs one scale per 256 weights.
+    Tq1_0,
+    /// `f32` (type 0): the exact values the ternary types hold, e.g. as input for
+    /// `llama-quantize` or as the dense reference.
+    F32,
+    /// pq2_0 bytes under the legacy type id 42 ("Q2_0", group 128) of older Ternary Bonsai files.
+    Q2_0Legacy,
+}
+
+impl SynthType {
+    /// Every type, in the order `--help` lists them.
+    pub const ALL: [SynthType; 5] = [
+        SynthType::Pq2_0,
+        SynthType::Tq2_0,
+        SynthType::Tq1_0,
+        SynthType::F32,
+        SynthType::Q2_0Legacy,
+    ];
+
+    /// The name `--type` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SynthType::Pq2_0 => "pq2_0",
+            SynthType::Tq2_0 => "tq2_0",
+            SynthType::Tq1_0 => "tq1_0",
+            SynthType::F32 => "f32",
+            SynthType::Q2_0Legacy => "q2_0-legacy",
+        }
+    }
+
+    /// The type called `name` (see [`name`](Self::name)).
+    pub fn from_name(name: &str) -> Option<SynthType> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The GGML type id written in the tensor infos.
+    pub fn ggml_type(self) -> u32 {
+        match self {
+            SynthType::Pq2_0 => 142,
+            SynthType::Tq2_0 => BlockTq2_0::GGML_TYPE,
+            SynthType::Tq1_0 => BlockTq1_0::GGML_TYPE,
+            SynthType::F32 => 0,
+            SynthType::Q2_0Legacy => 42,
+        }
+    }
+
+    /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_*`): `ALL_F32` 0, `MOSTLY_TQ1_0` 36,
+    /// `MOSTLY_TQ2_0` 37, `MOSTLY_PQ2_0` 141 (also written for the legacy id).
+    pub fn file_type(self) -> u32 {
+        match self {
+            SynthType::Pq2_0 | SynthType::Q2_0Legacy => 141,
+            SynthType::Tq2_0 => 37,
+            SynthType::Tq1_0 => 36,
+            SynthType::F32 => 0,
+        }
+    }
+
+    /// `(weights, bytes)` per block of the matrices.
+    fn block(self) -> (usize, usize) {
+        match self {
+            SynthType::Pq2_0 | SynthType::Q2_0Legacy => (128, 34),
+            SynthType::Tq2_0 => (256, 66),
+            SynthType::Tq1_0 => (256, 54),
+            SynthType::F32 => (1, 4),
+        }
+    }
+}
+
+impl std::fmt::Display for SynthType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How [`write_qwen3_with`] writes the matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SynthOptions {
+    /// The type of every 2-D tensor.
+    pub ty: SynthType,
+    /// Weights per scale, 128 or 256. With 256 each pair of 128-weight blocks of a row shares
+    /// the scale of its first block (the codes are the same as with 128), so pq2_0, tq2_0,
+    /// tq1_0 and F32 files of the same seed hold the same weights, and quantizing the F32 file
+    /// with llama.cpp (`d = amax` per block) gives them back exactly.
+    pub scale_group: usize,
+}
+
+impl SynthOptions {
+    /// `ty` with its default scale group: 128 for pq2_0 and the legacy id (the files `synth`
+    /// has always written), 256 for tq2_0, tq1_0 (which need it) and F32.
+    pub fn new(ty: SynthType) -> SynthOptions {
+        let scale_group = match ty {
+            SynthType::Pq2_0 | SynthType::Q2_0Legacy => 128,
+            SynthType::Tq2_0 | SynthType::Tq1_0 | SynthType::F32 => 256,
+        };
+        SynthOptions { ty, scale_group }
+    }
+}
+
+/// Encodes pq2_0 blocks (row-major, `B::WEIGHTS / 128` consecutive blocks sharing one scale)
+/// as format `B`.
+fn encode_as<B: TernaryBlock>(blocks: &[BlockPq2_0]) -> crate::Result<Vec<u8>> {
+    let per = B::WEIGHTS / QK_PQ2_0;
+    let mut out = Vec::with_capacity(blocks.len() / per * std::mem::size_of::<B>());
+    let mut codes = vec![0u8; B::WEIGHTS];
+    let mut scales = vec![0u16; per];
+    for group in blocks.chunks_exact(per) {
+        for (i, b) in group.iter().enumerate() {
+            codes[i * QK_PQ2_0..(i + 1) * QK_PQ2_0].copy_from_slice(&b.codes());
+            scales[i] = b.d;
+        }
+        out.extend_from_slice(bytemuck::bytes_of(&B::encode(&codes, &scales)?));
+    }
+    Ok(out)
+}
+
+/// `rows x k` random ternary weights in the type and scale group of `opts`. The codes (and, with
+/// 128 weights per scale, the whole pq2_0 bytes) are those of [`ternary_pq2_0`].
+fn ternary_matrix(
+    rows: usize,
+    k: usize,
+    gain: f32,
+    rng: &mut Rng,
+    opts: &SynthOptions,
+) -> crate::Result<Vec<u8>> {
+    if opts.scale_group == 128 && matches!(opts.ty, SynthType::Pq2_0 | SynthType::Q2_0Legacy) {
+        return Ok(ternary_pq2_0(rows, k, gain, rng));
+    }
+    let mut blocks = ternary_blocks(rows, k, gain, rng);
+    if opts.scale_group == 256 {
+        for pair in blocks.chunks_exact_mut(2) {
+            pair[1].d = pair[0].d;
+        }
+    }
+    Ok(match opts.ty {
+        SynthType::Pq2_0 | SynthType::Q2_0Legacy => bytemuck::cast_slice(&blocks).to_vec(),
+        SynthType::Tq2_0 => encode_as::<BlockTq2_0>(&blocks)?,
+        SynthType::Tq1_0 => encode_as::<BlockTq1_0>(&blocks)?,
+        SynthType::F32 => {
+            let mut out = Vec::with_capacity(blocks.len() * QK_PQ2_0 * 4);
+            for x in blocks.iter().flat_map(|b| b.dequantize()) {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            out
+        }
+    })
 }
 
 /// Writes a qwen3 GGUF of `shape` with random ternary pq2_0 weights and the `tokenizer.*`
@@ -128,11 +290,48 @@ pub fn write_qwen3(
     vocab: &GgufFile,
     seed: u64,
 ) -> Result<(), GgufError> {
+    write_qwen3_with(
+        path,
+        shape,
+        vocab,
+        seed,
+        &SynthOptions::new(SynthType::Pq2_0),
+    )
+}
+
+/// [`write_qwen3`] with the matrices in the type and scale group of `opts`. The same `seed`
+/// gives the same codes in every type; see [`SynthOptions::scale_group`] for the scales.
+pub fn write_qwen3_with(
+    path: &Path,
+    shape: &Qwen3Shape,
+    vocab: &GgufFile,
+    seed: u64,
+    opts: &SynthOptions,
+) -> Result<(), GgufError> {
     let io_err = |e: io::Error| GgufError::Io {
         what: path.display().to_string(),
         offset: 0,
         message: e.to_string(),
     };
+    let (d, hd, ff) = (shape.n_embd, shape.head_dim, shape.n_ff);
+    let (block, block_bytes) = opts.ty.block();
+    let group_ok = match opts.scale_group {
+        128 => block <= 128,
+        256 => [d, ff, shape.n_head * hd]
+            .iter()
+            .all(|k| k.is_multiple_of(256)),
+        _ => false,
+    };
+    if !group_ok {
+        return Err(GgufError::Shape {
+            name: shape.name.into(),
+            reason: format!(
+                "one scale per {} weights cannot be written as {} (tq2_0 and tq1_0 need 256, \
+                 and 256 needs every row length a multiple of 256)",
+                opts.scale_group, opts.ty
+            ),
+        });
+    }
     let n_vocab = vocab.get_str_array("tokenizer.ggml.tokens")?.len();
     if n_vocab % 4 != 0 {
         return Err(GgufError::Shape {
@@ -148,7 +347,7 @@ pub fn write_qwen3(
             "general.name".into(),
             Value::String(format!("t2p synthetic {}", s.name)),
         ),
-        ("general.file_type".into(), Value::U32(141)),
+        ("general.file_type".into(), Value::U32(opts.ty.file_type())),
         ("general.quantization_version".into(), Value::U32(2)),
         (a("context_length"), Value::U32(40960)),
         (a("embedding_length"), Value::U32(s.n_embd as u32)),
@@ -169,12 +368,11 @@ pub fn write_qwen3(
             .cloned(),
     );
 
-    let (d, hd, ff) = (s.n_embd, s.head_dim, s.n_ff);
     let pq = |name: String, k: usize, rows: usize| TensorSpec {
         name,
         dims: vec![k as u64, rows as u64],
-        ggml_type: 142,
-        bytes: (rows * k / 128 * 34) as u64,
+        ggml_type: opts.ty.ggml_type(),
+        bytes: (rows * k / block * block_bytes) as u64,
     };
     let vec = |name: String, n: usize| TensorSpec {
         name,
@@ -209,7 +407,7 @@ pub fn write_qwen3(
     let mut w = GgufWriter::begin(file, &kv, specs.clone()).map_err(io_err)?;
     let mut rng = Rng(seed | 1);
     for spec in &specs {
-        let data = if spec.ggml_type == 0 {
+        let data = if spec.dims.len() == 1 {
             f32_bytes(&vec![1.0; spec.dims[0] as usize])
         } else {
             let gain = if spec.name.starts_with("token_embd") {
@@ -217,7 +415,11 @@ pub fn write_qwen3(
             } else {
                 1.0
             };
-            ternary_pq2_0(spec.dims[1] as usize, spec.dims[0] as usize, gain, &mut rng)
+            let (rows, k) = (spec.dims[1] as usize, spec.dims[0] as usize);
+            ternary_matrix(rows, k, gain, &mut rng, opts).map_err(|e| GgufError::Shape {
+                name: spec.name.clone(),
+                reason: e.to_string(),
+            })?
         };
         w.tensor_data(&data).map_err(io_err)?;
     }

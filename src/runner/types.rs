@@ -1,6 +1,7 @@
 //! The GGML tensor type table: ids, names, block sizes and bytes per block.
 //!
-//! Only a few types can be loaded ([`GgmlType::is_loadable`]); the others are known by name and
+//! Only a few types can be loaded ([`GgmlType::is_loadable`]): the dense ones and every ternary
+//! format ([`GgmlType::is_ternary`], repacked into T2P at load); the others are known by name and
 //! size so that `libt2p info` can describe any file and a loader can refuse them by name.
 
 /// A GGML tensor type id as stored in a GGUF tensor info.
@@ -71,8 +72,15 @@ impl GgmlType {
     pub const Q8_0: GgmlType = GgmlType(8);
     /// bfloat16.
     pub const BF16: GgmlType = GgmlType(30);
+    /// llama.cpp's base-3 ternary format: 256 weights in 54 bytes.
+    pub const TQ1_0: GgmlType = GgmlType(34);
+    /// llama.cpp's 2-bit ternary format: 256 weights in 66 bytes.
+    pub const TQ2_0: GgmlType = GgmlType(35);
     /// PrismML's ternary format: 128 weights in 34 bytes.
     pub const PQ2_0: GgmlType = GgmlType(142);
+    /// PrismML's base-3 ternary format: 128 weights in 28 bytes. Its element order is taken from
+    /// third-party reports and has not yet been checked against a real file.
+    pub const PTQ1_0: GgmlType = GgmlType(143);
     /// Id 42: older PrismML files store pq2_0 bytes under it ("Q2_0", group 128); mainline
     /// llama.cpp reused it for an 18-byte group-64 layout. The reader tells them apart by the
     /// space the tensor occupies and reports the former as [`GgmlType::PQ2_0`].
@@ -100,10 +108,13 @@ impl GgmlType {
 
     /// Whether [`crate::runner::TensorStore`] can load tensors of this type.
     pub fn is_loadable(self) -> bool {
-        matches!(
-            self,
-            Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0 | Self::PQ2_0
-        )
+        self.is_ternary() || matches!(self, Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0)
+    }
+
+    /// Whether the type is a ternary block format the loader repacks into T2P: pq2_0 (and
+    /// legacy id 42, which the reader reports as pq2_0), tq1_0, tq2_0 and ptq1_0.
+    pub fn is_ternary(self) -> bool {
+        matches!(self, Self::PQ2_0 | Self::TQ1_0 | Self::TQ2_0 | Self::PTQ1_0)
     }
 }
 
@@ -128,6 +139,10 @@ mod tests {
         }
         assert_eq!(GgmlType::PQ2_0.block(), Some((128, 34)));
         assert_eq!(GgmlType(35).name(), "tq2_0");
+        assert_eq!(GgmlType::TQ1_0.block(), Some((256, 54)));
+        assert_eq!(GgmlType::TQ2_0.block(), Some((256, 66)));
+        assert_eq!(GgmlType::PTQ1_0.block(), Some((128, 28)));
+        assert!(GgmlType::PTQ1_0.is_loadable() && !GgmlType(12).is_loadable());
         assert_eq!(GgmlType(42).block(), None);
         assert_eq!(GgmlType(999).name(), "type999");
     }

@@ -84,16 +84,19 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let loaded = if args.load {
         let start = std::time::Instant::now();
         let (_, store) = TensorStore::load_file(&args.model, &opts)?;
+        let secs = start.elapsed().as_secs_f64();
+        let file_len = std::fs::metadata(&args.model)?.len();
         let line = format!(
-            "loaded {} tensors ({}) in {:.2} s; peak RSS {} (header, tensors and process) vs \
-             file {}",
+            "loaded {} tensors ({}) in {secs:.3} s ({:.0} MB/s of file, {:.3} s/GB); peak RSS {} \
+             (header, tensors and process) vs file {}",
             store.len(),
             mib(store.total_bytes() as u64),
-            start.elapsed().as_secs_f64(),
+            file_len as f64 / 1e6 / secs,
+            secs / (file_len as f64 / 1e9),
             peak_rss_bytes()
                 .map(mib)
                 .unwrap_or_else(|| "unknown".into()),
-            mib(std::fs::metadata(&args.model)?.len())
+            mib(file_len)
         );
         drop(store);
         Some(line)
@@ -185,39 +188,53 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     let t2p: Vec<_> = gguf.tensors().iter().filter(|t| opts.uses_t2p(t)).collect();
     let t2p_bytes: u64 = t2p.iter().map(|t| t.n_bytes).sum();
-    let pq2: u64 = gguf
+    let ternary = gguf
         .tensors()
         .iter()
-        .filter(|t| t.ggml_type == GgmlType::PQ2_0)
-        .count() as u64;
+        .filter(|t| t.ggml_type.is_ternary())
+        .count();
     println!(
-        "  T2P: {} of {pq2} pq2_0 tensors, {} of {} tensor data",
+        "  T2P: {} of {ternary} ternary tensors, {} of {} tensor data (in the file's format)",
         t2p.len(),
         mib(t2p_bytes),
         mib(gguf.tensors().iter().map(|t| t.n_bytes).sum())
     );
+    if gguf
+        .tensors()
+        .iter()
+        .any(|t| t.ggml_type == GgmlType::PTQ1_0)
+    {
+        println!(
+            "  note: the ptq1_0 element order comes from third-party reports and has not yet \
+             been checked against a real file"
+        );
+    }
     if !args.no_tensors && !gguf.tensors().is_empty() {
         println!(
-            "\n  {:<40} {:<8} {:<22} {:>12}  layout",
+            "\n  {:<40} {:<8} {:<22} {:>12}  runs as",
             "name", "type", "shape [k, rows]", "bytes"
         );
         for t in gguf.tensors() {
-            let layout = if opts.uses_t2p(t) {
-                "T2P".to_string()
-            } else if t.ggml_type == GgmlType::PQ2_0 {
-                "pq2_0 (shape not T2P-able)".to_string()
+            // The file's format: legacy id 42 holds pq2_0 bytes under another name.
+            let source = if t.stored_type_id != t.ggml_type.0 {
+                format!("q2_0 (id {})", t.stored_type_id)
+            } else {
+                t.ggml_type.name()
+            };
+            let mut layout = if opts.uses_t2p(t) {
+                format!("{source} -> T2P")
+            } else if t.ggml_type.is_ternary() {
+                format!("{source} -> pq2_0 blocks (shape not T2P-able)")
             } else if t.ggml_type.is_loadable() {
-                "as stored".to_string()
+                format!("{source} (as stored)")
             } else {
-                "unsupported".to_string()
+                format!("{source} (unsupported)")
             };
-            let stored = if t.stored_type_id != t.ggml_type.0 {
-                format!(" (stored as id {})", t.stored_type_id)
-            } else {
-                String::new()
-            };
+            if t.ggml_type == GgmlType::PTQ1_0 {
+                layout.push_str(" [ptq1_0 layout unverified]");
+            }
             println!(
-                "  {:<40} {:<8} {:<22} {:>12}  {layout}{stored}",
+                "  {:<40} {:<8} {:<22} {:>12}  {layout}",
                 t.name,
                 t.ggml_type.name(),
                 format!("{:?}", t.shape),

@@ -2,6 +2,37 @@
 
 use clap::{Parser, Subcommand};
 
+// `println!` and `print!` for every subcommand (a `macro_rules!` is in scope in the modules
+// declared after it, and shadows the prelude's): when stdout is closed early, as in
+// `libt2p info | head`, the process exits quietly with status 141 (what a process killed by
+// SIGPIPE reports) instead of panicking; any other write error ends it with a message.
+macro_rules! println {
+    () => {
+        $crate::write_stdout(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// Writes to stdout for [`println!`] and [`print!`]; see there for the error handling.
+fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("libt2p: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
 mod bench;
 mod chat;
 mod check;

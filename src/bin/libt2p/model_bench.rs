@@ -1,6 +1,10 @@
 //! `libt2p bench -m FILE`: prompt processing and generation speed of a model, like llama-bench
 //! (`pp` = one forward pass over a prompt of N tokens, `tg` = N single-token forward passes),
 //! plus the price of verifying a draft: a forward pass over B tokens / a 1-token decode.
+//!
+//! tg is also given as a % of the memory ceiling: tok/s times the bytes one decoded token
+//! moves (every weight once, the recurrent state of hybrid models read and written once, the
+//! KV cache read up to the token's position) over the read bandwidth measured in the same run.
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -25,6 +29,36 @@ pub struct ModelBenchArgs {
     /// Batch widths whose forward-pass time is compared with a 1-token decode (verification cost).
     #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
     pub verify_batches: Vec<usize>,
+}
+
+/// Memory traffic of one decoded token, in bytes.
+struct Traffic {
+    /// Every weight read once (`Model::bytes_per_token`).
+    weights: f64,
+    /// The recurrent state (conv + DeltaNet `S` of every recurrent layer), read and written
+    /// once per token: after a token's ~GBs of weights it is never still in cache.
+    state: f64,
+    /// K and V of every attention layer read up to the token's position, averaged over the
+    /// positions of the tg run (`n_gen` tokens after one).
+    kv: f64,
+}
+
+impl Traffic {
+    fn of(loaded: &Loaded, n_gen: usize) -> Traffic {
+        let s = loaded.model.new_session(1);
+        let state = s.recurrent.as_ref().map_or(0, |r| 2 * r.state_bytes());
+        // A 1-position cache holds exactly one position's K and V of every layer.
+        let kv_per_pos = s.cache.size_bytes() as f64;
+        Traffic {
+            weights: loaded.model.bytes_per_token() as f64,
+            state: state as f64,
+            kv: kv_per_pos * (n_gen as f64 + 3.0) / 2.0,
+        }
+    }
+
+    fn total(&self) -> f64 {
+        self.weights + self.state + self.kv
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -65,7 +99,8 @@ pub fn run(
     let (loaded, load_secs) = model.load(json)?;
     let exec = model.exec();
     let reps = args.reps.max(1);
-    let bytes = loaded.model.bytes_per_token() as f64;
+    let traffic = Traffic::of(&loaded, args.n_gen);
+    let bytes = traffic.total();
     let mut results = Vec::new();
     if args.n_prompt > 0 {
         time_forward(&loaded, &exec, 0, args.n_prompt.min(64))?; // warm-up
@@ -131,7 +166,10 @@ pub fn run(
                 "threads": exec.pool.threads(),
                 "isa": exec.kern.isa().name(),
                 "load_s": load_secs,
-                "weights_bytes_per_token": bytes,
+                "weights_bytes_per_token": traffic.weights,
+                "state_bytes_per_token": traffic.state,
+                "kv_bytes_per_token": traffic.kv,
+                "bytes_per_token": bytes,
                 "ceiling_gbps": ceiling,
                 "tg_ceiling_tps": tg_ceiling,
                 "results": res,
@@ -146,9 +184,14 @@ pub fn run(
             exec.kern.isa()
         );
         println!(
-            "weights per token {:.1} MB, memory ceiling {ceiling:.2} GB/s -> at most {tg_ceiling:.2} tok/s",
-            bytes / 1e6
+            "bytes per token {:.1} MB = weights {:.1} MB + recurrent state read+write {:.1} MB \
+             + KV cache {:.1} MB (mean over the tg positions)",
+            bytes / 1e6,
+            traffic.weights / 1e6,
+            traffic.state / 1e6,
+            traffic.kv / 1e6
         );
+        println!("memory ceiling {ceiling:.2} GB/s -> at most {tg_ceiling:.2} tok/s");
         println!("| test | t/s | % of ceiling |");
         println!("|---|---|---|");
         for (k, n, tps) in &results {

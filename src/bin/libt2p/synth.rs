@@ -5,13 +5,24 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::runner::GgufFile;
-use t2p::runner::synth::{QWEN3_SHAPES, write_qwen3};
+use t2p::runner::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
+use t2p::runner::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
+
+/// Every `--shape` name: the qwen3 shapes, then the qwen35 ones.
+fn shape_names() -> Vec<&'static str> {
+    QWEN3_SHAPES
+        .iter()
+        .map(|s| s.name)
+        .chain(QWEN35_SHAPES.iter().map(|s| s.name))
+        .collect()
+}
 
 /// Options of `libt2p synth`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Shape: bonsai-1.7b, bonsai-4b, bonsai-8b or qwen3-test.
-    #[arg(long)]
+    /// Shape: qwen3 (Ternary Bonsai 1.7B/4B/8B, a tiny test shape) or qwen35 (Ternary Bonsai 2
+    /// 27B, a tiny test shape).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(shape_names()))]
     shape: String,
     /// A GGUF whose `tokenizer.*` metadata is copied (e.g. a Qwen vocab GGUF).
     #[arg(long)]
@@ -22,21 +33,47 @@ pub struct Args {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Type of the matrices (qwen3 shapes): pq2_0, tq2_0, tq1_0, f32, or q2_0-legacy (pq2_0
+    /// bytes under the old type id 42). The same seed gives the same ternary codes in every type.
+    #[arg(
+        long = "type",
+        default_value = "pq2_0",
+        value_parser = clap::builder::PossibleValuesParser::new(SynthType::ALL.map(SynthType::name))
+    )]
+    ty: String,
+    /// Weights per scale, 128 or 256. Default: 128 for pq2_0 and q2_0-legacy (the files synth
+    /// has always written), 256 otherwise. With 256 the pq2_0, tq2_0, tq1_0 and f32 files of one
+    /// seed hold exactly the same weights (and llama-quantize of the f32 file is lossless).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["128", "256"]))]
+    scale_group: Option<String>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let Some(shape) = QWEN3_SHAPES.iter().find(|s| s.name == args.shape) else {
-        let names: Vec<_> = QWEN3_SHAPES.iter().map(|s| s.name).collect();
+    let vocab = GgufFile::open(&args.vocab)?;
+    let t = Instant::now();
+    let ty = SynthType::from_name(&args.ty).ok_or_else(|| format!("unknown type {:?}", args.ty))?;
+    let mut opts = SynthOptions::new(ty);
+    if let Some(g) = &args.scale_group {
+        opts.scale_group = g.parse()?;
+    }
+    if let Some(shape) = QWEN3_SHAPES.iter().find(|s| s.name == args.shape) {
+        write_qwen3_with(&args.output, shape, &vocab, args.seed, &opts)?;
+    } else if opts != SynthOptions::new(SynthType::Pq2_0) {
+        return Err(format!(
+            "--type and --scale-group apply to the qwen3 shapes only ({} is qwen35)",
+            args.shape
+        )
+        .into());
+    } else if let Some(shape) = QWEN35_SHAPES.iter().find(|s| s.name == args.shape) {
+        write_qwen35(&args.output, shape, &vocab, args.seed)?;
+    } else {
         return Err(format!(
             "unknown shape {:?} (known: {})",
             args.shape,
-            names.join(", ")
+            shape_names().join(", ")
         )
         .into());
-    };
-    let vocab = GgufFile::open(&args.vocab)?;
-    let t = Instant::now();
-    write_qwen3(&args.output, shape, &vocab, args.seed)?;
+    }
     let bytes = std::fs::metadata(&args.output)?.len();
     eprintln!(
         "wrote {} ({:.1} MB) in {:.1} s",
