@@ -29,6 +29,9 @@
 // aarch64 NEON + dotprod + i8mm path.
 #define T2P_ISA_NEON_I8MM 4
 
+// x86_64 AVX2 + F16C + AVX-VNNI path.
+#define T2P_ISA_AVX_VNNI 5
+
 // CPU feature bit: x86_64 AVX2.
 #define T2P_CPU_AVX2 (1 << 0)
 
@@ -79,6 +82,12 @@
 // Bytes of one q8_K x4 block (4 columns x 256 activations).
 #define T2P_Q8_K_X4_BLOCK_BYTES 1168
 
+// Bytes of one `t2p_block_q8_0_quad` (four q8_0 blocks: 128 activations).
+#define T2P_Q8_0_QUAD_BLOCK_BYTES 160
+
+// Bytes of one ggml `block_q8_0` (32 activations: `{ uint16_t d (fp16); int8_t qs[32]; }`).
+#define T2P_GGML_Q8_0_BLOCK_BYTES 34
+
 // `general.alignment` when the key is absent.
 #define DEFAULT_ALIGNMENT 32
 
@@ -93,9 +102,6 @@
 
 // Data alignment of the files written (GGUF's default).
 #define ALIGNMENT 32
-
-// Weights per Q8_0 block.
-#define QK8_0 32
 
 // Result of a C ABI call. The numbers are stable.
 enum T2pStatus
@@ -210,6 +216,24 @@ typedef struct t2p_block_ptq1_0 {
   uint16_t d;
 } t2p_block_ptq1_0;
 
+// Four consecutive `q8_0` blocks: the 128 activations one T2P block multiplies (160 bytes).
+typedef struct t2p_block_q8_0_quad {
+  // Scale of each 32-value block (an fp16 value, held as f32): value `i` is `qs[i] * d[i / 32]`.
+  float d[4];
+  // `sums[j]` = sum of `qs[32j .. 32j + 32]`.
+  int32_t sums[4];
+  // Quantized values.
+  int8_t qs[128];
+} t2p_block_q8_0_quad;
+
+
+
+
+
+
+
+
+
 
 
 
@@ -240,8 +264,8 @@ uint32_t t2p_cpu_features(void);
 // A static NUL-terminated description of a status code (any value is accepted). Cannot fail.
 const char *t2p_status_string(uint32_t status);
 
-// The name of an ISA path (`"scalar"`, `"avx2"`, `"neon"`, `"neon-dotprod"`, `"neon-i8mm"`),
-// or NULL for an unknown number. Cannot fail otherwise.
+// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"neon"`, `"neon-dotprod"`,
+// `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 const char *t2p_isa_name(uint32_t isa);
 
 // Whether this CPU can run ISA path `isa` (`T2P_ISA_*`). Unknown numbers give false.
@@ -432,6 +456,138 @@ void t2p_vec_dot_pq2_0_q8_K(int n,
                             const void *vy,
                             size_t by,
                             int nrc);
+
+// Bytes of `ncols` activation columns of length `k` (a multiple of 128) as q8_0 quads
+// (`ncols * k / 128` blocks of `T2P_Q8_0_QUAD_BLOCK_BYTES`): the operand of
+// [`t2p_gemv_q8_0`] (one column) and [`t2p_gemm_q8_0`] (columns back to back).
+//
+// # Safety
+// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
+T2pStatus t2p_activation_size_q8_0(size_t k, size_t ncols, size_t *out_bytes);
+
+// Quantizes `k` floats (`x`, `k` a multiple of 128) to `k / 128` q8_0 quads in `y` (`y_bytes`
+// long, 4-byte aligned), with the rounding of ggml's x86 (AVX/AVX2) `quantize_row_q8_0`: per
+// 32 values `d = fp16(amax / 127)`, `q = round_half_even(x * (127 / amax))`, an all-zero
+// block gives `d = 0`. A batch for [`t2p_gemm_q8_0`] is its columns quantized one after the
+// other (column `c` at `c * k / 128` quads). `x` and `y` must not overlap.
+//
+// # Safety
+// `x` must be readable for `k` floats and `y` writable for `y_bytes` bytes.
+T2pStatus t2p_quantize_q8_0(const float *x, size_t k, void *y, size_t y_bytes);
+
+// Converts `k / 32` ggml `block_q8_0` (`src`, `src_bytes`, 2-byte aligned: `{ uint16_t d
+// (fp16); int8_t qs[32]; }` as ggml's `quantize_row_q8_0` writes them) into `k / 128` q8_0
+// quads in `y` (4-byte aligned), exactly: the scales are widened to f32 and the sums computed,
+// the values are copied. `k` is a multiple of 128; the buffers must not overlap.
+//
+// This lets a ggml integration use ggml's own quantizer, so that the T2P kernels see the very
+// activations ggml's `vec_dot_pq2_0_q8_0` would see, whatever rounding that platform's
+// quantizer uses.
+//
+// # Safety
+// `src` must be readable for `src_bytes` bytes and `y` writable for `y_bytes` bytes.
+T2pStatus t2p_q8_0_from_ggml(const void *src, size_t src_bytes, size_t k, void *y, size_t y_bytes);
+
+// Decode with q8_0 activations: `out[r] = sum_k w[r][k] * y[k]` for rows
+// `row_begin..row_end` (multiples of 4) of a `rows x k` T2P matrix `w`, with `y` one column of
+// `k / 128` q8_0 quads (from [`t2p_quantize_q8_0`] or [`t2p_q8_0_from_ggml`]: their `sums`
+// must equal the sums of their values, which the SIMD paths use). Per 128-weight block the
+// float order is ggml's `vec_dot_pq2_0_q8_0`: `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`
+// over the exact 32-weight integer sums, without fused multiply-add, identical on every
+// path. Only `out[row_begin..row_end]` is written (`out_len >= row_end`); threads may call this
+// concurrently on disjoint row ranges of the same `out`.
+//
+// # Safety
+// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats (only
+// the range is touched).
+T2pStatus t2p_gemv_q8_0(const void *w,
+                        size_t w_bytes,
+                        size_t rows,
+                        size_t k,
+                        const void *y,
+                        size_t y_bytes,
+                        float *out,
+                        size_t out_len,
+                        size_t row_begin,
+                        size_t row_end);
+
+// [`t2p_gemv_q8_0`] on the scalar oracle, whatever path is active (for exactness checks such
+// as the llama.cpp patch's `T2P_VERIFY`).
+//
+// # Safety
+// As for [`t2p_gemv_q8_0`].
+T2pStatus t2p_gemv_q8_0_reference(const void *w,
+                                  size_t w_bytes,
+                                  size_t rows,
+                                  size_t k,
+                                  const void *y,
+                                  size_t y_bytes,
+                                  float *out,
+                                  size_t out_len,
+                                  size_t row_begin,
+                                  size_t row_end);
+
+// Prefill with q8_0 activations: `out[c * ld_out + r] = sum_k w[r][k] * x_c[k]` for rows
+// `row_begin..row_end` (multiples of 4) and `ncols` columns, column `c` being the `k / 128`
+// quads at `y + c * (k / 128)` (see [`t2p_quantize_q8_0`]). Each column is bit-identical to
+// [`t2p_gemv_q8_0`] on it. `ld_out >= rows`; `out_len >= (ncols - 1) * ld_out + row_end`. Only
+// the range's outputs are written, so threads may call this concurrently on disjoint row
+// ranges of the same `out`.
+//
+// # Safety
+// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats.
+T2pStatus t2p_gemm_q8_0(const void *w,
+                        size_t w_bytes,
+                        size_t rows,
+                        size_t k,
+                        const void *y,
+                        size_t y_bytes,
+                        size_t ncols,
+                        float *out,
+                        size_t ld_out,
+                        size_t out_len,
+                        size_t row_begin,
+                        size_t row_end);
+
+// [`t2p_gemm_q8_0`] on the scalar oracle, whatever path is active.
+//
+// # Safety
+// As for [`t2p_gemm_q8_0`].
+T2pStatus t2p_gemm_q8_0_reference(const void *w,
+                                  size_t w_bytes,
+                                  size_t rows,
+                                  size_t k,
+                                  const void *y,
+                                  size_t y_bytes,
+                                  size_t ncols,
+                                  float *out,
+                                  size_t ld_out,
+                                  size_t out_len,
+                                  size_t row_begin,
+                                  size_t row_end);
+
+// Converts a `rows x k` T2P matrix (`src`, `t2p_repack_size` bytes, 2-byte aligned)
+// back to the source format `dst_type` (`T2P_TYPE_*`) in `dst` (`t2p_source_size`
+// bytes, aligned like its blocks), the inverse of `t2p_repack_to_t2p`. The buffers
+// must not overlap.
+//
+// Exact for every matrix that came from that format: pq2_0 and tq2_0 give the original bytes
+// back; the base-3 formats (tq1_0, ptq1_0) write each byte in the canonical form
+// `ceil(256 * q / 243)` that ggml's quantizer writes, so bytes that decode to the same trits
+// in another form come back canonical (the dequantized weights are identical either way).
+// A matrix the format cannot hold is `T2P_STATUS_INVALID_ARGUMENT` and nothing is written:
+// code 3 (+2) for tq1_0 / ptq1_0, or two different scales within one 256-weight block of
+// tq1_0 / tq2_0.
+//
+// # Safety
+// `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
+T2pStatus t2p_unpack_to_source(uint32_t dst_type,
+                               const void *src,
+                               size_t src_bytes,
+                               void *dst,
+                               size_t dst_bytes,
+                               size_t rows,
+                               size_t k);
 
 #ifdef __cplusplus
 }  // extern "C"

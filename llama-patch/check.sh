@@ -3,7 +3,9 @@
 #   1. t2p-mm.h (the quantize / thread split / gemv-gemm / verify logic of ggml-t2p.cpp)
 #      compiles as C11 and C++17 with -Wall -Wextra -Werror;
 #   2. test/t2p-mm-test.c, linked against libt2p.a, runs that logic with emulated threads and
-#      checks it bit for bit against the scalar oracle (every shape family the buffer type takes);
+#      checks it bit for bit against the scalar oracle (every shape family the buffer type takes,
+#      with q8_K activations (tq1_0/tq2_0) and q8_0 ones (pq2_0) from t2p's quantizer and from a
+#      C model of ggml's x86 quantize_row_q8_0);
 #   3. the patch is well formed: touches only the 3 ggml files, GGML_T2P defaults to OFF.
 # With LLAMA_FORK_DIR=<checkout of prismml-eng/llama.cpp q2_0-prs> it also runs
 # `git apply --check` on that checkout and a syntax check of ggml-t2p.cpp against its headers.

@@ -25,6 +25,8 @@ pub const T2P_ISA_NEON: u32 = 2;
 pub const T2P_ISA_NEON_DOTPROD: u32 = 3;
 /// aarch64 NEON + dotprod + i8mm path.
 pub const T2P_ISA_NEON_I8MM: u32 = 4;
+/// x86_64 AVX2 + F16C + AVX-VNNI path.
+pub const T2P_ISA_AVX_VNNI: u32 = 5;
 
 /// CPU feature bit: x86_64 AVX2.
 pub const T2P_CPU_AVX2: u32 = 1 << 0;
@@ -67,7 +69,7 @@ pub const T2P_Q8_K_X4_BLOCK_BYTES: usize = 1168;
 const _: () = {
     assert!(T2P_ISA_SCALAR == Isa::Scalar as u32 && T2P_ISA_AVX2 == Isa::Avx2 as u32);
     assert!(T2P_ISA_NEON == Isa::Neon as u32 && T2P_ISA_NEON_DOTPROD == Isa::NeonDotprod as u32);
-    assert!(T2P_ISA_NEON_I8MM == Isa::NeonI8mm as u32);
+    assert!(T2P_ISA_NEON_I8MM == Isa::NeonI8mm as u32 && T2P_ISA_AVX_VNNI == Isa::AvxVnni as u32);
     assert!(T2P_CPU_AVX2 == cpu::AVX2 && T2P_CPU_FMA == cpu::FMA && T2P_CPU_F16C == cpu::F16C);
     assert!(T2P_CPU_AVX512F == cpu::AVX512F && T2P_CPU_NEON == cpu::NEON);
     assert!(T2P_CPU_DOTPROD == cpu::DOTPROD && T2P_CPU_I8MM == cpu::I8MM);
@@ -85,7 +87,7 @@ const _: () = {
 ///
 /// # Safety
 /// `p` must be NULL or valid for reads of `len` bytes for the returned lifetime.
-unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], T2pStatus> {
+pub(super) unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], T2pStatus> {
     if p.is_null() {
         return Err(T2pStatus::NullPointer);
     }
@@ -97,7 +99,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], T2pStatus>
 ///
 /// # Safety
 /// `p` must be NULL or valid for reads and writes of `len` bytes, not aliased elsewhere.
-unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], T2pStatus> {
+pub(super) unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], T2pStatus> {
     if p.is_null() {
         return Err(T2pStatus::NullPointer);
     }
@@ -106,7 +108,7 @@ unsafe fn bytes_mut<'a>(p: *mut c_void, len: usize) -> Result<&'a mut [u8], T2pS
 }
 
 /// The first `n` blocks of a byte buffer, checking its length and alignment.
-fn blocks<T: Pod>(buf: &[u8], n: usize) -> Result<&[T], T2pStatus> {
+pub(super) fn blocks<T: Pod>(buf: &[u8], n: usize) -> Result<&[T], T2pStatus> {
     let need = n
         .checked_mul(size_of::<T>())
         .ok_or(T2pStatus::InvalidShape)?;
@@ -116,7 +118,7 @@ fn blocks<T: Pod>(buf: &[u8], n: usize) -> Result<&[T], T2pStatus> {
     bytemuck::try_cast_slice(&buf[..need]).map_err(|_| T2pStatus::Misaligned)
 }
 
-fn blocks_mut<T: Pod>(buf: &mut [u8], n: usize) -> Result<&mut [T], T2pStatus> {
+pub(super) fn blocks_mut<T: Pod>(buf: &mut [u8], n: usize) -> Result<&mut [T], T2pStatus> {
     let need = n
         .checked_mul(size_of::<T>())
         .ok_or(T2pStatus::InvalidShape)?;
@@ -126,7 +128,7 @@ fn blocks_mut<T: Pod>(buf: &mut [u8], n: usize) -> Result<&mut [T], T2pStatus> {
     bytemuck::try_cast_slice_mut(&mut buf[..need]).map_err(|_| T2pStatus::Misaligned)
 }
 
-fn floats_len(p: *const f32, len: usize, need: usize) -> Result<(), T2pStatus> {
+pub(super) fn floats_len(p: *const f32, len: usize, need: usize) -> Result<(), T2pStatus> {
     if p.is_null() {
         return Err(T2pStatus::NullPointer);
     }
@@ -139,11 +141,11 @@ fn floats_len(p: *const f32, len: usize, need: usize) -> Result<(), T2pStatus> {
     Ok(())
 }
 
-fn shape(rows: usize, k: usize) -> Result<usize, T2pStatus> {
+pub(super) fn shape(rows: usize, k: usize) -> Result<usize, T2pStatus> {
     Ok(t2p_block_count(rows, k)?)
 }
 
-fn write_out(out: *mut usize, value: usize) -> Result<(), T2pStatus> {
+pub(super) fn write_out(out: *mut usize, value: usize) -> Result<(), T2pStatus> {
     if out.is_null() {
         return Err(T2pStatus::NullPointer);
     }
@@ -179,13 +181,14 @@ pub extern "C" fn t2p_status_string(status: u32) -> *const c_char {
     T2pStatus::message(status).as_ptr().cast()
 }
 
-/// The name of an ISA path (`"scalar"`, `"avx2"`, `"neon"`, `"neon-dotprod"`, `"neon-i8mm"`),
-/// or NULL for an unknown number. Cannot fail otherwise.
+/// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"neon"`, `"neon-dotprod"`,
+/// `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 #[unsafe(no_mangle)]
 pub extern "C" fn t2p_isa_name(isa: u32) -> *const c_char {
     match isa {
         T2P_ISA_SCALAR => c"scalar".as_ptr(),
         T2P_ISA_AVX2 => c"avx2".as_ptr(),
+        T2P_ISA_AVX_VNNI => c"avx-vnni".as_ptr(),
         T2P_ISA_NEON => c"neon".as_ptr(),
         T2P_ISA_NEON_DOTPROD => c"neon-dotprod".as_ptr(),
         T2P_ISA_NEON_I8MM => c"neon-i8mm".as_ptr(),
@@ -323,17 +326,21 @@ pub unsafe extern "C" fn t2p_source_size(
     k: usize,
     out_bytes: *mut usize,
 ) -> T2pStatus {
-    guard(|| {
-        shape(rows, k)?;
-        let (weights, bytes) = match src_type {
-            T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => (BlockPq2_0::WEIGHTS, size_of::<BlockPq2_0>()),
-            T2P_TYPE_TQ1_0 => (BlockTq1_0::WEIGHTS, size_of::<BlockTq1_0>()),
-            T2P_TYPE_TQ2_0 => (BlockTq2_0::WEIGHTS, size_of::<BlockTq2_0>()),
-            T2P_TYPE_PTQ1_0 => (BlockPtq1_0::WEIGHTS, size_of::<BlockPtq1_0>()),
-            _ => return Err(T2pStatus::InvalidArgument),
-        };
-        write_out(out_bytes, rows * (k / weights) * bytes)
-    })
+    guard(|| write_out(out_bytes, source_bytes(src_type, rows, k)?))
+}
+
+/// Bytes of a `rows x k` matrix in source format `src_type`; `InvalidArgument` for an unknown
+/// type, `InvalidShape` for a shape T2P cannot hold.
+pub(super) fn source_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
+    shape(rows, k)?;
+    let (weights, bytes) = match src_type {
+        T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => (BlockPq2_0::WEIGHTS, size_of::<BlockPq2_0>()),
+        T2P_TYPE_TQ1_0 => (BlockTq1_0::WEIGHTS, size_of::<BlockTq1_0>()),
+        T2P_TYPE_TQ2_0 => (BlockTq2_0::WEIGHTS, size_of::<BlockTq2_0>()),
+        T2P_TYPE_PTQ1_0 => (BlockPtq1_0::WEIGHTS, size_of::<BlockPtq1_0>()),
+        _ => return Err(T2pStatus::InvalidArgument),
+    };
+    Ok(rows * (k / weights) * bytes)
 }
 
 fn repack_typed<B: TernaryBlock>(
@@ -491,7 +498,12 @@ pub unsafe extern "C" fn t2p_quantize_q8_K_x4(
     })
 }
 
-fn row_range(rows: usize, k: usize, row_begin: usize, row_end: usize) -> Result<(), T2pStatus> {
+pub(super) fn row_range(
+    rows: usize,
+    k: usize,
+    row_begin: usize,
+    row_end: usize,
+) -> Result<(), T2pStatus> {
     check_matrix_shape(rows, k)?;
     if row_begin > row_end
         || row_end > rows
@@ -575,17 +587,18 @@ pub unsafe extern "C" fn t2p_gemv_reference(
     guard(|| unsafe { gemv_with(Kernels::for_isa(Isa::Scalar)?, args) })
 }
 
-struct GemvArgs {
-    w: *const c_void,
-    w_bytes: usize,
-    rows: usize,
-    k: usize,
-    y: *const c_void,
-    y_bytes: usize,
-    out: *mut f32,
-    out_len: usize,
-    row_begin: usize,
-    row_end: usize,
+/// The arguments of [`t2p_gemv`] and its variants (the `q8_0` ones too), as passed from C.
+pub(super) struct GemvArgs {
+    pub(super) w: *const c_void,
+    pub(super) w_bytes: usize,
+    pub(super) rows: usize,
+    pub(super) k: usize,
+    pub(super) y: *const c_void,
+    pub(super) y_bytes: usize,
+    pub(super) out: *mut f32,
+    pub(super) out_len: usize,
+    pub(super) row_begin: usize,
+    pub(super) row_end: usize,
 }
 
 /// # Safety
@@ -694,19 +707,20 @@ pub unsafe extern "C" fn t2p_gemm_reference(
     guard(|| unsafe { gemm_with(Kernels::for_isa(Isa::Scalar)?, args) })
 }
 
-struct GemmArgs {
-    w: *const c_void,
-    w_bytes: usize,
-    rows: usize,
-    k: usize,
-    y: *const c_void,
-    y_bytes: usize,
-    ncols: usize,
-    out: *mut f32,
-    ld_out: usize,
-    out_len: usize,
-    row_begin: usize,
-    row_end: usize,
+/// The arguments of [`t2p_gemm`] and its variants (the `q8_0` ones too), as passed from C.
+pub(super) struct GemmArgs {
+    pub(super) w: *const c_void,
+    pub(super) w_bytes: usize,
+    pub(super) rows: usize,
+    pub(super) k: usize,
+    pub(super) y: *const c_void,
+    pub(super) y_bytes: usize,
+    pub(super) ncols: usize,
+    pub(super) out: *mut f32,
+    pub(super) ld_out: usize,
+    pub(super) out_len: usize,
+    pub(super) row_begin: usize,
+    pub(super) row_end: usize,
 }
 
 thread_local! {
@@ -806,5 +820,22 @@ pub unsafe extern "C" fn t2p_vec_dot_pq2_0_q8_K(
     if !s.is_null() {
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { s.write_unaligned(value.unwrap_or(f32::NAN)) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_isa_has_its_name_in_c() {
+        for isa in Isa::ALL {
+            let p = t2p_isa_name(isa as u32);
+            assert!(!p.is_null(), "{isa} has no C name");
+            // SAFETY: non-null names are static NUL-terminated strings.
+            let name = unsafe { std::ffi::CStr::from_ptr(p) };
+            assert_eq!(name.to_str(), Ok(isa.name()));
+        }
+        assert!(t2p_isa_name(99).is_null());
     }
 }

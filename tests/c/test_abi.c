@@ -1,5 +1,6 @@
-/* C unit tests of the t2p ABI: repack, quantize, gemv, gemm and the stock vec_dot against a
- * small C reference written here from the layout definitions, plus misuse cases. */
+/* C unit tests of the t2p ABI: repack, quantize, gemv, gemm (q8_K and q8_0 activations), the
+ * stock vec_dot and the unpack to every source format against a small C reference written here
+ * from the layout definitions, plus misuse cases. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +61,66 @@ static float ref_row_dot(const uint8_t *w, size_t k, size_t r, const t2p_block_q
         for (int j = 0; j < 128; j++) isum += (pq_code(blk, j) - 1) * yb->qs[128 * (b % 2) + j];
         float dw = half_to_float(pq_d(blk));
         acc = acc + (dw * yb->d) * (float) isum;
+    }
+    return acc;
+}
+
+/* float to IEEE half, round to nearest even (as F16C and ggml's GGML_FP32_TO_FP16). */
+static uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+    if (exp == 0xff) return (uint16_t) (sign | 0x7c00u | (man ? 0x200u : 0));
+    int e = (int) exp - 127 + 15;
+    if (e >= 31) return (uint16_t) (sign | 0x7c00u);
+    if (e <= 0) { /* half subnormal or zero */
+        if (e < -10) return (uint16_t) sign;
+        uint32_t m = man | 0x800000u, shift = (uint32_t) (14 - e);
+        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (h & 1))) h++;
+        return (uint16_t) (sign | h);
+    }
+    uint32_t h = sign | ((uint32_t) e << 10) | (man >> 13), rem = man & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++; /* a carry into the exponent is right */
+    return (uint16_t) h;
+}
+
+/* ggml block_q8_0, written here from its definition: { fp16 d; int8 qs[32]; }, 34 bytes. */
+typedef struct {
+    uint16_t d;
+    int8_t qs[32];
+} ggml_q8_0;
+
+/* ggml's x86 (AVX/AVX2) quantize_row_q8_0, from its definition: per 32 values
+ * d = fp16(amax / 127), q = round-half-even(x * (127 / amax)), saturated to int8. */
+static void ref_quantize_q8_0(const float *x, size_t k, ggml_q8_0 *y) {
+    for (size_t b = 0; b < k / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        y[b].d = float_to_half(amax / 127.f);
+        const float id = amax != 0.0f ? 127.f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) {
+            float q = nearbyintf(x[32 * b + i] * id); /* default rounding mode: ties to even */
+            y[b].qs[i] = (int8_t) (q > 127.f ? 127 : q < -128.f ? -128 : (int) q);
+        }
+    }
+}
+
+/* Reference: row r of a pq2_0 matrix dotted with a q8_0 column (k / 128 quads), in the float
+ * order of ggml's vec_dot_pq2_0_q8_0: acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3). */
+static float ref_row_dot_q8_0(const uint8_t *w, size_t k, size_t r, const t2p_block_q8_0_quad *y) {
+    size_t nb = k / 128;
+    float acc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (r * nb + b) * 34;
+        float s = 0.0f;
+        for (int j = 0; j < 4; j++) {
+            int32_t isum = 0;
+            for (int i = 32 * j; i < 32 * j + 32; i++) isum += (pq_code(blk, i) - 1) * y[b].qs[i];
+            float t = y[b].d[j] * (float) isum;
+            s = j == 0 ? t : s + t;
+        }
+        acc = acc + half_to_float(pq_d(blk)) * s;
     }
     return acc;
 }
@@ -232,6 +293,210 @@ static void test_gemv_gemm(size_t rows, size_t k) {
     free(t);
 }
 
+/* q8_0 activations: t2p_quantize_q8_0 equals ggml's x86 rounding (via t2p_q8_0_from_ggml of the
+ * C model above); gemv / gemm, active path and reference, equal the C reference bit for bit. */
+static void test_q8_0(size_t rows, size_t k) {
+    size_t bytes = 0, qb = 0;
+    const size_t nq = k / 128;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    uint8_t *pq = random_pq2_0(rows, k);
+    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+
+    for (size_t ncols = 1; ncols <= 9; ncols++) {
+        float *x = malloc(sizeof(float) * k * ncols);
+        random_floats(x, k * ncols);
+        if (ncols >= 3) { /* column 1: extremes, ties and zero blocks */
+            float *c1 = x + k;
+            for (size_t i = 0; i < k; i++) c1[i] = (i % 2) ? 60000.0f : -59999.0f;
+            static const float ties[] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 126.5f, -126.5f};
+            for (int i = 0; i < 8; i++) c1[32 + i] = ties[i]; /* amax 127: id = 1, halves tie */
+            for (int i = 8; i < 32; i++) c1[32 + i] = 0.25f;
+            for (int i = 0; i < 32; i++) c1[64 + i] = 0.0f;    /* an all-zero block: d = 0 */
+            for (int i = 0; i < 32; i++) c1[96 + i] = 1e-6f * (float) (i - 16); /* tiny scale */
+        }
+        if (ncols == 4) memset(x + 2 * k, 0, sizeof(float) * k); /* a zero column */
+        CHECK_STATUS(t2p_activation_size_q8_0(k, ncols, &qb), T2P_STATUS_OK);
+        CHECK(qb == ncols * nq * 160 && qb == ncols * nq * T2P_Q8_0_QUAD_BLOCK_BYTES, "q8_0 size %zu", qb);
+        t2p_block_q8_0_quad *y = aligned_alloc(64, (qb + 63) / 64 * 64);
+        t2p_block_q8_0_quad *y2 = aligned_alloc(64, (qb + 63) / 64 * 64);
+        ggml_q8_0 *g = malloc(sizeof(ggml_q8_0) * k / 32 * ncols);
+        CHECK(sizeof(ggml_q8_0) == T2P_GGML_Q8_0_BLOCK_BYTES, "block_q8_0 is 34 bytes");
+        for (size_t c = 0; c < ncols; c++) {
+            CHECK_STATUS(t2p_quantize_q8_0(x + c * k, k, y + c * nq, qb - c * nq * sizeof *y), T2P_STATUS_OK);
+            ref_quantize_q8_0(x + c * k, k, g + c * (k / 32));
+        }
+        /* the whole batch converted in one call: columns are back to back in both layouts */
+        CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof(ggml_q8_0) * k / 32 * ncols, k * ncols, y2, qb), T2P_STATUS_OK);
+        CHECK(memcmp(y, y2, qb) == 0, "%zu columns: t2p_quantize_q8_0 differs from ggml's x86 rounding", ncols);
+        int bad = 0;
+        for (size_t b = 0; b < ncols * nq; b++)
+            for (int j = 0; j < 4; j++) {
+                int sum = 0;
+                for (int i = 0; i < 32; i++) {
+                    sum += y[b].qs[32 * j + i];
+                    bad += y[b].qs[32 * j + i] != g[4 * b + (size_t) j].qs[i];
+                }
+                bad += sum != y[b].sums[j];
+                bad += !same_bits(y[b].d[j], half_to_float(g[4 * b + (size_t) j].d));
+            }
+        CHECK(bad == 0, "%d quad fields differ from the ggml blocks", bad);
+        if (ncols >= 3) {
+            const t2p_block_q8_0_quad *q = &y[nq]; /* column 1, quad 0 */
+            static const int8_t even[8] = {127, 0, 2, 2, 0, -2, 126, -126};
+            CHECK(memcmp(&q[0].qs[32], even, 8) == 0 && q[0].d[1] == 1.0f, "ties to even: %d %d %d %d %d %d %d %d",
+                  q[0].qs[32], q[0].qs[33], q[0].qs[34], q[0].qs[35], q[0].qs[36], q[0].qs[37], q[0].qs[38],
+                  q[0].qs[39]);
+            CHECK(q[0].d[2] == 0.0f && q[0].sums[2] == 0, "zero block");
+            CHECK(q[0].d[0] == half_to_float(float_to_half(60000.0f / 127.f)), "extreme scale");
+        }
+
+        const size_t ld = rows + 3;
+        float *ref = malloc(sizeof(float) * ld * ncols), *out = malloc(sizeof(float) * ld * ncols);
+        for (size_t c = 0; c < ncols; c++)
+            for (size_t r = 0; r < rows; r++) ref[c * ld + r] = ref_row_dot_q8_0(pq, k, r, y + c * nq);
+        for (int pass = 0; pass < 2; pass++) { /* active path, then the reference entry points */
+            for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
+            if (ncols == 1) {
+                T2pStatus (*gemv)(const void *, size_t, size_t, size_t, const void *, size_t, float *, size_t, size_t,
+                                  size_t) = pass ? t2p_gemv_q8_0_reference : t2p_gemv_q8_0;
+                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 0, 4), T2P_STATUS_OK);
+                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 4, rows), T2P_STATUS_OK);
+                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 4, 4), T2P_STATUS_OK); /* empty range */
+            } else {
+                T2pStatus (*gemm)(const void *, size_t, size_t, size_t, const void *, size_t, size_t, float *, size_t,
+                                  size_t, size_t, size_t) = pass ? t2p_gemm_q8_0_reference : t2p_gemm_q8_0;
+                CHECK_STATUS(gemm(t, bytes, rows, k, y, qb, ncols, out, ld, ld * ncols, 0, 4), T2P_STATUS_OK);
+                CHECK_STATUS(gemm(t, bytes, rows, k, y, qb, ncols, out, ld, ld * ncols, 4, rows), T2P_STATUS_OK);
+            }
+            bad = 0;
+            for (size_t c = 0; c < ncols; c++) {
+                for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
+                for (size_t r = rows; r < ld; r++) bad += out[c * ld + r] != -7.0f; /* stride gap untouched */
+            }
+            CHECK(bad == 0, "q8_0 %zux%zu x %zu columns (%s): %d outputs differ from the C reference", rows, k, ncols,
+                  pass ? "reference" : "active path", bad);
+        }
+        free(x);
+        free(y);
+        free(y2);
+        free(g);
+        free(ref);
+        free(out);
+    }
+
+    /* Extreme activations that no quantizer writes: -128 and +127 everywhere with the largest
+     * fp16 scale, against code 3 (+2) weights among the random ones. */
+    {
+        ggml_q8_0 *g = malloc(sizeof(ggml_q8_0) * k / 32 * 2);
+        for (size_t b = 0; b < k / 32 * 2; b++) {
+            g[b].d = (b % 3 == 0) ? 0x7BFF : (b % 3 == 1) ? 0x0001 : 0xBC00; /* 65504, 2^-24, -1 */
+            for (int i = 0; i < 32; i++) g[b].qs[i] = (int8_t) ((b / 2) % 2 ? 127 : -128);
+        }
+        t2p_block_q8_0_quad *y = aligned_alloc(64, nq * 2 * 160);
+        CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof(ggml_q8_0) * k / 32 * 2, 2 * k, y, nq * 2 * 160), T2P_STATUS_OK);
+        float *out = malloc(sizeof(float) * rows * 2), *out_ref = malloc(sizeof(float) * rows * 2);
+        CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, nq * 2 * 160, 2, out, rows, 2 * rows, 0, rows), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_gemm_q8_0_reference(t, bytes, rows, k, y, nq * 2 * 160, 2, out_ref, rows, 2 * rows, 0, rows),
+                     T2P_STATUS_OK);
+        int bad = 0;
+        for (size_t c = 0; c < 2; c++)
+            for (size_t r = 0; r < rows; r++) {
+                const float want = ref_row_dot_q8_0(pq, k, r, y + c * nq);
+                bad += !same_bits(out[c * rows + r], want) + !same_bits(out_ref[c * rows + r], want);
+            }
+        CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y + nq, nq * 160, out, rows, 0, rows), T2P_STATUS_OK);
+        for (size_t r = 0; r < rows; r++) bad += !same_bits(out[r], ref_row_dot_q8_0(pq, k, r, y + nq));
+        CHECK(bad == 0, "extreme q8_0 activations: %d outputs differ", bad);
+        free(g);
+        free(y);
+        free(out);
+        free(out_ref);
+    }
+    free(pq);
+    free(t);
+}
+
+static void test_q8_0_misuse(void) {
+    const size_t rows = 8, k = 256, nq = 2;
+    size_t bytes = 0, qb = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_activation_size_q8_0(k, 5, NULL), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_activation_size_q8_0(100, 5, &qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_activation_size_q8_0(0, 5, &qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_activation_size_q8_0(128, 3, &qb), T2P_STATUS_OK);
+    CHECK(qb == 3 * 160, "128 x 3: %zu", qb);
+    CHECK_STATUS(t2p_activation_size_q8_0(k, SIZE_MAX / 100, &qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_activation_size_q8_0(k, 5, &qb), T2P_STATUS_OK);
+    uint8_t *pq = random_pq2_0(rows, k);
+    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+
+    float x[256 * 5];
+    random_floats(x, 256 * 5);
+    uint8_t *raw = aligned_alloc(64, qb + 64);
+    t2p_block_q8_0_quad *y = (t2p_block_q8_0_quad *) raw;
+    memset(raw, 0x5A, qb + 64);
+    CHECK_STATUS(t2p_quantize_q8_0(NULL, k, y, qb), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_quantize_q8_0(x, k, NULL, qb), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_quantize_q8_0(x, 100, y, qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_quantize_q8_0(x, 0, y, qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_quantize_q8_0(x, k, y, nq * 160 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_quantize_q8_0(x, k, raw + 2, qb), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_quantize_q8_0((const float *) (raw + 2), k, y, qb), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_quantize_q8_0((const float *) raw, k, raw + 64, qb), T2P_STATUS_INVALID_ARGUMENT); /* overlap */
+    int untouched = 1;
+    for (size_t i = 0; i < qb + 64; i++) untouched &= raw[i] == 0x5A;
+    CHECK(untouched, "failed q8_0 quantizations wrote output");
+    CHECK_STATUS(t2p_quantize_q8_0(x, 128, y, 160), T2P_STATUS_OK); /* one quad: k = 128 is allowed */
+
+    ggml_q8_0 g[8 * 5 + 1];
+    ref_quantize_q8_0(x, 256 * 5, g);
+    CHECK_STATUS(t2p_q8_0_from_ggml(NULL, sizeof g, k, y, qb), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, NULL, qb), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, 96, y, qb), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_q8_0_from_ggml(g, 8 * 34 - 1, k, y, qb), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, y, nq * 160 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_q8_0_from_ggml((const char *) g + 1, sizeof g - 1, k, y, qb), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, raw + 2, qb), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_q8_0_from_ggml(raw + 160, 8 * 34, k, raw, qb), T2P_STATUS_INVALID_ARGUMENT); /* in place */
+    CHECK_STATUS(t2p_quantize_q8_0(x, 256 * 5, y, qb), T2P_STATUS_OK);
+
+    float out[8 * 5];
+    for (int i = 0; i < 40; i++) out[i] = 42.0f;
+    const size_t y1 = nq * 160;
+    CHECK_STATUS(t2p_gemv_q8_0(NULL, bytes, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, NULL, y1, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, NULL, 8, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes - 1, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1 - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 7, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 2, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 0, 12), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 8, 4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, 6, k, y, y1, out, 8, 0, 4), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, 128, y, y1, out, 8, 0, 8), T2P_STATUS_INVALID_SHAPE); /* k % 256 */
+    CHECK_STATUS(t2p_gemv_q8_0(t + 1, bytes, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, raw + 2, y1, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_gemv_q8_0_reference(t, bytes, rows, k, y, y1 - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 39, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 7, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 0, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb - 1, 5, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 6, out, 8, 48, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, SIZE_MAX / 2, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 40, 4, 2), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_gemm_q8_0(NULL, bytes, rows, k, y, qb, 5, out, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_gemm_q8_0_reference(t, bytes, rows, k, y, qb, 5, NULL, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    untouched = 1;
+    for (int i = 0; i < 40; i++) untouched &= out[i] == 42.0f;
+    CHECK(untouched, "failed q8_0 calls wrote output");
+    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 40, 0, 8), T2P_STATUS_OK);
+    free(pq);
+    free(t);
+    free(raw);
+}
+
 static void test_misuse(void) {
     const size_t rows = 8, k = 256;
     size_t bytes = 0, q8 = 0, x4 = 0;
@@ -379,6 +644,53 @@ static void test_other_formats(void) {
     CHECK_STATUS(t2p_repack_to_t2p(99, b1, tq1, got, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
     CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ2_0, NULL, tq2, got, bytes, rows, k), T2P_STATUS_NULL_POINTER);
     CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_PQ2_0, pq, bytes, pq, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+
+    /* ... and back: every source format's original bytes (tq1_0 bytes here are canonical,
+     * ceil(256 q / 243), as ggml's quantizer writes them). */
+    uint8_t *src_back = malloc(tq2 > bytes ? tq2 : bytes);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, b2, tq2) == 0, "T2P -> tq2_0 gives the original bytes");
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ1_0, want, bytes, src_back, tq1, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, b1, tq1) == 0, "T2P -> tq1_0 gives the original bytes");
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PQ2_0, want, bytes, src_back, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, pq, bytes) == 0, "T2P -> pq2_0 gives the original bytes");
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_Q2_0_G128, want, bytes, src_back, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, pq, bytes) == 0, "T2P -> legacy Q2_0 g128 gives the original bytes");
+    {
+        size_t ptq = 0;
+        CHECK_STATUS(t2p_source_size(T2P_TYPE_PTQ1_0, rows, k, &ptq), T2P_STATUS_OK);
+        uint8_t *p1 = malloc(ptq), *again = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PTQ1_0, want, bytes, p1, ptq, rows, k), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_PTQ1_0, p1, ptq, again, bytes, rows, k), T2P_STATUS_OK);
+        CHECK(memcmp(again, want, bytes) == 0, "T2P -> ptq1_0 -> T2P round trip");
+        free(p1);
+        free(again);
+    }
+    /* What a format cannot hold: nothing written. */
+    memset(src_back, 0xEE, tq2);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2 - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes - 1, src_back, tq2, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, NULL, bytes, src_back, tq2, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, NULL, tq2, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_unpack_to_source(77, want, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2, 6, k), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, want + 2, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PQ2_0, want + 1, bytes, src_back, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    {
+        uint8_t *odd = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        memcpy(odd, want, bytes);
+        odd[2] ^= 0x01; /* row 1 of the first T2P block: another scale than its 256-block partner */
+        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        memcpy(odd, want, bytes);
+        odd[8 + 64 + 5] |= 0x03; /* code 3 (+2) in row 2: fits tq2_0, not tq1_0 */
+        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ1_0, odd, bytes, src_back, tq1, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        int untouched = 1;
+        for (size_t i = 0; i < tq2; i++) untouched &= src_back[i] == 0xEE;
+        CHECK(untouched, "failed unpacks wrote output");
+        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
+        free(odd);
+    }
+    free(src_back);
     free(pq);
     free(b2);
     free(b1);
@@ -399,6 +711,9 @@ int main(void) {
         test_gemv_gemm(4, 256);
         test_gemv_gemm(12, 1024);
         test_misuse();
+        test_q8_0(4, 256);
+        test_q8_0(12, 1024);
+        test_q8_0_misuse();
     }
     if (failures) {
         fprintf(stderr, "test_abi: %d check(s) failed\n", failures);

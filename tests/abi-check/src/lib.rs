@@ -57,13 +57,21 @@ same_signatures! {
     t2p_vec_dot_pq2_0_q8_K(_, _, _, _, _, _, _, _);
     t2p_source_size(_, _, _, _);
     t2p_repack_to_t2p(_, _, _, _, _, _, _);
+    t2p_unpack_to_source(_, _, _, _, _, _, _);
+    t2p_activation_size_q8_0(_, _, _);
+    t2p_quantize_q8_0(_, _, _, _);
+    t2p_q8_0_from_ggml(_, _, _, _, _);
+    t2p_gemv_q8_0(_, _, _, _, _, _, _, _, _, _);
+    t2p_gemv_q8_0_reference(_, _, _, _, _, _, _, _, _, _);
+    t2p_gemm_q8_0(_, _, _, _, _, _, _, _, _, _, _, _);
+    t2p_gemm_q8_0_reference(_, _, _, _, _, _, _, _, _, _, _, _);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::{align_of, size_of};
-    use t2p::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p};
+    use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p};
 
     #[test]
     fn every_header_function_is_compared() {
@@ -162,6 +170,25 @@ mod tests {
             (c::T2P_Q8_K_BLOCK_BYTES, c::T2P_Q8_K_X4_BLOCK_BYTES),
             (292, 1168)
         );
+        assert_eq!(
+            (
+                size_of::<c::t2p_block_q8_0_quad>(),
+                align_of::<c::t2p_block_q8_0_quad>()
+            ),
+            (size_of::<BlockQ8_0Quad>(), align_of::<BlockQ8_0Quad>())
+        );
+        assert_eq!(
+            std::mem::offset_of!(c::t2p_block_q8_0_quad, sums),
+            std::mem::offset_of!(BlockQ8_0Quad, sums)
+        );
+        assert_eq!(
+            std::mem::offset_of!(c::t2p_block_q8_0_quad, qs),
+            std::mem::offset_of!(BlockQ8_0Quad, qs)
+        );
+        assert_eq!(
+            (c::T2P_Q8_0_QUAD_BLOCK_BYTES, c::T2P_GGML_Q8_0_BLOCK_BYTES),
+            (160, 34)
+        );
     }
 
     #[test]
@@ -173,14 +200,16 @@ mod tests {
                 c::T2P_ISA_AVX2,
                 c::T2P_ISA_NEON,
                 c::T2P_ISA_NEON_DOTPROD,
-                c::T2P_ISA_NEON_I8MM
+                c::T2P_ISA_NEON_I8MM,
+                c::T2P_ISA_AVX_VNNI
             ],
             [
                 r::T2P_ISA_SCALAR,
                 r::T2P_ISA_AVX2,
                 r::T2P_ISA_NEON,
                 r::T2P_ISA_NEON_DOTPROD,
-                r::T2P_ISA_NEON_I8MM
+                r::T2P_ISA_NEON_I8MM,
+                r::T2P_ISA_AVX_VNNI
             ]
         );
         assert_eq!(
