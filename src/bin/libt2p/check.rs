@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use t2p::format::{BlockPq2_0, BlockQ8K, f32_to_f16};
 use t2p::kernels::{self, Isa, Kernels};
-use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul};
+use t2p::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul};
 
 /// Options of `libt2p check`.
 #[derive(clap::Args)]
@@ -64,19 +64,23 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .iter_mut()
             .enumerate()
             .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 });
-        let act = QuantizedBatch::new(&x, k, ncols)?;
-        let want = matmul(oracle, &w, &act)?;
-        for &isa in &available {
-            let got = matmul(Kernels::for_isa(isa)?, &w, &act)?;
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            println!(
-                "  {isa:<13} {rows}x{k} x {ncols} column(s): {}",
-                if same { "exact" } else { "MISMATCH" }
-            );
-            failed |= !same;
+        for act_type in [ActQuant::Q8K, ActQuant::Q8_0] {
+            let act = QuantizedBatch::with(&x, k, ncols, act_type)?;
+            let want = matmul(oracle, &w, &act)?;
+            for &isa in &available {
+                let got = matmul(Kernels::for_isa(isa)?, &w, &act)?;
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                println!(
+                    "  {:<13} {rows}x{k} x {ncols} column(s), {}: {}",
+                    isa.name(),
+                    act_type.name(),
+                    if same { "exact" } else { "MISMATCH" }
+                );
+                failed |= !same;
+            }
         }
     }
     // The stock layout on the same weights must agree with T2P (same float order).
@@ -94,7 +98,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 == t2p_out[r].to_bits()
         });
         println!(
-            "  {isa:<13} stock pq2_0 vec_dot vs T2P: {}",
+            "  {:<13} stock pq2_0 vec_dot vs T2P: {}",
+            isa.name(),
             if same { "exact" } else { "MISMATCH" }
         );
         failed |= !same;
