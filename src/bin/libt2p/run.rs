@@ -240,7 +240,16 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let tail = stream.finish();
     text.extend_from_slice(tail.as_bytes());
-    let bytes_per_token = loaded.model.bytes_per_token() as f64;
+    let weights_per_token = loaded.model.bytes_per_token() as f64;
+    // Hybrid models also read and write their recurrent state once per token (as `bench -m`
+    // counts it; the KV cache read, small at these lengths, is left out here).
+    let state_per_token = loaded
+        .model
+        .new_session(1)
+        .recurrent
+        .as_ref()
+        .map_or(0, |r| 2 * r.state_bytes()) as f64;
+    let bytes_per_token = weights_per_token + state_per_token;
     let ceiling = (!args.no_ceiling).then(|| {
         let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
         probe.measure(&exec.pool, 3).median_gbps
@@ -260,7 +269,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "gen_tokens": stats.gen_tokens,
                 "gen_s": stats.gen_secs,
                 "gen_tps": stats.gen_tps(),
-                "weights_bytes_per_token": bytes_per_token,
+                "weights_bytes_per_token": weights_per_token,
+                "state_bytes_per_token": state_per_token,
+                "bytes_per_token": bytes_per_token,
                 "gen_gbps": gen_gbps,
                 "ceiling_gbps": ceiling,
                 "pct_of_ceiling": pct,
@@ -308,12 +319,16 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         match (ceiling, pct) {
             (Some(c), Some(p)) => eprintln!(
-                "memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
-                bytes_per_token / 1e6
+                "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
+                bytes_per_token / 1e6,
+                weights_per_token / 1e6,
+                state_per_token / 1e6
             ),
             _ => eprintln!(
-                "memory: {:.1} MB of weights per token, {gen_gbps:.2} GB/s",
-                bytes_per_token / 1e6
+                "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s",
+                bytes_per_token / 1e6,
+                weights_per_token / 1e6,
+                state_per_token / 1e6
             ),
         }
     }
