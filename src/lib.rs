@@ -5,7 +5,7 @@
 //! layout** ([`format::BlockT2p`]), where a single AND extracts 16 weights pre-multiplied by
 //! `4^slot`, and runs exact integer kernels on it:
 //!
-//! * [`format`]: the byte layouts (pq2_0, q8_K, q8_K x4, T2P) and the repack;
+//! * [`format`](mod@format): the byte layouts (the ternary formats, q8_K, q8_K x4, q8_0, T2P) and the repacks;
 //! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
 //! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers, and its
 //!   parallel entry point on [`pool`], the persistent thread pool;

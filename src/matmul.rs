@@ -97,7 +97,7 @@ impl ActQuant {
         match name.to_ascii_lowercase().as_str() {
             "q8_k" | "q8k" => Ok(ActQuant::Q8K),
             "q8_0" | "q80" => Ok(ActQuant::Q8_0),
-            _ => Err(Error::Shape(format!(
+            _ => Err(Error::InvalidArgument(format!(
                 "unknown activation type {name:?} (expected q8_K or q8_0)"
             ))),
         }

@@ -17,7 +17,8 @@
 //!
 //! Float semantics equal the oracle's: per 128-weight block and row,
 //! `acc = acc + (d_w * d_y) * (isum as f32)`, two separately rounded IEEE operations (`mulps`,
-//! `addps`; no FMA), in block order.
+//! `addps`; no FMA), in block order; with q8_0 activations the four scaled 32-weight sums of
+//! [`super::scalar::accumulate_q8_0`], in the same order.
 
 use std::arch::x86_64::*;
 

@@ -12,7 +12,8 @@
 //!
 //! All paths are exact: integer sums per 128-weight block are exact, and every path converts and
 //! accumulates them in the same float order as the scalar oracle ([`scalar`]), namely
-//! `acc = acc + (d_w * d_y) * (isum as f32)` per block, in block order, without fused
+//! `acc = acc + (d_w * d_y) * (isum as f32)` per block (q8_K) or
+//! `acc = acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (q8_0), in block order, without fused
 //! multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
 //! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|neon|neon-dotprod|neon-i8mm`

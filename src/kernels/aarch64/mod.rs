@@ -5,7 +5,8 @@
 //! Exactness: every integer sum of a 128-weight block is exact (int32 accumulators, int16 only
 //! where the bound is shown next to the code), and the float step is the oracle's
 //! `acc + (d_w * d_y) * (isum as f32)` as a separate `fmul`, `fmul`, `fadd` per block in block
-//! order, never a fused multiply-add. So every path is bit-identical to [`super::scalar`].
+//! order (for q8_0 activations the four scaled 32-weight sums of [`super::scalar::accumulate_q8_0`]),
+//! never a fused multiply-add. So every path is bit-identical to [`super::scalar`].
 //!
 //! Safety: weights and activations are read only through references to whole blocks (each vector
 //! load reads inside one `&[u8; 16]`-sized field), so a wrong length can panic but never read out

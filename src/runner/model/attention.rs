@@ -20,7 +20,7 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// `out[t][h]` = softmax(q[t][h] . K[0..=pos0+t]) V for every token `t` of the batch and head `h`,
+/// `out[t][h]` = `softmax(q[t][h] . K[0..=pos0+t]) V` for every token `t` of the batch and head `h`,
 /// reading K/V of `layer` from `cache` (already holding positions `0..pos0 + n`).
 pub fn attend(
     exec: &Exec,
