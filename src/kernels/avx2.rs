@@ -138,30 +138,48 @@ unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
         for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum4.chunks_exact(2)) {
             let s0 = block_u4(&pair[0], half(yb, 0));
             let s1 = block_u4(&pair[1], half(yb, 1));
-            // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
-            let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
-            let ys = _mm256_setr_epi32(
-                nys[0], nys[0], nys[0], nys[0], nys[1], nys[1], nys[1], nys[1],
-            );
-            let isum = _mm256_srai_epi32::<2>(_mm256_add_epi32(h, ys));
-            let d0: &[u16; 4] = &pair[0].d;
-            let d1: &[u16; 4] = &pair[1].d;
-            // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
-            let dh = unsafe {
-                _mm_unpacklo_epi64(
-                    _mm_loadl_epi64(d0.as_ptr().cast()),
-                    _mm_loadl_epi64(d1.as_ptr().cast()),
-                )
-            };
-            let scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(yb.d));
-            let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
-            acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
-            acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod));
+            acc = fold_block_pair::<2>(acc, pair, yb.d, s0, s1, nys);
         }
         let o: &mut [f32; 4] = o.try_into().expect("4 rows");
         // SAFETY: writes exactly the 4 floats of `o`, unaligned.
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
     }
+}
+
+/// The float steps of blocks `2i` and `2i + 1` of a gemv row group (the two halves of one
+/// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^SHIFT * dot(u, y)` of the two blocks as
+/// `[r0, r0, r1, r1 | r2, r2, r3, r3]`, `neg_ysum` their `-2^SHIFT * sum(y)`. Adds
+/// `(d_w * d_y) * isum` of block `2i`, then of block `2i + 1`, to `acc` (the reductions share
+/// 256-bit instructions; the two float additions stay separate and in block order).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn fold_block_pair<const SHIFT: i32>(
+    acc: __m128,
+    pair: &[BlockT2p],
+    d_y: f32,
+    s0: __m256i,
+    s1: __m256i,
+    neg_ysum: &[i32],
+) -> __m128 {
+    // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
+    let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
+    let (n0, n1) = (neg_ysum[0], neg_ysum[1]);
+    let ys = _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1);
+    // Exact: `h + ys` is 2^SHIFT times an integer.
+    let isum = _mm256_srai_epi32::<SHIFT>(_mm256_add_epi32(h, ys));
+    let d0: &[u16; 4] = &pair[0].d;
+    let d1: &[u16; 4] = &pair[1].d;
+    // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
+    let dh = unsafe {
+        _mm_unpacklo_epi64(
+            _mm_loadl_epi64(d0.as_ptr().cast()),
+            _mm_loadl_epi64(d1.as_ptr().cast()),
+        )
+    };
+    let scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(d_y));
+    let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
+    let acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
+    _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod))
 }
 
 /// `4 * dot(u, y)` of one T2P block with its 128 activations, as int32

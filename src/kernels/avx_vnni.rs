@@ -13,7 +13,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    PairLanes, Q8_0Lanes, bcast8, chunk8, half, load_word, q8_0_lanes, rows_by_word, scales,
+    PairLanes, Q8_0Lanes, bcast8, chunk8, fold_block_pair, half, load_word, q8_0_lanes,
+    rows_by_word, scales,
 };
 use super::{Isa, Kernels};
 use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
@@ -128,7 +129,7 @@ fn block_u64(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
     )
 }
 
-/// T2P gemv: the AVX2 gemv's structure with [`block_u64`] (`>> 6` instead of `>> 2`).
+/// T2P gemv: the AVX2 gemv's structure with [`block_u64`] (`>> 6` in the fold instead of `>> 2`).
 #[target_feature(enable = "avx2,f16c,avxvnni")]
 unsafe fn gemv_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     let neg_ysum64: Vec<i32> = (0..nb).map(|b| -64 * y[b / 2].half_sum(b % 2)).collect();
@@ -137,25 +138,7 @@ unsafe fn gemv_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
         for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum64.chunks_exact(2)) {
             let s0 = block_u64(&pair[0], half(yb, 0));
             let s1 = block_u64(&pair[1], half(yb, 1));
-            // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
-            let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
-            let ys = _mm256_setr_epi32(
-                nys[0], nys[0], nys[0], nys[0], nys[1], nys[1], nys[1], nys[1],
-            );
-            let isum = _mm256_srai_epi32::<6>(_mm256_add_epi32(h, ys));
-            let d0: &[u16; 4] = &pair[0].d;
-            let d1: &[u16; 4] = &pair[1].d;
-            // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
-            let dh = unsafe {
-                _mm_unpacklo_epi64(
-                    _mm_loadl_epi64(d0.as_ptr().cast()),
-                    _mm_loadl_epi64(d1.as_ptr().cast()),
-                )
-            };
-            let scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(yb.d));
-            let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
-            acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
-            acc = _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod));
+            acc = fold_block_pair::<6>(acc, pair, yb.d, s0, s1, nys);
         }
         let o: &mut [f32; 4] = o.try_into().expect("4 rows");
         // SAFETY: writes exactly the 4 floats of `o`, unaligned.

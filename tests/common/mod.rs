@@ -75,6 +75,23 @@ pub enum Acts {
     Min,
 }
 
+/// Raw activation `i` of a block under `acts`.
+fn act_value(acts: Acts, i: usize, rng: &mut Lcg) -> i8 {
+    match acts {
+        Acts::Random => rng.next() as i8,
+        Acts::Zero => 0,
+        Acts::Constant(v) => v,
+        Acts::Extreme => {
+            if i.is_multiple_of(2) {
+                127
+            } else {
+                -127
+            }
+        }
+        Acts::Min => -128,
+    }
+}
+
 /// `ncols` columns of `k / 256` raw q8_K blocks each (column-major), with consistent `bsums`.
 pub fn q8k_columns(
     k: usize,
@@ -85,19 +102,7 @@ pub fn q8k_columns(
 ) -> Vec<BlockQ8K> {
     (0..ncols * k / 256)
         .map(|_| {
-            let qs = std::array::from_fn(|i| match acts {
-                Acts::Random => rng.next() as i8,
-                Acts::Zero => 0,
-                Acts::Constant(v) => v,
-                Acts::Extreme => {
-                    if i % 2 == 0 {
-                        127
-                    } else {
-                        -127
-                    }
-                }
-                Acts::Min => -128,
-            });
+            let qs = std::array::from_fn(|i| act_value(acts, i, rng));
             let d = if scale_one {
                 1.0
             } else {
@@ -119,19 +124,7 @@ pub fn q8_0_columns(
 ) -> Vec<BlockQ8_0Quad> {
     (0..ncols * k / 128)
         .map(|_| {
-            let qs = std::array::from_fn(|i| match acts {
-                Acts::Random => rng.next() as i8,
-                Acts::Zero => 0,
-                Acts::Constant(v) => v,
-                Acts::Extreme => {
-                    if i % 2 == 0 {
-                        127
-                    } else {
-                        -127
-                    }
-                }
-                Acts::Min => -128,
-            });
+            let qs = std::array::from_fn(|i| act_value(acts, i, rng));
             let d = std::array::from_fn(|_| match (scale_one, rng.next() % 8) {
                 (true, _) => 1.0,
                 (false, 0) => 0.0,
