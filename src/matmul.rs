@@ -1,26 +1,39 @@
-//! The safe driver: checks shapes, runs whole 4-column tiles through gemm, pads a leftover of
-//! 2 or 3 columns into one more tile (computed in the same pass, only real outputs written), and
-//! sends a single leftover column through gemv, never one gemv per leftover column.
+//! The one matmul driver: every caller (the runner's pool, the C ABI, the llama.cpp extra buffer
+//! type through the C ABI) runs a T2P matmul through a [`MatmulPlan`].
 //!
-//! Outputs are column-strided: value of row `r`, column `c` at `out[c * ld + r]` (ggml's `dst`
-//! layout). Row ranges are given in rows and must be whole T2P row groups (multiples of 4), so a
-//! caller (ggml, the thread pool) can split rows across threads.
+//! A plan is built from the matrix shape, the activation type and the number of columns. It
+//! says how big the work buffer of quantized activations is ([`ActLayout`]), quantizes the
+//! activations into it in shares (`ith` of `nth`, so each thread of a pool or of ggml fills its
+//! own part), cuts the rows into chunks of whole row groups, and computes any chunk into a
+//! column-strided output. The rules of which kernel runs live here and nowhere else:
+//!
+//! * one column: gemv;
+//! * `q8_0`, several columns: the gemm kernel over all of them (it tiles internally);
+//! * `q8_K`, several columns: 4-column `q8_K x4` tiles, a leftover of 2 or 3 columns as one
+//!   zero-padded tile, a single leftover column through gemv;
+//! * a matrix whose `rows` is not a multiple of 4 has a padded last row group: its outputs are
+//!   computed into a scratch tile and only the real rows are written;
+//! * `k` a multiple of 128 but not of 256 cannot hold `q8_K` blocks: such a matrix always uses
+//!   `q8_0` activations (see [`ActLayout::new`]).
+//!
+//! Outputs are column-strided: row `r` of column `c` at `out[c * ld + r]` (ggml's `dst` layout).
 
+use std::cell::RefCell;
 use std::ops::Range;
-use std::sync::Mutex;
 
 use bytemuck::Zeroable;
 
 use crate::error::{Error, Result, check_len};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P,
-    check_matrix_shape, deinterleave_q8k_x4, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k,
-    repack_pq2_0_to_t2p, t2p_block_count,
+    check_matrix_shape, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k,
+    repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
 };
 use crate::kernels::Kernels;
 use crate::pool::ThreadPool;
 
-/// A `rows x k` ternary weight matrix in the T2P layout.
+/// A `rows x k` ternary weight matrix in the T2P layout (`ceil(rows / 4)` row groups; a last
+/// group of fewer than 4 rows is padded with zero rows).
 #[derive(Clone, Debug)]
 pub struct T2pMatrix {
     rows: usize,
@@ -48,7 +61,7 @@ impl T2pMatrix {
         Ok(T2pMatrix { rows, k, blocks })
     }
 
-    /// Output rows.
+    /// Output rows (without padding).
     pub fn rows(&self) -> usize {
         self.rows
     }
@@ -63,7 +76,7 @@ impl T2pMatrix {
         &self.blocks
     }
 
-    /// Bytes of weights (equal to the pq2_0 size).
+    /// Bytes of weights (the pq2_0 size, plus the padding rows of a last partial group).
     pub fn size_bytes(&self) -> usize {
         std::mem::size_of_val(self.blocks.as_slice())
     }
@@ -104,80 +117,60 @@ impl ActQuant {
     }
 }
 
-/// A batch of `ncols` activation columns of length `k`, quantized once for every matmul that
-/// reads it. As `q8_K`: `q8_K x4` tiles for gemm (the last one zero-padded) and, when the batch
-/// ends in a single leftover column, that column as plain `q8_K` for gemv. As `q8_0`: `k / 128`
-/// blocks per column, column after column.
-#[derive(Clone, Debug)]
-pub struct QuantizedBatch {
+/// Words (`u32`) of one block of each activation type: the work buffer is a `[u32]` so that
+/// every block type (all 4-byte aligned) can be viewed in it.
+const Q8_0_WORDS: usize = size_of::<BlockQ8_0Quad>() / 4;
+const Q8K_WORDS: usize = size_of::<BlockQ8K>() / 4;
+const Q8KX4_WORDS: usize = size_of::<BlockQ8Kx4>() / 4;
+const _: () = assert!(
+    Q8_0_WORDS * 4 == size_of::<BlockQ8_0Quad>()
+        && Q8K_WORDS * 4 == size_of::<BlockQ8K>()
+        && Q8KX4_WORDS * 4 == size_of::<BlockQ8Kx4>()
+);
+
+/// How `ncols` quantized activation columns of length `k` lie in a work buffer of `u32` words.
+///
+/// * `q8_0`: `k / 128` quads per column, column after column. A quantization unit is one quad.
+/// * `q8_K`: first `ceil(t / 4)` tiles of `k / 256` `q8_K x4` blocks for the `t` columns that run
+///   through gemm tiles (all of them, unless `ncols % 4 == 1`), then, if one column is left over
+///   (or there is only one), that column as `k / 256` plain `q8_K` blocks for gemv. A unit is a
+///   tile, or one block of the plain column (so a single column quantizes in parallel too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActLayout {
     k: usize,
     ncols: usize,
-    tiles: Vec<BlockQ8Kx4>,
-    last_column: Vec<BlockQ8K>,
-    q8_0: Vec<BlockQ8_0Quad>,
+    act: ActQuant,
 }
 
-impl QuantizedBatch {
-    /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k .. (c + 1) * k]`) as
-    /// `q8_K`.
-    pub fn new(x: &[f32], k: usize, ncols: usize) -> Result<Self> {
-        Self::with(x, k, ncols, ActQuant::Q8K)
-    }
-
-    /// Quantizes `ncols` columns stored one after another in `x` as `act`.
-    pub fn with(x: &[f32], k: usize, ncols: usize, act: ActQuant) -> Result<Self> {
-        if k == 0 || !k.is_multiple_of(QK_K) {
+impl ActLayout {
+    /// The layout for `ncols` columns of length `k` as `act`. `k` must be a positive multiple
+    /// of 128; if it is not a multiple of 256, `q8_K` cannot hold it and the layout is `q8_0`
+    /// (see [`ActLayout::act`]).
+    pub fn new(k: usize, ncols: usize, act: ActQuant) -> Result<ActLayout> {
+        if k == 0 || !k.is_multiple_of(QK_PQ2_0) {
             return Err(Error::Shape(format!(
-                "k = {k} is not a positive multiple of 256"
+                "k = {k} is not a positive multiple of 128"
             )));
         }
         if ncols == 0 {
             return Err(Error::Shape("a batch needs at least one column".into()));
         }
-        let n = k
-            .checked_mul(ncols)
-            .ok_or_else(|| Error::Shape("k * ncols overflows".into()))?;
-        check_len("activation values", n, x.len())?;
-        let mut batch = QuantizedBatch {
-            k,
-            ncols,
-            tiles: Vec::new(),
-            last_column: Vec::new(),
-            q8_0: Vec::new(),
-        };
-        if act == ActQuant::Q8_0 {
-            batch.q8_0 = vec![BlockQ8_0Quad::zeroed(); n / QK_PQ2_0];
-            quantize_row_q8_0(&x[..n], &mut batch.q8_0);
-            return Ok(batch);
-        }
-        let per_col = k / QK_K;
-        let gemm_cols = if ncols % 4 == 1 { ncols - 1 } else { ncols };
-        batch.tiles = vec![BlockQ8Kx4::zeroed(); gemm_cols.div_ceil(4) * per_col];
-        for (t, tile) in batch.tiles.chunks_exact_mut(per_col).enumerate() {
-            let cols: Vec<&[f32]> = (4 * t..(4 * t + 4).min(gemm_cols))
-                .map(|c| &x[c * k..(c + 1) * k])
-                .collect();
-            quantize_q8k_x4(&cols, k, tile);
-        }
-        if ncols % 4 == 1 {
-            batch.last_column = vec![BlockQ8K::zeroed(); per_col];
-            quantize_row_q8k(&x[(ncols - 1) * k..ncols * k], &mut batch.last_column);
-        }
-        Ok(batch)
-    }
-
-    /// The activation type.
-    pub fn act(&self) -> ActQuant {
-        if self.q8_0.is_empty() {
-            ActQuant::Q8K
+        let act = if k.is_multiple_of(QK_K) {
+            act
         } else {
             ActQuant::Q8_0
-        }
+        };
+        let layout = ActLayout { k, ncols, act };
+        k.checked_mul(ncols)
+            .and_then(|_| layout.units().checked_mul(Q8KX4_WORDS.max(Q8_0_WORDS)))
+            .and_then(|w| w.checked_mul(4))
+            .ok_or_else(|| Error::Shape(format!("{ncols} columns of {k} overflow")))?;
+        Ok(layout)
     }
 
-    /// The `q8_0` blocks (column-major, `k / 128` per column); empty for a `q8_K` batch.
-    pub fn q8_0_blocks(&self) -> &[BlockQ8_0Quad] {
-        &self.q8_0
+    /// The activation type actually used.
+    pub fn act(&self) -> ActQuant {
+        self.act
     }
 
     /// Inner dimension.
@@ -190,358 +183,501 @@ impl QuantizedBatch {
         self.ncols
     }
 
-    /// The gemm tiles (tile-major, `k / 256` blocks per tile).
-    pub fn tiles(&self) -> &[BlockQ8Kx4] {
-        &self.tiles
-    }
-
-    /// The last column as `q8_K`, present when `ncols % 4 == 1`.
-    pub fn last_column(&self) -> Option<&[BlockQ8K]> {
-        (!self.last_column.is_empty()).then_some(self.last_column.as_slice())
-    }
-}
-
-/// Checks a row range against a matrix and returns it as a range of T2P blocks.
-fn block_range(rows: usize, k: usize, range: &Range<usize>) -> Result<Range<usize>> {
-    check_matrix_shape(rows, k)?;
-    if range.start > range.end
-        || range.end > rows
-        || !range.start.is_multiple_of(ROWS_PER_T2P)
-        || !range.end.is_multiple_of(ROWS_PER_T2P)
-    {
-        return Err(Error::Shape(format!(
-            "row range {}..{} must lie in 0..{rows} on multiples of 4",
-            range.start, range.end
-        )));
-    }
-    let nb = k / QK_PQ2_0;
-    Ok(range.start / ROWS_PER_T2P * nb..range.end / ROWS_PER_T2P * nb)
-}
-
-fn check_out(
-    ncols: usize,
-    ld: usize,
-    rows: usize,
-    range: &Range<usize>,
-    out_len: usize,
-) -> Result<()> {
-    if ld < rows && ncols > 1 {
-        return Err(Error::Shape(format!(
-            "ld = {ld} is smaller than rows = {rows}"
-        )));
-    }
-    check_len("output values", (ncols - 1) * ld + range.end, out_len)
-}
-
-/// gemv over a row range: `w` is the whole `rows x k` T2P matrix, `y` its `k / 256` activation
-/// blocks; writes `out[r]` for `r` in `range` only.
-pub fn gemv_rows(
-    kern: &Kernels,
-    w: &[BlockT2p],
-    rows: usize,
-    k: usize,
-    y: &[BlockQ8K],
-    out: &mut [f32],
-    range: Range<usize>,
-) -> Result<()> {
-    check_out(1, rows, rows, &range, out.len())?;
-    gemv_range(kern, w, rows, k, y, range.clone(), &mut out[range])
-}
-
-/// gemv over a row range writing only that range: `out[i]` is row `range.start + i`
-/// (`out.len() == range.len()`). This is the form for callers that split rows across threads.
-pub fn gemv_range(
-    kern: &Kernels,
-    w: &[BlockT2p],
-    rows: usize,
-    k: usize,
-    y: &[BlockQ8K],
-    range: Range<usize>,
-    out: &mut [f32],
-) -> Result<()> {
-    let blocks = block_range(rows, k, &range)?;
-    check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
-    check_len("q8_K activation blocks", k / QK_K, y.len())?;
-    if out.len() != range.len() {
-        return Err(Error::Shape(format!(
-            "output holds {} values for {} rows",
-            out.len(),
-            range.len()
-        )));
-    }
-    if !range.is_empty() {
-        kern.gemv(&w[blocks], k / QK_PQ2_0, &y[..k / QK_K], out);
-    }
-    Ok(())
-}
-
-/// gemm over a row range and `ncols` columns given as `ceil(ncols / 4)` tiles of `k / 256`
-/// `q8_K x4` blocks (padded with zero columns); writes `out[c * ld + r]` for `r` in `range`.
-/// A single leftover column is extracted from its tile and runs through gemv.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_rows(
-    kern: &Kernels,
-    w: &[BlockT2p],
-    rows: usize,
-    k: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-    range: Range<usize>,
-) -> Result<()> {
-    if ncols == 0 {
-        return Err(Error::Shape("gemm needs at least one column".into()));
-    }
-    check_out(ncols, ld, rows, &range, out.len())?;
-    gemm_range(
-        kern,
-        w,
-        rows,
-        k,
-        y,
-        ncols,
-        range.clone(),
-        &mut out[range.start..],
-        ld,
-    )
-}
-
-/// gemm over a row range writing `out[c * ld + i]` for row `range.start + i` (so `out` may be a
-/// per-thread buffer with `ld = range.len()`).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_range(
-    kern: &Kernels,
-    w: &[BlockT2p],
-    rows: usize,
-    k: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    range: Range<usize>,
-    out: &mut [f32],
-    ld: usize,
-) -> Result<()> {
-    if ncols == 0 {
-        return Err(Error::Shape("gemm needs at least one column".into()));
-    }
-    let per_col = k / QK_K;
-    let blocks = block_range(rows, k, &range)?;
-    check_len("T2P weight blocks", t2p_block_count(rows, k)?, w.len())?;
-    check_len(
-        "q8_K x4 activation blocks",
-        ncols.div_ceil(4) * per_col,
-        y.len(),
-    )?;
-    if range.is_empty() {
-        return Ok(());
-    }
-    check_out(ncols, ld, range.len(), &(0..range.len()), out.len())?;
-    let nb = k / QK_PQ2_0;
-    let n = range.len();
-    if ncols % 4 == 1 {
-        let last: Vec<BlockQ8K> = y[(ncols / 4) * per_col..(ncols / 4 + 1) * per_col]
-            .iter()
-            .map(|b| deinterleave_q8k_x4(b, 0))
-            .collect();
-        let col = ncols - 1;
-        run_tiles(kern, &w[blocks.clone()], k, y, col, out, ld);
-        kern.gemv(&w[blocks], nb, &last, &mut out[col * ld..col * ld + n]);
-    } else {
-        run_tiles(kern, &w[blocks], k, y, ncols, out, ld);
-    }
-    Ok(())
-}
-
-fn run_tiles(
-    kern: &Kernels,
-    w: &[BlockT2p],
-    k: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    if ncols > 0 {
-        kern.gemm(
-            w,
-            k / QK_PQ2_0,
-            &y[..ncols.div_ceil(4) * (k / QK_K)],
-            ncols,
-            out,
-            ld,
-        );
-    }
-}
-
-/// `out[c * ld + r] = sum_k w[r][k] * x[c][k]` for the rows in `range` and every column of
-/// `act`, on the kernels `kern`.
-pub fn matmul_rows(
-    kern: &Kernels,
-    w: &T2pMatrix,
-    act: &QuantizedBatch,
-    out: &mut [f32],
-    ld: usize,
-    range: Range<usize>,
-) -> Result<()> {
-    if act.k != w.k {
-        return Err(Error::Shape(format!(
-            "activations have k = {}, weights k = {}",
-            act.k, w.k
-        )));
-    }
-    if act.act() == ActQuant::Q8_0 {
-        check_out(act.ncols, ld, w.rows, &range, out.len())?;
-        block_range(w.rows, w.k, &range)?;
-        matmul_block(kern, w, act, range.clone(), &mut out[range.start..], ld);
-        return Ok(());
-    }
-    match act.ncols {
-        1 => gemv_rows(kern, &w.blocks, w.rows, w.k, &act.last_column, out, range),
-        n if n % 4 == 1 => {
-            let col = n - 1;
-            check_out(n, ld, w.rows, &range, out.len())?;
-            gemm_rows(
-                kern,
-                &w.blocks,
-                w.rows,
-                w.k,
-                &act.tiles,
-                col,
-                out,
-                ld,
-                range.clone(),
-            )?;
-            gemv_rows(
-                kern,
-                &w.blocks,
-                w.rows,
-                w.k,
-                &act.last_column,
-                &mut out[col * ld..],
-                range,
-            )
+    /// `q8_K`: the columns computed through gemm tiles.
+    fn tile_cols(&self) -> usize {
+        if self.ncols % 4 == 1 {
+            self.ncols - 1
+        } else {
+            self.ncols
         }
-        n => gemm_rows(kern, &w.blocks, w.rows, w.k, &act.tiles, n, out, ld, range),
+    }
+
+    /// `q8_K`: the tiles (`ceil(tile_cols / 4)`).
+    fn tiles(&self) -> usize {
+        self.tile_cols().div_ceil(4)
+    }
+
+    /// `q8_K`: whether the last column is held plain for gemv.
+    fn has_plain_column(&self) -> bool {
+        self.tile_cols() < self.ncols
+    }
+
+    fn units(&self) -> usize {
+        match self.act {
+            ActQuant::Q8_0 => self.ncols * (self.k / QK_PQ2_0),
+            ActQuant::Q8K => {
+                self.tiles() + usize::from(self.has_plain_column()) * (self.k / QK_K)
+            }
+        }
+    }
+
+    /// Word offset of unit `u` (`u <= units()`).
+    fn unit_offset(&self, u: usize) -> usize {
+        match self.act {
+            ActQuant::Q8_0 => u * Q8_0_WORDS,
+            ActQuant::Q8K => {
+                let tile_words = (self.k / QK_K) * Q8KX4_WORDS;
+                let t = u.min(self.tiles());
+                t * tile_words + (u - t) * Q8K_WORDS
+            }
+        }
+    }
+
+    /// Words of work buffer the activations take.
+    pub fn work_words(&self) -> usize {
+        self.unit_offset(self.units())
+    }
+
+    /// Bytes of work buffer (4-byte aligned) the activations take.
+    pub fn work_bytes(&self) -> usize {
+        4 * self.work_words()
+    }
+
+    fn share_units(&self, ith: usize, nth: usize) -> Range<usize> {
+        let total = self.units();
+        let nth = nth.max(1);
+        let ith = ith.min(nth);
+        total * ith / nth..total * (ith + 1).min(nth) / nth
+    }
+
+    /// The words of the work buffer that share `ith` of `nth` writes (disjoint shares that
+    /// together cover the buffer; some may be empty).
+    pub fn share(&self, ith: usize, nth: usize) -> Range<usize> {
+        let u = self.share_units(ith, nth);
+        self.unit_offset(u.start)..self.unit_offset(u.end)
+    }
+
+    /// Checks the activations `x` (column `c` at `x[c * ld_x..c * ld_x + k]`).
+    fn check_x(&self, x: &[f32], ld_x: usize) -> Result<()> {
+        if self.ncols > 1 && ld_x < self.k {
+            return Err(Error::Shape(format!(
+                "ld_x = {ld_x} is smaller than k = {}",
+                self.k
+            )));
+        }
+        let need = (self.ncols - 1)
+            .checked_mul(ld_x)
+            .and_then(|v| v.checked_add(self.k))
+            .ok_or_else(|| Error::Shape("activation extent overflows".into()))?;
+        check_len("activation values", need, x.len())
+    }
+
+    /// Quantizes share `ith` of `nth` of the columns of `x` (column `c` at
+    /// `x[c * ld_x..c * ld_x + k]`) into `out`, which is exactly the words
+    /// [`ActLayout::share`] names. `q8_0` quads come from `q8_0` (the library's quantizer,
+    /// [`quantize_row_q8_0`], or another one such as ggml's).
+    pub fn quantize_share_with(
+        &self,
+        x: &[f32],
+        ld_x: usize,
+        ith: usize,
+        nth: usize,
+        out: &mut [u32],
+        q8_0: &dyn Fn(&[f32], &mut [BlockQ8_0Quad]),
+    ) -> Result<()> {
+        self.check_x(x, ld_x)?;
+        let words = self.share(ith, nth);
+        check_len("work-buffer share words", words.len(), out.len())?;
+        let units = self.share_units(ith, nth);
+        let base = words.start;
+        let col = |c: usize| &x[c * ld_x..c * ld_x + self.k];
+        match self.act {
+            ActQuant::Q8_0 => {
+                let nb = self.k / QK_PQ2_0;
+                let quads: &mut [BlockQ8_0Quad] = bytemuck::cast_slice_mut(out);
+                let mut u = units.start;
+                while u < units.end {
+                    // One run of quads within a column.
+                    let (c, q) = (u / nb, u % nb);
+                    let n = (nb - q).min(units.end - u);
+                    let at = u - units.start;
+                    q8_0(
+                        &col(c)[q * QK_PQ2_0..(q + n) * QK_PQ2_0],
+                        &mut quads[at..at + n],
+                    );
+                    u += n;
+                }
+            }
+            ActQuant::Q8K => {
+                let per_col = self.k / QK_K;
+                for u in units {
+                    let at = self.unit_offset(u) - base;
+                    if u < self.tiles() {
+                        let tile: &mut [BlockQ8Kx4] =
+                            bytemuck::cast_slice_mut(&mut out[at..at + per_col * Q8KX4_WORDS]);
+                        let cols: Vec<&[f32]> =
+                            (4 * u..(4 * u + 4).min(self.tile_cols())).map(col).collect();
+                        quantize_q8k_x4(&cols, self.k, tile);
+                    } else {
+                        let b = u - self.tiles();
+                        let block: &mut [BlockQ8K] =
+                            bytemuck::cast_slice_mut(&mut out[at..at + Q8K_WORDS]);
+                        quantize_row_q8k(&col(self.ncols - 1)[b * QK_K..(b + 1) * QK_K], block);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// [`ActLayout::quantize_share_with`] with the library's `q8_0` quantizer.
+    pub fn quantize_share(
+        &self,
+        x: &[f32],
+        ld_x: usize,
+        ith: usize,
+        nth: usize,
+        out: &mut [u32],
+    ) -> Result<()> {
+        self.quantize_share_with(x, ld_x, ith, nth, out, &quantize_row_q8_0)
+    }
+
+    /// The `q8_0` quads of a work buffer.
+    fn q8_0<'a>(&self, work: &'a [u32]) -> &'a [BlockQ8_0Quad] {
+        bytemuck::cast_slice(&work[..self.work_words()])
+    }
+
+    /// The `q8_K x4` tiles of a work buffer.
+    fn q8k_tiles<'a>(&self, work: &'a [u32]) -> &'a [BlockQ8Kx4] {
+        bytemuck::cast_slice(&work[..self.unit_offset(self.tiles())])
+    }
+
+    /// The plain `q8_K` column of a work buffer (empty if there is none).
+    fn q8k_plain<'a>(&self, work: &'a [u32]) -> &'a [BlockQ8K] {
+        bytemuck::cast_slice(&work[self.unit_offset(self.tiles())..self.work_words()])
     }
 }
 
-/// [`matmul_rows`] over all rows with `ld = rows`; returns the `ncols * rows` outputs.
-pub fn matmul(kern: &Kernels, w: &T2pMatrix, act: &QuantizedBatch) -> Result<Vec<f32>> {
-    let mut out = vec![0.0; w.rows * act.ncols];
-    matmul_rows(kern, w, act, &mut out, w.rows, 0..w.rows)?;
+/// A batch of activation columns quantized once for every matmul that reads it (q, k and v
+/// share one): an [`ActLayout`] and its work buffer.
+#[derive(Clone, Debug)]
+pub struct QuantizedBatch {
+    layout: ActLayout,
+    work: Vec<u32>,
+}
+
+impl QuantizedBatch {
+    /// Quantizes `ncols` columns stored one after another in `x` (`x[c * k..(c + 1) * k]`) as
+    /// `act`, on the calling thread.
+    pub fn new(x: &[f32], k: usize, ncols: usize, act: ActQuant) -> Result<Self> {
+        let layout = ActLayout::new(k, ncols, act)?;
+        let mut work = vec![0u32; layout.work_words()];
+        layout.quantize_share(x, k, 0, 1, &mut work)?;
+        Ok(QuantizedBatch { layout, work })
+    }
+
+    /// An empty batch whose buffer is reused by [`QuantizedBatch::quantize`].
+    pub fn empty() -> Self {
+        QuantizedBatch {
+            layout: ActLayout {
+                k: QK_PQ2_0,
+                ncols: 0,
+                act: ActQuant::Q8_0,
+            },
+            work: Vec::new(),
+        }
+    }
+
+    /// Quantizes `ncols` columns of `x` (one after another) as `act` into this batch, in shares
+    /// spread over `pool`, reusing the buffer's allocation.
+    pub fn quantize(
+        &mut self,
+        pool: &ThreadPool,
+        x: &[f32],
+        k: usize,
+        ncols: usize,
+        act: ActQuant,
+    ) -> Result<()> {
+        let layout = ActLayout::new(k, ncols, act)?;
+        layout.check_x(x, k)?;
+        self.layout = layout;
+        self.work.clear();
+        self.work.resize(layout.work_words(), 0);
+        // Shares of at least ~32 quads: quantizing is cheap, waking threads is not.
+        let nth = (layout.work_words() / (32 * Q8_0_WORDS)).clamp(1, pool.threads());
+        let mut parts = Vec::with_capacity(nth);
+        let mut rest = self.work.as_mut_slice();
+        for ith in 0..nth {
+            let (share, tail) = rest.split_at_mut(layout.share(ith, nth).len());
+            parts.push(share);
+            rest = tail;
+        }
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        pool.run_parts(parts, |ith, share| {
+            if layout.quantize_share(x, k, ith, nth, share).is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        if failed.into_inner() {
+            return Err(Error::Shape("quantizing a share failed".into()));
+        }
+        Ok(())
+    }
+
+    /// The layout (activation type, `k`, columns).
+    pub fn layout(&self) -> &ActLayout {
+        &self.layout
+    }
+
+    /// The activation type actually used (`q8_0` whenever `k` is not a multiple of 256).
+    pub fn act(&self) -> ActQuant {
+        self.layout.act
+    }
+
+    /// Inner dimension.
+    pub fn k(&self) -> usize {
+        self.layout.k
+    }
+
+    /// Number of columns.
+    pub fn ncols(&self) -> usize {
+        self.layout.ncols
+    }
+
+    /// The work buffer.
+    pub fn work(&self) -> &[u32] {
+        &self.work
+    }
+
+    /// The `q8_0` quads (column-major, `k / 128` per column); empty for a `q8_K` batch.
+    pub fn q8_0_blocks(&self) -> &[BlockQ8_0Quad] {
+        match self.layout.act {
+            ActQuant::Q8_0 => self.layout.q8_0(&self.work),
+            ActQuant::Q8K => &[],
+        }
+    }
+}
+
+/// Products below this many multiply-adds (`rows * k * ncols`, about 25 us of AVX2 work) run
+/// as one chunk: waking the workers costs more than such a product saves.
+const PARALLEL_MIN_MACS: usize = 1 << 21;
+
+/// Row chunks per thread: claimed dynamically, so a thread slowed by another process does not
+/// hold up the call.
+const CHUNKS_PER_THREAD: usize = 4;
+
+/// One T2P matmul: `out[c * ld + r] = sum_k w[r][k] * x[c][k]`. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulPlan {
+    rows: usize,
+    layout: ActLayout,
+}
+
+impl MatmulPlan {
+    /// The plan for a `rows x k` matrix times `ncols` columns quantized as `act` (`q8_0`
+    /// whenever `k` is not a multiple of 256).
+    pub fn new(rows: usize, k: usize, ncols: usize, act: ActQuant) -> Result<MatmulPlan> {
+        check_matrix_shape(rows, k)?;
+        let layout = ActLayout::new(k, ncols, act)?;
+        rows.checked_mul(ncols)
+            .ok_or_else(|| Error::Shape(format!("{rows} rows x {ncols} columns overflow")))?;
+        Ok(MatmulPlan { rows, layout })
+    }
+
+    /// The plan for `w` times the columns of `batch`.
+    pub fn for_batch(w: &T2pMatrix, batch: &QuantizedBatch) -> Result<MatmulPlan> {
+        if batch.k() != w.k {
+            return Err(Error::Shape(format!(
+                "activations have k = {}, weights k = {}",
+                batch.k(),
+                w.k
+            )));
+        }
+        Ok(MatmulPlan {
+            rows: w.rows,
+            layout: batch.layout,
+        })
+    }
+
+    /// The activations' layout in the work buffer.
+    pub fn layout(&self) -> &ActLayout {
+        &self.layout
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Row chunks to hand out to `threads` threads: 4 per thread, at most one per row group,
+    /// one for a product too small to be worth splitting.
+    pub fn chunk_count(&self, threads: usize) -> usize {
+        let groups = t2p_row_groups(self.rows);
+        if self.rows * self.layout.k * self.layout.ncols < PARALLEL_MIN_MACS {
+            return 1;
+        }
+        (threads.max(1) * CHUNKS_PER_THREAD).clamp(1, groups)
+    }
+
+    /// Rows of chunk `i` of `n`: whole row groups, as even as possible (the last chunk ends at
+    /// `rows`, which need not be a multiple of 4); empty when `n` exceeds the groups.
+    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        let groups = t2p_row_groups(self.rows);
+        let n = n.max(1);
+        let at = |j: usize| (groups * j.min(n) / n * ROWS_PER_T2P).min(self.rows);
+        at(i)..at(i + 1)
+    }
+
+    fn check_rows(&self, rows: &Range<usize>) -> Result<()> {
+        let ends_ok = rows.end.is_multiple_of(ROWS_PER_T2P) || rows.end == self.rows;
+        if rows.start > rows.end
+            || rows.end > self.rows
+            || !rows.start.is_multiple_of(ROWS_PER_T2P)
+            || !ends_ok
+        {
+            return Err(Error::Shape(format!(
+                "row range {}..{} must lie in 0..{} on row-group boundaries",
+                rows.start, rows.end, self.rows
+            )));
+        }
+        Ok(())
+    }
+
+    /// Computes rows `rows` (whole row groups; the end may be `self.rows()`) of every column
+    /// into `out[c * ld + (r - rows.start)]`, from the quantized activations in `work`, on the
+    /// kernels `kern`. `w` is the whole matrix's T2P blocks.
+    pub fn compute(
+        &self,
+        kern: &Kernels,
+        w: &[BlockT2p],
+        work: &[u32],
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()> {
+        let k = self.layout.k;
+        let ncols = self.layout.ncols;
+        check_len("T2P weight blocks", t2p_block_count(self.rows, k)?, w.len())?;
+        check_len("work-buffer words", self.layout.work_words(), work.len())?;
+        self.check_rows(&rows)?;
+        let n = rows.len();
+        if ncols > 1 && ld < n {
+            return Err(Error::Shape(format!(
+                "ld = {ld} is smaller than the {n} rows"
+            )));
+        }
+        check_len("output values", (ncols - 1) * ld + n, out.len())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let nb = k / QK_PQ2_0;
+        let (g0, g_full) = (rows.start / ROWS_PER_T2P, rows.end / ROWS_PER_T2P);
+        if g_full > g0 {
+            self.run_kernels(kern, &w[g0 * nb..g_full * nb], work, out, ld);
+        }
+        if !rows.end.is_multiple_of(ROWS_PER_T2P) {
+            // The padded last group: all four rows into a scratch tile, the real ones copied.
+            let real = rows.end % ROWS_PER_T2P;
+            let at = g_full * ROWS_PER_T2P - rows.start;
+            let mut tile = vec![0.0f32; ROWS_PER_T2P * ncols];
+            self.run_kernels(
+                kern,
+                &w[g_full * nb..(g_full + 1) * nb],
+                work,
+                &mut tile,
+                ROWS_PER_T2P,
+            );
+            for c in 0..ncols {
+                out[c * ld + at..c * ld + at + real]
+                    .copy_from_slice(&tile[c * ROWS_PER_T2P..c * ROWS_PER_T2P + real]);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`MatmulPlan::compute`] for callers whose output columns cannot be one `&mut` slice
+    /// (threads sharing a strided output): computes into `scratch` and hands column `c`'s
+    /// `rows.len()` values to `put(c, values)`.
+    pub fn compute_columns(
+        &self,
+        kern: &Kernels,
+        w: &[BlockT2p],
+        work: &[u32],
+        rows: Range<usize>,
+        scratch: &mut Vec<f32>,
+        mut put: impl FnMut(usize, &[f32]),
+    ) -> Result<()> {
+        let n = rows.len();
+        scratch.clear();
+        scratch.resize(n * self.layout.ncols, 0.0);
+        self.compute(kern, w, work, rows, scratch, n)?;
+        for (c, col) in scratch.chunks_exact(n.max(1)).enumerate() {
+            put(c, col);
+        }
+        Ok(())
+    }
+
+    /// The kernels for whole row groups `w` (shapes checked by the caller).
+    fn run_kernels(&self, kern: &Kernels, w: &[BlockT2p], work: &[u32], out: &mut [f32], ld: usize) {
+        let l = &self.layout;
+        let nb = l.k / QK_PQ2_0;
+        let m = w.len() / nb * ROWS_PER_T2P;
+        match l.act {
+            ActQuant::Q8_0 if l.ncols == 1 => kern.gemv_q8_0(w, nb, l.q8_0(work), &mut out[..m]),
+            ActQuant::Q8_0 => kern.gemm_q8_0(w, nb, l.q8_0(work), l.ncols, out, ld),
+            ActQuant::Q8K => {
+                if l.tile_cols() > 0 {
+                    kern.gemm(w, nb, l.q8k_tiles(work), l.tile_cols(), out, ld);
+                }
+                if l.has_plain_column() {
+                    let o = (l.ncols - 1) * ld;
+                    kern.gemv(w, nb, l.q8k_plain(work), &mut out[o..o + m]);
+                }
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Per-thread output tile of [`MatmulPlan::compute_columns`] callers (pool jobs, C threads).
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's reusable scratch buffer.
+pub fn with_scratch<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+    SCRATCH.with_borrow_mut(f)
+}
+
+/// `w` times every column of `batch` on the calling thread; returns the `ncols * rows` outputs
+/// (`ld = rows`).
+pub fn matmul(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Result<Vec<f32>> {
+    let plan = MatmulPlan::for_batch(w, batch)?;
+    let mut out = vec![0.0; w.rows * batch.ncols()];
+    plan.compute(kern, &w.blocks, &batch.work, 0..w.rows, &mut out, w.rows)?;
     Ok(out)
 }
 
-/// Rows of one parallel job for `rows` rows on `threads` threads: whole row groups (a multiple
-/// of 4), about 4 jobs per thread (indices are claimed dynamically, so a thread slowed by
-/// another process does not hold up the call).
-pub fn rows_per_job(rows: usize, threads: usize) -> usize {
-    let groups = rows / ROWS_PER_T2P;
-    let jobs = (threads * JOBS_PER_THREAD).clamp(1, groups.max(1));
-    groups.div_ceil(jobs) * ROWS_PER_T2P
-}
-
-// Not `pub`: cbindgen would export a public constant into the C header.
-const JOBS_PER_THREAD: usize = 4;
-
-/// All columns of `act` for the rows `rows` (whole row groups), written relative to the range:
-/// `out[c * ld + (r - rows.start)]`. Shapes were checked by the caller.
-fn matmul_block(
-    kern: &Kernels,
-    w: &T2pMatrix,
-    act: &QuantizedBatch,
-    rows: Range<usize>,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let nb = w.k / QK_PQ2_0;
-    let wb = &w.blocks[rows.start / ROWS_PER_T2P * nb..rows.end / ROWS_PER_T2P * nb];
-    let n = act.ncols;
-    if act.act() == ActQuant::Q8_0 {
-        if n == 1 {
-            kern.gemv_q8_0(wb, nb, &act.q8_0, &mut out[..rows.len()]);
-        } else {
-            kern.gemm_q8_0(wb, nb, &act.q8_0, n, out, ld);
-        }
-        return;
-    }
-    let gemm_cols = if n % 4 == 1 { n - 1 } else { n };
-    if gemm_cols > 0 {
-        kern.gemm(wb, nb, &act.tiles, gemm_cols, out, ld);
-    }
-    if n % 4 == 1 {
-        let o = (n - 1) * ld;
-        kern.gemv(wb, nb, &act.last_column, &mut out[o..o + rows.len()]);
-    }
-}
-
-/// [`matmul_rows`] over all rows, split across `pool` in jobs of whole T2P row groups.
+/// `w` times every column of `batch` into `out[c * ld + r]`, the rows split across `pool` in
+/// chunks of whole row groups ([`MatmulPlan::chunk_rows`]).
 ///
-/// Results are bit-identical to the single-threaded driver (each output is computed by the same
-/// kernel over the same blocks in the same order; only which thread computes it changes). Each
-/// job owns disjoint `&mut` pieces of `out`: for one column the row range itself, for several
-/// columns one piece per column, filled from a job-local `rows x ncols` buffer.
-///
-/// Products below 2^21 multiply-adds (`rows * k * ncols`, about 25 us of AVX2 work) run on the
-/// calling thread alone: waking the workers costs more than such a product saves (see
-/// [`matmul_parallel_min`] to choose).
+/// Bit-identical to [`matmul`]: each output is computed by the same kernel over the same blocks
+/// in the same order; only which thread computes it changes.
 pub fn matmul_parallel(
     pool: &ThreadPool,
     kern: &Kernels,
     w: &T2pMatrix,
-    act: &QuantizedBatch,
+    batch: &QuantizedBatch,
     out: &mut [f32],
     ld: usize,
 ) -> Result<()> {
-    matmul_parallel_min(pool, kern, w, act, out, ld, PARALLEL_MIN_MACS)
-}
-
-// Not `pub`: cbindgen would export a public constant into the C header.
-const PARALLEL_MIN_MACS: usize = 1 << 21;
-
-/// [`matmul_parallel`] with an explicit threshold: products of fewer than `min_macs`
-/// multiply-adds run as one job on the calling thread (`0` always splits).
-pub fn matmul_parallel_min(
-    pool: &ThreadPool,
-    kern: &Kernels,
-    w: &T2pMatrix,
-    act: &QuantizedBatch,
-    out: &mut [f32],
-    ld: usize,
-    min_macs: usize,
-) -> Result<()> {
-    if act.k != w.k {
+    let plan = MatmulPlan::for_batch(w, batch)?;
+    let (rows, ncols) = (w.rows, batch.ncols());
+    if ncols > 1 && ld < rows {
         return Err(Error::Shape(format!(
-            "activations have k = {}, weights k = {}",
-            act.k, w.k
+            "ld = {ld} is smaller than rows = {rows}"
         )));
     }
-    let (rows, ncols) = (w.rows, act.ncols);
-    check_matrix_shape(rows, w.k)?;
-    check_out(ncols, ld, rows, &(0..rows), out.len())?;
-    // One job runs inline on the calling thread (ThreadPool::run does not wake the workers).
-    let per = if rows * w.k * ncols < min_macs {
-        rows
-    } else {
-        rows_per_job(rows, pool.threads())
-    };
-    let n_jobs = rows.div_ceil(per);
-    let range = |j: usize| j * per..(j * per + per).min(rows);
-    if ncols == 1 {
-        let slots: Vec<Mutex<&mut [f32]>> = out[..rows].chunks_mut(per).map(Mutex::new).collect();
-        pool.run(n_jobs, |j| {
-            let mut o = slots[j].lock().unwrap_or_else(|e| e.into_inner());
-            matmul_block(kern, w, act, range(j), &mut o, per);
-        });
-        return Ok(());
-    }
-    // slots[j][c] = rows range(j) of column c; columns are disjoint because ld >= rows.
-    let mut slots: Vec<Vec<&mut [f32]>> = (0..n_jobs).map(|_| Vec::with_capacity(ncols)).collect();
+    check_len("output values", (ncols - 1) * ld + rows, out.len())?;
+    let n = plan.chunk_count(pool.threads());
+    // parts[i][c]: rows chunk_rows(i, n) of column c (columns are disjoint because ld >= rows).
+    let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::with_capacity(ncols)).collect();
     let mut rest = &mut out[..(ncols - 1) * ld + rows];
     for c in 0..ncols {
-        let (col, tail) = rest.split_at_mut(rows.min(rest.len()));
-        for (j, piece) in col.chunks_mut(per).enumerate() {
-            slots[j].push(piece);
+        let (mut col, tail) = rest.split_at_mut(rows);
+        for (i, part) in parts.iter_mut().enumerate() {
+            let (piece, after) = col.split_at_mut(plan.chunk_rows(i, n).len());
+            part.push(piece);
+            col = after;
         }
         rest = if c + 1 < ncols {
             &mut tail[ld - rows..]
@@ -549,16 +685,125 @@ pub fn matmul_parallel_min(
             tail
         };
     }
-    let slots: Vec<Mutex<Vec<&mut [f32]>>> = slots.into_iter().map(Mutex::new).collect();
-    pool.run(n_jobs, |j| {
-        let r = range(j);
-        let m = r.len();
-        let mut buf = vec![0.0f32; m * ncols];
-        matmul_block(kern, w, act, r, &mut buf, m);
-        let mut dst = slots[j].lock().unwrap_or_else(|e| e.into_inner());
-        for (c, d) in dst.iter_mut().enumerate() {
-            d.copy_from_slice(&buf[c * m..(c + 1) * m]);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    pool.run_parts(parts, |i, mut cols| {
+        let r = plan.chunk_rows(i, n);
+        let res = if let [only] = cols.as_mut_slice() {
+            plan.compute(kern, &w.blocks, &batch.work, r, only, 0)
+        } else {
+            with_scratch(|scratch| {
+                plan.compute_columns(kern, &w.blocks, &batch.work, r, scratch, |c, v| {
+                    cols[c].copy_from_slice(v)
+                })
+            })
+        };
+        if res.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
+    if failed.into_inner() {
+        return Err(Error::Shape("a matmul chunk failed".into()));
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{Isa, Kernels};
+
+    fn lcg(s: &mut u64) -> u64 {
+        *s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *s >> 33
+    }
+
+    fn matrix(rows: usize, k: usize, seed: u64) -> T2pMatrix {
+        let mut s = seed;
+        let src: Vec<BlockPq2_0> = (0..rows * k / QK_PQ2_0)
+            .map(|_| {
+                let mut b = BlockPq2_0::default();
+                b.qs.iter_mut().for_each(|q| *q = lcg(&mut s) as u8);
+                b.d = 0x3000 | (lcg(&mut s) as u16 & 0x3ff);
+                b
+            })
+            .collect();
+        T2pMatrix::from_pq2_0(&src, rows, k).unwrap()
+    }
+
+    fn columns(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| (lcg(&mut s) % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    }
+
+    /// Every shape family, both activation types, split into chunks and quantized in shares,
+    /// equals one whole-matrix call on the scalar oracle bit for bit.
+    #[test]
+    fn shares_and_chunks_equal_one_call_on_every_path() {
+        let oracle = Kernels::for_isa(Isa::Scalar).unwrap();
+        for (rows, k) in [(8, 256), (6, 384), (13, 640), (4, 128)] {
+            let w = matrix(rows, k, rows as u64);
+            for ncols in 1..=6 {
+                let x = columns(k * ncols, ncols as u64);
+                for act in [ActQuant::Q8K, ActQuant::Q8_0] {
+                    let batch = QuantizedBatch::new(&x, k, ncols, act).unwrap();
+                    let want = matmul(oracle, &w, &batch).unwrap();
+                    let layout = *batch.layout();
+                    let mut work = vec![0u32; layout.work_words()];
+                    for ith in 0..3 {
+                        let s = layout.share(ith, 3);
+                        layout
+                            .quantize_share(&x, k, ith, 3, &mut work[s])
+                            .unwrap();
+                    }
+                    assert_eq!(work, batch.work, "{rows}x{k} {ncols} {act:?} shares");
+                    let plan = MatmulPlan::for_batch(&w, &batch).unwrap();
+                    for isa in Isa::available() {
+                        let kern = Kernels::for_isa(isa).unwrap();
+                        let mut got = vec![f32::NAN; rows * ncols];
+                        let n = 3;
+                        for i in 0..n {
+                            let r = plan.chunk_rows(i, n);
+                            let mut scratch = Vec::new();
+                            plan.compute_columns(kern, w.blocks(), &work, r.clone(), &mut scratch, |c, v| {
+                                got[c * rows + r.start..c * rows + r.end].copy_from_slice(v)
+                            })
+                            .unwrap();
+                        }
+                        let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "{isa} {rows}x{k} {ncols} {act:?}");
+                        let pool = ThreadPool::new(2);
+                        let mut par = vec![f32::NAN; rows * ncols];
+                        matmul_parallel(&pool, kern, &w, &batch, &mut par, rows).unwrap();
+                        assert!(par.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn k_of_128_always_uses_q8_0_and_bad_plans_are_errors() {
+        assert_eq!(ActLayout::new(384, 2, ActQuant::Q8K).unwrap().act(), ActQuant::Q8_0);
+        assert_eq!(ActLayout::new(512, 2, ActQuant::Q8K).unwrap().act(), ActQuant::Q8K);
+        assert!(ActLayout::new(200, 1, ActQuant::Q8_0).is_err());
+        assert!(ActLayout::new(256, 0, ActQuant::Q8_0).is_err());
+        assert!(MatmulPlan::new(0, 256, 1, ActQuant::Q8_0).is_err());
+        assert!(MatmulPlan::new(usize::MAX, 256, 1, ActQuant::Q8_0).is_err());
+        let plan = MatmulPlan::new(10, 256, 2, ActQuant::Q8_0).unwrap();
+        let oracle = Kernels::for_isa(Isa::Scalar).unwrap();
+        let w = matrix(10, 256, 1);
+        let work = vec![0u32; plan.layout().work_words()];
+        let mut out = vec![0.0; 20];
+        assert!(plan.compute(oracle, w.blocks(), &work, 2..8, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..9, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 8..10, &mut out, 10).is_ok());
+        assert!(plan.compute(oracle, w.blocks(), &work[1..], 0..10, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..10, &mut out[..19], 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..10, &mut out, 9).is_err());
+        assert_eq!(plan.chunk_rows(2, 3), 8..10);
+    }
 }

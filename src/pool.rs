@@ -13,6 +13,7 @@
 //! pool erases the closure's lifetime for the duration of one call; the whole argument for why
 //! that is sound lives in [`ThreadPool::run`].
 
+use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -260,6 +261,44 @@ impl ThreadPool {
     }
 }
 
+impl ThreadPool {
+    /// Runs `f(i, part)` once for every part, each part handed to exactly one job: the safe way
+    /// to give parallel jobs disjoint `&mut` pieces of one buffer (see
+    /// [`ThreadPool::for_each_chunk_mut`]) or any other owned, `Send` work item.
+    pub fn run_parts<P: Send, F: Fn(usize, P) + Sync>(&self, parts: Vec<P>, f: F) {
+        let slots: Vec<PartSlot<P>> = parts
+            .into_iter()
+            .map(|p| PartSlot(UnsafeCell::new(Some(p))))
+            .collect();
+        self.run(slots.len(), |i| {
+            // SAFETY: `run` calls this closure exactly once per index, so slot `i` is reached
+            // by one thread only, and no other reference to it exists during the call.
+            let part = unsafe { (*slots[i].0.get()).take() };
+            if let Some(part) = part {
+                f(i, part);
+            }
+        });
+    }
+
+    /// Runs `f(j, chunk)` for every `chunk_len`-element chunk of `data` (the last may be
+    /// shorter), in parallel, like rayon's `par_chunks_mut`.
+    pub fn for_each_chunk_mut<T: Send, F: Fn(usize, &mut [T]) + Sync>(
+        &self,
+        data: &mut [T],
+        chunk_len: usize,
+        f: F,
+    ) {
+        self.run_parts(data.chunks_mut(chunk_len.max(1)).collect(), f);
+    }
+}
+
+/// One part of [`ThreadPool::run_parts`], taken by the one job of its index.
+struct PartSlot<P>(UnsafeCell<Option<P>>);
+
+// SAFETY: each slot is taken by exactly one job (`run` runs every index once), so sharing the
+// slots between threads only ever moves a `P` to one thread, which `P: Send` allows.
+unsafe impl<P: Send> Sync for PartSlot<P> {}
+
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         let s = &*self.shared;
@@ -365,6 +404,24 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         });
         assert_eq!(ids.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn chunks_and_parts_reach_one_job_each() {
+        let pool = ThreadPool::new(3);
+        let mut data = vec![0usize; 1000];
+        pool.for_each_chunk_mut(&mut data, 64, |j, chunk| {
+            for (i, v) in chunk.iter_mut().enumerate() {
+                *v += j * 64 + i + 1;
+            }
+        });
+        assert!(data.iter().enumerate().all(|(i, &v)| v == i + 1));
+        let sum = AtomicUsize::new(0);
+        pool.run_parts((0..50).map(|i| vec![i; 3]).collect(), |i, part| {
+            assert_eq!(part, vec![i; 3]);
+            sum.fetch_add(part.iter().sum::<usize>(), Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 3 * (0..50).sum::<usize>());
     }
 
     #[test]

@@ -10,23 +10,24 @@
 //! * float buffers are passed with their length in elements;
 //! * a panic inside the library never unwinds into C: it becomes `T2P_STATUS_PANIC`.
 //!
-//! Activations: q8_K blocks must be as [`t2p_quantize_q8_K`] writes them, with `bsums` equal to
-//! the sums of their `qs` (the SIMD paths take `sum(y)` from `bsums`, as ggml does; inconsistent
-//! hand-made blocks give path-dependent results, never undefined behaviour). Two activation
-//! types: q8_K (a scale per 256 values; [`t2p_gemv`], [`t2p_gemm`]) and q8_0 (a scale per 32,
-//! llama.cpp's type for pq2_0; [`t2p_gemv_q8_0`], [`t2p_gemm_q8_0`]), whose quads carry
-//! `sums` that must likewise equal the sums of their `qs`.
+//! Matmuls go through one plan ([`T2pPlan`]): [`t2p_plan_init`] (shape, activation type,
+//! columns, work size), [`t2p_plan_quantize`] (a share of the activations per thread),
+//! [`t2p_plan_chunk_count`] / [`t2p_plan_chunk_rows`] (the row split) and
+//! [`t2p_plan_compute`] (a row range, on the active path or any other, the scalar oracle
+//! included). The Rust runner runs the same driver ([`crate::matmul::MatmulPlan`]).
 //!
-//! Matrices: a `rows x k` weight matrix (`rows` a multiple of 4, `k` of 256) is `rows` rows of
-//! `k / 128` pq2_0 blocks in the file layout, or the same number of bytes in the T2P layout.
-//! Outputs are column-strided: row `r` of column `c` is `out[c * ld_out + r]` (ggml's `dst`).
+//! Matrices: a `rows x k` weight matrix (`rows` positive, `k` a multiple of 128) is `rows`
+//! rows of `k / 128` pq2_0 blocks in the file layout; its T2P layout is `ceil(rows / 4)` row
+//! groups of `k / 128` 136-byte blocks (a last group of fewer than 4 rows padded with zero
+//! rows). Outputs are column-strided: row `r` of column `c` is `out[c * ld_out + r]` (ggml's
+//! `dst`).
 
 mod abi;
-mod q8_0;
+mod plan;
 mod status;
 mod unpack;
 
 pub use abi::*;
-pub use q8_0::*;
+pub use plan::*;
 pub use status::T2pStatus;
 pub use unpack::*;

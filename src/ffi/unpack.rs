@@ -1,4 +1,4 @@
-//! T2P back to any ternary source format (the inverse of `t2p_repack_to_t2p`), for
+//! T2P back to any ternary source format (the inverse of `t2p_repack`), for
 //! integrations that must hand the original bytes back (ggml's `get_tensor`).
 
 use std::ffi::c_void;
@@ -15,7 +15,7 @@ use crate::format::{
 
 /// Converts a `rows x k` T2P matrix (`src`, `t2p_repack_size` bytes, 2-byte aligned)
 /// back to the source format `dst_type` (`T2P_TYPE_*`) in `dst` (`t2p_source_size`
-/// bytes, aligned like its blocks), the inverse of `t2p_repack_to_t2p`. The buffers
+/// bytes, aligned like its blocks), the inverse of `t2p_repack`. The buffers
 /// must not overlap.
 ///
 /// Exact for every matrix that came from that format: pq2_0 and tq2_0 give the original bytes
@@ -29,7 +29,7 @@ use crate::format::{
 /// # Safety
 /// `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn t2p_unpack_to_source(
+pub unsafe extern "C" fn t2p_unpack(
     dst_type: u32,
     src: *const c_void,
     src_bytes: usize,
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn t2p_unpack_to_source(
         let dst = unsafe { bytes_mut(dst, need_dst) }?;
         match dst_type {
             T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => {
-                let dst = blocks_mut::<BlockPq2_0>(dst, 4 * n)?;
+                let dst = blocks_mut::<BlockPq2_0>(dst, rows * (k / QK_PQ2_0))?;
                 Ok(unpack_t2p_to_pq2_0(src, rows, k, dst)?)
             }
             T2P_TYPE_TQ2_0 => unpack_typed(src, rows, k, dst, encode_tq2_0),
@@ -88,11 +88,12 @@ fn unpack_typed<B: TernaryBlock>(
     let mut out = Vec::with_capacity(dst.len());
     let mut codes = [0u8; 2 * QK_PQ2_0];
     let mut scales = [0u16; 2];
-    for group in src.chunks_exact(nb) {
+    for (g, group) in src.chunks_exact(nb).enumerate() {
         // Per T2P block of the group: the four rows' codes and scales.
         let unpacked: Vec<([[u8; QK_PQ2_0]; ROWS_PER_T2P], [u16; ROWS_PER_T2P])> =
             group.iter().map(|b| (b.unpack(), b.d)).collect();
-        for r in 0..ROWS_PER_T2P {
+        // A padded last group holds fewer real rows.
+        for r in 0..ROWS_PER_T2P.min(rows - ROWS_PER_T2P * g) {
             // Source block i of row r covers the `halves` T2P blocks from i * halves.
             for chunk in unpacked.chunks_exact(halves) {
                 for (h, (rows_codes, d)) in chunk.iter().enumerate() {

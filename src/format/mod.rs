@@ -13,13 +13,13 @@ mod ternary;
 mod trits;
 
 pub use pq2_0::{BlockPq2_0, QK_PQ2_0, dequantize_row_pq2_0, quantize_row_pq2_0};
-pub use q8_0::{BlockQ8_0Quad, QK8_0, quantize_row_q8_0};
+pub use q8_0::{BlockQ8_0Quad, GGML_Q8_0_BLOCK_BYTES, QK8_0, quantize_row_q8_0};
 pub use q8k::{
     BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
     quantize_q8k_x4, quantize_row_q8k,
 };
 pub use repack::{
-    check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
+    check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
     unpack_t2p_to_pq2_0,
 };
 pub use t2p::{BlockT2p, ROWS_PER_T2P};

@@ -77,6 +77,25 @@ fn round_half_even(x: f32) -> i32 {
     (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
+/// Bytes of one ggml `block_q8_0`: `{ uint16_t d (fp16); int8_t qs[32]; }`.
+pub const GGML_Q8_0_BLOCK_BYTES: usize = 2 + QK8_0;
+
+impl BlockQ8_0Quad {
+    /// Four ggml `block_q8_0` (as ggml's own quantizer wrote them, native byte order) as one
+    /// quad, exactly: the scales widened to f32, the sums computed, the values copied.
+    pub fn from_ggml(blocks: &[u8; 4 * GGML_Q8_0_BLOCK_BYTES]) -> Self {
+        let mut qs = [0i8; QK_PQ2_0];
+        let mut d = [0.0f32; 4];
+        for (j, blk) in blocks.chunks_exact(GGML_Q8_0_BLOCK_BYTES).enumerate() {
+            d[j] = f16_to_f32(u16::from_ne_bytes([blk[0], blk[1]]));
+            for (q, &b) in qs[QK8_0 * j..QK8_0 * (j + 1)].iter_mut().zip(&blk[2..]) {
+                *q = b as i8;
+            }
+        }
+        Self::from_qs(qs, d)
+    }
+}
+
 /// Quantizes a row (`x.len()` a multiple of 128) into `out` (`x.len() / 128` blocks).
 ///
 /// # Panics

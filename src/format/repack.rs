@@ -1,37 +1,44 @@
 //! Whole-tensor conversion between `pq2_0` rows and T2P row groups.
 //!
-//! A `rows x k` pq2_0 tensor is `rows` rows of `k / 128` blocks. Its T2P form is `rows / 4`
-//! row groups of `k / 128` blocks each, block `b` of group `g` holding weights `128b..128b+128`
-//! of rows `4g..4g+4`. Both have exactly the same byte size, and one row group occupies the same
-//! byte range in both, which is what makes the in-place repack possible.
+//! A `rows x k` pq2_0 tensor is `rows` rows of `k / 128` blocks. Its T2P form is
+//! `ceil(rows / 4)` row groups of `k / 128` blocks each, block `b` of group `g` holding weights
+//! `128b..128b+128` of rows `4g..4g+4`. When `rows` is not a multiple of 4 the last group is
+//! padded with zero rows (code 1, scale 0) whose outputs the driver drops. A whole row group
+//! has the same byte size in both layouts, and occupies the same byte range in both, which is
+//! what makes the in-place repack possible (the padded rows need a buffer of the T2P size).
 
 use bytemuck::Zeroable;
 
-use super::{BlockPq2_0, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P};
+use super::{BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P};
 use crate::error::{Error, Result, check_len};
 
-/// Checks that a `rows x k` matrix can be held in T2P: `rows` a multiple of 4 and `k` a
-/// non-zero multiple of 256 (one `q8_K` activation block covers two T2P blocks).
+/// Checks that a `rows x k` matrix can be held in T2P: `rows` positive (the last row group is
+/// padded) and `k` a positive multiple of 128 (one T2P block).
 pub fn check_matrix_shape(rows: usize, k: usize) -> Result<()> {
-    if rows == 0 || !rows.is_multiple_of(ROWS_PER_T2P) {
+    if rows == 0 {
+        return Err(Error::Shape("a matrix needs at least one row".into()));
+    }
+    if k == 0 || !k.is_multiple_of(QK_PQ2_0) {
         return Err(Error::Shape(format!(
-            "rows = {rows} is not a positive multiple of 4"
+            "k = {k} is not a positive multiple of 128"
         )));
     }
-    if k == 0 || !k.is_multiple_of(QK_K) {
-        return Err(Error::Shape(format!(
-            "k = {k} is not a positive multiple of 256"
-        )));
-    }
-    rows.checked_mul(k)
+    rows.div_ceil(ROWS_PER_T2P)
+        .checked_mul(ROWS_PER_T2P * k)
         .ok_or_else(|| Error::Shape(format!("{rows} x {k} overflows")))?;
     Ok(())
 }
 
-/// Number of T2P blocks (equal to the number of pq2_0 blocks / 4) of a valid `rows x k` matrix.
+/// Row groups of a `rows`-row matrix (the last one possibly padded).
+pub fn t2p_row_groups(rows: usize) -> usize {
+    rows.div_ceil(ROWS_PER_T2P)
+}
+
+/// Number of T2P blocks of a valid `rows x k` matrix: `ceil(rows / 4) * k / 128` (equal to the
+/// number of pq2_0 blocks / 4 when `rows` is a multiple of 4).
 pub fn t2p_block_count(rows: usize, k: usize) -> Result<usize> {
     check_matrix_shape(rows, k)?;
-    Ok(rows / ROWS_PER_T2P * (k / QK_PQ2_0))
+    Ok(t2p_row_groups(rows) * (k / QK_PQ2_0))
 }
 
 /// Packs one row group (4 rows of `nb` pq2_0 blocks) into `nb` T2P blocks.
@@ -47,11 +54,11 @@ pub fn repack_pq2_0_to_t2p(
     dst: &mut [BlockT2p],
 ) -> Result<()> {
     let n = t2p_block_count(rows, k)?;
-    check_len("pq2_0 source blocks", 4 * n, src.len())?;
-    check_len("T2P destination blocks", n, dst.len())?;
     let nb = k / QK_PQ2_0;
+    check_len("pq2_0 source blocks", rows * nb, src.len())?;
+    check_len("T2P destination blocks", n, dst.len())?;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
-        pack_group(&src[4 * nb * g..4 * nb * (g + 1)], nb, out);
+        pack_group(&src[4 * nb * g..(4 * g + 4).min(rows) * nb], nb, out);
     }
     Ok(())
 }
@@ -64,13 +71,13 @@ pub fn unpack_t2p_to_pq2_0(
     dst: &mut [BlockPq2_0],
 ) -> Result<()> {
     let n = t2p_block_count(rows, k)?;
-    check_len("T2P source blocks", n, src.len())?;
-    check_len("pq2_0 destination blocks", 4 * n, dst.len())?;
     let nb = k / QK_PQ2_0;
+    check_len("T2P source blocks", n, src.len())?;
+    check_len("pq2_0 destination blocks", rows * nb, dst.len())?;
     for (g, group) in src[..n].chunks_exact(nb).enumerate() {
         for (b, block) in group.iter().enumerate() {
             let codes = block.unpack();
-            for r in 0..ROWS_PER_T2P {
+            for r in 0..ROWS_PER_T2P.min(rows - 4 * g) {
                 dst[(4 * g + r) * nb + b] = BlockPq2_0::from_codes(&codes[r], block.d[r]);
             }
         }
@@ -79,21 +86,31 @@ pub fn unpack_t2p_to_pq2_0(
 }
 
 /// Repacks a pq2_0 tensor held as bytes into T2P in place, one row group at a time (the extra
-/// memory is one row group). Afterwards `bytes` holds `t2p_block_count(rows, k)` T2P blocks.
+/// memory is one row group). `bytes` holds the `rows * k / 128` pq2_0 blocks at its start and
+/// must be as long as the T2P form (longer than the source when `rows % 4 != 0`); afterwards it
+/// holds `t2p_block_count(rows, k)` T2P blocks.
 pub fn repack_pq2_0_in_place(bytes: &mut [u8], rows: usize, k: usize) -> Result<()> {
     let n = t2p_block_count(rows, k)?;
-    let group_bytes = (k / QK_PQ2_0) * std::mem::size_of::<BlockT2p>();
+    let nb = k / QK_PQ2_0;
+    let block_bytes = std::mem::size_of::<BlockPq2_0>();
+    let group_bytes = nb * std::mem::size_of::<BlockT2p>();
     check_len(
         "tensor bytes",
         n * std::mem::size_of::<BlockT2p>(),
         bytes.len(),
     )?;
-    let nb = k / QK_PQ2_0;
     let mut src = vec![BlockPq2_0::zeroed(); 4 * nb];
     let mut dst = vec![BlockT2p::zeroed(); nb];
-    for group in bytes[..n * std::mem::size_of::<BlockT2p>()].chunks_exact_mut(group_bytes) {
-        bytemuck::cast_slice_mut::<BlockPq2_0, u8>(&mut src).copy_from_slice(group);
-        pack_group(&src, nb, &mut dst);
+    for (g, group) in bytes[..n * std::mem::size_of::<BlockT2p>()]
+        .chunks_exact_mut(group_bytes)
+        .enumerate()
+    {
+        // The source rows of this group: 4, or fewer in a padded last group.
+        let real = ROWS_PER_T2P.min(rows - 4 * g);
+        let src_rows = &mut src[..real * nb];
+        bytemuck::cast_slice_mut::<BlockPq2_0, u8>(src_rows)
+            .copy_from_slice(&group[..real * nb * block_bytes]);
+        pack_group(src_rows, nb, &mut dst);
         group.copy_from_slice(bytemuck::cast_slice(&dst));
     }
     Ok(())
@@ -144,9 +161,32 @@ mod tests {
     }
 
     #[test]
+    fn odd_rows_and_k_of_128_round_trip_in_and_out_of_place() {
+        for (rows, k) in [(1, 128), (6, 384), (7, 640), (13, 128)] {
+            let src = random_tensor(rows, k, rows as u64);
+            let n = t2p_block_count(rows, k).unwrap();
+            let mut t = vec![BlockT2p::default(); n];
+            repack_pq2_0_to_t2p(&src, rows, k, &mut t).unwrap();
+            let mut back = vec![BlockPq2_0::default(); src.len()];
+            unpack_t2p_to_pq2_0(&t, rows, k, &mut back).unwrap();
+            assert_eq!(back, src, "{rows} x {k}");
+            // Padding rows are zero weights: code 1, scale 0.
+            let last = &t[n - k / 128..];
+            for r in rows % 4..if rows % 4 == 0 { 0 } else { 4 } {
+                assert!(last.iter().all(|b| b.d[r] == 0 && (0..128).all(|j| b.code(r, j) == 1)));
+            }
+            let mut bytes = bytemuck::cast_slice::<_, u8>(&src).to_vec();
+            bytes.resize(n * std::mem::size_of::<BlockT2p>(), 0xAA);
+            repack_pq2_0_in_place(&mut bytes, rows, k).unwrap();
+            assert_eq!(bytes, bytemuck::cast_slice::<_, u8>(&t), "{rows} x {k} in place");
+        }
+    }
+
+    #[test]
     fn bad_shapes_are_rejected() {
-        assert!(matches!(check_matrix_shape(6, 256), Err(Error::Shape(_))));
-        assert!(matches!(check_matrix_shape(4, 128), Err(Error::Shape(_))));
+        assert!(check_matrix_shape(6, 256).is_ok());
+        assert!(check_matrix_shape(4, 128).is_ok());
+        assert!(matches!(check_matrix_shape(4, 192), Err(Error::Shape(_))));
         assert!(matches!(check_matrix_shape(0, 256), Err(Error::Shape(_))));
         assert!(matches!(
             check_matrix_shape(usize::MAX - 3, 256),

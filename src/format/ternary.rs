@@ -253,6 +253,13 @@ pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [Bloc
     // consecutive T2P blocks' row `r`, and the four rows overwrite every byte of them.
     let mut codes = [0u8; 256];
     let mut scales = [0u16; 2];
+    // A padded last group has fewer source rows: the missing ones are zero weights.
+    let real = (src.len() / per_row).min(ROWS_PER_T2P);
+    for t in dst.iter_mut() {
+        for r in real..ROWS_PER_T2P {
+            t.set_row(r, &[1; QK_PQ2_0], 0);
+        }
+    }
     for (r, row) in src.chunks_exact(per_row).take(ROWS_PER_T2P).enumerate() {
         for (block, out) in row.iter().zip(dst.chunks_exact_mut(halves)) {
             block.decode(&mut codes, &mut scales);
@@ -265,7 +272,8 @@ pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [Bloc
 }
 
 /// Repacks a `rows x k` tensor of any ternary format (row-major blocks) into T2P row groups.
-/// `rows` must be a multiple of 4 and `k` of 256 (which every format's block size divides).
+/// `k` must be a multiple of the format's block (128 or 256); a last group of fewer than 4
+/// rows is padded with zero rows.
 pub fn repack_to_t2p<B: TernaryBlock>(
     src: &[B],
     rows: usize,
@@ -280,12 +288,12 @@ pub fn repack_to_t2p<B: TernaryBlock>(
             B::WEIGHTS
         )));
     }
-    let per_group = 4 * (k / B::WEIGHTS);
-    check_len("source blocks", rows / 4 * per_group, src.len())?;
+    let per_row = k / B::WEIGHTS;
+    check_len("source blocks", rows * per_row, src.len())?;
     check_len("T2P destination blocks", n, dst.len())?;
     let nb = k / QK_PQ2_0;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
-        repack_group(&src[g * per_group..(g + 1) * per_group], k, out);
+        repack_group(&src[4 * g * per_row..(4 * g + 4).min(rows) * per_row], k, out);
     }
     Ok(())
 }
