@@ -5,7 +5,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use std::hint::black_box;
 use t2p::format::{BlockPq2_0, BlockQ8K, QK_K, QK_PQ2_0, f32_to_f16, quantize_row_q8k};
 use t2p::kernels::{Isa, Kernels};
-use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul_parallel, matmul_rows};
+use t2p::matmul::{MatmulPlan, QuantizedBatch, T2pMatrix, matmul_parallel};
 use t2p::pool::ThreadPool;
 
 fn lcg(s: &mut u64) -> u32 {
@@ -45,7 +45,7 @@ fn gemv(c: &mut Criterion) {
         let pq = pq2_0(rows, k, 1);
         let w = T2pMatrix::from_pq2_0(&pq, rows, k).expect("shape");
         let x = columns(k, 1, 2);
-        let act = QuantizedBatch::new(&x, k, 1).expect("shape");
+        let act = QuantizedBatch::new(&x, k, 1, t2p::matmul::ActQuant::Q8K).expect("shape");
         let mut y = vec![BlockQ8K::default(); k / QK_K];
         quantize_row_q8k(&x, &mut y);
         let mut out = vec![0.0f32; rows];
@@ -53,7 +53,11 @@ fn gemv(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(w.size_bytes() as u64));
         for kern in paths() {
             g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
-                b.iter(|| matmul_rows(kern, &w, &act, &mut out, rows, 0..rows).expect("shape"))
+                b.iter(|| {
+                    let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
+                    plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
+                        .expect("shape")
+                })
             });
             if kern.isa() == Isa::Scalar && k > 1024 {
                 continue; // the scalar stock loop takes ~0.1 s here
@@ -77,13 +81,18 @@ fn gemm(c: &mut Criterion) {
     let (rows, k) = (1024, 5120);
     let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 3), rows, k).expect("shape");
     for n in [4usize, 64] {
-        let act = QuantizedBatch::new(&columns(k, n, 4), k, n).expect("shape");
+        let act = QuantizedBatch::new(&columns(k, n, 4), k, n, t2p::matmul::ActQuant::Q8K)
+            .expect("shape");
         let mut out = vec![0.0f32; rows * n];
         let mut g = c.benchmark_group(format!("gemm_{rows}x{k}x{n}"));
         g.throughput(Throughput::Elements((rows * k * n) as u64));
         for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
             g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
-                b.iter(|| matmul_rows(kern, &w, &act, &mut out, rows, 0..rows).expect("shape"))
+                b.iter(|| {
+                    let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
+                    plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
+                        .expect("shape")
+                })
             });
         }
         g.finish();
@@ -104,7 +113,8 @@ fn pool(c: &mut Criterion) {
     });
     let (rows, k) = (4096, 4096);
     let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 5), rows, k).expect("shape");
-    let act = QuantizedBatch::new(&columns(k, 1, 6), k, 1).expect("shape");
+    let act =
+        QuantizedBatch::new(&columns(k, 1, 6), k, 1, t2p::matmul::ActQuant::Q8K).expect("shape");
     let mut out = vec![0.0f32; rows];
     let kern = t2p::kernels::active();
     g.throughput(Throughput::Bytes(w.size_bytes() as u64));

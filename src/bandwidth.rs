@@ -2,7 +2,6 @@
 //! (sum) of a buffer far larger than the last-level cache, on the same [`ThreadPool`] as the
 //! kernels, so kernel and ceiling are measured with the same threads in the same run.
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::pool::ThreadPool;
@@ -33,14 +32,11 @@ impl BandwidthProbe {
     pub fn new(pool: &ThreadPool, bytes: usize) -> BandwidthProbe {
         let mut buf = vec![0u64; (bytes / 8).max(1)];
         let per = JOB_BYTES / 8;
-        let slots: Vec<Mutex<&mut [u64]>> = buf.chunks_mut(per).map(Mutex::new).collect();
-        pool.run(slots.len(), |j| {
-            let mut s = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+        pool.for_each_chunk_mut(&mut buf, per, |j, s| {
             for (i, v) in s.iter_mut().enumerate() {
                 *v = (j * per + i) as u64;
             }
         });
-        drop(slots);
         BandwidthProbe { buf }
     }
 

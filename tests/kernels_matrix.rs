@@ -6,27 +6,29 @@
 mod common;
 
 use common::*;
-use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
+use t2p::format::{BlockT2p, repack_pq2_0_to_t2p, t2p_block_count};
 use t2p::kernels::Kernels;
-use t2p::matmul::{gemm_rows, gemv_rows};
+use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
-fn tiles(cols: &[t2p::format::BlockQ8K], k: usize, ncols: usize) -> Vec<BlockQ8Kx4> {
-    let per = k / 256;
-    let zero = t2p::format::BlockQ8K::default();
-    let mut out = Vec::new();
-    for t in 0..ncols.div_ceil(4) {
-        for b in 0..per {
-            let c = |i: usize| {
-                if 4 * t + i < ncols {
-                    &cols[(4 * t + i) * per + b]
-                } else {
-                    &zero
-                }
-            };
-            out.push(interleave_q8k_x4([c(0), c(1), c(2), c(3)]));
-        }
-    }
-    out
+/// Runs the driver on rows `range` of column-strided `out` (`ld`) from prepared q8_K columns.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    kern: &Kernels,
+    w: &[BlockT2p],
+    rows: usize,
+    k: usize,
+    batch: &QuantizedBatch,
+    out: &mut [f32],
+    ld: usize,
+    range: std::ops::Range<usize>,
+) -> t2p::Result<()> {
+    let plan = MatmulPlan::new(rows, k, batch.ncols(), batch.act())?;
+    let n = batch.ncols();
+    let need = (n - 1) * ld + range.end;
+    let out = out
+        .get_mut(range.start..need.max(range.start))
+        .ok_or_else(|| t2p::Error::Shape("output too short".into()))?;
+    plan.compute(kern, w, batch.work(), range, out, ld)
 }
 
 fn check_case(
@@ -43,16 +45,12 @@ fn check_case(
     let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
     repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
     let cols = q8k_columns(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
-    let x4 = tiles(&cols, k, ncols);
+    let batch = QuantizedBatch::from_q8k_columns(&cols, k, ncols).unwrap();
     let ld = rows + 4; // a stride larger than the rows, to catch stride bugs
     let sentinel = f32::from_bits(0x7fc0_1234);
     let run = |kern| {
         let mut out = vec![sentinel; ld * ncols];
-        if ncols == 1 {
-            gemv_rows(kern, &w, rows, k, &cols, &mut out, 0..rows).unwrap();
-        } else {
-            gemm_rows(kern, &w, rows, k, &x4, ncols, &mut out, ld, 0..rows).unwrap();
-        }
+        drive(kern, &w, rows, k, &batch, &mut out, ld, 0..rows).unwrap();
         out
     };
     let want = run(oracle());
@@ -98,11 +96,7 @@ fn check_case(
         if rows >= 8 {
             let mut out = vec![sentinel; ld * ncols];
             for range in [0..4, 4..rows] {
-                if ncols == 1 {
-                    gemv_rows(kern, &w, rows, k, &cols, &mut out, range).unwrap();
-                } else {
-                    gemm_rows(kern, &w, rows, k, &x4, ncols, &mut out, ld, range).unwrap();
-                }
+                drive(kern, &w, rows, k, &batch, &mut out, ld, range).unwrap();
             }
             assert_bits_eq(&out, &want, &format!("{what} split rows"));
         }
@@ -277,11 +271,65 @@ fn stock_vec_dot_matches_t2p_gemv() {
             let mut w = vec![BlockT2p::default(); t2p_block_count(4, k).unwrap()];
             repack_pq2_0_to_t2p(&pq, 4, k, &mut w).unwrap();
             let mut want = vec![0.0; 4];
-            gemv_rows(oracle(), &w, 4, k, &y, &mut want, 0..4).unwrap();
+            let batch = QuantizedBatch::from_q8k_columns(&y, k, 1).unwrap();
+            drive(oracle(), &w, 4, k, &batch, &mut want, 4, 0..4).unwrap();
             let got: Vec<f32> = (0..4)
                 .map(|r| kern.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &y))
                 .collect();
             assert_bits_eq(&got, &want, &format!("{} stock vec_dot k={k}", kern.isa()));
+        }
+    }
+}
+
+/// Shapes the T2P layout now holds: rows that are not a multiple of 4 (a padded last group)
+/// and k a multiple of 128 but not of 256 (q8_0 activations), through the driver, on every
+/// path, against the oracle and (unit scales) the exact integer sums.
+#[test]
+fn odd_rows_and_k_of_128_through_the_driver() {
+    for (rows, k) in [(6, 384), (13, 640), (1, 128), (7, 512)] {
+        for ncols in 1..=9 {
+            let mut rng = Lcg((rows * 1000 + k + ncols) as u64);
+            let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::One, &mut rng);
+            let w = t2p::matmul::T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
+            let x: Vec<f32> = (0..k * ncols)
+                .map(|i| ((i * 7919 + rows) % 255) as f32 - 127.0)
+                .collect();
+            for act in [ActQuant::Q8K, ActQuant::Q8_0] {
+                let batch = QuantizedBatch::new(&x, k, ncols, act).unwrap();
+                let want = t2p::matmul::matmul(oracle(), &w, &batch).unwrap();
+                if batch.act() == ActQuant::Q8_0 {
+                    // Unit weight scales and |x| <= 127 with amax 127 per 32: d = 1 exactly
+                    // unless a block's amax is below 127; compare against the quads' own values.
+                    let q = batch.q8_0_blocks();
+                    for c in 0..ncols {
+                        for r in 0..rows {
+                            let exact: f64 = (0..k)
+                                .map(|i| {
+                                    let b = &q[c * (k / 128) + i / 128];
+                                    (pq[r * k / 128 + i / 128].code(i % 128) as f64 - 1.0)
+                                        * b.qs[i % 128] as f64
+                                        * b.d[(i % 128) / 32] as f64
+                                })
+                                .sum();
+                            let got = want[c * rows + r] as f64;
+                            assert!(
+                                (got - exact).abs() <= 1e-3 * exact.abs().max(1.0),
+                                "{rows}x{k} c{c} r{r}"
+                            );
+                        }
+                    }
+                }
+                for kern in paths_under_test() {
+                    let pool = t2p::pool::ThreadPool::new(2);
+                    let mut out = vec![f32::NAN; rows * ncols];
+                    t2p::matmul::matmul_parallel(&pool, kern, &w, &batch, &mut out, rows).unwrap();
+                    assert_bits_eq(
+                        &out,
+                        &want,
+                        &format!("{} {rows}x{k} x{ncols} {act:?}", kern.isa()),
+                    );
+                }
+            }
         }
     }
 }
@@ -292,53 +340,63 @@ fn shapes_that_must_be_rejected() {
     let pq = pq2_0_tensor(8, 512, Codes::Random, Scales::Random, &mut rng);
     let mut w = vec![BlockT2p::default(); 8];
     repack_pq2_0_to_t2p(&pq, 8, 512, &mut w).unwrap();
-    let y = q8k_columns(512, 1, Acts::Random, false, &mut rng);
-    let x4 = tiles(&q8k_columns(512, 3, Acts::Random, false, &mut rng), 512, 3);
+    let y = QuantizedBatch::from_q8k_columns(
+        &q8k_columns(512, 1, Acts::Random, false, &mut rng),
+        512,
+        1,
+    )
+    .unwrap();
+    let x4 = QuantizedBatch::from_q8k_columns(
+        &q8k_columns(512, 3, Acts::Random, false, &mut rng),
+        512,
+        3,
+    )
+    .unwrap();
+    let y384 = QuantizedBatch::new(&[0.5; 384], 384, 1, ActQuant::Q8_0).unwrap();
     for kern in paths_under_test() {
         let mut out = vec![0.0; 64];
+        let m = t2p::matmul::T2pMatrix::from_t2p_blocks(w.clone(), 8, 512).unwrap();
         assert!(
-            gemv_rows(kern, &w, 6, 512, &y, &mut out, 0..6).is_err(),
-            "rows not a multiple of 4"
+            MatmulPlan::for_batch(&m, &y384).is_err(),
+            "activations of another k"
         );
         assert!(
-            gemv_rows(kern, &w, 8, 384, &y, &mut out, 0..8).is_err(),
-            "k not a multiple of 256"
-        );
-        assert!(
-            gemv_rows(kern, &w, 8, 512, &y, &mut out, 2..8).is_err(),
+            drive(kern, &w, 8, 512, &y, &mut out, 8, 2..8).is_err(),
             "range not on a row group"
         );
         assert!(
-            gemv_rows(kern, &w, 8, 512, &y, &mut out, 0..12).is_err(),
+            drive(kern, &w, 8, 512, &y, &mut out, 8, 0..12).is_err(),
             "range past the rows"
         );
         assert!(
-            gemv_rows(kern, &w, 8, 512, &y[..1], &mut out, 0..8).is_err(),
-            "short activations"
-        );
-        assert!(
-            gemv_rows(kern, &w[..7], 8, 512, &y, &mut out, 0..8).is_err(),
+            drive(kern, &w[..7], 8, 512, &y, &mut out, 8, 0..8).is_err(),
             "short weights"
         );
         assert!(
-            gemv_rows(kern, &w, 8, 512, &y, &mut out[..7], 0..8).is_err(),
+            drive(kern, &w, 8, 512, &y, &mut out[..7], 8, 0..8).is_err(),
             "short output"
         );
         assert!(
-            gemm_rows(kern, &w, 8, 512, &x4, 3, &mut out[..19], 8, 0..8).is_err(),
+            drive(kern, &w, 8, 512, &x4, &mut out[..19], 8, 0..8).is_err(),
             "short gemm output"
         );
         assert!(
-            gemm_rows(kern, &w, 8, 512, &x4, 5, &mut out, 8, 0..8).is_err(),
-            "more columns than tiles"
-        );
-        assert!(
-            gemm_rows(kern, &w, 8, 512, &x4, 0, &mut out, 8, 0..8).is_err(),
-            "zero columns"
-        );
-        assert!(
-            gemm_rows(kern, &w, 8, 512, &x4, 3, &mut out, 4, 0..8).is_err(),
+            drive(kern, &w, 8, 512, &x4, &mut out, 4, 0..8).is_err(),
             "ld below rows"
+        );
+        let plan = MatmulPlan::new(8, 512, 1, ActQuant::Q8K).unwrap();
+        assert!(
+            plan.compute(kern, &w, &y.work()[1..], 0..8, &mut out[..8], 8)
+                .is_err(),
+            "short activations"
+        );
+        assert!(
+            QuantizedBatch::from_q8k_columns(&[], 512, 1).is_err(),
+            "no activation blocks"
+        );
+        assert!(
+            QuantizedBatch::new(&[0.5; 512], 512, 0, ActQuant::Q8K).is_err(),
+            "zero columns"
         );
         assert!(
             out.iter().all(|&v| v == 0.0),

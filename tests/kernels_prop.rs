@@ -35,7 +35,7 @@ proptest! {
         let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut rng);
         let w = T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
         let x: Vec<f32> = (0..k * ncols).map(|_| (rng.next() as f32 / u32::MAX as f32 - 0.5) * scale).collect();
-        let act = QuantizedBatch::new(&x, k, ncols).unwrap();
+        let act = QuantizedBatch::new(&x, k, ncols, t2p::matmul::ActQuant::Q8K).unwrap();
         let want = matmul(oracle(), &w, &act).unwrap();
         for kern in paths_under_test() {
             assert_bits_eq(&matmul(kern, &w, &act).unwrap(), &want, &format!("{} {rows}x{k}x{ncols}", kern.isa()));

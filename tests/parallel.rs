@@ -19,7 +19,7 @@ fn parallel_equals_single_threaded() {
             let x: Vec<f32> = (0..k * ncols)
                 .map(|_| rng.next() as f32 / u32::MAX as f32 - 0.5)
                 .collect();
-            let act = QuantizedBatch::new(&x, k, ncols).unwrap();
+            let act = QuantizedBatch::new(&x, k, ncols, t2p::matmul::ActQuant::Q8K).unwrap();
             for kern in paths_under_test() {
                 let want = matmul(kern, &w, &act).unwrap();
                 for pool in &pools {
@@ -58,12 +58,12 @@ fn parallel_rejects_bad_shapes() {
     let w = T2pMatrix::from_pq2_0(&pq, 8, 256).unwrap();
     let pool = ThreadPool::new(2);
     let kern = oracle();
-    let act = QuantizedBatch::new(&vec![0.5; 512], 256, 2).unwrap();
+    let act = QuantizedBatch::new(&vec![0.5; 512], 256, 2, t2p::matmul::ActQuant::Q8K).unwrap();
     let mut short = vec![0.0; 15];
     assert!(matmul_parallel(&pool, kern, &w, &act, &mut short, 8).is_err());
     let mut out = vec![0.0; 16];
     assert!(matmul_parallel(&pool, kern, &w, &act, &mut out, 4).is_err());
-    let other = QuantizedBatch::new(&vec![0.5; 512], 512, 1).unwrap();
+    let other = QuantizedBatch::new(&vec![0.5; 512], 512, 1, t2p::matmul::ActQuant::Q8K).unwrap();
     assert!(matmul_parallel(&pool, kern, &w, &other, &mut out, 8).is_err());
     matmul_parallel(&pool, kern, &w, &act, &mut out, 8).unwrap();
 }

@@ -262,10 +262,11 @@ fn truncated_and_oversized_ternary_data_is_refused() {
     assert!(r.expect("no panic").is_err());
 }
 
-/// Shapes T2P cannot hold (rows not a multiple of 4, ptq1_0 rows of 128, 1-D) load as pq2_0
-/// blocks with exactly the source's values; the T2P-able ones dequantize exactly too.
+/// Every 2-D ternary matrix loads into T2P, also with rows that are not a multiple of 4 (a
+/// padded last row group) and ptq1_0 rows of 128, with exactly the source's values; a 1-D
+/// tensor stays pq2_0 blocks, exactly too.
 #[test]
-fn odd_shapes_load_exactly_as_pq2_0_blocks() {
+fn odd_shapes_load_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("odd.gguf");
     let tq2 = random_blocks::<BlockTq2_0>(3 * 2, 2); // 3 rows x 512
@@ -309,9 +310,9 @@ fn odd_shapes_load_exactly_as_pq2_0_blocks() {
             out
         }
         let cases: [(&str, Vec<f32>, bool, GgmlType); 5] = [
-            ("tq2.rows3", want(&tq2), false, GgmlType::TQ2_0),
+            ("tq2.rows3", want(&tq2), true, GgmlType::TQ2_0),
             ("tq1.t2p", want(&tq1), true, GgmlType::TQ1_0),
-            ("ptq.k128", want(&ptq_odd), false, GgmlType::PTQ1_0),
+            ("ptq.k128", want(&ptq_odd), true, GgmlType::PTQ1_0),
             ("ptq.t2p", want(&ptq_t2p), true, GgmlType::PTQ1_0),
             ("tq1.vec", want(&tq1_vec), false, GgmlType::TQ1_0),
         ];

@@ -48,8 +48,8 @@ pub const T2P_TYPE_Q2_0_G128: u32 = 42;
 pub const T2P_TYPE_TQ1_0: u32 = 34;
 /// Source format: llama.cpp tq2_0 (GGML type 35, 256 weights in 66 bytes).
 pub const T2P_TYPE_TQ2_0: u32 = 35;
-/// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes). Its element order
-/// comes from third-party reports and has not yet been checked against a real file.
+/// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes; the element order of
+/// PrismML's own x86 kernel).
 pub const T2P_TYPE_PTQ1_0: u32 = 143;
 
 /// Bytes of one pq2_0 block (128 weights).

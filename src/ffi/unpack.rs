@@ -152,7 +152,7 @@ fn encode_tq1_0(codes: &[u8], scales: &[u16]) -> Option<BlockTq1_0> {
     Some(BlockTq1_0 { qs, qh, d })
 }
 
-/// ptq1_0 (element order unverified against a real file, as its decoder): `qs[m]` holds
+/// ptq1_0 (the element order of its decoder): `qs[m]` holds
 /// elements `16n + m` (m < 16), `qs[16 + m]` elements `80 + 8n + m` (m < 8), `qh[h]` elements
 /// `120 + 2n + h` (4 trits).
 fn encode_ptq1_0(codes: &[u8], scales: &[u16]) -> Option<BlockPtq1_0> {

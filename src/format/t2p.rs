@@ -73,6 +73,17 @@ impl BlockT2p {
     }
 }
 
+/// Dequantizes row `r` (0..4) of one row group (`group`: the group's `k / 128` blocks) into
+/// `out` (`k` values): `(code - 1) * d` per weight, exactly as the kernels see it.
+pub fn dequantize_t2p_row(group: &[BlockT2p], r: usize, out: &mut [f32]) {
+    for (b, chunk) in group.iter().zip(out.chunks_exact_mut(QK_PQ2_0)) {
+        let d = super::f16_to_f32(b.d[r]);
+        for (j, o) in chunk.iter_mut().enumerate() {
+            *o = (b.code(r, j) as i32 - 1) as f32 * d;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,8 +179,8 @@ impl TernaryBlock for BlockTq1_0 {
 }
 
 /// `ptq1_0` (PrismML, type 143): 128 weights in 28 bytes `{ qs[24]; qh[2]; d }`, base 3. The
-/// element order is taken from third-party reports and has **not yet been checked against a real
-/// file**: elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
+/// element order is the one PrismML's own x86 kernel reads (`ggml_vec_dot_ptq1_0_q8_0` in the
+/// fork's `ggml-cpu/arch/x86/quants.c`, commit 04e39def): elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
 /// `qs[16 + m]` (m < 8), `120 + 2n + h` trit `n` of `qh[h]` (h < 2, n < 4).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
@@ -196,7 +196,7 @@ const _: () = assert!(std::mem::size_of::<BlockPtq1_0>() == 28);
 
 impl TernaryBlock for BlockPtq1_0 {
     const GGML_TYPE: u32 = 143;
-    const NAME: &'static str = "ptq1_0 (layout unverified against a real file)";
+    const NAME: &'static str = "ptq1_0";
     const WEIGHTS: usize = 128;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         let codes = &mut codes[..128];
@@ -293,7 +293,11 @@ pub fn repack_to_t2p<B: TernaryBlock>(
     check_len("T2P destination blocks", n, dst.len())?;
     let nb = k / QK_PQ2_0;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
-        repack_group(&src[4 * g * per_row..(4 * g + 4).min(rows) * per_row], k, out);
+        repack_group(
+            &src[4 * g * per_row..(4 * g + 4).min(rows) * per_row],
+            k,
+            out,
+        );
     }
     Ok(())
 }
@@ -518,6 +522,15 @@ mod tests {
             repack_to_t2p(&src, 4, 512, &mut t).is_err(),
             "too few source blocks"
         );
-        assert!(repack_to_t2p(&src, 3, 256, &mut t).is_err(), "rows");
+        assert!(repack_to_t2p(&src, 0, 256, &mut t).is_err(), "no rows");
+        assert!(
+            repack_to_t2p(&src, 4, 128, &mut t).is_err(),
+            "k below the tq2_0 block"
+        );
+        // Three rows are a padded row group now.
+        assert!(
+            repack_to_t2p(&src[..3], 3, 256, &mut t).is_ok(),
+            "three rows"
+        );
     }
 }

@@ -251,14 +251,14 @@ impl TensorInfo {
     }
 
     /// Whether the loader will repack this tensor into T2P: a ternary format
-    /// ([`GgmlType::is_ternary`]), 2-D, rows a multiple of 4, `k` a positive multiple of 256.
+    /// ([`GgmlType::is_ternary`]), 2-D, at least one row, `k` a positive multiple of 128
+    /// (every ternary block size is 128 or 256, so every 2-D ternary matrix qualifies).
     pub fn is_t2p_candidate(&self) -> bool {
         self.ggml_type.is_ternary()
             && self.shape.len() == 2
             && self.shape[1] > 0
-            && self.shape[1].is_multiple_of(4)
             && self.shape[0] > 0
-            && self.shape[0].is_multiple_of(256)
+            && self.shape[0].is_multiple_of(128)
     }
 }
 

@@ -18,7 +18,7 @@ use super::gguf::{GgufFile, TensorInfo};
 use super::types::GgmlType;
 use crate::format::{
     BlockPq2_0, BlockPtq1_0, BlockT2p, BlockTq1_0, BlockTq2_0, QK_PQ2_0, ROWS_PER_T2P,
-    TernaryBlock, f16_to_f32, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count,
+    TernaryBlock, f16_to_f32, repack_to_t2p, t2p_block_count, t2p_row_groups,
 };
 use crate::matmul::T2pMatrix;
 
@@ -175,15 +175,10 @@ impl Tensor {
                 }
             }
             TensorData::T2p(m) => {
-                let nb = m.k() / QK_PQ2_0;
-                let (g, r) = (row / ROWS_PER_T2P, row % ROWS_PER_T2P);
-                let blocks = m.blocks().get(g * nb..(g + 1) * nb).ok_or_else(short)?;
-                for (b, chunk) in blocks.iter().zip(out.chunks_exact_mut(QK_PQ2_0)) {
-                    let d = f16_to_f32(b.d[r]);
-                    for (j, o) in chunk.iter_mut().enumerate() {
-                        *o = (b.code(r, j) as f32 - 1.0) * d;
-                    }
+                if row >= m.rows() {
+                    return Err(short());
                 }
+                m.dequantize_row(row, out);
             }
         }
         Ok(())
@@ -430,30 +425,7 @@ fn load_one<R: Read + Seek>(
         GgmlType::TQ1_0 => load_ternary::<BlockTq1_0, R>(gguf, src, t, opts, bar)?,
         GgmlType::PTQ1_0 => load_ternary::<BlockPtq1_0, R>(gguf, src, t, opts, bar)?,
         GgmlType::PQ2_0 if opts.uses_t2p(t) => {
-            let (k, rows) = matrix_dims(t)?;
-            let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(&t.name, e))?;
-            let mut blocks = vec![BlockT2p::zeroed(); nblocks];
-            let nb = k / QK_PQ2_0;
-            let group_bytes = nb * std::mem::size_of::<BlockT2p>();
-            let groups_per_chunk = (opts.chunk_bytes / group_bytes).max(1);
-            let start = gguf.tensor_file_range(t).start;
-            for (c, chunk) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
-                let bytes: &mut [u8] = bytemuck::cast_slice_mut(chunk);
-                let len = bytes.len();
-                read_chunked(
-                    src,
-                    bytes,
-                    len,
-                    bar,
-                    &|| format!("data of tensor {:?}", t.name),
-                    start + (c * groups_per_chunk * group_bytes) as u64,
-                )?;
-                repack_pq2_0_in_place(bytes, len / group_bytes * ROWS_PER_T2P, k)
-                    .map_err(|e| shape_err(&t.name, e))?;
-            }
-            TensorData::T2p(
-                T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(&t.name, e))?,
-            )
+            load_ternary::<BlockPq2_0, R>(gguf, src, t, opts, bar)?
         }
         GgmlType::PQ2_0 => TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, bar)?),
         GgmlType::F32 => {
@@ -552,21 +524,22 @@ fn load_ternary<B: TernaryBlock, R: Read>(
         let (k, rows) = matrix_dims(t)?;
         let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
         let nb = k / QK_PQ2_0;
-        // Source blocks of one row group (4 rows) and their bytes.
-        let group_src = ROWS_PER_T2P * (k / B::WEIGHTS);
-        let group_bytes = group_src * src_size;
-        let groups = rows / ROWS_PER_T2P;
-        let groups_per_chunk = (opts.chunk_bytes / group_bytes).clamp(1, groups);
+        // Source blocks of one row and of one row group (4 rows); the last group may be short.
+        let per_row = k / B::WEIGHTS;
+        let row_bytes = per_row * src_size;
+        let groups = t2p_row_groups(rows);
+        let groups_per_chunk = (opts.chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
         let mut blocks = vec![BlockT2p::zeroed(); nblocks];
-        let mut buf = vec![B::zeroed(); groups_per_chunk * group_src];
+        let mut buf = vec![B::zeroed(); groups_per_chunk * ROWS_PER_T2P * per_row];
         for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
-            let g = out.len() / nb;
-            let part = &mut buf[..g * group_src];
+            let r0 = c * groups_per_chunk * ROWS_PER_T2P;
+            let n_rows = (out.len() / nb * ROWS_PER_T2P).min(rows - r0);
+            let part = &mut buf[..n_rows * per_row];
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
             let len = bytes.len();
-            let offset = start + (c * groups_per_chunk * group_bytes) as u64;
+            let offset = start + (r0 * row_bytes) as u64;
             read_chunked(src, bytes, len, bar, &what, offset)?;
-            repack_to_t2p(part, g * ROWS_PER_T2P, k, out).map_err(|e| shape_err(name, e))?;
+            repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
         }
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
         return Ok(TensorData::T2p(m));

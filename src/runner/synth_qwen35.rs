@@ -117,10 +117,14 @@ impl Qwen35Shape {
 /// (`nextn_predict_layers` absent), the 248320 - 151936 tokens the shared vocab GGUFs lack
 /// padded as unused `[PAD<i>]` tokens.
 ///
+/// `qwen35-odd` has the widths that are multiples of 128 but not of 256 (`n_ff` 640,
+/// `ssm.inner_size` 384, one key head and three value heads of 128), which T2P holds with
+/// q8_0 activations.
+///
 /// `qwen35-test` keeps the structure (the same interleave over 8 layers: 6 DeltaNet + 2
 /// attention; 6 query heads per KV head; 3 value heads per key head; a quarter of each head
 /// rotated; a Hadamard fold over three widths) at tiny widths, for tests.
-pub const QWEN35_SHAPES: [Qwen35Shape; 2] = [
+pub const QWEN35_SHAPES: [Qwen35Shape; 3] = [
     Qwen35Shape {
         name: "bonsai2-27b",
         n_embd: 5120,
@@ -160,6 +164,26 @@ pub const QWEN35_SHAPES: [Qwen35Shape; 2] = [
         n_v_heads: 12,
         n_vocab: None,
         hadamard_block: Some(256),
+    },
+    Qwen35Shape {
+        name: "qwen35-odd",
+        n_embd: 256,
+        n_layer: 4,
+        n_ff: 640,
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 128,
+        rope_dims: 32,
+        rope_sections: [6, 5, 5, 0],
+        rope_base: 1e7,
+        n_ctx_train: 4096,
+        full_attention_interval: 4,
+        conv_kernel: 4,
+        state_size: 128,
+        n_k_heads: 1,
+        n_v_heads: 3,
+        n_vocab: None,
+        hadamard_block: None,
     },
 ];
 
@@ -210,12 +234,12 @@ fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
             s.rope_dims, s.head_dim, s.rope_sections
         ));
     }
-    // The runner holds every pq2_0 matrix in T2P: whole groups of 4 rows, k a multiple of 256.
+    // pq2_0 blocks are 128 wide: every matrix's k must be a multiple of 128.
     for t in plan(s, n_vocab) {
-        let (k, rows) = (t.0.dims[0], t.0.dims[1..].iter().product::<u64>());
-        if t.0.ggml_type == PQ2_0 && (k == 0 || !k.is_multiple_of(256) || !rows.is_multiple_of(4)) {
+        let k = t.0.dims[0];
+        if t.0.ggml_type == PQ2_0 && (k == 0 || !k.is_multiple_of(128)) {
             return bad(format!(
-                "{} is {k} x {rows}: T2P needs k % 256 == 0 and rows % 4 == 0",
+                "{} has k = {k}: pq2_0 needs k % 128 == 0",
                 t.0.name
             ));
         }

@@ -78,8 +78,8 @@ impl GgmlType {
     pub const TQ2_0: GgmlType = GgmlType(35);
     /// PrismML's ternary format: 128 weights in 34 bytes.
     pub const PQ2_0: GgmlType = GgmlType(142);
-    /// PrismML's base-3 ternary format: 128 weights in 28 bytes. Its element order is taken from
-    /// third-party reports and has not yet been checked against a real file.
+    /// PrismML's base-3 ternary format: 128 weights in 28 bytes (element order as PrismML's own
+    /// x86 `ggml_vec_dot_ptq1_0_q8_0` reads it).
     pub const PTQ1_0: GgmlType = GgmlType(143);
     /// Id 42: older PrismML files store pq2_0 bytes under it ("Q2_0", group 128); mainline
     /// llama.cpp reused it for an 18-byte group-64 layout. The reader tells them apart by the

@@ -10,13 +10,12 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use t2p::bandwidth::BandwidthProbe;
 use t2p::format::{BlockPq2_0, BlockQ8K, BlockT2p, QK_K, QK_PQ2_0, f32_to_f16, quantize_row_q8k};
 use t2p::kernels::{Isa, Kernels};
-use t2p::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul_parallel};
+use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch, T2pMatrix, matmul_parallel};
 use t2p::pool::ThreadPool;
 
 /// Options of `libt2p bench`.
@@ -160,22 +159,24 @@ fn stock_parallel(
     let nbr = k / QK_PQ2_0;
     let nby = k / QK_K;
     let ncols = y.len() / nby;
-    let per = t2p::matmul::rows_per_job(rows, pool.threads());
-    let mut slots: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
+    // The T2P driver's row chunks, so both layouts split the same way.
+    let plan = MatmulPlan::new(rows, k, ncols, ActQuant::Q8K).expect("shape");
+    let n = plan.chunk_count(pool.threads());
+    let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::new()).collect();
     for col in out.chunks_mut(rows).take(ncols) {
-        for (j, piece) in col.chunks_mut(per).enumerate() {
-            slots[j].push(piece);
+        let mut col = col;
+        for (i, part) in parts.iter_mut().enumerate() {
+            let (piece, rest) = col.split_at_mut(plan.chunk_rows(i, n).len());
+            part.push(piece);
+            col = rest;
         }
     }
-    let slots: Vec<Mutex<Vec<&mut [f32]>>> = slots.into_iter().map(Mutex::new).collect();
-    pool.run(slots.len(), |j| {
-        let mut dst = slots[j].lock().unwrap_or_else(|e| e.into_inner());
-        let r0 = j * per;
-        let m = dst[0].len();
-        for i in 0..m {
-            let row = &pq[(r0 + i) * nbr..(r0 + i + 1) * nbr];
-            for (c, d) in dst.iter_mut().enumerate() {
-                d[i] = kern.vec_dot_stock(row, &y[c * nby..(c + 1) * nby]);
+    pool.run_parts(parts, |i, mut dst| {
+        let r0 = plan.chunk_rows(i, n).start;
+        for (c, d) in dst.iter_mut().enumerate() {
+            for (j, o) in d.iter_mut().enumerate() {
+                let row = &pq[(r0 + j) * nbr..(r0 + j + 1) * nbr];
+                *o = kern.vec_dot_stock(row, &y[c * nby..(c + 1) * nby]);
             }
         }
     });
@@ -241,11 +242,25 @@ fn pool_overhead(pool: &ThreadPool, kern: &Kernels) -> Result<Overhead, t2p::Err
     // 64 x 1024: 64K weights, about a microsecond of work; split in whole row groups.
     let (rows, k) = (64, 1024);
     let w = T2pMatrix::from_t2p_blocks(t2p_blocks(rows * k / QK_PQ2_0 / 4, 9), rows, k)?;
-    let act = QuantizedBatch::new(&columns(k, 1, 10), k, 1)?;
+    let act = QuantizedBatch::new(&columns(k, 1, 10), k, 1, ActQuant::Q8K)?;
     let mut out = vec![0.0f32; rows];
     let solo = ThreadPool::new(1);
+    // Split as a big product would be, although this one is below the driver's threshold.
+    let plan = MatmulPlan::for_batch(&w, &act)?;
+    let chunks = pool.threads() * 4;
     let tiny_gemv_us = median_us(Box::new(|| {
-        t2p::matmul::matmul_parallel_min(pool, kern, &w, &act, &mut out, rows, 0).expect("shape")
+        let mut parts = Vec::with_capacity(chunks);
+        let mut rest = out.as_mut_slice();
+        for i in 0..chunks {
+            let (piece, tail) = rest.split_at_mut(plan.chunk_rows(i, chunks).len());
+            parts.push(piece);
+            rest = tail;
+        }
+        pool.run_parts(parts, |i, piece| {
+            let r = plan.chunk_rows(i, chunks);
+            plan.compute(kern, w.blocks(), act.work(), r, piece, 0)
+                .expect("shape")
+        })
     }));
     let tiny_gemv_serial_us = median_us(Box::new(|| {
         matmul_parallel(&solo, kern, &w, &act, &mut out, rows).expect("shape")
@@ -384,8 +399,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let w = T2pMatrix::from_t2p_blocks(t2p_blocks(nblk / 4, si as u64 + 1), rows, k)?;
         let pq = pq2_0_blocks(nblk, si as u64 + 100);
         let x = columns(k, batch, si as u64 + 200);
-        let act = QuantizedBatch::new(&x, k, batch)?;
-        let act_q8_0 = QuantizedBatch::with(&x, k, batch, ActQuant::Q8_0)?;
+        let act = QuantizedBatch::new(&x, k, batch, ActQuant::Q8K)?;
+        let act_q8_0 = QuantizedBatch::new(&x, k, batch, ActQuant::Q8_0)?;
         let mut yq = vec![BlockQ8K::default(); batch * k / QK_K];
         quantize_row_q8k(&x, &mut yq);
         let mut out = vec![0.0f32; rows * batch];

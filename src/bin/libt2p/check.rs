@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .enumerate()
             .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 });
         for act_type in [ActQuant::Q8K, ActQuant::Q8_0] {
-            let act = QuantizedBatch::with(&x, k, ncols, act_type)?;
+            let act = QuantizedBatch::new(&x, k, ncols, act_type)?;
             let want = matmul(oracle, &w, &act)?;
             for &isa in &available {
                 let got = matmul(Kernels::for_isa(isa)?, &w, &act)?;
@@ -89,7 +89,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         .collect();
     let mut y = vec![BlockQ8K::default(); k / 256];
     t2p::format::quantize_row_q8k(&col, &mut y);
-    let t2p_out = matmul(oracle, &w, &QuantizedBatch::new(&col, k, 1)?)?;
+    let t2p_out = matmul(oracle, &w, &QuantizedBatch::new(&col, k, 1, ActQuant::Q8K)?)?;
     for &isa in &available {
         let kern = Kernels::for_isa(isa)?;
         let same = (0..rows).all(|r| {

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use t2p::runner::{
-    Array, GgmlType, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer, Value, peak_rss_bytes,
+    Array, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer, Value, peak_rss_bytes,
 };
 
 /// Options of `libt2p info`.
@@ -199,16 +199,6 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         mib(t2p_bytes),
         mib(gguf.tensors().iter().map(|t| t.n_bytes).sum())
     );
-    if gguf
-        .tensors()
-        .iter()
-        .any(|t| t.ggml_type == GgmlType::PTQ1_0)
-    {
-        println!(
-            "  note: the ptq1_0 element order comes from third-party reports and has not yet \
-             been checked against a real file"
-        );
-    }
     if !args.no_tensors && !gguf.tensors().is_empty() {
         println!(
             "\n  {:<40} {:<8} {:<22} {:>12}  runs as",
@@ -221,18 +211,15 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             } else {
                 t.ggml_type.name()
             };
-            let mut layout = if opts.uses_t2p(t) {
+            let layout = if opts.uses_t2p(t) {
                 format!("{source} -> T2P")
             } else if t.ggml_type.is_ternary() {
-                format!("{source} -> pq2_0 blocks (shape not T2P-able)")
+                format!("{source} -> pq2_0 blocks (kept by the load options)")
             } else if t.ggml_type.is_loadable() {
                 format!("{source} (as stored)")
             } else {
                 format!("{source} (unsupported)")
             };
-            if t.ggml_type == GgmlType::PTQ1_0 {
-                layout.push_str(" [ptq1_0 layout unverified]");
-            }
             println!(
                 "  {:<40} {:<8} {:<22} {:>12}  {layout}",
                 t.name,

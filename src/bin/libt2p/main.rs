@@ -41,6 +41,7 @@ mod logits;
 mod model_bench;
 mod perplexity;
 mod run;
+mod shape_model;
 mod synth;
 
 /// Ternary language models on the T2P layout.

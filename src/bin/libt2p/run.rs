@@ -16,7 +16,8 @@ use t2p::runner::{LoadOptions, Progress};
 /// Options shared by every command that loads a model.
 #[derive(clap::Args, Clone)]
 pub struct ModelArgs {
-    /// The GGUF model file.
+    /// The GGUF model file, or the name of a `synth` shape (e.g. `bonsai-1.7b`: its synthetic
+    /// model is written once into the temporary directory).
     #[arg(short = 'm', long = "model")]
     pub model: PathBuf,
     /// Threads (default: all CPUs).
@@ -53,9 +54,7 @@ impl ModelArgs {
 
     /// Loads the model, printing the load time on stderr.
     pub fn load(&self, quiet: bool) -> Result<(Loaded, f64), Box<dyn std::error::Error>> {
-        if !self.model.is_file() {
-            return Err(format!("model file {} not found", self.model.display()).into());
-        }
+        let path = crate::shape_model::resolve(&self.model)?;
         let t = Instant::now();
         let opts = LoadOptions {
             progress: if quiet {
@@ -65,7 +64,7 @@ impl ModelArgs {
             },
             ..Default::default()
         };
-        let loaded = Model::load(&self.model, &opts)?;
+        let loaded = Model::load(&path, &opts)?;
         let secs = t.elapsed().as_secs_f64();
         Ok((loaded, secs))
     }

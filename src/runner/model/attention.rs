@@ -1,8 +1,6 @@
 //! Causal multi-head attention over the KV cache, with grouped KV heads (query head `h` reads KV
 //! head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses).
 
-use std::sync::Mutex;
-
 use super::kv_cache::KvCache;
 use super::linear::Exec;
 use super::ops::{dot, softmax};
@@ -35,25 +33,24 @@ pub fn attend(
     let n = q.len() / q_dim;
     let (k, v) = cache.layer(layer, pos0 + n);
     let group = s.n_head / s.n_head_kv;
-    let slots: Vec<Mutex<&mut [f32]>> = out[..n * q_dim].chunks_mut(hd).map(Mutex::new).collect();
-    exec.pool.run(n * s.n_head, |j| {
-        let (t, h) = (j / s.n_head, j % s.n_head);
-        let kvh = h / group;
-        let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-        let len = pos0 + t + 1;
-        let mut scores: Vec<f32> = (0..len)
-            .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * s.scale)
-            .collect();
-        softmax(&mut scores);
-        let mut o = slots[j].lock().unwrap_or_else(|e| e.into_inner());
-        o.fill(0.0);
-        for (p, &w) in scores.iter().enumerate() {
-            for (d, x) in o
-                .iter_mut()
-                .zip(&v[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
-            {
-                *d += w * x;
+    exec.pool
+        .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
+            let (t, h) = (j / s.n_head, j % s.n_head);
+            let kvh = h / group;
+            let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+            let len = pos0 + t + 1;
+            let mut scores: Vec<f32> = (0..len)
+                .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * s.scale)
+                .collect();
+            softmax(&mut scores);
+            o.fill(0.0);
+            for (p, &w) in scores.iter().enumerate() {
+                for (d, x) in o
+                    .iter_mut()
+                    .zip(&v[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
+                {
+                    *d += w * x;
+                }
             }
-        }
-    });
+        });
 }

@@ -21,8 +21,6 @@
 //! the memory traffic is that of an ordinary update); rollback switches back (O(1)). The second
 //! buffer is allocated on the first checkpoint only.
 
-use std::sync::Mutex;
-
 use super::error::{ModelError, Result};
 use super::linear::Exec;
 use super::ops::{dot, silu};
@@ -293,16 +291,23 @@ impl RecurrentState {
         let scale = 1.0 / (dv as f32).sqrt();
         let (src, dst) = self.layer_pair(u, layer);
         let src_ssm: Option<&[f32]> = src.map(|l| l.ssm.as_slice());
-        let heads: Vec<Mutex<&mut [f32]>> = dst.ssm.chunks_mut(dv * dk).map(Mutex::new).collect();
-        let outs: Vec<Mutex<Vec<f32>>> = (0..nv).map(|_| Mutex::new(Vec::new())).collect();
-        exec.pool.run(nv, |h| {
-            let mut st = heads[h].lock().unwrap_or_else(|e| e.into_inner());
+        // Per value head: its state and its output piece of every token.
+        let mut parts: Vec<(&mut [f32], Vec<&mut [f32]>)> = dst
+            .ssm
+            .chunks_mut(dv * dk)
+            .map(|st| (st, Vec::with_capacity(n)))
+            .collect();
+        for token in o[..n * nv * dv].chunks_mut(nv * dv) {
+            for (part, piece) in parts.iter_mut().zip(token.chunks_mut(dv)) {
+                part.1.push(piece);
+            }
+        }
+        exec.pool.run_parts(parts, |h, (st, mut outs)| {
             if let Some(src) = src_ssm {
                 st.copy_from_slice(&src[h * dv * dk..(h + 1) * dv * dk]);
             }
             let hk = h % nk;
-            let mut out = Vec::with_capacity(n * dv);
-            for t in 0..n {
+            for (t, out) in outs.iter_mut().enumerate() {
                 let row = &c[t * ch..(t + 1) * ch];
                 let q = &row[hk * dk..(hk + 1) * dk];
                 let k = &row[s.key_dim() + hk * dk..s.key_dim() + (hk + 1) * dk];
@@ -310,22 +315,14 @@ impl RecurrentState {
                 let (g, b) = (decay[t * nv + h], beta[t * nv + h]);
                 // Rows of S are independent: decay, S k, update and S q fused per row, so
                 // the state is read and written once per token.
-                for (j, srow) in st.chunks_exact_mut(dk).enumerate() {
+                for (j, (srow, oj)) in st.chunks_exact_mut(dk).zip(out.iter_mut()).enumerate() {
                     srow.iter_mut().for_each(|x| *x *= g);
                     let d = (v[j] - dot(srow, k)) * b;
                     srow.iter_mut().zip(k).for_each(|(x, &kk)| *x += kk * d);
-                    out.push(dot(srow, q) * scale);
+                    *oj = dot(srow, q) * scale;
                 }
             }
-            *outs[h].lock().unwrap_or_else(|e| e.into_inner()) = out;
         });
-        for (h, part) in outs.into_iter().enumerate() {
-            let part = part.into_inner().unwrap_or_else(|e| e.into_inner());
-            for t in 0..n {
-                o[t * nv * dv + h * dv..t * nv * dv + (h + 1) * dv]
-                    .copy_from_slice(&part[t * dv..(t + 1) * dv]);
-            }
-        }
     }
 
     /// The layer's state to read (`None`: the one written, updated in place) and the one to

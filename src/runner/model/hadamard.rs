@@ -13,7 +13,6 @@
 //! whose fold this module cannot honour exactly is refused at load.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
 
 use super::error::{ModelError, Result};
 use super::linear::Exec;
@@ -268,9 +267,7 @@ impl HadamardFold {
         let mut out = x.to_vec();
         let n = x.len() / k;
         let per = n.div_ceil(exec.pool.threads() * 2).max(1);
-        let slots: Vec<Mutex<&mut [f32]>> = out.chunks_mut(per * k).map(Mutex::new).collect();
-        exec.pool.run(slots.len(), |j| {
-            let mut chunk = slots[j].lock().unwrap_or_else(|e| e.into_inner());
+        exec.pool.for_each_chunk_mut(&mut out, per * k, |_, chunk| {
             let mut tmp = Vec::new();
             for v in chunk.chunks_exact_mut(k) {
                 if let FoldKind::PermuteRotate(g) = kind {

@@ -2,10 +2,8 @@
 //! batch of activations it reads, quantized once for every T2P matrix that shares it.
 
 use std::cell::OnceCell;
-use std::sync::Mutex;
 
 use super::error::{ModelError, Result};
-use crate::format::{QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
 use crate::kernels::Kernels;
 use crate::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul_parallel};
 use crate::pool::ThreadPool;
@@ -63,11 +61,12 @@ impl<'a> Input<'a> {
         self.n
     }
 
-    fn quantized(&self, act: ActQuant) -> Result<&QuantizedBatch> {
+    fn quantized(&self, exec: &Exec) -> Result<&QuantizedBatch> {
         if let Some(q) = self.quantized.get() {
             return Ok(q);
         }
-        let q = QuantizedBatch::with(self.x, self.k, self.n, act)?;
+        let mut q = QuantizedBatch::empty();
+        q.quantize(&exec.pool, self.x, self.k, self.n, exec.act)?;
         Ok(self.quantized.get_or_init(|| q))
     }
 }
@@ -127,19 +126,7 @@ impl Linear {
     /// Row `r` as f32 (the embedding lookup when the matrix is a token table).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         match self {
-            Linear::T2p(m) => {
-                let nb = m.k() / QK_PQ2_0;
-                let (g, rr) = (r / ROWS_PER_T2P, r % ROWS_PER_T2P);
-                for (b, chunk) in m.blocks()[g * nb..(g + 1) * nb]
-                    .iter()
-                    .zip(out.chunks_exact_mut(QK_PQ2_0))
-                {
-                    let d = f16_to_f32(b.d[rr]);
-                    for (j, o) in chunk.iter_mut().enumerate() {
-                        *o = (b.code(rr, j) as i32 - 1) as f32 * d;
-                    }
-                }
-            }
+            Linear::T2p(m) => m.dequantize_row(r, out),
             Linear::Dense { k, w, .. } => out[..*k].copy_from_slice(&w[r * k..(r + 1) * k]),
         }
     }
@@ -168,7 +155,7 @@ impl Linear {
                 &exec.pool,
                 exec.kern,
                 m,
-                input.quantized(exec.act)?,
+                input.quantized(exec)?,
                 out,
                 rows,
             )?),
@@ -180,7 +167,7 @@ impl Linear {
     }
 }
 
-/// f32 matmul split over row chunks; each job fills its own buffer, gathered afterwards.
+/// f32 matmul split over row chunks; each job writes its rows of every token's output.
 fn dense_forward(
     exec: &Exec,
     w: &[f32],
@@ -191,26 +178,20 @@ fn dense_forward(
     out: &mut [f32],
 ) {
     let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
-    let n_jobs = rows.div_ceil(per);
-    let parts: Vec<Mutex<Vec<f32>>> = (0..n_jobs).map(|_| Mutex::new(Vec::new())).collect();
-    exec.pool.run(n_jobs, |j| {
-        let r = j * per..((j + 1) * per).min(rows);
-        let mut buf = Vec::with_capacity(r.len() * n);
-        for t in 0..n {
-            let xt = &x[t * k..(t + 1) * k];
-            buf.extend(
-                r.clone()
-                    .map(|row| super::ops::dot(&w[row * k..(row + 1) * k], xt)),
-            );
-        }
-        *parts[j].lock().unwrap_or_else(|e| e.into_inner()) = buf;
-    });
-    for (j, part) in parts.into_iter().enumerate() {
-        let buf = part.into_inner().unwrap_or_else(|e| e.into_inner());
-        let r0 = j * per;
-        let m = buf.len() / n.max(1);
-        for t in 0..n {
-            out[t * rows + r0..t * rows + r0 + m].copy_from_slice(&buf[t * m..(t + 1) * m]);
+    // parts[j][t]: rows j * per.. of token t's output.
+    let mut parts: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
+    for token in out.chunks_mut(rows).take(n) {
+        for (part, piece) in parts.iter_mut().zip(token.chunks_mut(per)) {
+            part.push(piece);
         }
     }
+    exec.pool.run_parts(parts, |j, mut tokens| {
+        for (t, piece) in tokens.iter_mut().enumerate() {
+            let xt = &x[t * k..(t + 1) * k];
+            for (i, o) in piece.iter_mut().enumerate() {
+                let row = j * per + i;
+                *o = super::ops::dot(&w[row * k..(row + 1) * k], xt);
+            }
+        }
+    });
 }
