@@ -56,7 +56,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
-    unsafe { gemv_q8_0_avx2(x, nb, y, out) }
+    unsafe { gemv_q8_0_impl(x, nb, y, out) }
 }
 
 fn gemm_q8_0(
@@ -377,6 +377,35 @@ fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
     let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
     _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
 }
+
+/// `dot(u, y)` per row and word of words `2q`, `2q + 1` (see [`super::x86_q8_0`]): per row pair,
+/// the slot split of [`block_u4`] (`s0 = v & 3`, `s1 = v & 0xC`, `s2 = t & 3`, `s3 = t & 0xC`,
+/// `t = v >> 4`) and four `maddubs` against the table operands. Each int16 pair is
+/// `|.| <= 2*3*128 = 768` for slots 0, 2 and `<= 2*12*128 = 3072` for the `4u` slots 1, 3, so
+/// nothing saturates; `p1 + p3` (`<= 6144`) is a multiple of 4, so `>> 2` is exact and the word
+/// sum `p0 + p2 + (p1 + p3) / 4` is `<= 3072`. `hadd` of the two row pairs (`<= 6144`) and
+/// `madd` by ones give `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]` in int32.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
+    let m03 = _mm256_set1_epi8(0x03);
+    let m0c = _mm256_set1_epi8(0x0C);
+    let x: [__m256i; 2] = std::array::from_fn(|p| {
+        let v = super::x86_q8_0::load_word_pair(blk, p, q);
+        let t = _mm256_srli_epi16::<4>(v);
+        let p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m03), ops[0]);
+        let p1 = _mm256_maddubs_epi16(_mm256_and_si256(v, m0c), ops[1]);
+        let p2 = _mm256_maddubs_epi16(_mm256_and_si256(t, m03), ops[2]);
+        let p3 = _mm256_maddubs_epi16(_mm256_and_si256(t, m0c), ops[3]);
+        _mm256_add_epi16(
+            _mm256_add_epi16(p0, p2),
+            _mm256_srai_epi16::<2>(_mm256_add_epi16(p1, p3)),
+        )
+    });
+    _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_set1_epi16(1))
+}
+
+super::x86_q8_0::q8_0_kernels!("avx2,f16c");
 
 /// T2P gemv on `q8_0` activations: [`block_q8_0`] per block, then `acc + d_w * s`.
 #[target_feature(enable = "avx2,f16c")]
