@@ -68,7 +68,7 @@ fn gemm_q8_0(
     ld: usize,
 ) {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
-    unsafe { gemm_q8_0_avx2(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
 }
 
 pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
@@ -303,81 +303,6 @@ unsafe fn gemm_avx2(
     }
 }
 
-/// Per-block factors of one `q8_0` column in the lane order of a word-pair reduction
-/// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
-/// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
-/// group.
-pub(super) struct Q8_0Lanes {
-    pub(super) neg_sums: [__m256i; 2],
-    pub(super) d: [__m256; 2],
-}
-
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn q8_0_lanes(yb: &BlockQ8_0Quad, sum_scale: i32) -> Q8_0Lanes {
-    let (s, d) = (yb.sums.map(|v| -sum_scale * v), yb.d);
-    Q8_0Lanes {
-        neg_sums: [
-            _mm256_setr_epi32(s[0], s[0], s[1], s[1], s[0], s[0], s[1], s[1]),
-            _mm256_setr_epi32(s[2], s[2], s[3], s[3], s[2], s[2], s[3], s[3]),
-        ],
-        d: [
-            _mm256_setr_ps(d[0], d[0], d[1], d[1], d[0], d[0], d[1], d[1]),
-            _mm256_setr_ps(d[2], d[2], d[3], d[3], d[2], d[2], d[3], d[3]),
-        ],
-    }
-}
-
-/// `[w r0, w r1, w r2, w r3 | w' r0, ... w' r3]` from a word-pair reduction (64-bit chunks
-/// 0, 2, 1, 3).
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn rows_by_word(v: __m256) -> __m256 {
-    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
-}
-
-/// `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row of one T2P block against four `q8_0`
-/// blocks, `i_j` the exact sum of 32-weight quarter `j`.
-///
-/// Per word the slot split and `maddubs` are [`block_u4`]'s (same bounds, one word at a time:
-/// `a <= 1536`, `b <= 6144` per int16 lane), widened per word to `4 * dot(u, y)`; two `hadd`s
-/// gather the four words per row, `-4 * sum(y)` and an exact `>> 2` give `dot(w, y)`.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
-    let m03 = _mm256_set1_epi8(0x03);
-    let m0c = _mm256_set1_epi8(0x0C);
-    let four = _mm256_set1_epi16(4);
-    let one = _mm256_set1_epi16(1);
-    let mut w = [_mm256_setzero_si256(); 4];
-    for (wd, w) in w.iter_mut().enumerate() {
-        let v = load_word(blk, wd);
-        let t = _mm256_srli_epi16::<4>(v);
-        let c = 4 * wd;
-        let p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m03), bcast8(chunk8(ys, c)));
-        let p1 = _mm256_maddubs_epi16(_mm256_and_si256(v, m0c), bcast8(chunk8(ys, c + 1)));
-        let p2 = _mm256_maddubs_epi16(_mm256_and_si256(t, m03), bcast8(chunk8(ys, c + 2)));
-        let p3 = _mm256_maddubs_epi16(_mm256_and_si256(t, m0c), bcast8(chunk8(ys, c + 3)));
-        *w = _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_add_epi16(p0, p2), four),
-            _mm256_madd_epi16(_mm256_add_epi16(p1, p3), one),
-        );
-    }
-    let i01 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[0], w[1]),
-        l.neg_sums[0],
-    ));
-    let i23 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[2], w[3]),
-        l.neg_sums[1],
-    ));
-    let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
-    let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
-    let s = _mm_add_ps(_mm256_castps256_ps128(p01), _mm256_extractf128_ps::<1>(p01));
-    let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
-    _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
-}
-
 /// `dot(u, y)` per row and word of words `2q`, `2q + 1` (see [`super::x86_q8_0`]): per row pair,
 /// the slot split of [`block_u4`] (`s0 = v & 3`, `s1 = v & 0xC`, `s2 = t & 3`, `s3 = t & 0xC`,
 /// `t = v >> 4`) and four `maddubs` against the table operands. Each int16 pair is
@@ -405,134 +330,26 @@ fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
     _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_set1_epi16(1))
 }
 
-super::x86_q8_0::q8_0_kernels!("avx2,f16c");
-
-/// T2P gemv on `q8_0` activations: [`block_q8_0`] per block, then `acc + d_w * s`.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 4)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
-            let s = block_q8_0(blk, &yb.qs, l);
-            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
-        }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-    }
-}
-
-/// Per block and word, one column pair's `-sum` and scale in the lane order
-/// `[c r0, c r1, c' r0, c' r1 | c r2, c r3, c' r2, c' r3]` of a column-pair reduction.
-pub(super) struct PairLanes {
-    pub(super) neg_sum: __m256i,
-    pub(super) d: __m256,
-}
-
-/// [`PairLanes`] of block `b` for every word and both column pairs of four columns.
+/// [`pair_dot`] from decoded slots (plain `u`, shared by the columns of a gemm tile): per row
+/// pair four `maddubs` summed in int16 (`<= 4 * 768 = 3072`), then `hadd` and `madd` as there.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-pub(super) fn pair_lanes(cols: &[&[BlockQ8_0Quad]; 4], b: usize) -> [[PairLanes; 2]; 4] {
-    std::array::from_fn(|wd| {
-        std::array::from_fn(|cp| {
-            let (a, z) = (&cols[2 * cp][b], &cols[2 * cp + 1][b]);
-            let (sa, sz) = (-a.sums[wd], -z.sums[wd]);
-            let (da, dz) = (a.d[wd], z.d[wd]);
-            PairLanes {
-                neg_sum: _mm256_setr_epi32(sa, sa, sz, sz, sa, sa, sz, sz),
-                d: _mm256_setr_ps(da, da, dz, dz, da, da, dz, dz),
-            }
-        })
-    })
+fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i {
+    let x = u.map(|u| {
+        let p01 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(u[0], ops[0]),
+            _mm256_maddubs_epi16(u[1], ops[1]),
+        );
+        let p23 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(u[2], ops[2]),
+            _mm256_maddubs_epi16(u[3], ops[3]),
+        );
+        _mm256_add_epi16(p01, p23)
+    });
+    _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_set1_epi16(1))
 }
 
-/// T2P gemm on `q8_0` activations, four columns at a time (a last group of two or three
-/// columns is padded by repeating its first column, whose extra results are not stored; a
-/// single last column runs through the gemv).
-///
-/// Slots are decoded to plain `u` once per word and serve the four columns. Per word and column
-/// an int16 accumulator sums the 4 `maddubs` of the word (`<= 4 * 768 = 3072`), widened with
-/// `madd` and paired by `hadd` into `[c r0, c r1, c' r0, c' r1 | ...]`; the word sums are scaled
-/// and added in word order, so each column equals [`gemv_q8_0_avx2`] bit for bit.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gemm_q8_0_avx2(
-    x: &[BlockT2p],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let m03 = _mm256_set1_epi8(0x03);
-    let ones = _mm256_set1_epi16(1);
-    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    let mut lanes: Vec<[[PairLanes; 2]; 4]> = Vec::with_capacity(nb);
-    for c0 in (0..ncols).step_by(4) {
-        let real = (ncols - c0).min(4);
-        if real == 1 {
-            let o = c0 * ld;
-            // SAFETY: same CPU features as this function.
-            unsafe { gemv_q8_0_avx2(x, nb, &y[c0 * nb..(c0 + 1) * nb], &mut out[o..o + rows]) };
-            continue;
-        }
-        let cols: [&[BlockQ8_0Quad]; 4] = std::array::from_fn(|i| {
-            let c = c0 + if i < real { i } else { 0 };
-            &y[c * nb..(c + 1) * nb]
-        });
-        lanes.clear();
-        lanes.extend((0..nb).map(|b| pair_lanes(&cols, b)));
-        for (g, group) in x.chunks_exact(nb).enumerate() {
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for (b, blk) in group.iter().enumerate() {
-                let mut s = [_mm256_setzero_ps(); 2];
-                for (wd, word_lanes) in lanes[b].iter().enumerate() {
-                    let v = load_word(blk, wd);
-                    let sl = [
-                        _mm256_and_si256(v, m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-                    ];
-                    let mut a = [_mm256_setzero_si256(); 4];
-                    for (col, a) in a.iter_mut().enumerate() {
-                        let ys = &cols[col][b].qs;
-                        for (sn, &w) in sl.iter().enumerate() {
-                            let p = _mm256_maddubs_epi16(w, bcast8(chunk8(ys, 4 * wd + sn)));
-                            *a = _mm256_add_epi16(*a, p);
-                        }
-                    }
-                    for (cp, s) in s.iter_mut().enumerate() {
-                        let l = &word_lanes[cp];
-                        let h = _mm256_hadd_epi32(
-                            _mm256_madd_epi16(a[2 * cp], ones),
-                            _mm256_madd_epi16(a[2 * cp + 1], ones),
-                        );
-                        let p =
-                            _mm256_mul_ps(l.d, _mm256_cvtepi32_ps(_mm256_add_epi32(h, l.neg_sum)));
-                        *s = if wd == 0 { p } else { _mm256_add_ps(*s, p) };
-                    }
-                }
-                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
-                for (acc, s) in acc.iter_mut().zip(s) {
-                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
-                }
-            }
-            let mut l = [[0.0f32; 8]; 2];
-            // SAFETY: writes exactly the 8 floats of each array, unaligned.
-            unsafe {
-                _mm256_storeu_ps(l[0].as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(l[1].as_mut_ptr(), acc[1]);
-            }
-            for col in 0..real {
-                let (l, j) = (&l[col / 2], 2 * (col % 2));
-                let base = (c0 + col) * ld + ROWS_PER_T2P * g;
-                out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
-            }
-        }
-    }
-}
+super::x86_q8_0::q8_0_kernels!("avx2,f16c");
 
 /// The stock algorithm on `pq2_0` as it sits in the file, ported to AVX2 as ggml would: unpack
 /// the 2-bit codes with shift + mask, restore weight order with byte/word unpacks, subtract 1,

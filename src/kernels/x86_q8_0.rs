@@ -106,9 +106,35 @@ pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
     })
 }
 
+/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the gemm decodes
+/// once per register and serves every column with it).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn slots_u(v: __m256i) -> [__m256i; 4] {
+    let m03 = _mm256_set1_epi8(0x03);
+    [
+        _mm256_and_si256(v, m03),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
+    ]
+}
+
+/// The 4 row scales of a block in both lanes, `[d0..d3 | d0..d3]` as f32.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
+    let d: &[u16; 4] = &blk.d;
+    // SAFETY: reads the 8 bytes of `d`, unaligned.
+    let h = unsafe { _mm_loadl_epi64(d.as_ptr().cast()) };
+    _mm256_cvtph_ps(_mm_unpacklo_epi64(h, h))
+}
+
 /// Defines `gemv_q8_0_impl` and `gemm_q8_0_impl` in the calling module, compiled for
 /// `$feat`, around its `pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i`
-/// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs). A macro rather than
+/// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs) and
+/// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (the same from the two
+/// row pairs' decoded slots, [`slots_u`]). A macro rather than
 /// a generic function so that the whole loop is compiled with the path's features and the dot
 /// is inlined.
 macro_rules! q8_0_kernels {
@@ -155,6 +181,111 @@ macro_rules! q8_0_kernels {
                     let o: &mut [f32; 4] = (&mut out[4 * g..4 * g + 4]).try_into().expect("4 rows");
                     // SAFETY: writes exactly the 4 floats of `o`, unaligned.
                     unsafe { _mm_storeu_ps(o.as_mut_ptr(), _mm256_castps256_ps128(acc)) };
+                }
+            }
+        }
+
+        /// The `q8_0` gemm, four columns per pass over the weights (a last group of two or three
+        /// columns runs as one or two column pairs, a single last column through the gemv).
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q8_0_impl(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[BlockQ8_0Quad],
+            ncols: usize,
+            out: &mut [f32],
+            ld: usize,
+        ) {
+            use super::x86_q8_0::{Q8_0Table, pair_scales};
+            let rows = x.len() / nb * ROWS_PER_T2P;
+            let mut tables: [Q8_0Table; 4] = std::array::from_fn(|_| Q8_0Table::new());
+            let mut scales: Vec<[[__m256; 4]; 2]> = Vec::with_capacity(nb);
+            for c0 in (0..ncols).step_by(4) {
+                let real = (ncols - c0).min(4);
+                if real == 1 {
+                    let o = &mut out[c0 * ld..c0 * ld + rows];
+                    // SAFETY: same CPU features as this function.
+                    unsafe { gemv_q8_0_impl(x, nb, &y[c0 * nb..(c0 + 1) * nb], o) };
+                    continue;
+                }
+                // Three columns: the fourth repeats the third and is not stored.
+                let col = |i: usize| {
+                    let c = c0 + i.min(real - 1);
+                    &y[c * nb..(c + 1) * nb]
+                };
+                let np = real.div_ceil(2);
+                for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
+                    t.fill(col(i));
+                }
+                scales.clear();
+                scales.extend((0..nb).map(|b| {
+                    std::array::from_fn(|cp| pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b]))
+                }));
+                // SAFETY: same CPU features as this function.
+                unsafe {
+                    if np == 1 {
+                        gemm_q8_0_tile::<1>(x, nb, &tables, &scales, out, ld, c0, real)
+                    } else {
+                        gemm_q8_0_tile::<2>(x, nb, &tables, &scales, out, ld, c0, real)
+                    }
+                }
+            }
+        }
+
+        /// One tile of `2 * NP` columns (`real` of them stored) over all row groups.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn gemm_q8_0_tile<const NP: usize>(
+            x: &[BlockT2p],
+            nb: usize,
+            tables: &[super::x86_q8_0::Q8_0Table; 4],
+            scales: &[[[__m256; 4]; 2]],
+            out: &mut [f32],
+            ld: usize,
+            c0: usize,
+            real: usize,
+        ) {
+            use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
+            for (g, group) in x.chunks_exact(nb).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); NP];
+                for (b, blk) in group.iter().enumerate() {
+                    let mut s = [_mm256_setzero_ps(); NP];
+                    for q in 0..2 {
+                        let u = [
+                            slots_u(load_word_pair(blk, 0, q)),
+                            slots_u(load_word_pair(blk, 1, q)),
+                        ];
+                        for (cp, s) in s.iter_mut().enumerate() {
+                            let m: [__m256i; 2] = std::array::from_fn(|h| {
+                                let t = &tables[2 * cp + h];
+                                _mm256_add_epi32(slots_dot(&u, &t.ops[b][q]), t.neg[b][q])
+                            });
+                            let d = &scales[b][cp];
+                            let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
+                            let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
+                            let p0 = _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo));
+                            let p1 = _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi));
+                            *s = if q == 0 {
+                                _mm256_add_ps(p0, p1)
+                            } else {
+                                _mm256_add_ps(_mm256_add_ps(*s, p0), p1)
+                            };
+                        }
+                    }
+                    let dw = scales_twice(blk);
+                    for (acc, s) in acc.iter_mut().zip(s) {
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
+                    }
+                }
+                let mut l = [[0.0f32; 8]; NP];
+                for (l, acc) in l.iter_mut().zip(acc) {
+                    // SAFETY: writes exactly the 8 floats of `l`, unaligned.
+                    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), acc) };
+                }
+                for c in 0..real {
+                    let base = (c0 + c) * ld + ROWS_PER_T2P * g;
+                    let h = 4 * (c % 2);
+                    out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
                 }
             }
         }
