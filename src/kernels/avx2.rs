@@ -214,10 +214,16 @@ fn block_u4(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
 
 /// T2P gemm on `q8_K x4` tiles: each decoded slot register serves all four columns.
 ///
-/// Slots are decoded to plain `u` (`(v >> 2s) & 3`; the 3 extra shifts per word are shared by the
-/// 4 columns). One int16 accumulator per column sums the 16 `maddubs` of a block: each pair is
-/// `|.| <= 2*3*128 = 768`, so the total is `<= 12288` (no saturation, no wrap). Loop order: tile,
-/// then row group, so a tile's activations (`k` bytes x 4) stay in L1 while the weights stream.
+/// The word-pair layout of the `q8_0` kernels ([`super::x86_q8_0`]): one 256-bit load holds
+/// words `2q`, `2q + 1` of a row pair, decoded once to plain `u` (`(v >> 2s) & 3`); the
+/// activation operands (chunk `8q + s` in the low lane, `8q + 4 + s` in the high lane) are
+/// gathered from the tile once per call. One int16 accumulator per column and row pair sums the
+/// 16 `maddubs` of a block: each pair is `|.| <= 2*3*128 = 768`, so the total is `<= 12288`, and
+/// the `hadd` of the two row pairs `<= 24576` (no saturation, no wrap). `madd` by ones gives
+/// `[words 0, 2: r0..r3 | words 1, 3: r0..r3]` per column; a lane permute and an add per column
+/// pair give `[c: r0..r3 | c': r0..r3]`, then `- sum(y)` and the oracle's float step
+/// `acc + (d_w * d_y) * isum`. Loop order: tile, then row group, so a tile's operands stay in
+/// cache while the weights stream.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemm_avx2(
     x: &[BlockT2p],
@@ -228,77 +234,114 @@ unsafe fn gemm_avx2(
     ld: usize,
 ) {
     let half_n = nb / 2;
-    let m03 = _mm256_set1_epi8(0x03);
-    let ones = _mm256_set1_epi16(1);
-    // Result lanes after the reduction: [c0r0, c0r1, c1r0, c1r1 | c0r2, c0r3, c1r2, c1r3]
-    // (columns 0, 1; likewise 2, 3): the index vectors spread per-row and per-column factors.
-    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
-    let c01_idx = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
-    let c23_idx = _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3);
-    // Per block of the current tile: sum(y) of the 4 columns (from bsums).
-    let mut sums: Vec<[i32; 4]> = vec![[0; 4]; nb];
+    let mut tile_ops: Vec<[[[__m256i; 4]; 2]; 4]> = Vec::with_capacity(nb);
+    let mut pair_f: Vec<[(__m256i, __m256); 2]> = Vec::with_capacity(nb);
     for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
         let real = (ncols - 4 * t).min(4);
-        for (b, s) in sums.iter_mut().enumerate() {
-            *s = std::array::from_fn(|col| tile[b / 2].half_sum(col, b % 2));
+        tile_ops.clear();
+        pair_f.clear();
+        for b in 0..nb {
+            let yb = &tile[b / 2];
+            let h = b % 2;
+            let chunk = |col: usize, c: usize| {
+                let off = 32 * (16 * h + c) + 8 * col;
+                let v: [i8; 8] = yb.qs[off..off + 8].try_into().expect("8 bytes");
+                i64::from_le_bytes(v.map(|v| v as u8))
+            };
+            tile_ops.push(std::array::from_fn(|col| {
+                std::array::from_fn(|q| {
+                    std::array::from_fn(|s| {
+                        let (lo, hi) = (chunk(col, 8 * q + s), chunk(col, 8 * q + 4 + s));
+                        _mm256_setr_epi64x(lo, lo, hi, hi)
+                    })
+                })
+            }));
+            pair_f.push(std::array::from_fn(|cp| {
+                let (a, z) = (2 * cp, 2 * cp + 1);
+                let (sa, sz) = (-yb.half_sum(a, h), -yb.half_sum(z, h));
+                let (da, dz) = (yb.d[a], yb.d[z]);
+                (
+                    _mm256_setr_epi32(sa, sa, sa, sa, sz, sz, sz, sz),
+                    _mm256_setr_ps(da, da, da, da, dz, dz, dz, dz),
+                )
+            }));
         }
-        for (g, group) in x.chunks_exact(nb).enumerate() {
-            let mut acc01 = _mm256_setzero_ps();
-            let mut acc23 = _mm256_setzero_ps();
-            for (b, blk) in group.iter().enumerate() {
-                let yb = &tile[b / 2];
-                let ys: &[i8; 512] = yb.qs[512 * (b % 2)..512 * (b % 2) + 512]
-                    .try_into()
-                    .expect("512 values");
-                let mut a = [_mm256_setzero_si256(); 4];
-                for wd in 0..4 {
-                    let v = load_word(blk, wd);
-                    let sl = [
-                        _mm256_and_si256(v, m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-                    ];
-                    for (s, &w) in sl.iter().enumerate() {
-                        let c = 4 * wd + s;
-                        for (col, acc) in a.iter_mut().enumerate() {
-                            let off = 32 * c + 8 * col;
-                            let chunk: &[i8; 8] = ys[off..off + 8].try_into().expect("8 bytes");
-                            *acc = _mm256_add_epi16(*acc, _mm256_maddubs_epi16(w, bcast8(chunk)));
-                        }
-                    }
+        // SAFETY: same CPU features as this function.
+        unsafe {
+            if real <= 2 {
+                gemm_q8k_tile::<1>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
+            } else {
+                gemm_q8k_tile::<2>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
+            }
+        }
+    }
+}
+
+/// One `q8_K x4` tile (`2 * NP` columns computed, `real` stored) over all row groups; see
+/// [`gemm_avx2`].
+#[target_feature(enable = "avx2,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_q8k_tile<const NP: usize>(
+    x: &[BlockT2p],
+    nb: usize,
+    tile_ops: &[[[[__m256i; 4]; 2]; 4]],
+    pair_f: &[[(__m256i, __m256); 2]],
+    out: &mut [f32],
+    ld: usize,
+    c0: usize,
+    real: usize,
+) {
+    use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
+    let ones = _mm256_set1_epi16(1);
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); NP];
+        for ((blk, ops), pf) in group.iter().zip(tile_ops).zip(pair_f) {
+            // Per word pair: decode both row pairs once, then per column the 8 `maddubs` and
+            // their reduction (keeps 8 decoded + 4 accumulator registers live).
+            let mut m = [_mm256_setzero_si256(); 4];
+            for q in 0..2 {
+                let u = [
+                    slots_u(load_word_pair(blk, 0, q)),
+                    slots_u(load_word_pair(blk, 1, q)),
+                ];
+                for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {
+                    let x = u.map(|u| {
+                        let p01 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(u[0], ops[q][0]),
+                            _mm256_maddubs_epi16(u[1], ops[q][1]),
+                        );
+                        let p23 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(u[2], ops[q][2]),
+                            _mm256_maddubs_epi16(u[3], ops[q][3]),
+                        );
+                        _mm256_add_epi16(p01, p23)
+                    });
+                    let w = _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), ones);
+                    *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
                 }
-                // [r0, r0, r1, r1 | r2, r2, r3, r3] per column, then pairs of columns.
-                let h01 =
-                    _mm256_hadd_epi32(_mm256_madd_epi16(a[0], ones), _mm256_madd_epi16(a[1], ones));
-                let h23 =
-                    _mm256_hadd_epi32(_mm256_madd_epi16(a[2], ones), _mm256_madd_epi16(a[3], ones));
-                let s = &sums[b];
-                // SAFETY: reads the 16 bytes of `s`, unaligned.
-                let s4 = _mm256_castsi128_si256(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
-                let i01 = _mm256_sub_epi32(h01, _mm256_permutevar8x32_epi32(s4, c01_idx));
-                let i23 = _mm256_sub_epi32(h23, _mm256_permutevar8x32_epi32(s4, c23_idx));
-                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
-                let d: &[f32; 4] = &yb.d;
-                // SAFETY: reads the 4 floats of `d`, unaligned.
-                let dy = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(d.as_ptr()) });
-                let sc01 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c01_idx));
-                let sc23 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c23_idx));
-                acc01 = _mm256_add_ps(acc01, _mm256_mul_ps(sc01, _mm256_cvtepi32_ps(i01)));
-                acc23 = _mm256_add_ps(acc23, _mm256_mul_ps(sc23, _mm256_cvtepi32_ps(i23)));
             }
-            let mut lanes = [[0.0f32; 8]; 2];
-            // SAFETY: writes exactly the 8 floats of each array, unaligned.
-            unsafe {
-                _mm256_storeu_ps(lanes[0].as_mut_ptr(), acc01);
-                _mm256_storeu_ps(lanes[1].as_mut_ptr(), acc23);
+            let dw = scales_twice(blk);
+            for (cp, acc) in acc.iter_mut().enumerate() {
+                let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
+                let tot = _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                );
+                let (neg, dy) = pf[cp];
+                let isum = _mm256_add_epi32(tot, neg);
+                let scale = _mm256_mul_ps(dw, dy);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
             }
-            for col in 0..real {
-                let l = &lanes[col / 2];
-                let j = 2 * (col % 2);
-                let base = (4 * t + col) * ld + ROWS_PER_T2P * g;
-                out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
-            }
+        }
+        let mut l = [[0.0f32; 8]; NP];
+        for (l, acc) in l.iter_mut().zip(acc) {
+            // SAFETY: writes exactly the 8 floats of `l`, unaligned.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), acc) };
+        }
+        for c in 0..real {
+            let base = (c0 + c) * ld + ROWS_PER_T2P * g;
+            let h = 4 * (c % 2);
+            out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
         }
     }
 }
