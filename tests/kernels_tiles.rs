@@ -50,7 +50,11 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
         for c in 0..ncols {
             let mut alone = vec![0.0; rows];
             kern.gemv_q8_0(&w, nb, &cols[c * nb..(c + 1) * nb], &mut alone);
-            assert_eq!(bits(&got[c * ld..c * ld + rows]), bits(&alone), "column {c}");
+            assert_eq!(
+                bits(&got[c * ld..c * ld + rows]),
+                bits(&alone),
+                "column {c}"
+            );
         }
     }
 }
@@ -67,7 +71,10 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
             let cols = &cols;
             let zero = &zero;
             (0..per).map(move |b| {
-                let c = |i: usize| cols.get((4 * t + i) * per + b).filter(|_| 4 * t + i < ncols);
+                let c = |i: usize| {
+                    cols.get((4 * t + i) * per + b)
+                        .filter(|_| 4 * t + i < ncols)
+                };
                 interleave_q8k_x4([0, 1, 2, 3].map(|i| c(i).unwrap_or(zero)))
             })
         })

@@ -73,9 +73,7 @@ impl Q8_0Table {
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(super) fn load_word_pair(blk: &BlockT2p, p: usize, q: usize) -> __m256i {
-    let w: &[[u8; 16]; 2] = blk.qs[p][2 * q..2 * q + 2]
-        .try_into()
-        .expect("two words");
+    let w: &[[u8; 16]; 2] = blk.qs[p][2 * q..2 * q + 2].try_into().expect("two words");
     // SAFETY: `w` is 32 contiguous bytes, and loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(w.as_ptr().cast()) }
 }
@@ -150,7 +148,11 @@ macro_rules! q8_0_kernels {
                 let a = &x[g * nb..(g + 1) * nb];
                 // An odd last group is paired with itself; its copy is not stored.
                 let two = g + 1 < groups;
-                let b = if two { &x[(g + 1) * nb..(g + 2) * nb] } else { a };
+                let b = if two {
+                    &x[(g + 1) * nb..(g + 2) * nb]
+                } else {
+                    a
+                };
                 let mut acc = _mm256_setzero_ps();
                 for (((ba, bb), yb), (ops, neg)) in
                     a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg))
