@@ -500,6 +500,7 @@ mod tests {
             max_ngram: 3,
             min_ngram: 1,
             max_draft: 3,
+            adaptive: false,
         };
         // suffix [7, 8] occurred at 1..3 followed by 9, 10, 11.
         assert_eq!(
@@ -517,5 +518,36 @@ mod tests {
         assert_eq!(lookup_draft(&[4, 1, 2, 1, 2], &cfg, 3), vec![1, 2, 1]);
         assert_eq!(lookup_draft(&[4, 9, 9, 9], &cfg, 3), vec![9, 9, 9]);
         assert!(lookup_draft(&[], &cfg, 3).is_empty());
+    }
+
+    #[test]
+    fn the_policy_drafts_only_when_the_expected_gain_exceeds_one() {
+        // Cheap verification, every draft accepted: draft the longest.
+        let mut m = DraftModel::new(3);
+        assert!(m.best(3).is_none(), "nothing measured yet");
+        m.record_decode(1.0);
+        m.record_verify(3, 1.3);
+        for _ in 0..20 {
+            m.record_outcome(3, 3);
+        }
+        let e = m.best(3).unwrap();
+        assert_eq!(e.best_len, 3);
+        assert!(e.gain > 2.0, "{e:?}");
+        // Lengths never measured are interpolated from the decode and the nearest measured one.
+        assert!((m.verify_secs(2).unwrap() - 1.2).abs() < 1e-12);
+        // Expensive verification, drafts rejected: no length pays.
+        let mut m = DraftModel::new(3);
+        m.record_decode(1.0);
+        m.record_verify(1, 2.0);
+        for _ in 0..20 {
+            m.record_outcome(1, 0);
+        }
+        assert!(m.acceptance() < 0.1);
+        assert!(m.best(3).unwrap().gain < 1.0);
+        // Acceptance follows the text: after many accepted drafts it recovers.
+        for _ in 0..200 {
+            m.record_outcome(3, 3);
+        }
+        assert!(m.acceptance() > 0.9);
     }
 }
