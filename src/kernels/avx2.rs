@@ -56,7 +56,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
-    unsafe { gemv_q8_0_avx2(x, nb, y, out) }
+    unsafe { gemv_q8_0_impl(x, nb, y, out) }
 }
 
 fn gemm_q8_0(
@@ -68,7 +68,7 @@ fn gemm_q8_0(
     ld: usize,
 ) {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
-    unsafe { gemm_q8_0_avx2(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
 }
 
 pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
@@ -214,10 +214,16 @@ fn block_u4(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
 
 /// T2P gemm on `q8_K x4` tiles: each decoded slot register serves all four columns.
 ///
-/// Slots are decoded to plain `u` (`(v >> 2s) & 3`; the 3 extra shifts per word are shared by the
-/// 4 columns). One int16 accumulator per column sums the 16 `maddubs` of a block: each pair is
-/// `|.| <= 2*3*128 = 768`, so the total is `<= 12288` (no saturation, no wrap). Loop order: tile,
-/// then row group, so a tile's activations (`k` bytes x 4) stay in L1 while the weights stream.
+/// The word-pair layout of the `q8_0` kernels ([`super::x86_q8_0`]): one 256-bit load holds
+/// words `2q`, `2q + 1` of a row pair, decoded once to plain `u` (`(v >> 2s) & 3`); the
+/// activation operands (chunk `8q + s` in the low lane, `8q + 4 + s` in the high lane) are
+/// gathered from the tile once per call. One int16 accumulator per column and row pair sums the
+/// 16 `maddubs` of a block: each pair is `|.| <= 2*3*128 = 768`, so the total is `<= 12288`, and
+/// the `hadd` of the two row pairs `<= 24576` (no saturation, no wrap). `madd` by ones gives
+/// `[words 0, 2: r0..r3 | words 1, 3: r0..r3]` per column; a lane permute and an add per column
+/// pair give `[c: r0..r3 | c': r0..r3]`, then `- sum(y)` and the oracle's float step
+/// `acc + (d_w * d_y) * isum`. Loop order: tile, then row group, so a tile's operands stay in
+/// cache while the weights stream.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemm_avx2(
     x: &[BlockT2p],
@@ -228,282 +234,165 @@ unsafe fn gemm_avx2(
     ld: usize,
 ) {
     let half_n = nb / 2;
-    let m03 = _mm256_set1_epi8(0x03);
-    let ones = _mm256_set1_epi16(1);
-    // Result lanes after the reduction: [c0r0, c0r1, c1r0, c1r1 | c0r2, c0r3, c1r2, c1r3]
-    // (columns 0, 1; likewise 2, 3): the index vectors spread per-row and per-column factors.
-    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
-    let c01_idx = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
-    let c23_idx = _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3);
-    // Per block of the current tile: sum(y) of the 4 columns (from bsums).
-    let mut sums: Vec<[i32; 4]> = vec![[0; 4]; nb];
+    let mut tile_ops: Vec<[[[__m256i; 4]; 2]; 4]> = Vec::with_capacity(nb);
+    let mut pair_f: Vec<[(__m256i, __m256); 2]> = Vec::with_capacity(nb);
     for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
         let real = (ncols - 4 * t).min(4);
-        for (b, s) in sums.iter_mut().enumerate() {
-            *s = std::array::from_fn(|col| tile[b / 2].half_sum(col, b % 2));
+        tile_ops.clear();
+        pair_f.clear();
+        for b in 0..nb {
+            let yb = &tile[b / 2];
+            let h = b % 2;
+            let chunk = |col: usize, c: usize| {
+                let off = 32 * (16 * h + c) + 8 * col;
+                let v: [i8; 8] = yb.qs[off..off + 8].try_into().expect("8 bytes");
+                i64::from_le_bytes(v.map(|v| v as u8))
+            };
+            tile_ops.push(std::array::from_fn(|col| {
+                std::array::from_fn(|q| {
+                    std::array::from_fn(|s| {
+                        let (lo, hi) = (chunk(col, 8 * q + s), chunk(col, 8 * q + 4 + s));
+                        _mm256_setr_epi64x(lo, lo, hi, hi)
+                    })
+                })
+            }));
+            pair_f.push(std::array::from_fn(|cp| {
+                let (a, z) = (2 * cp, 2 * cp + 1);
+                let (sa, sz) = (-yb.half_sum(a, h), -yb.half_sum(z, h));
+                let (da, dz) = (yb.d[a], yb.d[z]);
+                (
+                    _mm256_setr_epi32(sa, sa, sa, sa, sz, sz, sz, sz),
+                    _mm256_setr_ps(da, da, da, da, dz, dz, dz, dz),
+                )
+            }));
         }
-        for (g, group) in x.chunks_exact(nb).enumerate() {
-            let mut acc01 = _mm256_setzero_ps();
-            let mut acc23 = _mm256_setzero_ps();
-            for (b, blk) in group.iter().enumerate() {
-                let yb = &tile[b / 2];
-                let ys: &[i8; 512] = yb.qs[512 * (b % 2)..512 * (b % 2) + 512]
-                    .try_into()
-                    .expect("512 values");
-                let mut a = [_mm256_setzero_si256(); 4];
-                for wd in 0..4 {
-                    let v = load_word(blk, wd);
-                    let sl = [
-                        _mm256_and_si256(v, m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-                    ];
-                    for (s, &w) in sl.iter().enumerate() {
-                        let c = 4 * wd + s;
-                        for (col, acc) in a.iter_mut().enumerate() {
-                            let off = 32 * c + 8 * col;
-                            let chunk: &[i8; 8] = ys[off..off + 8].try_into().expect("8 bytes");
-                            *acc = _mm256_add_epi16(*acc, _mm256_maddubs_epi16(w, bcast8(chunk)));
-                        }
-                    }
-                }
-                // [r0, r0, r1, r1 | r2, r2, r3, r3] per column, then pairs of columns.
-                let h01 =
-                    _mm256_hadd_epi32(_mm256_madd_epi16(a[0], ones), _mm256_madd_epi16(a[1], ones));
-                let h23 =
-                    _mm256_hadd_epi32(_mm256_madd_epi16(a[2], ones), _mm256_madd_epi16(a[3], ones));
-                let s = &sums[b];
-                // SAFETY: reads the 16 bytes of `s`, unaligned.
-                let s4 = _mm256_castsi128_si256(unsafe { _mm_loadu_si128(s.as_ptr().cast()) });
-                let i01 = _mm256_sub_epi32(h01, _mm256_permutevar8x32_epi32(s4, c01_idx));
-                let i23 = _mm256_sub_epi32(h23, _mm256_permutevar8x32_epi32(s4, c23_idx));
-                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
-                let d: &[f32; 4] = &yb.d;
-                // SAFETY: reads the 4 floats of `d`, unaligned.
-                let dy = _mm256_castps128_ps256(unsafe { _mm_loadu_ps(d.as_ptr()) });
-                let sc01 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c01_idx));
-                let sc23 = _mm256_mul_ps(dw, _mm256_permutevar8x32_ps(dy, c23_idx));
-                acc01 = _mm256_add_ps(acc01, _mm256_mul_ps(sc01, _mm256_cvtepi32_ps(i01)));
-                acc23 = _mm256_add_ps(acc23, _mm256_mul_ps(sc23, _mm256_cvtepi32_ps(i23)));
-            }
-            let mut lanes = [[0.0f32; 8]; 2];
-            // SAFETY: writes exactly the 8 floats of each array, unaligned.
-            unsafe {
-                _mm256_storeu_ps(lanes[0].as_mut_ptr(), acc01);
-                _mm256_storeu_ps(lanes[1].as_mut_ptr(), acc23);
-            }
-            for col in 0..real {
-                let l = &lanes[col / 2];
-                let j = 2 * (col % 2);
-                let base = (4 * t + col) * ld + ROWS_PER_T2P * g;
-                out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
+        // SAFETY: same CPU features as this function.
+        unsafe {
+            if real <= 2 {
+                gemm_q8k_tile::<1>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
+            } else {
+                gemm_q8k_tile::<2>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
             }
         }
     }
 }
 
-/// Per-block factors of one `q8_0` column in the lane order of a word-pair reduction
-/// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
-/// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
-/// group.
-pub(super) struct Q8_0Lanes {
-    pub(super) neg_sums: [__m256i; 2],
-    pub(super) d: [__m256; 2],
-}
-
+/// One `q8_K x4` tile (`2 * NP` columns computed, `real` stored) over all row groups; see
+/// [`gemm_avx2`].
 #[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn q8_0_lanes(yb: &BlockQ8_0Quad, sum_scale: i32) -> Q8_0Lanes {
-    let (s, d) = (yb.sums.map(|v| -sum_scale * v), yb.d);
-    Q8_0Lanes {
-        neg_sums: [
-            _mm256_setr_epi32(s[0], s[0], s[1], s[1], s[0], s[0], s[1], s[1]),
-            _mm256_setr_epi32(s[2], s[2], s[3], s[3], s[2], s[2], s[3], s[3]),
-        ],
-        d: [
-            _mm256_setr_ps(d[0], d[0], d[1], d[1], d[0], d[0], d[1], d[1]),
-            _mm256_setr_ps(d[2], d[2], d[3], d[3], d[2], d[2], d[3], d[3]),
-        ],
-    }
-}
-
-/// `[w r0, w r1, w r2, w r3 | w' r0, ... w' r3]` from a word-pair reduction (64-bit chunks
-/// 0, 2, 1, 3).
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn rows_by_word(v: __m256) -> __m256 {
-    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
-}
-
-/// `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row of one T2P block against four `q8_0`
-/// blocks, `i_j` the exact sum of 32-weight quarter `j`.
-///
-/// Per word the slot split and `maddubs` are [`block_u4`]'s (same bounds, one word at a time:
-/// `a <= 1536`, `b <= 6144` per int16 lane), widened per word to `4 * dot(u, y)`; two `hadd`s
-/// gather the four words per row, `-4 * sum(y)` and an exact `>> 2` give `dot(w, y)`.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
-    let m03 = _mm256_set1_epi8(0x03);
-    let m0c = _mm256_set1_epi8(0x0C);
-    let four = _mm256_set1_epi16(4);
-    let one = _mm256_set1_epi16(1);
-    let mut w = [_mm256_setzero_si256(); 4];
-    for (wd, w) in w.iter_mut().enumerate() {
-        let v = load_word(blk, wd);
-        let t = _mm256_srli_epi16::<4>(v);
-        let c = 4 * wd;
-        let p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m03), bcast8(chunk8(ys, c)));
-        let p1 = _mm256_maddubs_epi16(_mm256_and_si256(v, m0c), bcast8(chunk8(ys, c + 1)));
-        let p2 = _mm256_maddubs_epi16(_mm256_and_si256(t, m03), bcast8(chunk8(ys, c + 2)));
-        let p3 = _mm256_maddubs_epi16(_mm256_and_si256(t, m0c), bcast8(chunk8(ys, c + 3)));
-        *w = _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_add_epi16(p0, p2), four),
-            _mm256_madd_epi16(_mm256_add_epi16(p1, p3), one),
-        );
-    }
-    let i01 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[0], w[1]),
-        l.neg_sums[0],
-    ));
-    let i23 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[2], w[3]),
-        l.neg_sums[1],
-    ));
-    let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
-    let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
-    let s = _mm_add_ps(_mm256_castps256_ps128(p01), _mm256_extractf128_ps::<1>(p01));
-    let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
-    _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
-}
-
-/// T2P gemv on `q8_0` activations: [`block_q8_0`] per block, then `acc + d_w * s`.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 4)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
-            let s = block_q8_0(blk, &yb.qs, l);
-            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
-        }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-    }
-}
-
-/// Per block and word, one column pair's `-sum` and scale in the lane order
-/// `[c r0, c r1, c' r0, c' r1 | c r2, c r3, c' r2, c' r3]` of a column-pair reduction.
-pub(super) struct PairLanes {
-    pub(super) neg_sum: __m256i,
-    pub(super) d: __m256,
-}
-
-/// [`PairLanes`] of block `b` for every word and both column pairs of four columns.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn pair_lanes(cols: &[&[BlockQ8_0Quad]; 4], b: usize) -> [[PairLanes; 2]; 4] {
-    std::array::from_fn(|wd| {
-        std::array::from_fn(|cp| {
-            let (a, z) = (&cols[2 * cp][b], &cols[2 * cp + 1][b]);
-            let (sa, sz) = (-a.sums[wd], -z.sums[wd]);
-            let (da, dz) = (a.d[wd], z.d[wd]);
-            PairLanes {
-                neg_sum: _mm256_setr_epi32(sa, sa, sz, sz, sa, sa, sz, sz),
-                d: _mm256_setr_ps(da, da, dz, dz, da, da, dz, dz),
-            }
-        })
-    })
-}
-
-/// T2P gemm on `q8_0` activations, four columns at a time (a last group of two or three
-/// columns is padded by repeating its first column, whose extra results are not stored; a
-/// single last column runs through the gemv).
-///
-/// Slots are decoded to plain `u` once per word and serve the four columns. Per word and column
-/// an int16 accumulator sums the 4 `maddubs` of the word (`<= 4 * 768 = 3072`), widened with
-/// `madd` and paired by `hadd` into `[c r0, c r1, c' r0, c' r1 | ...]`; the word sums are scaled
-/// and added in word order, so each column equals [`gemv_q8_0_avx2`] bit for bit.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gemm_q8_0_avx2(
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_q8k_tile<const NP: usize>(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
+    tile_ops: &[[[[__m256i; 4]; 2]; 4]],
+    pair_f: &[[(__m256i, __m256); 2]],
     out: &mut [f32],
     ld: usize,
+    c0: usize,
+    real: usize,
 ) {
-    let m03 = _mm256_set1_epi8(0x03);
+    use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
     let ones = _mm256_set1_epi16(1);
-    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    let mut lanes: Vec<[[PairLanes; 2]; 4]> = Vec::with_capacity(nb);
-    for c0 in (0..ncols).step_by(4) {
-        let real = (ncols - c0).min(4);
-        if real == 1 {
-            let o = c0 * ld;
-            // SAFETY: same CPU features as this function.
-            unsafe { gemv_q8_0_avx2(x, nb, &y[c0 * nb..(c0 + 1) * nb], &mut out[o..o + rows]) };
-            continue;
-        }
-        let cols: [&[BlockQ8_0Quad]; 4] = std::array::from_fn(|i| {
-            let c = c0 + if i < real { i } else { 0 };
-            &y[c * nb..(c + 1) * nb]
-        });
-        lanes.clear();
-        lanes.extend((0..nb).map(|b| pair_lanes(&cols, b)));
-        for (g, group) in x.chunks_exact(nb).enumerate() {
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for (b, blk) in group.iter().enumerate() {
-                let mut s = [_mm256_setzero_ps(); 2];
-                for (wd, word_lanes) in lanes[b].iter().enumerate() {
-                    let v = load_word(blk, wd);
-                    let sl = [
-                        _mm256_and_si256(v, m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-                    ];
-                    let mut a = [_mm256_setzero_si256(); 4];
-                    for (col, a) in a.iter_mut().enumerate() {
-                        let ys = &cols[col][b].qs;
-                        for (sn, &w) in sl.iter().enumerate() {
-                            let p = _mm256_maddubs_epi16(w, bcast8(chunk8(ys, 4 * wd + sn)));
-                            *a = _mm256_add_epi16(*a, p);
-                        }
-                    }
-                    for (cp, s) in s.iter_mut().enumerate() {
-                        let l = &word_lanes[cp];
-                        let h = _mm256_hadd_epi32(
-                            _mm256_madd_epi16(a[2 * cp], ones),
-                            _mm256_madd_epi16(a[2 * cp + 1], ones),
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        let mut acc = [_mm256_setzero_ps(); NP];
+        for ((blk, ops), pf) in group.iter().zip(tile_ops).zip(pair_f) {
+            // Per word pair: decode both row pairs once, then per column the 8 `maddubs` and
+            // their reduction (keeps 8 decoded + 4 accumulator registers live).
+            let mut m = [_mm256_setzero_si256(); 4];
+            for q in 0..2 {
+                let u = [
+                    slots_u(load_word_pair(blk, 0, q)),
+                    slots_u(load_word_pair(blk, 1, q)),
+                ];
+                for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {
+                    let x = u.map(|u| {
+                        let p01 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(u[0], ops[q][0]),
+                            _mm256_maddubs_epi16(u[1], ops[q][1]),
                         );
-                        let p =
-                            _mm256_mul_ps(l.d, _mm256_cvtepi32_ps(_mm256_add_epi32(h, l.neg_sum)));
-                        *s = if wd == 0 { p } else { _mm256_add_ps(*s, p) };
-                    }
+                        let p23 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(u[2], ops[q][2]),
+                            _mm256_maddubs_epi16(u[3], ops[q][3]),
+                        );
+                        _mm256_add_epi16(p01, p23)
+                    });
+                    let w = _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), ones);
+                    *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
                 }
-                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
-                for (acc, s) in acc.iter_mut().zip(s) {
-                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
-                }
             }
-            let mut l = [[0.0f32; 8]; 2];
-            // SAFETY: writes exactly the 8 floats of each array, unaligned.
-            unsafe {
-                _mm256_storeu_ps(l[0].as_mut_ptr(), acc[0]);
-                _mm256_storeu_ps(l[1].as_mut_ptr(), acc[1]);
+            let dw = scales_twice(blk);
+            for (cp, acc) in acc.iter_mut().enumerate() {
+                let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
+                let tot = _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                );
+                let (neg, dy) = pf[cp];
+                let isum = _mm256_add_epi32(tot, neg);
+                let scale = _mm256_mul_ps(dw, dy);
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
             }
-            for col in 0..real {
-                let (l, j) = (&l[col / 2], 2 * (col % 2));
-                let base = (c0 + col) * ld + ROWS_PER_T2P * g;
-                out[base..base + 4].copy_from_slice(&[l[j], l[j + 1], l[j + 4], l[j + 5]]);
-            }
+        }
+        let mut l = [[0.0f32; 8]; NP];
+        for (l, acc) in l.iter_mut().zip(acc) {
+            // SAFETY: writes exactly the 8 floats of `l`, unaligned.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr(), acc) };
+        }
+        for c in 0..real {
+            let base = (c0 + c) * ld + ROWS_PER_T2P * g;
+            let h = 4 * (c % 2);
+            out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
         }
     }
 }
+
+/// `dot(u, y)` per row and word of words `2q`, `2q + 1` (see [`super::x86_q8_0`]): per row pair,
+/// the slot split of [`block_u4`] (`s0 = v & 3`, `s1 = v & 0xC`, `s2 = t & 3`, `s3 = t & 0xC`,
+/// `t = v >> 4`) and four `maddubs` against the table operands. Each int16 pair is
+/// `|.| <= 2*3*128 = 768` for slots 0, 2 and `<= 2*12*128 = 3072` for the `4u` slots 1, 3, so
+/// nothing saturates; `p1 + p3` (`<= 6144`) is a multiple of 4, so `>> 2` is exact and the word
+/// sum `p0 + p2 + (p1 + p3) / 4` is `<= 3072`. `hadd` of the two row pairs (`<= 6144`) and
+/// `madd` by ones give `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]` in int32.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
+    let m03 = _mm256_set1_epi8(0x03);
+    let m0c = _mm256_set1_epi8(0x0C);
+    let x: [__m256i; 2] = std::array::from_fn(|p| {
+        let v = super::x86_q8_0::load_word_pair(blk, p, q);
+        let t = _mm256_srli_epi16::<4>(v);
+        let p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m03), ops[0]);
+        let p1 = _mm256_maddubs_epi16(_mm256_and_si256(v, m0c), ops[1]);
+        let p2 = _mm256_maddubs_epi16(_mm256_and_si256(t, m03), ops[2]);
+        let p3 = _mm256_maddubs_epi16(_mm256_and_si256(t, m0c), ops[3]);
+        _mm256_add_epi16(
+            _mm256_add_epi16(p0, p2),
+            _mm256_srai_epi16::<2>(_mm256_add_epi16(p1, p3)),
+        )
+    });
+    _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_set1_epi16(1))
+}
+
+/// [`pair_dot`] from decoded slots (plain `u`, shared by the columns of a gemm tile): per row
+/// pair four `maddubs` summed in int16 (`<= 4 * 768 = 3072`), then `hadd` and `madd` as there.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i {
+    let x = u.map(|u| {
+        let p01 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(u[0], ops[0]),
+            _mm256_maddubs_epi16(u[1], ops[1]),
+        );
+        let p23 = _mm256_add_epi16(
+            _mm256_maddubs_epi16(u[2], ops[2]),
+            _mm256_maddubs_epi16(u[3], ops[3]),
+        );
+        _mm256_add_epi16(p01, p23)
+    });
+    _mm256_madd_epi16(_mm256_hadd_epi16(x[0], x[1]), _mm256_set1_epi16(1))
+}
+
+super::x86_q8_0::q8_0_kernels!("avx2,f16c");
 
 /// The stock algorithm on `pq2_0` as it sits in the file, ported to AVX2 as ggml would: unpack
 /// the 2-bit codes with shift + mask, restore weight order with byte/word unpacks, subtract 1,

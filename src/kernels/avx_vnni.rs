@@ -12,10 +12,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{
-    PairLanes, Q8_0Lanes, bcast8, chunk8, fold_block_pair, half, load_word, q8_0_lanes,
-    rows_by_word, scales,
-};
+use super::avx2::{bcast8, chunk8, fold_block_pair, half, load_word, scales};
+use super::x86_q8_0::{load_word_pair, slots_u};
 use super::{Isa, Kernels};
 use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
@@ -54,7 +52,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: as in `gemv`.
-    unsafe { gemv_q8_0_vnni(x, nb, y, out) }
+    unsafe { gemv_q8_0_impl(x, nb, y, out) }
 }
 
 fn gemm_q8_0(
@@ -66,7 +64,7 @@ fn gemm_q8_0(
     ld: usize,
 ) {
     // SAFETY: as in `gemv`.
-    unsafe { gemm_q8_0_vnni(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
 }
 
 /// `acc + dot4(u, y)` per int32 lane (`vpdpbusd`, VEX form).
@@ -74,32 +72,6 @@ fn gemm_q8_0(
 #[inline]
 fn dp(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
     _mm256_dpbusd_avx_epi32(acc, u, y)
-}
-
-/// The four slots of a word as plain codes `u` (`(v >> 2s) & 3`).
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-#[inline]
-fn slots_u(v: __m256i) -> [__m256i; 4] {
-    let m03 = _mm256_set1_epi8(0x03);
-    [
-        _mm256_and_si256(v, m03),
-        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-    ]
-}
-
-/// `dot(u, y)` of one word of both row pairs against its 32 activations,
-/// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes).
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-#[inline]
-fn word_dot_u(blk: &BlockT2p, wd: usize, ys: &[i8; 128]) -> __m256i {
-    let u = slots_u(load_word(blk, wd));
-    let mut a = _mm256_setzero_si256();
-    for (s, u) in u.iter().enumerate() {
-        a = dp(a, *u, bcast8(chunk8(ys, 4 * wd + s)));
-    }
-    a
 }
 
 /// `64 * dot(u, y)` of one T2P block with its 128 activations, `[r0, r0, r1, r1 | r2, r2, r3, r3]`.
@@ -231,92 +203,32 @@ fn store_tile(out: &mut [f32], ld: usize, c0: usize, real: usize, g: usize, acc:
     }
 }
 
-/// `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row of one block against four `q8_0` blocks:
-/// [`word_dot_u`] per word (plain slots, one accumulator), paired by `hadd`, `-sum` per word,
-/// then the AVX2 path's float steps.
+/// `dot(u, y)` per row and word from the decoded slots of both row pairs (the shared `q8_0`
+/// driver, [`super::x86_q8_0`]): one `vpdpbusd` per slot into an int32 accumulator per row pair
+/// (`[ra, ra, rb, rb]` per lane, four products a lane), then `hadd` gives
+/// `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]`. Lanes stay below `32 * 3 * 128`.
 #[target_feature(enable = "avx2,f16c,avxvnni")]
 #[inline]
-fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
-    let w: [__m256i; 4] = std::array::from_fn(|wd| word_dot_u(blk, wd, ys));
-    let i01 = _mm256_add_epi32(_mm256_hadd_epi32(w[0], w[1]), l.neg_sums[0]);
-    let i23 = _mm256_add_epi32(_mm256_hadd_epi32(w[2], w[3]), l.neg_sums[1]);
-    let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
-    let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
-    let s = _mm_add_ps(_mm256_castps256_ps128(p01), _mm256_extractf128_ps::<1>(p01));
-    let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
-    _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
+fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i {
+    let x = u.map(|u| {
+        let mut a = _mm256_setzero_si256();
+        for (u, y) in u.iter().zip(ops) {
+            a = dp(a, *u, *y);
+        }
+        a
+    });
+    _mm256_hadd_epi32(x[0], x[1])
 }
 
-/// T2P gemv on `q8_0` activations.
+/// [`slots_dot`] of words `2q`, `2q + 1` of a block (the gemv decodes per block).
 #[target_feature(enable = "avx2,f16c,avxvnni")]
-unsafe fn gemv_q8_0_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 1)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
-            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), block_q8_0(blk, &yb.qs, l)));
-        }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-    }
+#[inline]
+fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
+    let u = [
+        slots_u(load_word_pair(blk, 0, q)),
+        slots_u(load_word_pair(blk, 1, q)),
+    ];
+    slots_dot(&u, ops)
 }
 
-/// T2P gemm on `q8_0` activations: the AVX2 `q8_0` gemm with one `vpdpbusd` per slot and
-/// column (int32 word sums directly, no `madd`).
-#[target_feature(enable = "avx2,f16c,avxvnni")]
-unsafe fn gemm_q8_0_vnni(
-    x: &[BlockT2p],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    let mut lanes: Vec<[[PairLanes; 2]; 4]> = Vec::with_capacity(nb);
-    for c0 in (0..ncols).step_by(4) {
-        let real = (ncols - c0).min(4);
-        if real == 1 {
-            let o = c0 * ld;
-            // SAFETY: same CPU features as this function.
-            unsafe { gemv_q8_0_vnni(x, nb, &y[c0 * nb..(c0 + 1) * nb], &mut out[o..o + rows]) };
-            continue;
-        }
-        let cols: [&[BlockQ8_0Quad]; 4] = std::array::from_fn(|i| {
-            let c = c0 + if i < real { i } else { 0 };
-            &y[c * nb..(c + 1) * nb]
-        });
-        lanes.clear();
-        lanes.extend((0..nb).map(|b| super::avx2::pair_lanes(&cols, b)));
-        for (g, group) in x.chunks_exact(nb).enumerate() {
-            let mut acc = [_mm256_setzero_ps(); 2];
-            for (b, blk) in group.iter().enumerate() {
-                let mut s = [_mm256_setzero_ps(); 2];
-                for (wd, word_lanes) in lanes[b].iter().enumerate() {
-                    let sl = slots_u(load_word(blk, wd));
-                    let mut a = [_mm256_setzero_si256(); 4];
-                    for (col, a) in a.iter_mut().enumerate() {
-                        let ys = &cols[col][b].qs;
-                        for (sn, &w) in sl.iter().enumerate() {
-                            *a = dp(*a, w, bcast8(chunk8(ys, 4 * wd + sn)));
-                        }
-                    }
-                    for (cp, s) in s.iter_mut().enumerate() {
-                        let l = &word_lanes[cp];
-                        let h = _mm256_hadd_epi32(a[2 * cp], a[2 * cp + 1]);
-                        let p =
-                            _mm256_mul_ps(l.d, _mm256_cvtepi32_ps(_mm256_add_epi32(h, l.neg_sum)));
-                        *s = if wd == 0 { p } else { _mm256_add_ps(*s, p) };
-                    }
-                }
-                let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales(blk)), rows_idx);
-                for (acc, s) in acc.iter_mut().zip(s) {
-                    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
-                }
-            }
-            store_tile(out, ld, c0, real, g, acc);
-        }
-    }
-}
+super::x86_q8_0::q8_0_kernels!("avx2,f16c,avxvnni");

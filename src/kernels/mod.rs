@@ -33,6 +33,8 @@ mod avx2;
 mod avx_vnni;
 pub mod cpu;
 pub mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod x86_q8_0;
 
 /// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).
 #[repr(u32)]

@@ -350,6 +350,14 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             k: 8192,
             batch: 1,
         },
+        // Verifying 4 draft tokens: the same weights as the decode gemv, 4 columns at once
+        // (the table's "vs gemv" column is this tile's time over the gemv's).
+        Shape {
+            label: "decode",
+            rows: 32768,
+            k: 8192,
+            batch: 4,
+        },
         Shape {
             label: "L3",
             rows: 4096,
@@ -415,6 +423,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 } else {
                     64
                 };
+                // The verify tile compares T2P tiles with the T2P gemv; no stock run there.
+                if layout == Layout::Stock && shape.label == "decode" && batch > 1 {
+                    continue;
+                }
                 if layout == Layout::Stock && batch > limit && !args.full {
                     eprintln!(
                         "bench: [{done}/{total_runs}] skip stock {} {rows}x{k}x{batch} (use --full)",
@@ -548,7 +560,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9}",
+        "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8}",
         "kern",
         "shape",
         "lay",
@@ -563,7 +575,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         "GMAC/s",
         "GFLOPS",
         "vs stock",
-        "vs scalar"
+        "vs scalar",
+        "vs gemv"
     );
     let ratio = |r: &Row, isa: Isa| {
         results
@@ -577,6 +590,21 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 format!("{:.1}x", o.median_s / r.median_s)
             })
     };
+    // A gemm's time over the gemv's on the same matrix, layout, path and thread count.
+    let vs_gemv = |r: &Row| {
+        results
+            .iter()
+            .find(|o| {
+                r.batch > 1
+                    && o.batch == 1
+                    && o.layout == r.layout
+                    && o.isa == r.isa
+                    && (o.rows, o.k, o.threads) == (r.rows, r.k, r.threads)
+            })
+            .map_or(String::new(), |o| {
+                format!("{:.2}x", r.median_s / o.median_s)
+            })
+    };
     for r in &results {
         let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
             (ratio(r, r.isa), ratio(r, Isa::Scalar))
@@ -584,7 +612,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             (String::new(), String::new())
         };
         println!(
-            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9}",
+            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9} {:>8}",
             r.kernel(),
             r.label,
             r.layout.name(),
@@ -599,7 +627,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             r.gflops / 2.0,
             r.gflops,
             vs_stock,
-            vs_scalar
+            vs_scalar,
+            vs_gemv(r)
         );
     }
     println!(

@@ -149,6 +149,10 @@ pub struct Args {
     /// Most tokens drafted at once (3 keeps a verification within one 4-column tile).
     #[arg(long, default_value_t = 3)]
     draft_max: usize,
+    /// Verify every draft the lookup finds, instead of drafting only while the measured
+    /// acceptance and verification cost promise a gain (the default).
+    #[arg(long)]
+    draft_always: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -209,6 +213,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (stats, draft): (GenStats, Option<DraftStats>) = if drafting {
         let cfg = LookupConfig {
             max_draft: args.draft_max.max(1),
+            adaptive: !args.draft_always,
             ..Default::default()
         };
         let (s, d) = generate_lookup(
@@ -283,6 +288,21 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 "accepted": d.accepted,
                 "verifications": d.verifications,
                 "acceptance": d.acceptance(),
+                "adaptive": !args.draft_always,
+                "plain_steps": d.plain_steps,
+                "shadow_drafted": d.shadow_drafted,
+                "shadow_accepted": d.shadow_accepted,
+                "estimate": d.estimate.map(|e| serde_json::json!({
+                    "decode_s": e.decode_secs,
+                    "best_len": e.best_len,
+                    "verify_s": e.verify_secs,
+                    "acceptance": e.acceptance,
+                    "tokens_per_verify": e.tokens_per_verify,
+                    "gain": e.gain,
+                    "drafting_tps": e.drafting_tps(),
+                    "plain_tps": e.plain_tps(),
+                    "expected_tps": e.expected_tps,
+                })),
             })),
         });
         println!("{obj}");
@@ -309,12 +329,37 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         );
         if let Some(d) = draft {
             eprintln!(
-                "drafting: {} of {} drafted tokens accepted ({:.0}%) in {} verifications",
+                "drafting: {} of {} drafted tokens accepted ({:.0}%) in {} verifications, {} plain steps{}",
                 d.accepted,
                 d.drafted,
                 100.0 * d.acceptance(),
-                d.verifications
+                d.verifications,
+                d.plain_steps,
+                if args.draft_always {
+                    String::new()
+                } else {
+                    format!(
+                        " (declined drafts: {} of {} tokens would have been accepted)",
+                        d.shadow_accepted, d.shadow_drafted
+                    )
+                }
             );
+            if let Some(e) = d.estimate {
+                eprintln!(
+                    "drafting model: decode {:.2} ms, verify of {} {:.2} ms ({:.2}x), acceptance {:.2}: {:.2} tokens per verify, {:.2} tok/s drafting vs {:.2} plain (gain {:.2}x); expected for the steps taken {:.2} tok/s, measured {:.2} tok/s",
+                    1e3 * e.decode_secs,
+                    e.best_len,
+                    1e3 * e.verify_secs,
+                    e.verify_secs / e.decode_secs,
+                    e.acceptance,
+                    e.tokens_per_verify,
+                    e.drafting_tps(),
+                    e.plain_tps(),
+                    e.gain,
+                    e.expected_tps,
+                    stats.gen_tps()
+                );
+            }
         }
         match (ceiling, pct) {
             (Some(c), Some(p)) => eprintln!(

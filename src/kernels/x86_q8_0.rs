@@ -1,0 +1,297 @@
+//! The x86 `q8_0` gemv and gemm, shared by the AVX2 and AVX-VNNI paths: everything but the
+//! integer dot of one weight register, which each path supplies ([`q8_0_kernels`]).
+//!
+//! **Register layout ("word pairs").** One 256-bit load of `qs[p][2q..2q + 2]` holds words `2q`
+//! (low lane) and `2q + 1` (high lane) of row pair `p`. Word `wd` is exactly `q8_0` sub-block `wd`
+//! (weights `32wd .. 32wd + 32`), so a lane never mixes activation scales, and the weights need
+//! no insert. Slot `s` of that register multiplies activation chunk `8q + s` (low lane) and
+//! `8q + 4 + s` (high lane), each 8 bytes repeated in both halves of its lane: that operand is
+//! precomputed once per call ([`Q8_0Table`], 256 bytes per block) and serves both row pairs of
+//! every row group.
+//!
+//! **Reduction.** A path's `pair_dot(blk, q, ops)` returns `dot(u, y)` (`u = w + 1`, the code) per
+//! row and word as int32 `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]`. Adding the table's
+//! `-sum(y)` gives the exact 32-weight sums `i_wd`. Two row groups `A`, `B` are processed per pass:
+//! a 128-bit lane permute turns their four word-pair vectors into `I_wd = [A r0..r3 | B r0..r3]`,
+//! so the float fold runs once for 8 rows: `s = d0 * I0; s = s + d1 * I1; s = s + d2 * I2;
+//! s = s + d3 * I3; acc = acc + d_w * s` with `d_j` the activation scales broadcast and `d_w` the
+//! 8 row scales. Every operation is a separately rounded `mulps`/`addps` in the oracle's order
+//! ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to it.
+//!
+//! The gemm pairs columns instead of row groups: `[c: r0..r3 | c': r0..r3]`, with the scales of
+//! the two columns in the two lanes; each decoded register serves the four columns of a tile.
+
+use std::arch::x86_64::*;
+
+use crate::format::{BlockQ8_0Quad, BlockT2p};
+
+/// Per-block activation operands of one `q8_0` column in the word-pair layout.
+pub(super) struct Q8_0Table {
+    /// `ops[b][q][s]`: chunk `8q + s` of block `b` in the low lane, chunk `8q + 4 + s` in the
+    /// high lane, each 8 bytes twice.
+    pub(super) ops: Vec<[[__m256i; 4]; 2]>,
+    /// `neg[b][q]`: `-sum` of sub-block `2q` (low lane, 4 times) and `2q + 1` (high lane).
+    pub(super) neg: Vec<[__m256i; 2]>,
+}
+
+impl Q8_0Table {
+    /// An empty table; [`Q8_0Table::fill`] sizes it.
+    pub(super) fn new() -> Self {
+        Q8_0Table {
+            ops: Vec::new(),
+            neg: Vec::new(),
+        }
+    }
+
+    /// Fills the table for the blocks of one column.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn fill(&mut self, y: &[BlockQ8_0Quad]) {
+        let chunk = |yb: &BlockQ8_0Quad, c: usize| {
+            let b: [i8; 8] = yb.qs[8 * c..8 * c + 8].try_into().expect("8 bytes");
+            i64::from_le_bytes(b.map(|v| v as u8))
+        };
+        self.ops.clear();
+        self.ops.extend(y.iter().map(|yb| {
+            std::array::from_fn(|q| {
+                std::array::from_fn(|s| {
+                    let (lo, hi) = (chunk(yb, 8 * q + s), chunk(yb, 8 * q + 4 + s));
+                    _mm256_setr_epi64x(lo, lo, hi, hi)
+                })
+            })
+        }));
+        self.neg.clear();
+        self.neg.extend(y.iter().map(|yb| {
+            std::array::from_fn(|q| {
+                let (lo, hi) = (-yb.sums[2 * q], -yb.sums[2 * q + 1]);
+                _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi)
+            })
+        }));
+    }
+}
+
+/// Words `2q` and `2q + 1` of row pair `p` (one 256-bit load, low lane = word `2q`).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn load_word_pair(blk: &BlockT2p, p: usize, q: usize) -> __m256i {
+    let w: &[[u8; 16]; 2] = blk.qs[p][2 * q..2 * q + 2].try_into().expect("two words");
+    // SAFETY: `w` is 32 contiguous bytes, and loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(w.as_ptr().cast()) }
+}
+
+/// The 8 row scales `[a: d0..d3 | b: d0..d3]` of two blocks as f32 (F16C conversion is exact).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn scales_ab(a: &BlockT2p, b: &BlockT2p) -> __m256 {
+    let (da, db): (&[u16; 4], &[u16; 4]) = (&a.d, &b.d);
+    // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
+    let h = unsafe {
+        _mm_unpacklo_epi64(
+            _mm_loadl_epi64(da.as_ptr().cast()),
+            _mm_loadl_epi64(db.as_ptr().cast()),
+        )
+    };
+    _mm256_cvtph_ps(h)
+}
+
+/// Column-pair factors of one block for the gemm: the scale `d_j` of column `c` in the low lane
+/// and of column `c'` in the high lane, per sub-block `j`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
+    std::array::from_fn(|j| {
+        let (x, z) = (a.d[j], b.d[j]);
+        _mm256_setr_ps(x, x, x, x, z, z, z, z)
+    })
+}
+
+/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the gemm decodes
+/// once per register and serves every column with it).
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn slots_u(v: __m256i) -> [__m256i; 4] {
+    let m03 = _mm256_set1_epi8(0x03);
+    [
+        _mm256_and_si256(v, m03),
+        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
+        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
+    ]
+}
+
+/// The 4 row scales of a block in both lanes, `[d0..d3 | d0..d3]` as f32.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
+    let d: &[u16; 4] = &blk.d;
+    // SAFETY: reads the 8 bytes of `d`, unaligned.
+    let h = unsafe { _mm_loadl_epi64(d.as_ptr().cast()) };
+    _mm256_cvtph_ps(_mm_unpacklo_epi64(h, h))
+}
+
+/// Defines `gemv_q8_0_impl` and `gemm_q8_0_impl` in the calling module, compiled for
+/// `$feat`, around its `pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i`
+/// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs) and
+/// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (the same from the two
+/// row pairs' decoded slots, [`slots_u`]). A macro rather than
+/// a generic function so that the whole loop is compiled with the path's features and the dot
+/// is inlined.
+macro_rules! q8_0_kernels {
+    ($feat:literal) => {
+        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]).
+        #[target_feature(enable = $feat)]
+        unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+            use super::x86_q8_0::{Q8_0Table, scales_ab};
+            let mut table = Q8_0Table::new();
+            table.fill(y);
+            let groups = x.len() / nb;
+            for g in (0..groups).step_by(2) {
+                let a = &x[g * nb..(g + 1) * nb];
+                // An odd last group is paired with itself; its copy is not stored.
+                let two = g + 1 < groups;
+                let b = if two {
+                    &x[(g + 1) * nb..(g + 2) * nb]
+                } else {
+                    a
+                };
+                let mut acc = _mm256_setzero_ps();
+                for (((ba, bb), yb), (ops, neg)) in
+                    a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg))
+                {
+                    let ma0 = _mm256_add_epi32(pair_dot(ba, 0, &ops[0]), neg[0]);
+                    let mb0 = _mm256_add_epi32(pair_dot(bb, 0, &ops[0]), neg[0]);
+                    let ma1 = _mm256_add_epi32(pair_dot(ba, 1, &ops[1]), neg[1]);
+                    let mb1 = _mm256_add_epi32(pair_dot(bb, 1, &ops[1]), neg[1]);
+                    let i = [
+                        _mm256_permute2x128_si256::<0x20>(ma0, mb0),
+                        _mm256_permute2x128_si256::<0x31>(ma0, mb0),
+                        _mm256_permute2x128_si256::<0x20>(ma1, mb1),
+                        _mm256_permute2x128_si256::<0x31>(ma1, mb1),
+                    ];
+                    let d = &yb.d;
+                    let mut s = _mm256_mul_ps(_mm256_set1_ps(d[0]), _mm256_cvtepi32_ps(i[0]));
+                    for j in 1..4 {
+                        let p = _mm256_mul_ps(_mm256_set1_ps(d[j]), _mm256_cvtepi32_ps(i[j]));
+                        s = _mm256_add_ps(s, p);
+                    }
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(scales_ab(ba, bb), s));
+                }
+                if two {
+                    let o: &mut [f32; 8] = (&mut out[4 * g..4 * g + 8]).try_into().expect("8 rows");
+                    // SAFETY: writes exactly the 8 floats of `o`, unaligned.
+                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
+                } else {
+                    let o: &mut [f32; 4] = (&mut out[4 * g..4 * g + 4]).try_into().expect("4 rows");
+                    // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+                    unsafe { _mm_storeu_ps(o.as_mut_ptr(), _mm256_castps256_ps128(acc)) };
+                }
+            }
+        }
+
+        /// The `q8_0` gemm, four columns per pass over the weights (a last group of two or three
+        /// columns runs as one or two column pairs, a single last column through the gemv).
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q8_0_impl(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[BlockQ8_0Quad],
+            ncols: usize,
+            out: &mut [f32],
+            ld: usize,
+        ) {
+            use super::x86_q8_0::{Q8_0Table, pair_scales};
+            let rows = x.len() / nb * ROWS_PER_T2P;
+            let mut tables: [Q8_0Table; 4] = std::array::from_fn(|_| Q8_0Table::new());
+            let mut scales: Vec<[[__m256; 4]; 2]> = Vec::with_capacity(nb);
+            for c0 in (0..ncols).step_by(4) {
+                let real = (ncols - c0).min(4);
+                if real == 1 {
+                    let o = &mut out[c0 * ld..c0 * ld + rows];
+                    // SAFETY: same CPU features as this function.
+                    unsafe { gemv_q8_0_impl(x, nb, &y[c0 * nb..(c0 + 1) * nb], o) };
+                    continue;
+                }
+                // Three columns: the fourth repeats the third and is not stored.
+                let col = |i: usize| {
+                    let c = c0 + i.min(real - 1);
+                    &y[c * nb..(c + 1) * nb]
+                };
+                let np = real.div_ceil(2);
+                for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
+                    t.fill(col(i));
+                }
+                scales.clear();
+                scales.extend((0..nb).map(|b| {
+                    std::array::from_fn(|cp| pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b]))
+                }));
+                // SAFETY: same CPU features as this function.
+                unsafe {
+                    if np == 1 {
+                        gemm_q8_0_tile::<1>(x, nb, &tables, &scales, out, ld, c0, real)
+                    } else {
+                        gemm_q8_0_tile::<2>(x, nb, &tables, &scales, out, ld, c0, real)
+                    }
+                }
+            }
+        }
+
+        /// One tile of `2 * NP` columns (`real` of them stored) over all row groups.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn gemm_q8_0_tile<const NP: usize>(
+            x: &[BlockT2p],
+            nb: usize,
+            tables: &[super::x86_q8_0::Q8_0Table; 4],
+            scales: &[[[__m256; 4]; 2]],
+            out: &mut [f32],
+            ld: usize,
+            c0: usize,
+            real: usize,
+        ) {
+            use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
+            for (g, group) in x.chunks_exact(nb).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); NP];
+                for (b, blk) in group.iter().enumerate() {
+                    let mut s = [_mm256_setzero_ps(); NP];
+                    for q in 0..2 {
+                        let u = [
+                            slots_u(load_word_pair(blk, 0, q)),
+                            slots_u(load_word_pair(blk, 1, q)),
+                        ];
+                        for (cp, s) in s.iter_mut().enumerate() {
+                            let m: [__m256i; 2] = std::array::from_fn(|h| {
+                                let t = &tables[2 * cp + h];
+                                _mm256_add_epi32(slots_dot(&u, &t.ops[b][q]), t.neg[b][q])
+                            });
+                            let d = &scales[b][cp];
+                            let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
+                            let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
+                            let p0 = _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo));
+                            let p1 = _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi));
+                            *s = if q == 0 {
+                                _mm256_add_ps(p0, p1)
+                            } else {
+                                _mm256_add_ps(_mm256_add_ps(*s, p0), p1)
+                            };
+                        }
+                    }
+                    let dw = scales_twice(blk);
+                    for (acc, s) in acc.iter_mut().zip(s) {
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
+                    }
+                }
+                let mut l = [[0.0f32; 8]; NP];
+                for (l, acc) in l.iter_mut().zip(acc) {
+                    // SAFETY: writes exactly the 8 floats of `l`, unaligned.
+                    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), acc) };
+                }
+                for c in 0..real {
+                    let base = (c0 + c) * ld + ROWS_PER_T2P * g;
+                    let h = 4 * (c % 2);
+                    out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
+                }
+            }
+        }
+    };
+}
+
+pub(super) use q8_0_kernels;
