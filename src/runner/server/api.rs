@@ -85,6 +85,8 @@ pub struct Common {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
+    /// `return_tokens` (as llama-server): the generated ids as `choices[0].tokens`.
+    pub return_tokens: bool,
 }
 
 /// Parses a request body into a JSON object.
@@ -237,6 +239,7 @@ pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiE
         stop,
         stream,
         include_usage,
+        return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
     })
 }
 

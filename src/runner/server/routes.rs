@@ -288,7 +288,7 @@ async fn complete(
     if common.stream {
         Ok(stream(reply, rx, common.include_usage).into_response())
     } else {
-        whole(reply, rx).await
+        whole(reply, rx, common.return_tokens).await
     }
 }
 
@@ -350,7 +350,11 @@ impl Reply {
 }
 
 /// Waits for the whole completion and answers with one object.
-async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+async fn whole(
+    reply: Reply,
+    mut rx: UnboundedReceiver<Event>,
+    return_tokens: bool,
+) -> Result<Response, ApiError> {
     let mut text = String::new();
     loop {
         match rx.recv().await {
@@ -360,9 +364,10 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Respons
                 prompt_tokens,
                 cached_tokens,
                 completion_tokens,
+                tokens,
             }) => {
                 let finish = finish.as_str();
-                let choice = match reply.kind {
+                let mut choice = match reply.kind {
                     Kind::Text => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish}),
                     Kind::Chat => json!({
                         "index": 0,
@@ -371,6 +376,9 @@ async fn whole(reply: Reply, mut rx: UnboundedReceiver<Event>) -> Result<Respons
                         "finish_reason": finish,
                     }),
                 };
+                if return_tokens {
+                    choice["tokens"] = json!(tokens);
+                }
                 let mut m = reply.envelope(false, json!([choice]));
                 m.insert("usage".into(), usage(prompt_tokens, cached_tokens, completion_tokens));
                 return Ok(axum::Json(Value::Object(m)).into_response());
@@ -405,6 +413,7 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>, include_usage: bool) -> Re
                     prompt_tokens,
                     cached_tokens,
                     completion_tokens,
+                    ..
                 }) => {
                     out.push_back(reply.chunk(None, Some(finish)).to_string());
                     if include_usage {

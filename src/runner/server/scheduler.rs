@@ -53,6 +53,8 @@ pub enum Event {
         cached_tokens: usize,
         /// Tokens sampled (an end-of-generation token included).
         completion_tokens: usize,
+        /// Their ids.
+        tokens: Vec<u32>,
     },
     /// The model failed (the request ends; the server goes on).
     Error(String),
@@ -366,6 +368,7 @@ fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
         prompt_tokens: a.job.prompt.len(),
         cached_tokens: a.cached,
         completion_tokens: a.generated,
+        tokens: a.history[a.job.prompt.len()..].to_vec(),
     });
     metrics.requests_finished.fetch_add(1, Relaxed);
     account_prompt(metrics, &a);
