@@ -76,6 +76,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.proc.stderr.close()
 
     def http(self, method, path, body=None, headers=None, raw=None):
         """(status, parsed JSON or text) of one request; never raises for HTTP errors."""
@@ -169,7 +170,7 @@ class ModelCase:
     def setUpClass(cls):
         cls.srv = Server(cls.MODEL, "--parallel", "4")
         cls.client = cls.srv.client()
-        cls.prompts = [prompt_file(cls.DIR, p) for p in ("english", "code-rust", "unicode-de")]
+        cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
 
     @classmethod
     def tearDownClass(cls):
@@ -309,11 +310,13 @@ class ModelCase:
 class Qwen3Tiny(ModelCase, unittest.TestCase):
     MODEL = QWEN3
     DIR = "qwen3-tiny"
+    PROMPTS = ("english", "code-rust", "unicode-de")
 
 
 class Qwen35Tiny(ModelCase, unittest.TestCase):
     MODEL = QWEN35
     DIR = "qwen35-tiny"
+    PROMPTS = ("english", "code-python", "unicode-el")
 
 
 class BadInput(unittest.TestCase):

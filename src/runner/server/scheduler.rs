@@ -176,8 +176,6 @@ pub fn run(
             }
         }
         step(model, exec, tok, cfg, &mut slots, &metrics);
-        let busy = slots.iter().filter(|s| s.active.is_some()).count();
-        metrics.slots_busy.store(busy as u64, Relaxed);
     }
 }
 
@@ -249,6 +247,7 @@ fn step(
         if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
             let a = s.active.take().expect("active");
             metrics.requests_cancelled.fetch_add(1, Relaxed);
+            metrics.slots_busy.fetch_sub(1, Relaxed);
             account_prompt(metrics, &a);
         }
     }
@@ -292,6 +291,7 @@ fn step(
             for &i in &who {
                 let s = &mut slots[i];
                 if let Some(a) = s.active.take() {
+                    metrics.slots_busy.fetch_sub(1, Relaxed);
                     let _ = a.job.events.send(Event::Error(e.to_string()));
                 }
                 s.session = None;
@@ -363,6 +363,10 @@ fn account_prompt(metrics: &Metrics, a: &Active) {
 fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
     let tail = a.text.finish();
     send_text(&a, tail);
+    // Counters first: a client reading /metrics after its answer sees its request counted.
+    metrics.requests_finished.fetch_add(1, Relaxed);
+    metrics.slots_busy.fetch_sub(1, Relaxed);
+    account_prompt(metrics, &a);
     let _ = a.job.events.send(Event::Done {
         finish,
         prompt_tokens: a.job.prompt.len(),
@@ -370,8 +374,6 @@ fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
         completion_tokens: a.generated,
         tokens: a.history[a.job.prompt.len()..].to_vec(),
     });
-    metrics.requests_finished.fetch_add(1, Relaxed);
-    account_prompt(metrics, &a);
 }
 
 #[cfg(test)]
