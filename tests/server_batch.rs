@@ -13,10 +13,14 @@ use t2p::runner::sample::argmax;
 
 /// Three prompts of different lengths from the test data's tokenizer.
 fn prompts(l: &Loaded) -> Vec<Vec<u32>> {
-    ["Once upon a time", "fn main() { println!(", "Grüße aus Köln, 東京 und"]
-        .iter()
-        .map(|p| l.tokenizer.encode(p, true, true))
-        .collect()
+    [
+        "Once upon a time",
+        "fn main() { println!(",
+        "Grüße aus Köln, 東京 und",
+    ]
+    .iter()
+    .map(|p| l.tokenizer.encode(p, true, true))
+    .collect()
 }
 
 /// Runs the batched schedule and the one-sequence-at-a-time schedule side by side and
@@ -41,7 +45,11 @@ fn check(l: &Loaded, exec: &Exec, what: &str) {
         let mut following = Vec::new();
         for (i, toks) in next.iter().enumerate() {
             let want = m.forward(exec, &mut alone[i], toks, false).unwrap();
-            assert_eq!(got[i].len(), want.len(), "{what}: step {step} seq {i} length");
+            assert_eq!(
+                got[i].len(),
+                want.len(),
+                "{what}: step {step} seq {i} length"
+            );
             let same = got[i]
                 .iter()
                 .zip(&want)
@@ -72,16 +80,14 @@ fn model(name: &str) -> Option<Loaded> {
 fn qwen3_tiny_batched_forward_is_bit_identical() {
     let Some(l) = model("qwen3-tiny") else { return };
     check(&l, &reference_exec(), "qwen3-tiny q8_0");
-    check(
-        &l,
-        &Exec::new(2).with_act(ActQuant::Q8K),
-        "qwen3-tiny q8_K",
-    );
+    check(&l, &Exec::new(2).with_act(ActQuant::Q8K), "qwen3-tiny q8_K");
 }
 
 #[test]
 fn qwen35_tiny_batched_forward_is_bit_identical() {
-    let Some(l) = model("qwen35-tiny") else { return };
+    let Some(l) = model("qwen35-tiny") else {
+        return;
+    };
     check(&l, &reference_exec(), "qwen35-tiny q8_0");
     check(
         &l,
@@ -92,12 +98,17 @@ fn qwen35_tiny_batched_forward_is_bit_identical() {
 
 #[test]
 fn a_bad_sequence_leaves_every_session_untouched() {
-    let Some(l) = model("qwen35-tiny") else { return };
+    let Some(l) = model("qwen35-tiny") else {
+        return;
+    };
     let (m, exec) = (&l.model, reference_exec());
     let (mut a, mut b) = (m.new_session(8), m.new_session(8));
     let too_long = [1u32; 9];
     let r = m.forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &too_long[..])]);
-    assert!(r.is_err(), "a sequence past its context must fail the batch");
+    assert!(
+        r.is_err(),
+        "a sequence past its context must fail the batch"
+    );
     assert_eq!((a.len(), b.len()), (0, 0));
     let bad_id = [m.n_vocab() as u32];
     assert!(
@@ -110,5 +121,8 @@ fn a_bad_sequence_leaves_every_session_untouched() {
         .forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &[3][..])])
         .unwrap();
     let mut fresh = m.new_session(8);
-    assert_eq!(got[0], m.forward(&exec, &mut fresh, &[1, 2], false).unwrap());
+    assert_eq!(
+        got[0],
+        m.forward(&exec, &mut fresh, &[1, 2], false).unwrap()
+    );
 }

@@ -168,7 +168,9 @@ class ModelCase:
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server(cls.MODEL, "--parallel", "4")
+        # Small prefill chunks: every prompt is fed over several steps, between the others'
+        # decode steps, and must still give what `libt2p run` gives from one pass.
+        cls.srv = Server(cls.MODEL, "--parallel", "4", "--prefill-chunk", "8")
         cls.client = cls.srv.client()
         cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
 

@@ -91,8 +91,9 @@ pub struct Common {
 
 /// Parses a request body into a JSON object.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid("invalid_json", format!("the body is not valid JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid("invalid_json", format!("the body is not valid JSON: {e}"))
+    })?;
     match v {
         Value::Object(m) => Ok(m),
         other => Err(ApiError::invalid(
@@ -245,7 +246,8 @@ pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiE
 
 /// Reads `prompt`: a string, an array of token ids, or an array holding one of those.
 pub fn parse_prompt(m: &Map<String, Value>, n_vocab: usize) -> Result<Prompt, ApiError> {
-    let v = field(m, "prompt").ok_or_else(|| ApiError::invalid("missing_field", "'prompt' is required"))?;
+    let v = field(m, "prompt")
+        .ok_or_else(|| ApiError::invalid("missing_field", "'prompt' is required"))?;
     let ids = |a: &[Value]| -> Result<Prompt, ApiError> {
         a.iter()
             .map(|x| match x.as_u64() {
@@ -264,7 +266,11 @@ pub fn parse_prompt(m: &Map<String, Value>, n_vocab: usize) -> Result<Prompt, Ap
         Value::Array(a) if a.len() == 1 => match &a[0] {
             Value::String(s) => Ok(Prompt::Text(s.clone())),
             Value::Array(inner) => ids(inner),
-            other => Err(wrong("prompt[0]", "a string or an array of token ids", other)),
+            other => Err(wrong(
+                "prompt[0]",
+                "a string or an array of token ids",
+                other,
+            )),
         },
         Value::Array(_) => Err(ApiError::invalid(
             "invalid_value",
@@ -375,7 +381,10 @@ mod tests {
         assert!(p(r#"{}"#).is_err());
         let m = |s: &str| parse_messages(&obj(s));
         let ok = m(r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#).unwrap();
-        assert_eq!((ok[0].role.as_str(), ok[0].content.as_str()), ("user", "ab"));
+        assert_eq!(
+            (ok[0].role.as_str(), ok[0].content.as_str()),
+            ("user", "ab")
+        );
         assert!(m(r#"{"messages": "hi"}"#).is_err());
         assert!(m(r#"{"messages": []}"#).is_err());
         assert!(m(r#"{"messages": [{"content": "x"}]}"#).is_err());

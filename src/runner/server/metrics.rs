@@ -45,9 +45,9 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Records `n` tokens sampled in one step now.
-    pub fn sampled(&self, n: u64) {
-        self.completion_tokens.fetch_add(n, Relaxed);
+    /// Records that a step sampled `n` tokens now, for the rate gauge (each token is counted in
+    /// `completion_tokens` as it is sampled, before its text is sent).
+    pub fn step_sampled(&self, n: u64) {
         let now = Instant::now();
         let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
         r.push_back((now, n));
@@ -74,24 +74,97 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut s = String::new();
         let mut put = |name: &str, kind: &str, help: &str, v: f64| {
-            let _ = writeln!(s, "# HELP t2p_{name} {help}\n# TYPE t2p_{name} {kind}\nt2p_{name} {v}");
+            let _ = writeln!(
+                s,
+                "# HELP t2p_{name} {help}\n# TYPE t2p_{name} {kind}\nt2p_{name} {v}"
+            );
         };
         let g = |a: &AtomicU64| a.load(Relaxed) as f64;
-        put("requests_total", "counter", "Completion requests accepted.", g(&self.requests));
-        put("requests_invalid_total", "counter", "Requests answered with a 4xx error.", g(&self.requests_invalid));
-        put("requests_rejected_total", "counter", "Requests refused with 503 (queue full).", g(&self.requests_rejected));
-        put("requests_cancelled_total", "counter", "Requests whose client disconnected first.", g(&self.requests_cancelled));
-        put("requests_finished_total", "counter", "Requests that ran to a finish reason.", g(&self.requests_finished));
-        put("prompt_tokens_total", "counter", "Prompt tokens of the requests run.", g(&self.prompt_tokens));
-        put("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", g(&self.prompt_tokens_cached));
-        put("completion_tokens_total", "counter", "Tokens generated.", g(&self.completion_tokens));
-        put("steps_total", "counter", "Batched forward passes.", g(&self.steps));
-        put("step_tokens_total", "counter", "Token columns over all forward passes.", g(&self.step_tokens));
-        put("busy_seconds_total", "counter", "Seconds spent in forward passes and sampling.", g(&self.busy_nanos) / 1e9);
-        put("queue_depth", "gauge", "Requests waiting for a slot.", g(&self.queue_depth));
-        put("slots_busy", "gauge", "Slots holding a request.", g(&self.slots_busy));
+        put(
+            "requests_total",
+            "counter",
+            "Completion requests accepted.",
+            g(&self.requests),
+        );
+        put(
+            "requests_invalid_total",
+            "counter",
+            "Requests answered with a 4xx error.",
+            g(&self.requests_invalid),
+        );
+        put(
+            "requests_rejected_total",
+            "counter",
+            "Requests refused with 503 (queue full).",
+            g(&self.requests_rejected),
+        );
+        put(
+            "requests_cancelled_total",
+            "counter",
+            "Requests whose client disconnected first.",
+            g(&self.requests_cancelled),
+        );
+        put(
+            "requests_finished_total",
+            "counter",
+            "Requests that ran to a finish reason.",
+            g(&self.requests_finished),
+        );
+        put(
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens of the requests run.",
+            g(&self.prompt_tokens),
+        );
+        put(
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from a slot's cache.",
+            g(&self.prompt_tokens_cached),
+        );
+        put(
+            "completion_tokens_total",
+            "counter",
+            "Tokens generated.",
+            g(&self.completion_tokens),
+        );
+        put(
+            "steps_total",
+            "counter",
+            "Batched forward passes.",
+            g(&self.steps),
+        );
+        put(
+            "step_tokens_total",
+            "counter",
+            "Token columns over all forward passes.",
+            g(&self.step_tokens),
+        );
+        put(
+            "busy_seconds_total",
+            "counter",
+            "Seconds spent in forward passes and sampling.",
+            g(&self.busy_nanos) / 1e9,
+        );
+        put(
+            "queue_depth",
+            "gauge",
+            "Requests waiting for a slot.",
+            g(&self.queue_depth),
+        );
+        put(
+            "slots_busy",
+            "gauge",
+            "Slots holding a request.",
+            g(&self.slots_busy),
+        );
         put("slots", "gauge", "Slots (--parallel).", g(&self.slots));
-        put("tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", self.tokens_per_second());
+        put(
+            "tokens_per_second",
+            "gauge",
+            "Tokens generated per second over the last 10 s.",
+            self.tokens_per_second(),
+        );
         s
     }
 }

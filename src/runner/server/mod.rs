@@ -94,9 +94,7 @@ pub fn serve(
     })?;
     // The router (and with it the queue's sender) is gone: the scheduler ends its last steps.
     drop(rt);
-    worker
-        .join()
-        .map_err(|_| "the scheduler thread panicked")?;
+    worker.join().map_err(|_| "the scheduler thread panicked")?;
     Ok(())
 }
 
@@ -104,10 +102,11 @@ async fn shutdown() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return ctrl_c.await.unwrap_or(()),
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
         tokio::select! {
             _ = ctrl_c => {},
             _ = term.recv() => {},

@@ -198,12 +198,15 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
         Kind::Chat => {
             let messages = api::parse_messages(m)?;
             let tmpl = st.template.as_ref().ok_or_else(|| {
-                ApiError::invalid("no_chat_template", "the model has no chat template; use /v1/completions")
+                ApiError::invalid(
+                    "no_chat_template",
+                    "the model has no chat template; use /v1/completions",
+                )
             })?;
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
-            let text = tmpl
-                .render(&messages, true)
-                .map_err(|e| ApiError::invalid("invalid_messages", format!("the chat template failed: {e}")))?;
+            let text = tmpl.render(&messages, true).map_err(|e| {
+                ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
+            })?;
             Src::Text(text, false)
         }
     };
@@ -220,16 +223,30 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
                 ids
             })
             .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal", e.to_string()))?
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "internal",
+                    e.to_string(),
+                )
+            })?
         }
     };
     if ids.is_empty() {
-        return Err(ApiError::invalid("empty_prompt", "the prompt is empty and the model has no BOS token"));
+        return Err(ApiError::invalid(
+            "empty_prompt",
+            "the prompt is empty and the model has no BOS token",
+        ));
     }
     if ids.len() >= st.n_ctx {
         return Err(ApiError::invalid(
             "context_length_exceeded",
-            format!("the prompt has {} tokens; the context holds {} (prompt + at least one generated token)", ids.len(), st.n_ctx),
+            format!(
+                "the prompt has {} tokens; the context holds {} (prompt + at least one generated token)",
+                ids.len(),
+                st.n_ctx
+            ),
         ));
     }
     Ok(ids)
@@ -244,7 +261,12 @@ async fn complete(
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             too_large()
         } else {
-            ApiError::new(e.status(), "invalid_request_error", "bad_body", e.body_text())
+            ApiError::new(
+                e.status(),
+                "invalid_request_error",
+                "bad_body",
+                e.body_text(),
+            )
         }
     })?;
     let m = api::parse_object(&body)?;
@@ -269,10 +291,17 @@ async fn complete(
         st.metrics.queue_depth.fetch_sub(1, Relaxed);
         st.metrics.requests_rejected.fetch_add(1, Relaxed);
         let msg = match e {
-            TrySendError::Full(_) => "the server is busy: every slot is taken and the queue is full; retry later",
+            TrySendError::Full(_) => {
+                "the server is busy: every slot is taken and the queue is full; retry later"
+            }
             TrySendError::Disconnected(_) => "the model thread has stopped",
         };
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "server_busy", msg));
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "server_busy",
+            msg,
+        ));
     }
     st.metrics.requests.fetch_add(1, Relaxed);
     let id = st.next_id.fetch_add(1, Relaxed);
@@ -310,7 +339,12 @@ fn usage(prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) -
 }
 
 fn model_failed(msg: String) -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "model_error", msg)
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "model_error",
+        msg,
+    )
 }
 
 impl Reply {
@@ -336,7 +370,9 @@ impl Reply {
     fn chunk(&self, text: Option<&str>, finish: Option<Finish>) -> Value {
         let finish = finish.map(Finish::as_str);
         let choice = match self.kind {
-            Kind::Text => json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}),
+            Kind::Text => {
+                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
+            }
             Kind::Chat => {
                 let delta = match text {
                     Some(t) => json!({"content": t}),
@@ -368,7 +404,9 @@ async fn whole(
             }) => {
                 let finish = finish.as_str();
                 let mut choice = match reply.kind {
-                    Kind::Text => json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish}),
+                    Kind::Text => {
+                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+                    }
                     Kind::Chat => json!({
                         "index": 0,
                         "message": {"role": "assistant", "content": text},
@@ -380,7 +418,10 @@ async fn whole(
                     choice["tokens"] = json!(tokens);
                 }
                 let mut m = reply.envelope(false, json!([choice]));
-                m.insert("usage".into(), usage(prompt_tokens, cached_tokens, completion_tokens));
+                m.insert(
+                    "usage".into(),
+                    usage(prompt_tokens, cached_tokens, completion_tokens),
+                );
                 return Ok(axum::Json(Value::Object(m)).into_response());
             }
             Some(Event::Error(e)) => return Err(model_failed(e)),
@@ -418,7 +459,10 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>, include_usage: bool) -> Re
                     out.push_back(reply.chunk(None, Some(finish)).to_string());
                     if include_usage {
                         let mut m = reply.envelope(true, json!([]));
-                        m.insert("usage".into(), usage(prompt_tokens, cached_tokens, completion_tokens));
+                        m.insert(
+                            "usage".into(),
+                            usage(prompt_tokens, cached_tokens, completion_tokens),
+                        );
                         out.push_back(Value::Object(m).to_string());
                     }
                     out.push_back("[DONE]".into());
@@ -429,7 +473,11 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>, include_usage: bool) -> Re
                     rx = None;
                 }
                 None => {
-                    out.push_back(model_failed("the model thread stopped".into()).body().to_string());
+                    out.push_back(
+                        model_failed("the model thread stopped".into())
+                            .body()
+                            .to_string(),
+                    );
                     rx = None;
                 }
             }
@@ -437,6 +485,9 @@ fn stream(reply: Reply, rx: UnboundedReceiver<Event>, include_usage: bool) -> Re
     });
     let mut resp = Sse::new(events).into_response();
     let h: &mut HeaderMap = resp.headers_mut();
-    h.insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+    h.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
     resp
 }

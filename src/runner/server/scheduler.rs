@@ -207,7 +207,12 @@ fn admit<'t>(
     let Some(slot) = slots
         .iter_mut()
         .filter(|s| s.active.is_none())
-        .max_by_key(|s| (reusable_prefix(&s.held, &job.prompt, recurrent), std::cmp::Reverse(s.since)))
+        .max_by_key(|s| {
+            (
+                reusable_prefix(&s.held, &job.prompt, recurrent),
+                std::cmp::Reverse(s.since),
+            )
+        })
     else {
         unreachable!("admit is called with a free slot");
     };
@@ -274,7 +279,10 @@ fn step(
     let mut who = Vec::new();
     for (i, (s, f)) in slots.iter_mut().zip(&feeds).enumerate() {
         if !f.is_empty() {
-            seqs.push((s.session.as_mut().expect("an admitted slot has a session"), f));
+            seqs.push((
+                s.session.as_mut().expect("an admitted slot has a session"),
+                f,
+            ));
             who.push(i);
         }
     }
@@ -312,12 +320,12 @@ fn step(
             }
         }
         sampled += 1;
-        if let Some(finish) = sample_one(tok, a, l) {
+        if let Some(finish) = sample_one(tok, a, l, metrics) {
             let a = s.active.take().expect("active");
             finish_job(metrics, a, finish);
         }
     }
-    metrics.sampled(sampled);
+    metrics.step_sampled(sampled);
     metrics
         .busy_nanos
         .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
@@ -325,8 +333,14 @@ fn step(
 
 /// Samples the next token of `a` from `logits` and sends its text; returns the finish reason
 /// when the request is done (as [`crate::runner::generate::generate`] decides it).
-fn sample_one(tok: &Tokenizer, a: &mut Active, logits: &[f32]) -> Option<Finish> {
+fn sample_one(
+    tok: &Tokenizer,
+    a: &mut Active,
+    logits: &[f32],
+    metrics: &Metrics,
+) -> Option<Finish> {
     let id = a.sampler.sample(logits, &a.history);
+    metrics.completion_tokens.fetch_add(1, Relaxed);
     a.history.push(id);
     a.generated += 1;
     if tok.is_eog(id) {
