@@ -170,9 +170,9 @@ class ModelCase:
     def setUpClass(cls):
         # Small prefill chunks: every prompt is fed over several steps, between the others'
         # decode steps, and must still give what `libt2p run` gives from one pass.
+        cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
         cls.srv = Server(cls.MODEL, "--parallel", "4", "--prefill-chunk", "8")
         cls.client = cls.srv.client()
-        cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
 
     @classmethod
     def tearDownClass(cls):
@@ -544,6 +544,47 @@ class Queue(unittest.TestCase):
             # was freed at once.
             self.assertLess(m["completion_tokens_total"], 5 * 3 + (long_ctx - 100) / 2)
             self.assertLess(freed, 5.0)
+            # A non-streamed request whose client gives up is dropped as well.
+            before = m["completion_tokens_total"]
+            req = urllib.request.Request(srv.url + "/v1/completions", method="POST", data=json.dumps(
+                {"prompt": p, "max_tokens": long_ctx - 100, "temperature": 0}).encode())
+            with self.assertRaises(OSError):
+                urllib.request.urlopen(req, timeout=1.0)
+            self.assertTrue(srv.wait_metric("requests_cancelled_total", 2, timeout=5), srv.metrics())
+            self.assertEqual(srv.metrics()["slots_busy"], 0)
+            self.assertLess(srv.metrics()["completion_tokens_total"] - before, (long_ctx - 100) / 2)
+        finally:
+            srv.close()
+
+
+class Interleave(unittest.TestCase):
+    def test_a_long_prompt_is_fed_between_the_others_decode_steps(self):
+        """While a 400-token prompt is evaluated 8 tokens a step, a running stream keeps
+        getting tokens (without chunking it would wait for the whole prompt)."""
+        srv = Server(QWEN3, "--parallel", "2", "--prefill-chunk", "8", ctx=1024)
+        try:
+            def stream(body, times, started=None):
+                req = urllib.request.Request(srv.url + "/v1/completions", method="POST",
+                                             data=json.dumps(dict(body, stream=True)).encode())
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    for line in r:
+                        if line.startswith(b"data: {"):
+                            times.append(time.time())
+                            if started is not None and len(times) == 3:
+                                started.set()
+
+            a_times, b_times, started = [], [], threading.Event()
+            ta = threading.Thread(target=stream, args=(
+                {"prompt": "Once upon a time", "max_tokens": 600, "temperature": 0}, a_times, started))
+            ta.start()
+            self.assertTrue(started.wait(30))
+            t_b = time.time()
+            long_prompt = "one two three four " * 100
+            stream({"prompt": long_prompt, "max_tokens": 2, "temperature": 0}, b_times)
+            during = [t for t in a_times if t_b < t < b_times[0]]
+            ta.join()
+            self.assertGreaterEqual(len(during), 20, "tokens of the running stream during the long prefill")
+            self.assertGreater(len(a_times), 500, "about one chunk per token")
         finally:
             srv.close()
 
