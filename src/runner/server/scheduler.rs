@@ -214,7 +214,9 @@ fn admit<'t>(
             )
         })
     else {
-        unreachable!("admit is called with a free slot");
+        // `run` admits only while a slot is free; should that ever fail, the job fails alone.
+        let _ = job.events.send(Event::Error("no free slot".into()));
+        return;
     };
     let keep = reusable_prefix(&slot.held, &job.prompt, recurrent);
     let session = slot
