@@ -56,7 +56,7 @@ impl Metrics {
         }
     }
 
-    /// Tokens sampled per second over the last [`RATE_WINDOW`] (from the first step in it).
+    /// Tokens sampled per second over the last 10 s (from the first step in that window).
     pub fn tokens_per_second(&self) -> f64 {
         let now = Instant::now();
         let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
