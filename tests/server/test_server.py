@@ -171,7 +171,7 @@ class ModelCase:
         # Small prefill chunks: every prompt is fed over several steps, between the others'
         # decode steps, and must still give what `libt2p run` gives from one pass.
         cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
-        cls.srv = Server(cls.MODEL, "--parallel", "4", "--prefill-chunk", "8")
+        cls.srv = Server(cls.MODEL, "--parallel", "4", "-b", "8")
         cls.client = cls.srv.client()
 
     @classmethod
@@ -561,7 +561,7 @@ class Interleave(unittest.TestCase):
     def test_a_long_prompt_is_fed_between_the_others_decode_steps(self):
         """While a 400-token prompt is evaluated 8 tokens a step, a running stream keeps
         getting tokens (without chunking it would wait for the whole prompt)."""
-        srv = Server(QWEN3, "--parallel", "2", "--prefill-chunk", "8", ctx=1024)
+        srv = Server(QWEN3, "--parallel", "2", "-b", "8", ctx=1024)
         try:
             def stream(body, times, started=None):
                 req = urllib.request.Request(srv.url + "/v1/completions", method="POST",
