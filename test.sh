@@ -9,10 +9,10 @@ step() { printf '\n==== %s ====\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if [ "${1:-}" != "--no-install" ]; then
-    step "install: aarch64 target, cross linker, qemu, libclang"
+    step "install: aarch64 target, cross linker, qemu, libclang, python3-venv"
     rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
     missing=()
-    for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config; do
+    for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config python3-venv; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
@@ -38,6 +38,18 @@ T2P_EXPECT_ISAS=$x86_isas cargo test --workspace
 step "x86_64: libt2p check on every path"
 cargo build --release --bin libt2p
 for isa in ${x86_isas//,/ }; do T2P_ISA=$isa ./target/release/libt2p check; done
+
+step "x86_64: libt2p serve with the real openai client (tests/server)"
+# A venv under target/, made once and reused: only a missing or changed requirements file
+# reinstalls (PyPI is the one registry CI reaches).
+venv=target/server-venv
+if ! cmp -s tests/server/requirements.txt "$venv/requirements.txt" 2>/dev/null; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r tests/server/requirements.txt
+    cp tests/server/requirements.txt "$venv/requirements.txt"
+fi
+T2P_LIBT2P=target/release/libt2p "$venv/bin/python" -m unittest tests/server/test_server.py
 
 step "x86_64: C unit tests"
 cargo build --release --lib --no-default-features

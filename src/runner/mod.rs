@@ -26,6 +26,8 @@ mod loader;
 pub mod model;
 pub mod perplexity;
 pub mod sample;
+#[cfg(feature = "server")]
+pub mod server;
 pub mod speculative;
 pub mod synth;
 pub mod synth_qwen35;

@@ -41,6 +41,7 @@ mod logits;
 mod model_bench;
 mod perplexity;
 mod run;
+mod serve;
 mod shape_model;
 mod synth;
 
@@ -68,6 +69,8 @@ enum Command {
     Perplexity(perplexity::Args),
     /// Generate text from a prompt, streaming it; ends with speed and % of the memory ceiling.
     Run(run::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API, with continuous batching.
+    Serve(serve::Args),
     /// Write a synthetic model (real shapes, random ternary weights) for benchmarks.
     Synth(synth::Args),
 }
@@ -82,6 +85,7 @@ fn main() -> std::process::ExitCode {
         Command::Logits(args) => logits::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Synth(args) => synth::run(args),
     };
     match result {

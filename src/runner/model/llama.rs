@@ -234,21 +234,45 @@ impl Llama {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
+        let mut out = self.forward_batch(exec, &mut [(cache, tokens)], all_logits)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// [`forward`](Self::forward) for several sequences at once, each `(cache, tokens)` at its
+    /// own positions: every matrix runs once over the columns of all sequences (token after
+    /// token, sequence after sequence), attention runs per sequence on its own cache. A column
+    /// of a matmul does not depend on its neighbours, so each sequence gets exactly the logits
+    /// it would get alone. Sequences without tokens get no logits. Nothing is written unless
+    /// every sequence fits its cache and every id is in the vocabulary.
+    pub fn forward_batch(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut KvCache, &[u32])],
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>> {
         let c = &self.cfg;
-        let (n, d, hd) = (tokens.len(), c.n_embd, c.head_dim);
-        let pos0 = cache.len();
-        if pos0 + n > cache.n_ctx() {
-            return Err(ModelError::ContextOverflow {
-                needed: pos0 + n,
-                n_ctx: cache.n_ctx(),
-            });
+        let (d, hd) = (c.n_embd, c.head_dim);
+        for (cache, tokens) in seqs.iter() {
+            let needed = cache.len() + tokens.len();
+            if needed > cache.n_ctx() {
+                return Err(ModelError::ContextOverflow {
+                    needed,
+                    n_ctx: cache.n_ctx(),
+                });
+            }
+            if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+                return Err(ModelError::BadToken(id));
+            }
+        }
+        // Column ranges of the sequences and their first positions.
+        let spans = batch_spans(seqs.iter().map(|(cache, t)| (cache.len(), t.len())));
+        let n: usize = seqs.iter().map(|(_, t)| t.len()).sum();
+        if n == 0 {
+            return Ok(vec![Vec::new(); seqs.len()]);
         }
         let (q_dim, kv_dim) = (c.n_head * hd, c.n_head_kv * hd);
         let mut x = vec![0.0f32; n * d];
-        for (t, &id) in tokens.iter().enumerate() {
-            if id as usize >= c.n_vocab {
-                return Err(ModelError::BadToken(id));
-            }
+        for (t, &id) in seqs.iter().flat_map(|(_, t)| t.iter()).enumerate() {
             self.tok_embd
                 .dequantize_row(id as usize, &mut x[t * d..(t + 1) * d]);
         }
@@ -281,28 +305,40 @@ impl Llama {
             l.wq.forward(exec, &inp, &mut q)?;
             l.wk.forward(exec, &inp, &mut k)?;
             l.wv.forward(exec, &inp, &mut v)?;
-            for t in 0..n {
-                rope_angles(pos0 + t, c.rope_dims, c.rope_base, &mut cos, &mut sin);
-                for head in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd) {
-                    if let Some(w) = &l.q_norm {
-                        rms_norm(head, w, c.eps);
+            for ((cache, _), span) in seqs.iter_mut().zip(&spans) {
+                for t in span.cols.clone() {
+                    let pos = span.pos0 + t - span.cols.start;
+                    rope_angles(pos, c.rope_dims, c.rope_base, &mut cos, &mut sin);
+                    for head in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd) {
+                        if let Some(w) = &l.q_norm {
+                            rms_norm(head, w, c.eps);
+                        }
+                        rope(head, c.rope_dims, c.rope_style, &cos, &sin);
                     }
-                    rope(head, c.rope_dims, c.rope_style, &cos, &sin);
-                }
-                for head in k[t * kv_dim..(t + 1) * kv_dim].chunks_exact_mut(hd) {
-                    if let Some(w) = &l.k_norm {
-                        rms_norm(head, w, c.eps);
+                    for head in k[t * kv_dim..(t + 1) * kv_dim].chunks_exact_mut(hd) {
+                        if let Some(w) = &l.k_norm {
+                            rms_norm(head, w, c.eps);
+                        }
+                        rope(head, c.rope_dims, c.rope_style, &cos, &sin);
                     }
-                    rope(head, c.rope_dims, c.rope_style, &cos, &sin);
+                    cache.store(
+                        li,
+                        pos,
+                        &k[t * kv_dim..(t + 1) * kv_dim],
+                        &v[t * kv_dim..(t + 1) * kv_dim],
+                    );
                 }
-                cache.store(
+                let cols = span.cols.start * q_dim..span.cols.end * q_dim;
+                attend(
+                    exec,
+                    shape,
+                    &q[cols.clone()],
+                    cache,
                     li,
-                    pos0 + t,
-                    &k[t * kv_dim..(t + 1) * kv_dim],
-                    &v[t * kv_dim..(t + 1) * kv_dim],
+                    span.pos0,
+                    &mut attn[cols],
                 );
             }
-            attend(exec, shape, &q, cache, li, pos0, &mut attn);
             l.wo.forward(exec, &Input::new(&attn, q_dim), &mut tmp)?;
             x.iter_mut().zip(&tmp).for_each(|(a, b)| *a += b);
 
@@ -321,15 +357,72 @@ impl Llama {
             l.down.forward(exec, &Input::new(&g, c.n_ff), &mut tmp)?;
             x.iter_mut().zip(&tmp).for_each(|(a, b)| *a += b);
         }
-        cache.set_len(pos0 + n);
-        let first = if all_logits { 0 } else { n - 1 };
-        let mut last = x[first * d..].to_vec();
+        for ((cache, _), span) in seqs.iter_mut().zip(&spans) {
+            cache.set_len(span.pos0 + span.cols.len());
+        }
+        let (mut last, rows) = output_rows(&x, d, &spans, all_logits);
         for row in last.chunks_exact_mut(d) {
             rms_norm(row, &self.out_norm, c.eps);
         }
         let head = self.output.as_ref().unwrap_or(&self.tok_embd);
-        let mut logits = vec![0.0f32; (n - first) * c.n_vocab];
+        let mut logits = vec![0.0f32; last.len() / d * c.n_vocab];
         head.forward(exec, &Input::new(&last, d), &mut logits)?;
-        Ok(logits)
+        Ok(split_logits(&logits, c.n_vocab, &rows))
     }
+}
+
+/// Where one sequence of a batched forward pass sits: its columns in the batch and the
+/// position of its first token.
+#[derive(Clone, Debug)]
+pub(crate) struct Span {
+    pub cols: std::ops::Range<usize>,
+    pub pos0: usize,
+}
+
+/// The spans of sequences given as `(first position, tokens)`, laid out one after another.
+pub(crate) fn batch_spans(seqs: impl Iterator<Item = (usize, usize)>) -> Vec<Span> {
+    let mut at = 0;
+    seqs.map(|(pos0, n)| {
+        let s = Span {
+            cols: at..at + n,
+            pos0,
+        };
+        at += n;
+        s
+    })
+    .collect()
+}
+
+/// The residual rows the LM head reads (every row of each sequence, or its last) and how many
+/// of them belong to each sequence.
+pub(crate) fn output_rows(
+    x: &[f32],
+    d: usize,
+    spans: &[Span],
+    all_logits: bool,
+) -> (Vec<f32>, Vec<usize>) {
+    let mut rows = Vec::with_capacity(spans.len());
+    let mut out = Vec::new();
+    for s in spans {
+        let cols = match (s.cols.is_empty(), all_logits) {
+            (true, _) => s.cols.clone(),
+            (false, true) => s.cols.clone(),
+            (false, false) => s.cols.end - 1..s.cols.end,
+        };
+        out.extend_from_slice(&x[cols.start * d..cols.end * d]);
+        rows.push(cols.len());
+    }
+    (out, rows)
+}
+
+/// Cuts the logits of the head's rows back into one vector per sequence.
+pub(crate) fn split_logits(logits: &[f32], n_vocab: usize, rows: &[usize]) -> Vec<Vec<f32>> {
+    let mut at = 0;
+    rows.iter()
+        .map(|&r| {
+            let v = logits[at * n_vocab..(at + r) * n_vocab].to_vec();
+            at += r;
+            v
+        })
+        .collect()
 }

@@ -200,13 +200,47 @@ impl Model {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
+        let mut out = self.forward_batch_with(exec, &mut [(session, tokens)], all_logits)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// Evaluates several sequences in one pass, each `(session, tokens)` after what its
+    /// session holds, and returns the last position's logits of each (empty for a sequence
+    /// without tokens). Every matrix runs once over the columns of all sequences; attention
+    /// and the recurrent layers run per sequence on its own session. The logits are bit for
+    /// bit those of separate [`forward`](Self::forward) calls (a matmul column and its
+    /// activation quantization do not depend on the other columns).
+    pub fn forward_batch(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut Session, &[u32])],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch_with(exec, seqs, false)
+    }
+
+    fn forward_batch_with(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut Session, &[u32])],
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>> {
         match self {
-            Model::Llama(m) => m.forward(exec, &mut session.cache, tokens, all_logits),
+            Model::Llama(m) => {
+                let mut s: Vec<(&mut KvCache, &[u32])> = seqs
+                    .iter_mut()
+                    .map(|(sess, t)| (&mut sess.cache, *t))
+                    .collect();
+                m.forward_batch(exec, &mut s, all_logits)
+            }
             Model::Qwen35(m) => {
-                let rec = session.recurrent.as_mut().ok_or_else(|| {
-                    ModelError::BadShape("a qwen35 session needs a recurrent state".into())
-                })?;
-                m.forward(exec, &mut session.cache, rec, tokens, all_logits)
+                let mut s = Vec::with_capacity(seqs.len());
+                for (sess, t) in seqs.iter_mut() {
+                    let rec = sess.recurrent.as_mut().ok_or_else(|| {
+                        ModelError::BadShape("a qwen35 session needs a recurrent state".into())
+                    })?;
+                    s.push((&mut sess.cache, rec, *t));
+                }
+                m.forward_batch(exec, &mut s, all_logits)
             }
         }
     }

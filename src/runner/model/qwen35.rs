@@ -19,7 +19,7 @@ use super::error::{ModelError, Result};
 use super::hadamard::{FoldKind, GdnGeometry, HadamardFold};
 use super::kv_cache::KvCache;
 use super::linear::{Exec, Input, Linear};
-use super::llama::{take_linear, take_vector};
+use super::llama::{batch_spans, output_rows, split_logits, take_linear, take_vector};
 use super::ops::{RopeStyle, rms_norm, rms_norm_into, rope, rope_angles, sigmoid, silu};
 use crate::runner::{Array, GgmlType, GgufFile, TensorStore, Value};
 
@@ -456,22 +456,54 @@ impl Qwen35 {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<Vec<f32>> {
+        let mut out = self.forward_batch(exec, &mut [(cache, rec, tokens)], all_logits)?;
+        Ok(out.pop().unwrap_or_default())
+    }
+
+    /// [`forward`](Self::forward) for several sequences at once, each `(cache, state, tokens)`
+    /// at its own position: every matrix runs once over the columns of all sequences,
+    /// attention and the DeltaNet conv/recurrence run per sequence on its own cache and
+    /// state. Columns of a matmul (and their activation quantization) are independent, so each
+    /// sequence gets exactly the logits it would get alone. Sequences without tokens get no
+    /// logits. Nothing is written unless every sequence fits and its state is at its position.
+    pub fn forward_batch(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut KvCache, &mut RecurrentState, &[u32])],
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>> {
         let c = &self.cfg;
-        let (n, d, hd) = (tokens.len(), c.n_embd, c.head_dim);
-        let pos0 = cache.len();
-        if pos0 + n > cache.n_ctx() {
-            return Err(ModelError::ContextOverflow {
-                needed: pos0 + n,
-                n_ctx: cache.n_ctx(),
+        let (d, hd) = (c.n_embd, c.head_dim);
+        for (cache, _, tokens) in seqs.iter() {
+            let needed = cache.len() + tokens.len();
+            if needed > cache.n_ctx() {
+                return Err(ModelError::ContextOverflow {
+                    needed,
+                    n_ctx: cache.n_ctx(),
+                });
+            }
+            if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+                return Err(ModelError::BadToken(id));
+            }
+        }
+        let spans = batch_spans(seqs.iter().map(|(cache, _, t)| (cache.len(), t.len())));
+        let n: usize = seqs.iter().map(|(_, _, t)| t.len()).sum();
+        if n == 0 {
+            return Ok(vec![Vec::new(); seqs.len()]);
+        }
+        // `begin` checks that each state is at its session's position and only allocates (the
+        // second buffer of a checkpointed state), so a failure here leaves every state as it was.
+        let mut upds = Vec::with_capacity(seqs.len());
+        for ((_, rec, _), span) in seqs.iter_mut().zip(&spans) {
+            upds.push(if span.cols.is_empty() {
+                None
+            } else {
+                Some(rec.begin(span.pos0)?)
             });
         }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
-            return Err(ModelError::BadToken(id));
-        }
-        let upd = rec.begin(pos0)?;
         let fold = self.fold.as_deref();
         let mut x = vec![0.0f32; n * d];
-        for (t, &id) in tokens.iter().enumerate() {
+        for (t, &id) in seqs.iter().flat_map(|(_, _, t)| t.iter()).enumerate() {
             let row = &mut x[t * d..(t + 1) * d];
             self.tok_embd.dequantize_row(id as usize, row);
             if self.tok_rotated
@@ -522,23 +554,6 @@ impl Qwen35 {
                             gate[at..at + hd].copy_from_slice(&pair[hd..]);
                         }
                     }
-                    for t in 0..n {
-                        rope_angles(pos0 + t, c.rope_dims, c.rope_base, &mut cos, &mut sin);
-                        for head in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd) {
-                            rms_norm(head, q_norm, c.eps);
-                            rope(head, c.rope_dims, RopeStyle::Neox, &cos, &sin);
-                        }
-                        for head in b2[t * kv_dim..(t + 1) * kv_dim].chunks_exact_mut(hd) {
-                            rms_norm(head, k_norm, c.eps);
-                            rope(head, c.rope_dims, RopeStyle::Neox, &cos, &sin);
-                        }
-                        cache.store(
-                            *slot,
-                            pos0 + t,
-                            &b2[t * kv_dim..(t + 1) * kv_dim],
-                            &b3[t * kv_dim..(t + 1) * kv_dim],
-                        );
-                    }
                     let shape = AttnShape {
                         n_head: c.n_head,
                         n_head_kv: c.n_head_kv,
@@ -546,7 +561,36 @@ impl Qwen35 {
                         scale: 1.0 / (hd as f32).sqrt(),
                     };
                     let mut attn = vec![0.0f32; n * q_dim];
-                    attend(exec, shape, &q, cache, *slot, pos0, &mut attn);
+                    for ((cache, _, _), span) in seqs.iter_mut().zip(&spans) {
+                        for t in span.cols.clone() {
+                            let pos = span.pos0 + t - span.cols.start;
+                            rope_angles(pos, c.rope_dims, c.rope_base, &mut cos, &mut sin);
+                            for head in q[t * q_dim..(t + 1) * q_dim].chunks_exact_mut(hd) {
+                                rms_norm(head, q_norm, c.eps);
+                                rope(head, c.rope_dims, RopeStyle::Neox, &cos, &sin);
+                            }
+                            for head in b2[t * kv_dim..(t + 1) * kv_dim].chunks_exact_mut(hd) {
+                                rms_norm(head, k_norm, c.eps);
+                                rope(head, c.rope_dims, RopeStyle::Neox, &cos, &sin);
+                            }
+                            cache.store(
+                                *slot,
+                                pos,
+                                &b2[t * kv_dim..(t + 1) * kv_dim],
+                                &b3[t * kv_dim..(t + 1) * kv_dim],
+                            );
+                        }
+                        let cols = span.cols.start * q_dim..span.cols.end * q_dim;
+                        attend(
+                            exec,
+                            shape,
+                            &q[cols.clone()],
+                            cache,
+                            *slot,
+                            span.pos0,
+                            &mut attn[cols],
+                        );
+                    }
                     attn.iter_mut()
                         .zip(&gate)
                         .for_each(|(a, g)| *a *= sigmoid(*g));
@@ -593,13 +637,26 @@ impl Qwen35 {
                         *v = (sp * a[i % nv]).exp();
                     }
                     b4.iter_mut().for_each(|v| *v = sigmoid(*v));
-                    rec.conv_silu(upd, *slot, conv, &mut b1);
-                    let kd = s.key_dim();
-                    for row in b1.chunks_exact_mut(s.conv_channels()) {
-                        l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, c.eps);
-                    }
+                    let (ch, kd) = (s.conv_channels(), s.key_dim());
                     let mut o = vec![0.0f32; n * s.value_dim()];
-                    rec.recurrence(exec, upd, *slot, &b1, &b3, &b4, &mut o);
+                    for (((_, rec, _), span), upd) in seqs.iter_mut().zip(&spans).zip(&upds) {
+                        let Some(upd) = *upd else { continue };
+                        let cols = span.cols.clone();
+                        let b1s = &mut b1[cols.start * ch..cols.end * ch];
+                        rec.conv_silu(upd, *slot, conv, b1s);
+                        for row in b1s.chunks_exact_mut(ch) {
+                            l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, c.eps);
+                        }
+                        rec.recurrence(
+                            exec,
+                            upd,
+                            *slot,
+                            b1s,
+                            &b3[cols.start * nv..cols.end * nv],
+                            &b4[cols.start * nv..cols.end * nv],
+                            &mut o[cols.start * s.value_dim()..cols.end * s.value_dim()],
+                        );
+                    }
                     // Gated per-head RMSNorm: rmsnorm(o_h) * ssm_norm * silu(z_h).
                     for (oh, zh) in o
                         .chunks_exact_mut(s.head_v_dim)
@@ -647,10 +704,13 @@ impl Qwen35 {
             )?;
             x.iter_mut().zip(&tmp).for_each(|(a, b)| *a += b);
         }
-        cache.set_len(pos0 + n);
-        rec.finish(upd, n);
-        let first = if all_logits { 0 } else { n - 1 };
-        let mut last = x[first * d..].to_vec();
+        for (((cache, rec, _), span), upd) in seqs.iter_mut().zip(&spans).zip(&upds) {
+            if let Some(upd) = *upd {
+                cache.set_len(span.pos0 + span.cols.len());
+                rec.finish(upd, span.cols.len());
+            }
+        }
+        let (mut last, rows) = output_rows(&x, d, &spans, all_logits);
         for row in last.chunks_exact_mut(d) {
             rms_norm(row, &self.out_norm, c.eps);
         }
@@ -671,11 +731,11 @@ impl Qwen35 {
                 {
                     last = f.apply(exec, FoldKind::Rotate, &last, d).unwrap_or(last);
                 }
-                logits.resize((n - first) * c.n_vocab, 0.0);
+                logits.resize(last.len() / d * c.n_vocab, 0.0);
                 self.tok_embd
                     .forward(exec, &Input::new(&last, d), &mut logits)?;
             }
         }
-        Ok(logits)
+        Ok(split_logits(&logits, c.n_vocab, &rows))
     }
 }

@@ -1,0 +1,87 @@
+//! `libt2p serve`: the OpenAI-compatible HTTP server (see `t2p::runner::server`).
+
+use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use t2p::matmul::ActQuant;
+use t2p::runner::server::{ServerConfig, serve};
+
+use crate::run::{ModelArgs, parse_act};
+
+/// Options of `libt2p serve` (the model options of `run`, with a batch size fit for serving).
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model file.
+    #[arg(short = 'm', long = "model")]
+    model: PathBuf,
+    /// Threads (default: all CPUs).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Context size of each slot in tokens (default: the model's, capped at 4096).
+    #[arg(short = 'c', long = "ctx-size")]
+    ctx_size: Option<usize>,
+    /// Most prompt tokens per forward pass, over all slots: long prompts are fed in chunks of
+    /// this size between the other requests' decode steps.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    batch: u64,
+    /// Activation quantization for the ternary matmuls (as `libt2p run --act`).
+    #[arg(long = "act", default_value = "q8_0", value_parser = parse_act)]
+    act: ActQuant,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// Port (0: any free port; the bound address is printed on stderr).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Requests decoded together in one batched forward pass (each slot has its own context of
+    /// --ctx-size tokens).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    parallel: u64,
+    /// Requests that may wait for a free slot; past that the server answers 503.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    queue: u64,
+    /// Require `Authorization: Bearer KEY` on the /v1 endpoints.
+    #[arg(long)]
+    api_key: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let margs = ModelArgs {
+        model: args.model.clone(),
+        threads: args.threads,
+        ctx_size: args.ctx_size,
+        batch: args.batch as usize,
+        act: args.act,
+    };
+    let (loaded, load_secs) = margs.load(false)?;
+    let exec = margs.exec();
+    let n_ctx = margs.n_ctx(&loaded);
+    let model_name = args
+        .model
+        .file_stem()
+        .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+    let cfg = ServerConfig {
+        addr: SocketAddr::new(args.host, args.port),
+        parallel: args.parallel as usize,
+        n_ctx,
+        prefill_budget: margs.batch,
+        queue: args.queue as usize,
+        api_key: args.api_key.clone(),
+        model_name,
+    };
+    eprintln!(
+        "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens | queue {} | threads {} | kernels {}",
+        cfg.model_name,
+        cfg.parallel,
+        cfg.queue,
+        exec.pool.threads(),
+        exec.kern.isa()
+    );
+    serve(loaded, exec, cfg, |addr| {
+        eprintln!("libt2p serve: listening on http://{addr}");
+        let _ = std::io::stderr().flush();
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,394 @@
+//! The OpenAI request fields the server reads, checked by hand so that every bad value gets a
+//! message naming the field, and the error type every handler answers with. Unknown fields are
+//! ignored; `null` counts as absent (as the OpenAI API treats it).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::runner::chat::Message;
+use crate::runner::sample::SamplerConfig;
+
+/// Most stop strings a request may give.
+pub const MAX_STOPS: usize = 16;
+
+/// An OpenAI-style error: `{"error": {"message", "type", "code"}}` with an HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Human-readable reason.
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, `not_found_error`, `server_error`.
+    pub kind: &'static str,
+    /// A short machine-readable code.
+    pub code: &'static str,
+}
+
+impl ApiError {
+    /// A 400 `invalid_request_error`.
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            code,
+        }
+    }
+
+    /// Any status, kind and code.
+    pub fn new(
+        status: StatusCode,
+        kind: &'static str,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            code,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        json!({"error": {"message": self.message, "type": self.kind, "code": self.code}})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body())).into_response()
+    }
+}
+
+/// The prompt of `/v1/completions`: text, or token ids.
+#[derive(Debug, PartialEq)]
+pub enum Prompt {
+    /// Text to tokenize (BOS added as the model asks, special tokens parsed, as `libt2p run`).
+    Text(String),
+    /// Token ids used as they are.
+    Ids(Vec<u32>),
+}
+
+/// The fields shared by both completion endpoints.
+#[derive(Debug)]
+pub struct Common {
+    /// `max_tokens` (or `max_completion_tokens`), if given.
+    pub max_tokens: Option<usize>,
+    /// Sampling settings (`libt2p run`'s defaults for what is not given).
+    pub sampler: SamplerConfig,
+    /// `stop`.
+    pub stop: Vec<String>,
+    /// `stream`.
+    pub stream: bool,
+    /// `stream_options.include_usage`.
+    pub include_usage: bool,
+    /// `return_tokens` (as llama-server): the generated ids as `choices[0].tokens`.
+    pub return_tokens: bool,
+}
+
+/// Parses a request body into a JSON object.
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid("invalid_json", format!("the body is not valid JSON: {e}"))
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        other => Err(ApiError::invalid(
+            "invalid_type",
+            format!("the body must be a JSON object, not {}", type_name(&other)),
+        )),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn field<'a>(m: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
+    m.get(name).filter(|v| !v.is_null())
+}
+
+fn wrong(name: &str, want: &str, got: &Value) -> ApiError {
+    ApiError::invalid(
+        "invalid_type",
+        format!("'{name}' must be {want}, not {}", type_name(got)),
+    )
+}
+
+fn out_of_range(name: &str, want: &str) -> ApiError {
+    ApiError::invalid("invalid_value", format!("'{name}' must be {want}"))
+}
+
+fn opt_f32(m: &Map<String, Value>, name: &str) -> Result<Option<f32>, ApiError> {
+    match field(m, name) {
+        None => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .map(|x| Some(x as f32))
+            .ok_or_else(|| wrong(name, "a number", v)),
+    }
+}
+
+fn opt_int(m: &Map<String, Value>, name: &str) -> Result<Option<i64>, ApiError> {
+    match field(m, name) {
+        None => Ok(None),
+        Some(v) => match (v.as_i64(), v.as_u64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(_)) => Ok(Some(i64::MAX)),
+            _ => Err(wrong(name, "an integer", v)),
+        },
+    }
+}
+
+fn opt_bool(m: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError> {
+    match field(m, name) {
+        None => Ok(None),
+        Some(v) => v
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| wrong(name, "a boolean", v)),
+    }
+}
+
+/// Reads the fields both endpoints share; `n_ctx` bounds `max_tokens`.
+pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiError> {
+    let max_tokens = match opt_int(m, "max_tokens")? {
+        Some(v) => Some(v),
+        None => opt_int(m, "max_completion_tokens")?,
+    };
+    let max_tokens = match max_tokens {
+        None => None,
+        Some(v) if v < 1 || v as u64 > n_ctx as u64 => {
+            return Err(out_of_range(
+                "max_tokens",
+                &format!("between 1 and the context size {n_ctx}, not {v}"),
+            ));
+        }
+        Some(v) => Some(v as usize),
+    };
+    let d = SamplerConfig::default();
+    let temperature = opt_f32(m, "temperature")?.unwrap_or(d.temperature);
+    if !(temperature.is_finite() && (0.0..=100.0).contains(&temperature)) {
+        return Err(out_of_range("temperature", "between 0 and 100"));
+    }
+    let top_p = opt_f32(m, "top_p")?.unwrap_or(d.top_p);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(out_of_range("top_p", "in (0, 1]"));
+    }
+    let min_p = opt_f32(m, "min_p")?.unwrap_or(d.min_p);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(out_of_range("min_p", "in [0, 1]"));
+    }
+    let top_k = match opt_int(m, "top_k")? {
+        None => d.top_k,
+        Some(v) if v < 0 => return Err(out_of_range("top_k", "0 (off) or more")),
+        Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
+    };
+    // Any integer: negative seeds are taken as their two's complement.
+    let seed = opt_int(m, "seed")?.map_or(d.seed, |s| s as u64);
+    if let Some(n) = opt_int(m, "n")?
+        && n != 1
+    {
+        return Err(out_of_range("n", "1 (one choice per request)"));
+    }
+    let stop = match field(m, "stop") {
+        None => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => {
+            if a.len() > MAX_STOPS {
+                return Err(out_of_range(
+                    "stop",
+                    &format!("at most {MAX_STOPS} strings"),
+                ));
+            }
+            a.iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| wrong("stop[]", "a string", v))
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
+    };
+    let stream = opt_bool(m, "stream")?.unwrap_or(false);
+    let include_usage = match field(m, "stream_options") {
+        None => false,
+        Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
+        Some(v) => return Err(wrong("stream_options", "an object", v)),
+    };
+    Ok(Common {
+        max_tokens,
+        sampler: SamplerConfig {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            seed,
+            ..d
+        },
+        stop,
+        stream,
+        include_usage,
+        return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
+    })
+}
+
+/// Reads `prompt`: a string, an array of token ids, or an array holding one of those.
+pub fn parse_prompt(m: &Map<String, Value>, n_vocab: usize) -> Result<Prompt, ApiError> {
+    let v = field(m, "prompt")
+        .ok_or_else(|| ApiError::invalid("missing_field", "'prompt' is required"))?;
+    let ids = |a: &[Value]| -> Result<Prompt, ApiError> {
+        a.iter()
+            .map(|x| match x.as_u64() {
+                Some(id) if (id as usize) < n_vocab => Ok(id as u32),
+                _ => Err(out_of_range(
+                    "prompt",
+                    &format!("a string or token ids below the vocabulary size {n_vocab}"),
+                )),
+            })
+            .collect::<Result<Vec<u32>, _>>()
+            .map(Prompt::Ids)
+    };
+    match v {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(a) if a.iter().all(Value::is_number) => ids(a),
+        Value::Array(a) if a.len() == 1 => match &a[0] {
+            Value::String(s) => Ok(Prompt::Text(s.clone())),
+            Value::Array(inner) => ids(inner),
+            other => Err(wrong(
+                "prompt[0]",
+                "a string or an array of token ids",
+                other,
+            )),
+        },
+        Value::Array(_) => Err(ApiError::invalid(
+            "invalid_value",
+            "'prompt' must be one string or one list of token ids (batches of prompts are not supported)",
+        )),
+        other => Err(wrong("prompt", "a string or an array of token ids", other)),
+    }
+}
+
+/// Reads `messages`: a non-empty list of `{role, content}` objects; `content` is a string or a
+/// list of `{"type": "text", "text": ...}` parts (joined).
+pub fn parse_messages(m: &Map<String, Value>) -> Result<Vec<Message>, ApiError> {
+    let v = field(m, "messages")
+        .ok_or_else(|| ApiError::invalid("missing_field", "'messages' is required"))?;
+    let Value::Array(list) = v else {
+        return Err(wrong("messages", "an array of {role, content} objects", v));
+    };
+    if list.is_empty() {
+        return Err(out_of_range("messages", "a non-empty array"));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, msg)| {
+            let Value::Object(o) = msg else {
+                return Err(wrong(&format!("messages[{i}]"), "an object", msg));
+            };
+            let role = match field(o, "role") {
+                Some(Value::String(r)) if !r.is_empty() => r.clone(),
+                Some(v) => return Err(wrong(&format!("messages[{i}].role"), "a non-empty string", v)),
+                None => {
+                    return Err(ApiError::invalid(
+                        "missing_field",
+                        format!("messages[{i}] has no 'role'"),
+                    ));
+                }
+            };
+            let content = match field(o, "content") {
+                None => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => {
+                    let mut text = String::new();
+                    for p in parts {
+                        match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                            (Some("text"), Some(t)) => text.push_str(t),
+                            _ => {
+                                return Err(ApiError::invalid(
+                                    "invalid_value",
+                                    format!("messages[{i}].content parts must be {{\"type\": \"text\", \"text\": ...}}"),
+                                ));
+                            }
+                        }
+                    }
+                    text
+                }
+                Some(v) => {
+                    return Err(wrong(
+                        &format!("messages[{i}].content"),
+                        "a string or an array of text parts",
+                        v,
+                    ));
+                }
+            };
+            Ok(Message { role, content })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(s: &str) -> Map<String, Value> {
+        parse_object(s.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn fields_are_checked_with_messages_naming_them() {
+        assert!(parse_object(b"{").is_err());
+        assert!(parse_object(b"[1]").is_err());
+        let e = parse_common(&obj(r#"{"max_tokens": "ten"}"#), 64).unwrap_err();
+        assert!(e.message.contains("max_tokens"), "{}", e.message);
+        assert!(parse_common(&obj(r#"{"max_tokens": -1}"#), 64).is_err());
+        assert!(parse_common(&obj(r#"{"max_tokens": 65}"#), 64).is_err());
+        assert!(parse_common(&obj(r#"{"max_tokens": 1e30}"#), 64).is_err());
+        assert!(parse_common(&obj(r#"{"temperature": -0.5}"#), 64).is_err());
+        assert!(parse_common(&obj(r#"{"stop": 3}"#), 64).is_err());
+        assert!(parse_common(&obj(r#"{"n": 2}"#), 64).is_err());
+        let c = parse_common(
+            &obj(r#"{"max_tokens": 64, "stop": ["a", "b"], "seed": -1, "top_k": null, "x": {}}"#),
+            64,
+        )
+        .unwrap();
+        assert_eq!(c.max_tokens, Some(64));
+        assert_eq!(c.stop, ["a", "b"]);
+        assert_eq!(c.sampler.seed, u64::MAX);
+        assert_eq!(c.sampler.top_k, SamplerConfig::default().top_k);
+    }
+
+    #[test]
+    fn prompts_and_messages_take_the_openai_shapes() {
+        let p = |s: &str| parse_prompt(&obj(s), 100);
+        assert_eq!(p(r#"{"prompt": "hi"}"#).unwrap(), Prompt::Text("hi".into()));
+        assert_eq!(p(r#"{"prompt": [1, 2]}"#).unwrap(), Prompt::Ids(vec![1, 2]));
+        assert_eq!(p(r#"{"prompt": [[3]]}"#).unwrap(), Prompt::Ids(vec![3]));
+        assert_eq!(p(r#"{"prompt": ["x"]}"#).unwrap(), Prompt::Text("x".into()));
+        assert!(p(r#"{"prompt": [100]}"#).is_err());
+        assert!(p(r#"{"prompt": ["a", "b"]}"#).is_err());
+        assert!(p(r#"{}"#).is_err());
+        let m = |s: &str| parse_messages(&obj(s));
+        let ok = m(r#"{"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}"#).unwrap();
+        assert_eq!(
+            (ok[0].role.as_str(), ok[0].content.as_str()),
+            ("user", "ab")
+        );
+        assert!(m(r#"{"messages": "hi"}"#).is_err());
+        assert!(m(r#"{"messages": []}"#).is_err());
+        assert!(m(r#"{"messages": [{"content": "x"}]}"#).is_err());
+        assert!(m(r#"{"messages": [{"role": "user", "content": 5}]}"#).is_err());
+        assert!(m(r#"{"messages": ["hi"]}"#).is_err());
+    }
+}

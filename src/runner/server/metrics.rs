@@ -1,0 +1,170 @@
+//! Counters shared by the HTTP side and the scheduler, rendered as Prometheus text.
+
+use std::collections::VecDeque;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// The window of the `tokens_per_second` gauge.
+const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+/// Server-wide counters (all monotonic except the gauges `queue_depth` and `slots_busy`).
+#[derive(Default)]
+pub struct Metrics {
+    /// Completion requests accepted into the queue.
+    pub requests: AtomicU64,
+    /// Requests answered with a 4xx error.
+    pub requests_invalid: AtomicU64,
+    /// Requests refused with 503 because the queue was full.
+    pub requests_rejected: AtomicU64,
+    /// Requests whose client went away before the end.
+    pub requests_cancelled: AtomicU64,
+    /// Requests that ran to a finish reason.
+    pub requests_finished: AtomicU64,
+    /// Prompt tokens of finished or cancelled requests.
+    pub prompt_tokens: AtomicU64,
+    /// Of those, tokens a slot already held (prefix reuse).
+    pub prompt_tokens_cached: AtomicU64,
+    /// Tokens sampled.
+    pub completion_tokens: AtomicU64,
+    /// Batched forward passes run.
+    pub steps: AtomicU64,
+    /// Token columns over all those passes.
+    pub step_tokens: AtomicU64,
+    /// Nanoseconds spent in forward passes and sampling.
+    pub busy_nanos: AtomicU64,
+    /// Requests waiting for a slot.
+    pub queue_depth: AtomicU64,
+    /// Slots holding a request.
+    pub slots_busy: AtomicU64,
+    /// Slots in all.
+    pub slots: AtomicU64,
+    /// (time, tokens sampled) of recent steps, for the rate gauge.
+    recent: Mutex<VecDeque<(Instant, u64)>>,
+}
+
+impl Metrics {
+    /// Records that a step sampled `n` tokens now, for the rate gauge (each token is counted in
+    /// `completion_tokens` as it is sampled, before its text is sent).
+    pub fn step_sampled(&self, n: u64) {
+        let now = Instant::now();
+        let mut r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        r.push_back((now, n));
+        while r.front().is_some_and(|&(t, _)| now - t > RATE_WINDOW) {
+            r.pop_front();
+        }
+    }
+
+    /// Tokens sampled per second over the last 10 s (from the first step in that window).
+    pub fn tokens_per_second(&self) -> f64 {
+        let now = Instant::now();
+        let r = self.recent.lock().unwrap_or_else(|e| e.into_inner());
+        let live: Vec<_> = r.iter().filter(|&&(t, _)| now - t <= RATE_WINDOW).collect();
+        match live.first() {
+            Some(&&(t0, _)) if live.len() > 1 => {
+                let n: u64 = live[1..].iter().map(|&&(_, n)| n).sum();
+                n as f64 / (now - t0).as_secs_f64().max(1e-3)
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The Prometheus text exposition of every counter.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+            let _ = writeln!(
+                s,
+                "# HELP t2p_{name} {help}\n# TYPE t2p_{name} {kind}\nt2p_{name} {v}"
+            );
+        };
+        let g = |a: &AtomicU64| a.load(Relaxed) as f64;
+        put(
+            "requests_total",
+            "counter",
+            "Completion requests accepted.",
+            g(&self.requests),
+        );
+        put(
+            "requests_invalid_total",
+            "counter",
+            "Requests answered with a 4xx error.",
+            g(&self.requests_invalid),
+        );
+        put(
+            "requests_rejected_total",
+            "counter",
+            "Requests refused with 503 (queue full).",
+            g(&self.requests_rejected),
+        );
+        put(
+            "requests_cancelled_total",
+            "counter",
+            "Requests whose client disconnected first.",
+            g(&self.requests_cancelled),
+        );
+        put(
+            "requests_finished_total",
+            "counter",
+            "Requests that ran to a finish reason.",
+            g(&self.requests_finished),
+        );
+        put(
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens of the requests run.",
+            g(&self.prompt_tokens),
+        );
+        put(
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens reused from a slot's cache.",
+            g(&self.prompt_tokens_cached),
+        );
+        put(
+            "completion_tokens_total",
+            "counter",
+            "Tokens generated.",
+            g(&self.completion_tokens),
+        );
+        put(
+            "steps_total",
+            "counter",
+            "Batched forward passes.",
+            g(&self.steps),
+        );
+        put(
+            "step_tokens_total",
+            "counter",
+            "Token columns over all forward passes.",
+            g(&self.step_tokens),
+        );
+        put(
+            "busy_seconds_total",
+            "counter",
+            "Seconds spent in forward passes and sampling.",
+            g(&self.busy_nanos) / 1e9,
+        );
+        put(
+            "queue_depth",
+            "gauge",
+            "Requests waiting for a slot.",
+            g(&self.queue_depth),
+        );
+        put(
+            "slots_busy",
+            "gauge",
+            "Slots holding a request.",
+            g(&self.slots_busy),
+        );
+        put("slots", "gauge", "Slots (--parallel).", g(&self.slots));
+        put(
+            "tokens_per_second",
+            "gauge",
+            "Tokens generated per second over the last 10 s.",
+            self.tokens_per_second(),
+        );
+        s
+    }
+}

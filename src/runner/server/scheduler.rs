@@ -1,0 +1,408 @@
+//! The model's thread: up to `parallel` slots, each with its own [`Session`], decoded together
+//! in one [`Model::forward_batch`] per step. Requests join and leave between steps; prompts are
+//! fed in chunks from a per-step budget, so a long prompt never stalls the others' decoding.
+//!
+//! Batching never changes an output: every sequence's logits are those it would get alone
+//! (see `forward_batch`), each request samples with its own [`Sampler`], and chunked prompt
+//! evaluation gives the same K/V and recurrent state as a single pass.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Instant;
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::metrics::Metrics;
+use super::text::TextStream;
+use crate::runner::Tokenizer;
+use crate::runner::model::{Exec, Model, Session};
+use crate::runner::sample::{Sampler, SamplerConfig};
+
+/// Why a completion ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` or the end of the context.
+    Length,
+}
+
+impl Finish {
+    /// The OpenAI `finish_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// What the scheduler tells the request's handler.
+#[derive(Debug)]
+pub enum Event {
+    /// The next piece of completion text (never empty).
+    Text(String),
+    /// The completion ended.
+    Done {
+        /// Why.
+        finish: Finish,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Of those, tokens the slot already held.
+        cached_tokens: usize,
+        /// Tokens sampled (an end-of-generation token included).
+        completion_tokens: usize,
+        /// Their ids.
+        tokens: Vec<u32>,
+    },
+    /// The model failed (the request ends; the server goes on).
+    Error(String),
+}
+
+/// One completion to run.
+pub struct Job {
+    /// Prompt tokens (at least one, fewer than the context).
+    pub prompt: Vec<u32>,
+    /// Most tokens to sample (at least one; cut to what the context leaves).
+    pub max_tokens: usize,
+    /// Sampling settings, seed included.
+    pub sampler: SamplerConfig,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Where the events go; a closed channel cancels the job.
+    pub events: UnboundedSender<Event>,
+}
+
+/// Settings of the scheduler.
+#[derive(Clone, Copy, Debug)]
+pub struct SchedulerConfig {
+    /// Slots (sequences decoded together).
+    pub parallel: usize,
+    /// Context of each slot, in tokens.
+    pub n_ctx: usize,
+    /// Most prompt tokens evaluated in one step, over all slots.
+    pub prefill_budget: usize,
+}
+
+/// A request being served by a slot.
+struct Active<'t> {
+    job: Job,
+    sampler: Sampler,
+    text: TextStream<'t>,
+    /// Prompt tokens in the session so far.
+    fed: usize,
+    cached: usize,
+    /// Prompt then sampled tokens (for the repetition penalty).
+    history: Vec<u32>,
+    generated: usize,
+    /// `max_tokens` cut to the context.
+    limit: usize,
+    /// The last sampled token, evaluated in the next step.
+    pending: Option<u32>,
+}
+
+/// A slot: its session (made on first use), the tokens the session holds, and its request.
+struct Slot<'t> {
+    session: Option<Session>,
+    held: Vec<u32>,
+    active: Option<Active<'t>>,
+    /// Admission order, for the prefill budget (oldest first).
+    since: u64,
+}
+
+/// How many leading tokens of `prompt` a session holding `held` can keep. Attention-only
+/// sessions keep the common prefix; a recurrent state cannot be rewound, so a hybrid keeps
+/// everything or nothing. At least one prompt token is always evaluated (its logits are the
+/// first distribution sampled).
+pub fn reusable_prefix(held: &[u32], prompt: &[u32], recurrent: bool) -> usize {
+    let common = held
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1));
+    if recurrent && common < held.len() {
+        0
+    } else {
+        common
+    }
+}
+
+/// Runs jobs from `rx` until it closes and no slot is busy.
+pub fn run(
+    model: &Model,
+    exec: &Exec,
+    tok: &Tokenizer,
+    cfg: SchedulerConfig,
+    rx: Receiver<Job>,
+    metrics: Arc<Metrics>,
+) {
+    metrics.slots.store(cfg.parallel as u64, Relaxed);
+    let mut slots: Vec<Slot> = (0..cfg.parallel)
+        .map(|_| Slot {
+            session: None,
+            held: Vec::new(),
+            active: None,
+            since: 0,
+        })
+        .collect();
+    let mut admitted = 0u64;
+    let mut open = true;
+    loop {
+        let busy = slots.iter().any(|s| s.active.is_some());
+        if !busy {
+            if !open {
+                return;
+            }
+            match rx.recv() {
+                Ok(job) => {
+                    metrics.queue_depth.fetch_sub(1, Relaxed);
+                    admitted += 1;
+                    admit(model, tok, cfg, &mut slots, job, admitted, &metrics);
+                }
+                Err(_) => return,
+            }
+        }
+        while open && slots.iter().any(|s| s.active.is_none()) {
+            match rx.try_recv() {
+                Ok(job) => {
+                    metrics.queue_depth.fetch_sub(1, Relaxed);
+                    admitted += 1;
+                    admit(model, tok, cfg, &mut slots, job, admitted, &metrics);
+                }
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => open = false,
+            }
+        }
+        step(model, exec, tok, cfg, &mut slots, &metrics);
+    }
+}
+
+/// Puts `job` into the free slot whose session already holds the longest usable prefix.
+fn admit<'t>(
+    model: &Model,
+    tok: &'t Tokenizer,
+    cfg: SchedulerConfig,
+    slots: &mut [Slot<'t>],
+    job: Job,
+    order: u64,
+    metrics: &Metrics,
+) {
+    if job.events.is_closed() {
+        metrics.requests_cancelled.fetch_add(1, Relaxed);
+        return;
+    }
+    if job.prompt.is_empty() || job.prompt.len() >= cfg.n_ctx || job.max_tokens == 0 {
+        // The HTTP side checks this; a job that slips through fails alone.
+        let _ = job.events.send(Event::Error(format!(
+            "a prompt of {} tokens with max_tokens {} does not fit a context of {}",
+            job.prompt.len(),
+            job.max_tokens,
+            cfg.n_ctx
+        )));
+        return;
+    }
+    let recurrent = matches!(model, Model::Qwen35(_));
+    let Some(slot) = slots
+        .iter_mut()
+        .filter(|s| s.active.is_none())
+        .max_by_key(|s| {
+            (
+                reusable_prefix(&s.held, &job.prompt, recurrent),
+                std::cmp::Reverse(s.since),
+            )
+        })
+    else {
+        // `run` admits only while a slot is free; should that ever fail, the job fails alone.
+        let _ = job.events.send(Event::Error("no free slot".into()));
+        return;
+    };
+    let keep = reusable_prefix(&slot.held, &job.prompt, recurrent);
+    let session = slot
+        .session
+        .get_or_insert_with(|| model.new_session(cfg.n_ctx));
+    session.truncate(keep);
+    slot.held.truncate(keep);
+    metrics.slots_busy.fetch_add(1, Relaxed);
+    let limit = job.max_tokens.min(cfg.n_ctx - job.prompt.len());
+    slot.since = order;
+    slot.active = Some(Active {
+        sampler: Sampler::new(job.sampler.clone()),
+        text: TextStream::new(tok, &job.stop),
+        fed: keep,
+        cached: keep,
+        history: job.prompt.clone(),
+        generated: 0,
+        limit,
+        pending: None,
+        job,
+    });
+}
+
+/// One batched forward pass over every busy slot, then sampling.
+fn step(
+    model: &Model,
+    exec: &Exec,
+    tok: &Tokenizer,
+    cfg: SchedulerConfig,
+    slots: &mut [Slot],
+    metrics: &Metrics,
+) {
+    // Cancelled requests leave first; their sessions stay valid for prefix reuse.
+    for s in slots.iter_mut() {
+        if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+            let a = s.active.take().expect("active");
+            metrics.requests_cancelled.fetch_add(1, Relaxed);
+            metrics.slots_busy.fetch_sub(1, Relaxed);
+            account_prompt(metrics, &a);
+        }
+    }
+    // What each slot evaluates: its pending token, or the next prompt chunk, oldest first.
+    let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_by_key(|&i| slots[i].since);
+    let mut budget = cfg.prefill_budget.max(1);
+    for &i in &order {
+        let Some(a) = &slots[i].active else { continue };
+        if let Some(id) = a.pending {
+            feeds[i] = vec![id];
+        } else if a.fed < a.job.prompt.len() && budget > 0 {
+            let n = (a.job.prompt.len() - a.fed).min(budget);
+            budget -= n;
+            feeds[i] = a.job.prompt[a.fed..a.fed + n].to_vec();
+        }
+    }
+    if feeds.iter().all(|f| f.is_empty()) {
+        return;
+    }
+    let t0 = Instant::now();
+    let mut seqs: Vec<(&mut Session, &[u32])> = Vec::new();
+    let mut who = Vec::new();
+    for (i, (s, f)) in slots.iter_mut().zip(&feeds).enumerate() {
+        if !f.is_empty() {
+            seqs.push((
+                s.session.as_mut().expect("an admitted slot has a session"),
+                f,
+            ));
+            who.push(i);
+        }
+    }
+    let result = model.forward_batch(exec, &mut seqs);
+    drop(seqs);
+    metrics.steps.fetch_add(1, Relaxed);
+    let cols: usize = feeds.iter().map(Vec::len).sum();
+    metrics.step_tokens.fetch_add(cols as u64, Relaxed);
+    let logits = match result {
+        Ok(l) => l,
+        Err(e) => {
+            // Fail these requests and drop their sessions (a pass that failed midway may
+            // have written part of a recurrent state); keep serving.
+            for &i in &who {
+                let s = &mut slots[i];
+                if let Some(a) = s.active.take() {
+                    metrics.slots_busy.fetch_sub(1, Relaxed);
+                    let _ = a.job.events.send(Event::Error(e.to_string()));
+                }
+                s.session = None;
+                s.held.clear();
+            }
+            return;
+        }
+    };
+    let mut sampled = 0;
+    for (&i, l) in who.iter().zip(&logits) {
+        let s = &mut slots[i];
+        s.held.extend_from_slice(&feeds[i]);
+        let a = s.active.as_mut().expect("fed slots are busy");
+        if a.pending.take().is_none() {
+            a.fed += feeds[i].len();
+            if a.fed < a.job.prompt.len() {
+                continue; // more prompt to go
+            }
+        }
+        sampled += 1;
+        if let Some(finish) = sample_one(tok, a, l, metrics) {
+            let a = s.active.take().expect("active");
+            finish_job(metrics, a, finish);
+        }
+    }
+    metrics.step_sampled(sampled);
+    metrics
+        .busy_nanos
+        .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+}
+
+/// Samples the next token of `a` from `logits` and sends its text; returns the finish reason
+/// when the request is done (as [`crate::runner::generate::generate`] decides it).
+fn sample_one(
+    tok: &Tokenizer,
+    a: &mut Active,
+    logits: &[f32],
+    metrics: &Metrics,
+) -> Option<Finish> {
+    let id = a.sampler.sample(logits, &a.history);
+    metrics.completion_tokens.fetch_add(1, Relaxed);
+    a.history.push(id);
+    a.generated += 1;
+    if tok.is_eog(id) {
+        return Some(Finish::Stop);
+    }
+    let piece = a.text.push(id);
+    send_text(a, piece);
+    if a.text.stopped() {
+        return Some(Finish::Stop);
+    }
+    if a.generated >= a.limit {
+        return Some(Finish::Length);
+    }
+    a.pending = Some(id);
+    None
+}
+
+fn send_text(a: &Active, piece: String) {
+    if !piece.is_empty() {
+        // A closed channel is noticed at the start of the next step.
+        let _ = a.job.events.send(Event::Text(piece));
+    }
+}
+
+fn account_prompt(metrics: &Metrics, a: &Active) {
+    metrics
+        .prompt_tokens
+        .fetch_add(a.job.prompt.len() as u64, Relaxed);
+    metrics
+        .prompt_tokens_cached
+        .fetch_add(a.cached as u64, Relaxed);
+}
+
+fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
+    let tail = a.text.finish();
+    send_text(&a, tail);
+    // Counters first: a client reading /metrics after its answer sees its request counted.
+    metrics.requests_finished.fetch_add(1, Relaxed);
+    metrics.slots_busy.fetch_sub(1, Relaxed);
+    account_prompt(metrics, &a);
+    let _ = a.job.events.send(Event::Done {
+        finish,
+        prompt_tokens: a.job.prompt.len(),
+        cached_tokens: a.cached,
+        completion_tokens: a.generated,
+        tokens: a.history[a.job.prompt.len()..].to_vec(),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reusable_prefix;
+
+    #[test]
+    fn prefix_reuse_keeps_one_prompt_token_and_never_rewinds_a_recurrent_state() {
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 4, 5], false), 2);
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 3], false), 2);
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 4, 5], true), 0);
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 3, 4], true), 3);
+        assert_eq!(reusable_prefix(&[1, 2, 3], &[1, 2, 3], true), 0);
+        assert_eq!(reusable_prefix(&[], &[7], true), 0);
+    }
+}

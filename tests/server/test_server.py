@@ -1,0 +1,593 @@
+"""`libt2p serve` end to end, with the real `openai` client and plain HTTP (urllib, sockets).
+
+Run by test.sh inside a venv that has `openai`:
+    T2P_LIBT2P=target/release/libt2p T2P_TESTDATA=../shared/testdata python -m unittest -v tests/server/test_server.py
+
+Every check compares the server with `libt2p run --json --temp 0` / `libt2p chat` on the same
+prompt, or with the same request sent alone: batching, streaming, prefix reuse and queueing must
+never change an output.
+"""
+
+import concurrent.futures
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import openai
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("T2P_LIBT2P", os.path.join(ROOT, "target", "release", "libt2p"))
+DATA = os.environ.get("T2P_TESTDATA", os.path.join(ROOT, "..", "shared", "testdata"))
+QWEN3 = os.path.join(DATA, "qwen3-tiny", "qwen3-tiny-pq2_0.gguf")
+QWEN35 = os.path.join(DATA, "qwen35-tiny", "qwen35-tiny-pq2_0.gguf")
+CTX = 512
+THREADS = "2"
+
+
+def prompt_file(model_dir, name):
+    with open(os.path.join(DATA, model_dir, "prompts", name + ".txt"), encoding="utf-8") as f:
+        return f.read()
+
+
+class Server:
+    """A `libt2p serve` process on a free port; stopped by `close`."""
+
+    def __init__(self, model, *extra, ctx=CTX):
+        cmd = [BIN, "serve", "-m", model, "--port", "0", "-t", THREADS, "-c", str(ctx), *extra]
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        self.log = []
+        ready = threading.Event()
+        self.port = None
+
+        def read():
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^\s]*:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not ready.wait(60) or self.port is None:
+            self.close()
+            raise RuntimeError("server did not start: " + "".join(self.log))
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def client(self, key="none", retries=0):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=retries, timeout=120)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stderr.close()
+
+    def http(self, method, path, body=None, headers=None, raw=None):
+        """(status, parsed JSON or text) of one request; never raises for HTTP errors."""
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                status, text = r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            status, text = e.code, e.read().decode()
+        try:
+            return status, json.loads(text)
+        except ValueError:
+            return status, text
+
+    def metrics(self):
+        _, text = self.http("GET", "/metrics")
+        return {k: float(v) for k, v in re.findall(r"^t2p_(\w+) (\S+)$", text, re.M)}
+
+    def sse(self, path, body):
+        """The `data:` payloads of a streamed request, in order (`[DONE]` included)."""
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=120) as r:
+            self.assert_sse = r.headers.get("content-type", "")
+            return [line[len("data: "):] for line in r.read().decode().split("\n") if line.startswith("data: ")]
+
+    def wait_metric(self, name, want, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.metrics().get(name) == want:
+                return True
+            time.sleep(0.02)
+        return False
+
+
+def run_ref(model, prompt, n, extra=()):
+    """`libt2p run --json` on `prompt`: (text, generated ids, prompt ids)."""
+    out = subprocess.run(
+        [BIN, "run", "-m", model, "-p", prompt, "-n", str(n), "-c", str(CTX), "-t", THREADS,
+         "--json", "--no-ceiling", *extra],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    d = json.loads(out)
+    return d["text"], d["ids"], d["prompt_ids"]
+
+
+def chat_ref(model, message, n):
+    """What `libt2p chat --temp 0` answers to one user message (its stdout ends with a newline)."""
+    out = subprocess.run(
+        [BIN, "chat", "-m", model, "--temp", "0", "-n", str(n), "-c", str(CTX), "-t", THREADS],
+        input=message + "\n", check=True, capture_output=True, text=True, errors="replace",
+    ).stdout
+    assert out.endswith("\n"), out
+    return out[:-1]
+
+
+def complete(client, prompt, n, **kw):
+    r = client.completions.create(model="x", prompt=prompt, max_tokens=n, **kw)
+    return r.choices[0].text, r.choices[0].finish_reason, r.usage
+
+
+def complete_stream(client, prompt, n, **kw):
+    pieces, finish = [], None
+    for ch in client.completions.create(model="x", prompt=prompt, max_tokens=n, stream=True, **kw):
+        if ch.choices:
+            pieces.append(ch.choices[0].text)
+            finish = ch.choices[0].finish_reason or finish
+    return "".join(pieces), finish, pieces
+
+
+def chat(client, messages, n, stream=False, **kw):
+    if not stream:
+        r = client.chat.completions.create(model="x", messages=messages, max_tokens=n, **kw)
+        return r.choices[0].message.content, r.choices[0].finish_reason
+    text, finish = "", None
+    for ch in client.chat.completions.create(model="x", messages=messages, max_tokens=n, stream=True, **kw):
+        if ch.choices:
+            text += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+    return text, finish
+
+
+class ModelCase:
+    """Checks run on both tiny models (subclasses set MODEL and DIR)."""
+
+    MODEL = None
+    DIR = None
+    N = 24
+
+    @classmethod
+    def setUpClass(cls):
+        # Small prefill chunks: every prompt is fed over several steps, between the others'
+        # decode steps, and must still give what `libt2p run` gives from one pass.
+        cls.prompts = [prompt_file(cls.DIR, p) for p in cls.PROMPTS]
+        cls.srv = Server(cls.MODEL, "--parallel", "4", "-b", "8")
+        cls.client = cls.srv.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def test_greedy_equals_libt2p_run_streamed_or_not(self):
+        for p in self.prompts:
+            text, ids, prompt_ids = run_ref(self.MODEL, p, self.N, ["--temp", "0"])
+            got, finish, usage = complete(self.client, p, self.N, temperature=0)
+            self.assertEqual(got, text, p)
+            self.assertEqual(usage.prompt_tokens, len(prompt_ids))
+            self.assertEqual(usage.completion_tokens, len(ids))
+            self.assertEqual(usage.total_tokens, len(prompt_ids) + len(ids))
+            self.assertEqual(finish, "length" if len(ids) == self.N else "stop")
+            s_text, s_finish, pieces = complete_stream(self.client, p, self.N, temperature=0)
+            self.assertEqual(s_text, text)
+            self.assertEqual(s_finish, finish)
+            self.assertGreater(len(pieces), 1, "one chunk per piece")
+            # The token ids too (llama-server's `return_tokens`), and a prompt given as ids.
+            _, body = self.srv.http("POST", "/v1/completions", {
+                "prompt": prompt_ids, "max_tokens": self.N, "temperature": 0, "return_tokens": True})
+            self.assertEqual(body["choices"][0]["tokens"], ids)
+            self.assertEqual(body["choices"][0]["text"], text)
+
+    def test_raw_sse_ends_with_done_and_carries_usage(self):
+        p = self.prompts[2]
+        want, _, _ = complete(self.client, p, 16, temperature=0)
+        data = self.srv.sse("/v1/completions", {
+            "prompt": p, "max_tokens": 16, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}})
+        self.assertIn("text/event-stream", self.srv.assert_sse)
+        self.assertEqual(data[-1], "[DONE]")
+        chunks = [json.loads(d) for d in data[:-1]]
+        self.assertEqual("".join(c["choices"][0]["text"] for c in chunks if c["choices"]), want)
+        self.assertEqual(chunks[-1]["choices"], [])
+        self.assertEqual(chunks[-1]["usage"]["completion_tokens"], 16)
+        self.assertEqual(chunks[-2]["choices"][0]["finish_reason"], "length")
+        for c in chunks:
+            self.assertEqual(c["object"], "text_completion")
+            self.assertTrue(c["id"].startswith("cmpl-"))
+
+    def test_seeded_sampling_equals_libt2p_run(self):
+        p = self.prompts[0]
+        text, _, _ = run_ref(self.MODEL, p, self.N, ["--temp", "0.9", "--seed", "7"])
+        got, _, _ = complete(self.client, p, self.N, temperature=0.9, seed=7)
+        self.assertEqual(got, text)
+        streamed, _, _ = complete_stream(self.client, p, self.N, temperature=0.9, seed=7)
+        self.assertEqual(streamed, text)
+        other, _, _ = complete(self.client, p, self.N, temperature=0.9, seed=8)
+        self.assertNotEqual(other, text, "another seed, another text")
+        # top_k 1 is greedy whatever the temperature.
+        greedy, _, _ = run_ref(self.MODEL, p, self.N, ["--temp", "0"])
+        self.assertEqual(complete(self.client, p, self.N, temperature=1.5, extra_body={"top_k": 1})[0], greedy)
+
+    def test_chat_equals_libt2p_chat(self):
+        for msg in ("Hello there", "Wie geht's? Grüße"):
+            want = chat_ref(self.MODEL, msg, self.N)
+            got, finish = chat(self.client, [{"role": "user", "content": msg}], self.N, temperature=0)
+            self.assertEqual(got, want)
+            self.assertIn(finish, ("stop", "length"))
+            self.assertEqual(chat(self.client, [{"role": "user", "content": msg}], self.N,
+                                  stream=True, temperature=0), (got, finish))
+        # A multi-turn conversation with a system message renders and streams identically.
+        conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": [
+                    {"type": "text", "text": "Tell me "}, {"type": "text", "text": "more."}]}]
+        self.assertEqual(chat(self.client, conv, 12, temperature=0),
+                         chat(self.client, conv, 12, stream=True, temperature=0))
+
+    def test_stop_strings_cut_the_text_streamed_or_not(self):
+        p = self.prompts[0]
+        text, _, _ = run_ref(self.MODEL, p, self.N, ["--temp", "0"])
+        stop = text[len(text) // 2: len(text) // 2 + 3]
+        cut = text[: text.index(stop)]
+        got, finish, _ = complete(self.client, p, self.N, temperature=0, stop=stop)
+        self.assertEqual((got, finish), (cut, "stop"))
+        s_text, s_finish, _ = complete_stream(self.client, p, self.N, temperature=0, stop=[stop, "\x00never"])
+        self.assertEqual((s_text, s_finish), (cut, "stop"))
+        got, finish, _ = complete(self.client, p, self.N, temperature=0, stop=["\x00never"])
+        self.assertEqual((got, finish), (text, "length"))
+
+    def test_prefix_reuse_gives_the_same_tokens(self):
+        p = self.prompts[1]
+        n, m = 6, 6
+        _, long_ids, prompt_ids = run_ref(self.MODEL, p, n + m, ["--temp", "0"])
+
+        def ids_req(prompt, k):
+            st, body = self.srv.http("POST", "/v1/completions", {
+                "prompt": prompt, "max_tokens": k, "temperature": 0, "return_tokens": True})
+            self.assertEqual(st, 200, body)
+            return body["choices"][0]["tokens"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+        first, _ = ids_req(prompt_ids, n)
+        self.assertEqual(first, long_ids[:n])
+        # The prompt extends exactly what a slot holds (prompt + all but the last token).
+        ext = prompt_ids + long_ids[:n]
+        toks, cached = ids_req(ext, m)
+        self.assertEqual(cached, len(prompt_ids) + n - 1)
+        self.assertEqual(toks, long_ids[n:n + m])
+        # The same prompt again: attention-only slots keep all but its last token; a hybrid
+        # slot holds more than the prompt and cannot rewind, so it starts over. Same tokens.
+        toks, cached = ids_req(ext, m)
+        self.assertEqual(toks, long_ids[n:n + m])
+        self.assertEqual(cached, 0 if self.MODEL == QWEN35 else len(ext) - 1)
+        m0 = self.srv.metrics()
+        self.assertGreater(m0["prompt_tokens_cached_total"], 0)
+
+    def test_concurrent_clients_get_their_single_client_outputs(self):
+        reqs = []
+        for i in range(8):
+            p = self.prompts[i % 3] + " " * (i // 3)
+            kind = ["text", "chat", "text_stream", "chat_stream"][i % 4]
+            temp = 0 if i % 2 == 0 else 0.8
+            reqs.append((kind, p, temp, 100 + i, 8 + 3 * i))
+
+        def one(r, client):
+            kind, p, temp, seed, n = r
+            if kind.startswith("text"):
+                f = complete_stream if kind.endswith("stream") else complete
+                out = f(client, p, n, temperature=temp, seed=seed)
+                return out[0], out[1]
+            return chat(client, [{"role": "user", "content": p}], n, stream=kind.endswith("stream"),
+                        temperature=temp, seed=seed)
+
+        alone = [one(r, self.client) for r in reqs]
+        before = self.srv.metrics()
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            together = list(ex.map(lambda r: one(r, self.srv.client()), reqs))
+        after = self.srv.metrics()
+        self.assertEqual(together, alone)
+        steps = after["steps_total"] - before["steps_total"]
+        sampled = after["completion_tokens_total"] - before["completion_tokens_total"]
+        self.assertLess(steps, sampled, "requests must have shared forward passes")
+        self.assertEqual(after["requests_finished_total"] - before["requests_finished_total"], 8)
+
+
+class Qwen3Tiny(ModelCase, unittest.TestCase):
+    MODEL = QWEN3
+    DIR = "qwen3-tiny"
+    PROMPTS = ("english", "code-rust", "unicode-de")
+
+
+class Qwen35Tiny(ModelCase, unittest.TestCase):
+    MODEL = QWEN35
+    DIR = "qwen35-tiny"
+    PROMPTS = ("english", "code-python", "unicode-el")
+
+
+class BadInput(unittest.TestCase):
+    """Every bad request gets an OpenAI-style 4xx error and the server keeps serving."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(QWEN3, "--parallel", "2")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def assert_error(self, status, body, want_status, code=None):
+        self.assertEqual(status, want_status, body)
+        self.assertIsInstance(body, dict, body)
+        err = body["error"]
+        self.assertIsInstance(err["message"], str)
+        self.assertTrue(err["message"])
+        self.assertIsInstance(err["type"], str)
+        self.assertIn("code", err)
+        if code:
+            self.assertEqual(err["code"], code)
+
+    def test_bad_requests(self):
+        s = self.srv
+        cases = [
+            ("/v1/completions", b"{not json", 400),
+            ("/v1/completions", b"[1, 2]", 400),
+            ("/v1/completions", b"", 400),
+            ("/v1/completions", b'{"prompt": 5}', 400),
+            ("/v1/completions", b'{"max_tokens": 4}', 400),
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": "ten"}', 400),
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": -3}', 400),
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": 0}', 400),
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": 1000000000000}', 400),
+            ("/v1/completions", b'{"prompt": "a", "max_tokens": 2.5}', 400),
+            ("/v1/completions", b'{"prompt": "a", "temperature": "hot"}', 400),
+            ("/v1/completions", b'{"prompt": "a", "temperature": -1}', 400),
+            ("/v1/completions", b'{"prompt": "a", "top_p": 0}', 400),
+            ("/v1/completions", b'{"prompt": "a", "top_k": -1}', 400),
+            ("/v1/completions", b'{"prompt": "a", "stop": 7}', 400),
+            ("/v1/completions", b'{"prompt": "a", "stop": ["x", 1]}', 400),
+            ("/v1/completions", b'{"prompt": "a", "stream": "yes"}', 400),
+            ("/v1/completions", b'{"prompt": "a", "n": 3}', 400),
+            ("/v1/completions", b'{"prompt": [1, 99999999]}', 400),
+            ("/v1/completions", b'{"prompt": ["a", "b"]}', 400),
+            ("/v1/chat/completions", b'{"messages": "hi"}', 400),
+            ("/v1/chat/completions", b'{"messages": []}', 400),
+            ("/v1/chat/completions", b'{"messages": ["hi"]}', 400),
+            ("/v1/chat/completions", b'{"messages": [{"content": "hi"}]}', 400),
+            ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": 5}]}', 400),
+            ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": [{"type": "image"}]}]}', 400),
+            ("/v1/chat/completions", b'{"prompt": "a"}', 400),
+        ]
+        for path, raw, want in cases:
+            st, body = s.http("POST", path, raw=raw, headers={"Content-Type": "application/json"})
+            with self.subTest(raw=raw):
+                self.assert_error(st, body, want)
+        st, body = s.http("POST", "/v1/completions", {"prompt": "word " * (CTX + 10)})
+        self.assert_error(st, body, 400, "context_length_exceeded")
+        st, body = s.http("GET", "/v1/nothing")
+        self.assert_error(st, body, 404, "not_found")
+        st, body = s.http("POST", "/v1/models", {})
+        self.assert_error(st, body, 405)
+        st, body = s.http("GET", "/v1/completions")
+        self.assert_error(st, body, 405)
+        # Through the client: a typed error, not a crash.
+        c = s.client()
+        with self.assertRaises(openai.BadRequestError) as e:
+            c.completions.create(model="x", prompt="a", max_tokens=-1)
+        self.assertEqual(e.exception.status_code, 400)
+        with self.assertRaises(openai.BadRequestError):
+            c.chat.completions.create(model="x", messages=[{"role": "user"}], max_tokens=10**9)
+        # Unknown fields are ignored; `model` is accepted whatever it says.
+        st, body = s.http("POST", "/v1/completions", {
+            "prompt": "a", "max_tokens": 2, "model": "gpt-4", "frobnicate": [1, {"x": None}],
+            "logit_bias": {}, "user": "me", "presence_penalty": 0})
+        self.assertEqual(st, 200, body)
+        self.assertEqual(body["usage"]["completion_tokens"], 2)
+        self.assertTrue(s.alive())
+        m = s.metrics()
+        self.assertGreaterEqual(m["requests_invalid_total"], len(cases) + 4)
+
+    def oversized(self, expect_continue):
+        """Sends a body one byte over 16 MiB on a raw socket; returns the status line and body."""
+        size = (16 << 20) + 1
+        head = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                "Content-Length: %d\r\n%s\r\n" % (size, "Expect: 100-continue\r\n" if expect_continue else ""))
+        sock = socket.create_connection(("127.0.0.1", self.srv.port), timeout=30)
+        sock.sendall(head.encode())
+        if not expect_continue:
+            def send_body():
+                try:
+                    chunk = b" " * (1 << 20)
+                    for _ in range(16):
+                        sock.sendall(chunk)
+                    sock.sendall(b" ")
+                except OSError:
+                    pass
+            threading.Thread(target=send_body, daemon=True).start()
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < 20:
+                got = sock.recv(65536)
+                if not got:
+                    break
+                data += got
+        except OSError:
+            pass
+        sock.close()
+        head, _, body = data.partition(b"\r\n\r\n")
+        return head.split(b"\r\n")[0].decode(), body
+
+    def test_oversized_body_is_413(self):
+        status, body = self.oversized(True)
+        self.assertIn(" 413 ", status)
+        self.assertIn(b'"body_too_large"', body)
+        status, _ = self.oversized(False)
+        self.assertIn(" 413 ", status)
+        # Streamed without a length (chunked): read up to the limit, then 413.
+        def chunks():
+            for _ in range(17):
+                yield b" " * (1 << 20)
+        req = urllib.request.Request(self.srv.url + "/v1/completions", data=chunks(), method="POST",
+                                     headers={"Transfer-Encoding": "chunked"})
+        try:
+            urllib.request.urlopen(req, timeout=60)
+            code = 200
+        except urllib.error.HTTPError as e:
+            code = e.code
+            self.assertEqual(json.loads(e.read())["error"]["code"], "body_too_large")
+        except OSError:
+            code = None  # the server may close before the client finished sending
+        self.assertIn(code, (413, None))
+        self.assertEqual(self.srv.http("GET", "/health")[0], 200)
+        self.assertEqual(self.srv.http("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1})[0], 200)
+
+    def test_api_key(self):
+        srv = Server(QWEN3, "--api-key", "sekrit")
+        try:
+            with self.assertRaises(openai.AuthenticationError):
+                srv.client("wrong").completions.create(model="x", prompt="a", max_tokens=1)
+            st, body = srv.http("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1})
+            self.assert_error(st, body, 401, "invalid_api_key")
+            st, body = srv.http("GET", "/v1/models")
+            self.assert_error(st, body, 401, "invalid_api_key")
+            ok = srv.client("sekrit").completions.create(model="x", prompt="a", max_tokens=2)
+            self.assertEqual(ok.usage.completion_tokens, 2)
+            self.assertEqual([m.id for m in srv.client("sekrit").models.list()], ["qwen3-tiny-pq2_0"])
+            self.assertEqual(srv.http("GET", "/health")[0], 200)
+        finally:
+            srv.close()
+
+
+class Endpoints(unittest.TestCase):
+    def test_models_health_metrics(self):
+        srv = Server(QWEN35, "--parallel", "3")
+        try:
+            models = srv.client().models.list()
+            self.assertEqual([m.id for m in models], ["qwen35-tiny-pq2_0"])
+            self.assertEqual(srv.http("GET", "/health"), (200, {"status": "ok"}))
+            srv.client().completions.create(model="x", prompt="Hi", max_tokens=3)
+            m = srv.metrics()
+            for k in ("requests_total", "completion_tokens_total", "prompt_tokens_total", "queue_depth",
+                      "tokens_per_second", "slots_busy", "requests_rejected_total"):
+                self.assertIn(k, m)
+            self.assertEqual(m["slots"], 3)
+            self.assertEqual(m["requests_total"], 1)
+            self.assertEqual(m["completion_tokens_total"], 3)
+            self.assertGreater(m["tokens_per_second"], 0)
+            _, text = srv.http("GET", "/metrics")
+            self.assertIn("# TYPE t2p_requests_total counter", text)
+        finally:
+            srv.close()
+
+
+class Queue(unittest.TestCase):
+    """One slot, a queue of two: a long stream holds the slot, two wait, the next gets 503; when
+    the stream's client disconnects its slot frees at once and the queued requests complete."""
+
+    def test_queue_overflow_and_disconnect(self):
+        long_ctx = 4096
+        srv = Server(QWEN3, "--parallel", "1", "--queue", "2", ctx=long_ctx)
+        try:
+            p = prompt_file("qwen3-tiny", "english")
+            short = {"prompt": p, "max_tokens": 5, "temperature": 0}
+            st, alone = srv.http("POST", "/v1/completions", short)
+            self.assertEqual(st, 200)
+            # The long request: a raw streaming connection we can drop.
+            sock = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            body = json.dumps({"prompt": p, "max_tokens": long_ctx - 100, "temperature": 0, "stream": True}).encode()
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sock.recv(4096)
+            self.assertTrue(srv.wait_metric("slots_busy", 1))
+            with concurrent.futures.ThreadPoolExecutor(2) as ex:
+                waiting = [ex.submit(srv.http, "POST", "/v1/completions", short) for _ in range(2)]
+                self.assertTrue(srv.wait_metric("queue_depth", 2), srv.metrics())
+                st, err = srv.http("POST", "/v1/completions", short)
+                self.assertEqual(st, 503, err)
+                self.assertEqual(err["error"]["code"], "server_busy")
+                with self.assertRaises(openai.APIStatusError) as e:
+                    srv.client().completions.create(model="x", prompt="a", max_tokens=1)
+                self.assertEqual(e.exception.status_code, 503)
+                self.assertEqual(srv.metrics()["requests_rejected_total"], 2)
+                # Nothing moves while the stream holds the slot ...
+                time.sleep(0.3)
+                self.assertFalse(any(w.done() for w in waiting))
+                t0 = time.time()
+                sock.close()
+                results = [w.result(timeout=30) for w in waiting]
+            freed = time.time() - t0
+            for st, r in results:
+                self.assertEqual(st, 200)
+                self.assertEqual(r["choices"][0]["text"], alone["choices"][0]["text"])
+            m = srv.metrics()
+            self.assertEqual(m["requests_cancelled_total"], 1)
+            self.assertEqual(m["slots_busy"], 0)
+            self.assertEqual(m["queue_depth"], 0)
+            # The long stream alone would run for its ~4000 tokens (tens of seconds); its slot
+            # was freed at once.
+            self.assertLess(m["completion_tokens_total"], 5 * 3 + (long_ctx - 100) / 2)
+            self.assertLess(freed, 5.0)
+            # A non-streamed request whose client gives up is dropped as well.
+            before = m["completion_tokens_total"]
+            req = urllib.request.Request(srv.url + "/v1/completions", method="POST", data=json.dumps(
+                {"prompt": p, "max_tokens": long_ctx - 100, "temperature": 0}).encode())
+            with self.assertRaises(OSError):
+                urllib.request.urlopen(req, timeout=1.0)
+            self.assertTrue(srv.wait_metric("requests_cancelled_total", 2, timeout=5), srv.metrics())
+            self.assertEqual(srv.metrics()["slots_busy"], 0)
+            self.assertLess(srv.metrics()["completion_tokens_total"] - before, (long_ctx - 100) / 2)
+        finally:
+            srv.close()
+
+
+class Interleave(unittest.TestCase):
+    def test_a_long_prompt_is_fed_between_the_others_decode_steps(self):
+        """While a 400-token prompt is evaluated 8 tokens a step, a running stream keeps
+        getting tokens (without chunking it would wait for the whole prompt)."""
+        srv = Server(QWEN3, "--parallel", "2", "-b", "8", ctx=1024)
+        try:
+            def stream(body, times, started=None):
+                req = urllib.request.Request(srv.url + "/v1/completions", method="POST",
+                                             data=json.dumps(dict(body, stream=True)).encode())
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    for line in r:
+                        if line.startswith(b"data: {"):
+                            times.append(time.time())
+                            if started is not None and len(times) == 3:
+                                started.set()
+
+            a_times, b_times, started = [], [], threading.Event()
+            ta = threading.Thread(target=stream, args=(
+                {"prompt": "Once upon a time", "max_tokens": 600, "temperature": 0}, a_times, started))
+            ta.start()
+            self.assertTrue(started.wait(30))
+            t_b = time.time()
+            long_prompt = "one two three four " * 100
+            stream({"prompt": long_prompt, "max_tokens": 2, "temperature": 0}, b_times)
+            during = [t for t in a_times if t_b < t < b_times[0]]
+            ta.join()
+            self.assertGreaterEqual(len(during), 20, "tokens of the running stream during the long prefill")
+            self.assertGreater(len(a_times), 500, "about one chunk per token")
+        finally:
+            srv.close()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

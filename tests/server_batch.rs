@@ -1,0 +1,128 @@
+//! `Model::forward_batch` (what `libt2p serve` decodes with) against separate `forward` calls,
+//! bit for bit, on the shared tiny models: three sequences at different positions (one of them
+//! still prefilling a chunk, one with nothing to do) in one pass, step after step, with both
+//! activation types.
+
+mod reference;
+mod runner_data;
+
+use reference::*;
+use t2p::matmul::ActQuant;
+use t2p::runner::model::{Exec, Loaded, Session};
+use t2p::runner::sample::argmax;
+
+/// Three prompts of different lengths from the test data's tokenizer.
+fn prompts(l: &Loaded) -> Vec<Vec<u32>> {
+    [
+        "Once upon a time",
+        "fn main() { println!(",
+        "Grüße aus Köln, 東京 und",
+    ]
+    .iter()
+    .map(|p| l.tokenizer.encode(p, true, true))
+    .collect()
+}
+
+/// Runs the batched schedule and the one-sequence-at-a-time schedule side by side and
+/// compares every logit row bit for bit.
+fn check(l: &Loaded, exec: &Exec, what: &str) {
+    let m = &l.model;
+    let ps = prompts(l);
+    let new = || -> Vec<Session> { (0..ps.len()).map(|_| m.new_session(128)).collect() };
+    let (mut batched, mut alone) = (new(), new());
+    // Step 0: sequence 0 prefills whole, sequence 1 prefills its first 3 tokens, 2 waits.
+    // Step 1: 0 decodes, 1 prefills the rest, 2 prefills whole. Then all decode together.
+    let mut next: Vec<Vec<u32>> = vec![ps[0].clone(), ps[1][..3].to_vec(), Vec::new()];
+    let mut steps = 0;
+    for step in 0..10 {
+        let mut seqs: Vec<(&mut Session, &[u32])> = batched
+            .iter_mut()
+            .zip(&next)
+            .map(|(s, t)| (s, t.as_slice()))
+            .collect();
+        let got = m.forward_batch(exec, &mut seqs).unwrap();
+        assert_eq!(got.len(), ps.len());
+        let mut following = Vec::new();
+        for (i, toks) in next.iter().enumerate() {
+            let want = m.forward(exec, &mut alone[i], toks, false).unwrap();
+            assert_eq!(
+                got[i].len(),
+                want.len(),
+                "{what}: step {step} seq {i} length"
+            );
+            let same = got[i]
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{what}: step {step} seq {i}: batched logits differ");
+            assert_eq!(batched[i].len(), alone[i].len());
+            following.push(match (step, i) {
+                (0, 1) => ps[1][3..].to_vec(),
+                (0, 2) => ps[2].clone(),
+                _ => vec![argmax(&got[i])],
+            });
+        }
+        next = following;
+        steps += 1;
+    }
+    assert_eq!(steps, 10);
+    for (i, s) in batched.iter().enumerate() {
+        assert_eq!(s.len(), ps[i].len() + if i == 0 { 9 } else { 8 }, "{what}");
+    }
+}
+
+fn model(name: &str) -> Option<Loaded> {
+    let dir = runner_data::testdata()?.join(name);
+    Some(load(&dir.join(format!("{name}-pq2_0.gguf"))))
+}
+
+#[test]
+fn qwen3_tiny_batched_forward_is_bit_identical() {
+    let Some(l) = model("qwen3-tiny") else { return };
+    check(&l, &reference_exec(), "qwen3-tiny q8_0");
+    check(&l, &Exec::new(2).with_act(ActQuant::Q8K), "qwen3-tiny q8_K");
+}
+
+#[test]
+fn qwen35_tiny_batched_forward_is_bit_identical() {
+    let Some(l) = model("qwen35-tiny") else {
+        return;
+    };
+    check(&l, &reference_exec(), "qwen35-tiny q8_0");
+    check(
+        &l,
+        &Exec::new(2).with_act(ActQuant::Q8K),
+        "qwen35-tiny q8_K",
+    );
+}
+
+#[test]
+fn a_bad_sequence_leaves_every_session_untouched() {
+    let Some(l) = model("qwen35-tiny") else {
+        return;
+    };
+    let (m, exec) = (&l.model, reference_exec());
+    let (mut a, mut b) = (m.new_session(8), m.new_session(8));
+    let too_long = [1u32; 9];
+    let r = m.forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &too_long[..])]);
+    assert!(
+        r.is_err(),
+        "a sequence past its context must fail the batch"
+    );
+    assert_eq!((a.len(), b.len()), (0, 0));
+    let bad_id = [m.n_vocab() as u32];
+    assert!(
+        m.forward_batch(&exec, &mut [(&mut a, &[1][..]), (&mut b, &bad_id[..])])
+            .is_err()
+    );
+    assert_eq!((a.len(), b.len()), (0, 0));
+    // Both still work afterwards, and give what a fresh session gives.
+    let got = m
+        .forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &[3][..])])
+        .unwrap();
+    let mut fresh = m.new_session(8);
+    assert_eq!(
+        got[0],
+        m.forward(&exec, &mut fresh, &[1, 2], false).unwrap()
+    );
+}
