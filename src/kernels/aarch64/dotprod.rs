@@ -1,13 +1,13 @@
-//! NEON + dotprod: the SDOT gemv (slot masks, dup8, eight accumulators), the per-column SDOT gemm
-//! and the stock-layout SDOT vec_dot.
+//! NEON + dotprod: the SDOT gemv (slot masks, dup8, eight accumulators), the SDOT gemm tiles
+//! (`q8_K` and `q8_0` activations) and the stock-layout SDOT vec_dot.
 
 use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    accumulate, dup_lane_s32, dup8x4, gemm_q8_0_by_columns, gemm_tiles, gemv_q8_0_with,
-    load_i8x16x2, load_i16x8, load_u8x16, recombine, row_scales, scale_f32, slot_scaled, slots,
-    stock, store_f32x4,
+    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles, gemv_q8_0_with,
+    interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, recombine,
+    row_scales, scale_f32, slot_scaled, slots, stock, store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -37,11 +37,19 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
     // detecting dotprod.
-    unsafe { gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys)) }
+    unsafe { gemv_q8_0_dotprod(x, nb, y, out) }
 }
 
-/// `q8_0` gemm entry (also the i8mm path's): one SDOT gemv per column.
-pub(super) fn gemm_q8_0(
+/// The loop lives in a dotprod fn (not behind a plain closure), so [`word_dots_u`] inlines into
+/// it: no call per block, no sums passed through the stack.
+#[inline(never)]
+#[target_feature(enable = "neon,dotprod")]
+fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys));
+}
+
+/// `q8_0` gemm entry: SDOT tiles of four columns.
+fn gemm_q8_0(
     x: &[BlockT2p],
     nb: usize,
     y: &[BlockQ8_0Quad],
@@ -49,7 +57,9 @@ pub(super) fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_q8_0_by_columns(x, nb, y, ncols, out, ld, gemv_q8_0);
+    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
+    // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
+    unsafe { gemm_q8_0_dotprod(x, nb, &tiles, ncols, out, ld) }
 }
 
 /// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): the four unscaled
@@ -68,6 +78,60 @@ fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
         };
         vpaddq_s32(pair(0), pair(1))
     })
+}
+
+/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
+/// column `c`).
+///
+/// Per quarter (= word) and column, two SDOT chains (one per row pair) over the four unscaled
+/// slots, each decoded slot serving all four columns; both start at `[-s, 0, -s, 0]`, so the
+/// pairwise add gives the exact `i = dot(u) - sum(y)` per row (|lane| <= 4 * 3 * 2 * 128 + 4096).
+/// The activations come pre-dup8'ed from [`Q8_0x4Dot`]: one load per SDOT pair, no `dup`.
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    let word = |wd: usize| -> [int32x4_t; 4] {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        std::array::from_fn(|c| {
+            // SAFETY: `start[wd][c]` is four readable i32.
+            let start = unsafe { vld1q_s32(y.start[wd][c].as_ptr()) };
+            let (mut a0, mut a1) = (start, start);
+            for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+                // SAFETY: `chunk[c]` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(chunk[c].as_ptr()) };
+                a0 = sdot(a0, u[0][s], yv);
+                a1 = sdot(a1, u[1][s], yv);
+            }
+            vpaddq_s32(a0, a1)
+        })
+    };
+    let i = [word(0), word(1), word(2), word(3)];
+    q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
+}
+
+#[inline(never)]
+#[target_feature(enable = "neon,dotprod")]
+fn gemm_q8_0_dotprod(
+    x: &[BlockT2p],
+    nb: usize,
+    tiles: &[Q8_0x4Dot],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_q8_0_tiles(
+        x,
+        nb,
+        tiles,
+        ncols,
+        out,
+        ld,
+        |b, y, acc| q8_0_tile_block(b, y, acc),
+        |a| a,
+    );
 }
 
 /// Stock vec_dot entry (also the i8mm path's).
@@ -103,6 +167,7 @@ fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
     vpaddq_s32(recombine(a[0]), recombine(a[1]))
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn gemv_dotprod(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
@@ -168,6 +233,7 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     r
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn gemm_dotprod(
     x: &[BlockT2p],
@@ -182,6 +248,7 @@ fn gemm_dotprod(
 
 /// The stock layout as it sits in the file, ggml's way: per 16 weights a table lookup, shift,
 /// mask, subtract 1 and one SDOT.
+#[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn vec_dot_stock_dotprod(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     let k = stock::Consts::new();

@@ -1,10 +1,14 @@
-//! NEON + i8mm: SMMLA gemm tiles on the row pairs; gemv and stock vec_dot are the dotprod ones.
+//! NEON + i8mm: SMMLA gemm tiles on the row pairs (`q8_K` and `q8_0` activations); gemv and
+//! stock vec_dot are the dotprod ones.
 
 use core::arch::aarch64::*;
 
 use super::asm::smmla;
-use super::{dotprod, gemm_tiles, load_i8x16x2, load_u8x16, slot_scaled};
-use crate::format::{BlockQ8Kx4, BlockT2p};
+use super::{
+    Q8_0x4Mmla, dotprod, gemm_q8_0_tiles, gemm_tiles, interleave_q8_0, load_i8x16x2, load_u8x16,
+    row_scales, slot_scaled, slots,
+};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
@@ -12,7 +16,7 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     gemv: dotprod::gemv,
     gemm,
     gemv_q8_0: dotprod::gemv_q8_0,
-    gemm_q8_0: dotprod::gemm_q8_0,
+    gemm_q8_0,
     vec_dot_stock: dotprod::vec_dot_stock,
 };
 
@@ -71,6 +75,7 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     ]
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
 fn gemm_i8mm(
     x: &[BlockT2p],
@@ -81,4 +86,95 @@ fn gemm_i8mm(
     ld: usize,
 ) {
     gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+}
+
+fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Mmla::new);
+    // SAFETY: reachable only through `KERNELS`, handed out only after detecting i8mm.
+    unsafe { gemm_q8_0_i8mm(x, nb, &tiles, ncols, out, ld) }
+}
+
+/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[2p + cp]` (row pair
+/// `p`, column pair `cp`, SMMLA lane order `[r.c, r.c', r'.c, r'.c']`).
+///
+/// The q8_0 sums are needed per 32-weight quarter, which is one T2P word, so the slots are
+/// decoded unscaled (`v & 3`, `(v >> 2) & 3`, `(v >> 4) & 3`, `v >> 6`) and all four meet their
+/// activations in one accumulator per (pair, column pair): no per-word recombining of scaled
+/// classes. Each accumulator starts at the quarter's `-sum` (so it ends at the exact
+/// `i = dot(u) - sum(y)`, |i| <= 32 * 3 * 128 + 32 * 128). The float step runs in the SMMLA
+/// lane order: the scales are stored in that order and the row scales are zipped into it, so
+/// every lane follows the oracle's `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`.
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Mmla, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    let load_i32 = |v: &[i32; 4]| {
+        // SAFETY: `v` is four readable i32.
+        unsafe { vld1q_s32(v.as_ptr()) }
+    };
+    let load_f32 = |v: &[f32; 4]| {
+        // SAFETY: `v` is four readable f32.
+        unsafe { vld1q_f32(v.as_ptr()) }
+    };
+    // Quarter `wd`: the exact sums `[2p + cp]`.
+    let word = |wd: usize| {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        let neg = [load_i32(&y.neg[wd][0]), load_i32(&y.neg[wd][1])];
+        let mut a = [neg[0], neg[1], neg[0], neg[1]];
+        for s in 0..4 {
+            let (b01, b23) = load_i8x16x2(&y.qs[4 * wd + s]);
+            for (p, u) in u.iter().enumerate() {
+                a[2 * p] = smmla(a[2 * p], u[s], b01);
+                a[2 * p + 1] = smmla(a[2 * p + 1], u[s], b23);
+            }
+        }
+        a
+    };
+    let i = [word(0), word(1), word(2), word(3)];
+    let dw = row_scales(&x.d);
+    let dw = [vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)]; // [d_2p, d_2p, d_2p+1, d_2p+1]
+    std::array::from_fn(|k| {
+        let term = |j: usize| vmulq_f32(vcvtq_f32_s32(i[j][k]), load_f32(&y.d[j][k % 2]));
+        let s = vaddq_f32(vaddq_f32(vaddq_f32(term(0), term(1)), term(2)), term(3));
+        vaddq_f32(acc[k], vmulq_f32(dw[k / 2], s))
+    })
+}
+
+#[inline(never)]
+#[target_feature(enable = "neon,i8mm")]
+fn gemm_q8_0_i8mm(
+    x: &[BlockT2p],
+    nb: usize,
+    tiles: &[Q8_0x4Mmla],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_q8_0_tiles(
+        x,
+        nb,
+        tiles,
+        ncols,
+        out,
+        ld,
+        |b, y, acc| q8_0_tile_block(b, y, acc),
+        // acc[2p + cp] lanes [r2p.c, r2p.c', r2p+1.c, r2p+1.c'] -> columns 2cp, 2cp + 1.
+        |a| {
+            [
+                vuzp1q_f32(a[0], a[2]),
+                vuzp2q_f32(a[0], a[2]),
+                vuzp1q_f32(a[1], a[3]),
+                vuzp2q_f32(a[1], a[3]),
+            ]
+        },
+    );
 }

@@ -279,21 +279,157 @@ fn gemv_q8_0_with(
     }
 }
 
-/// The `q8_0` gemm of the aarch64 paths: one gemv per column (the weights of a row group are
-/// re-read per column from cache; a tiled form is future work).
-fn gemm_q8_0_by_columns(
+/// `q8_0` activations of one 4-column tile for one T2P block, laid out for SMMLA (and built by
+/// [`interleave_q8_0`] once per gemm call, see there).
+///
+/// `qs` is chunk-interleaved as in `q8_K x4` (8-value chunk `c`: columns 0, 1, 2, 3, 8 bytes
+/// each), so one 16-byte load is the 2x8 operand of a column pair. `neg` and `d` hold, per
+/// quarter `j` and column pair `(c, c')`, `[x_c, x_c', x_c, x_c']`: the lane order of a 2x2
+/// SMMLA tile (`[r.c, r.c', r'.c, r'.c']`), so the `-sum` is the start value of the tile's
+/// accumulator and the scale multiplies it lane by lane.
+#[derive(Clone, Copy)]
+struct Q8_0x4Mmla {
+    qs: [[i8; 32]; 16],
+    neg: [[[i32; 4]; 2]; 4],
+    d: [[[f32; 4]; 2]; 4],
+}
+
+impl Q8_0x4Mmla {
+    fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
+        let mut t = Q8_0x4Mmla {
+            qs: [[0; 32]; 16],
+            neg: [[[0; 4]; 2]; 4],
+            d: [[[0.0; 4]; 2]; 4],
+        };
+        for (c, col) in cols.iter().enumerate() {
+            for (chunk, q) in t.qs.iter_mut().zip(col.qs.chunks_exact(8)) {
+                chunk[8 * c..8 * c + 8].copy_from_slice(q);
+            }
+            for j in 0..4 {
+                for lane in [c % 2, c % 2 + 2] {
+                    t.neg[j][c / 2][lane] = -col.sums[j];
+                    t.d[j][c / 2][lane] = col.d[j];
+                }
+            }
+        }
+        t
+    }
+}
+
+/// `q8_0` activations of one 4-column tile for one T2P block, laid out for SDOT and `smlal`
+/// (built by [`interleave_q8_0`] once per gemm call).
+///
+/// `qs[chunk][c]` is column `c`'s 8-value chunk twice ("dup8", the operand that meets both rows
+/// of a pair), stored so the tiles load it instead of spending a `dup` per column and slot.
+/// `start[j][c] = [-s, 0, -s, 0]` (`s` = the sum of quarter `j` of column `c`) is the start value
+/// of both row pairs' SDOT accumulators: after the pairwise add each row holds `-s` once.
+/// `d[j]` = the scales of quarter `j` of columns 0..3.
+#[derive(Clone, Copy)]
+struct Q8_0x4Dot {
+    qs: [[[i8; 16]; 4]; 16],
+    start: [[[i32; 4]; 4]; 4],
+    d: [[f32; 4]; 4],
+}
+
+impl Q8_0x4Dot {
+    fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
+        let mut t = Q8_0x4Dot {
+            qs: [[[0; 16]; 4]; 16],
+            start: [[[0; 4]; 4]; 4],
+            d: [[0.0; 4]; 4],
+        };
+        for (c, col) in cols.iter().enumerate() {
+            for (chunk, q) in t.qs.iter_mut().zip(col.qs.chunks_exact(8)) {
+                chunk[c][..8].copy_from_slice(q);
+                chunk[c][8..].copy_from_slice(q);
+            }
+            for j in 0..4 {
+                t.start[j][c] = [-col.sums[j], 0, -col.sums[j], 0];
+                t.d[j][c] = col.d[j];
+            }
+        }
+        t
+    }
+}
+
+/// Rearranges the `ncols * nb` column-major `q8_0` blocks of a gemm call into tile-major
+/// 4-column tiles (tile `t`, block `b` at `t * nb + b`; the last tile zero-padded, which adds
+/// nothing to any sum and is never stored).
+///
+/// This is done inside the kernel, once per call, into a local buffer: the kernel signature
+/// (and so the driver and the C ABI) keeps the plain per-column `q8_0` layout, and the cost (one
+/// pass over the activations) is amortised over every row group of the call, each of which reads
+/// the whole buffer.
+fn interleave_q8_0<T>(
+    y: &[BlockQ8_0Quad],
+    nb: usize,
+    ncols: usize,
+    tile: impl Fn([&BlockQ8_0Quad; 4]) -> T,
+) -> Vec<T> {
+    let zero = BlockQ8_0Quad::default();
+    let mut out = Vec::with_capacity(ncols.div_ceil(4) * nb);
+    for t in 0..ncols.div_ceil(4) {
+        for b in 0..nb {
+            out.push(tile(std::array::from_fn(|i| {
+                let c = 4 * t + i;
+                if c < ncols { &y[c * nb + b] } else { &zero }
+            })));
+        }
+    }
+    out
+}
+
+/// The `q8_0` gemm tile loop shared by the aarch64 paths. For every row group and every 4-column
+/// tile, `block(x, y, acc)` adds one T2P block's float terms to the tile's four accumulators (in
+/// the path's own lane order, following the oracle's float order lane by lane) and `columns`
+/// turns them into `[column c: rows 0..3]`. Only the `ncols` real columns are stored.
+#[inline]
+#[target_feature(enable = "neon")]
+#[allow(clippy::too_many_arguments)]
+fn gemm_q8_0_tiles<T>(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8_0Quad],
+    tiles: &[T],
     ncols: usize,
     out: &mut [f32],
     ld: usize,
-    gemv: fn(&[BlockT2p], usize, &[BlockQ8_0Quad], &mut [f32]),
+    block: impl Fn(&BlockT2p, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
+    columns: impl Fn([float32x4_t; 4]) -> [float32x4_t; 4],
 ) {
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
-        gemv(x, nb, col, &mut out[c * ld..c * ld + rows]);
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
+        for (t, tile) in tiles.chunks_exact(nb).enumerate() {
+            let mut acc = [vdupq_n_f32(0.0); 4];
+            for (blk, yb) in group.iter().zip(tile) {
+                acc = block(blk, yb, acc);
+            }
+            let real = ncols.saturating_sub(4 * t).min(4);
+            for (c, a) in columns(acc).iter().enumerate().take(real) {
+                let o = (4 * t + c) * ld + 4 * g;
+                store_f32x4(&mut out[o..o + 4], *a);
+            }
+        }
     }
+}
+
+/// The `q8_0` float step of a tile block in `[column c: rows 0..3]` order: per column,
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` with `i[j][c]` the exact quarter sums and
+/// `d[j]` the quarter's four column scales; separate `fmul`/`fadd` as in the oracle.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q8_0_fold_columns(
+    acc: [float32x4_t; 4],
+    dw: float32x4_t,
+    i: [[int32x4_t; 4]; 4],
+    d: &[[f32; 4]; 4],
+) -> [float32x4_t; 4] {
+    // SAFETY: each `d[j]` is four readable f32.
+    let d = d.each_ref().map(|dj| unsafe { vld1q_f32(dj.as_ptr()) });
+    std::array::from_fn(|c| {
+        let term = |j: usize| mul_lane_f32(vcvtq_f32_s32(i[j][c]), d[j], c);
+        let s = vaddq_f32(vaddq_f32(vaddq_f32(term(0), term(1)), term(2)), term(3));
+        vaddq_f32(acc[c], vmulq_f32(dw, s))
+    })
 }
 
 /// Shared pieces of the stock-layout (pq2_0 as in the file) vec_dot: the ggml NEON decode of

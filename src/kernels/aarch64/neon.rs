@@ -9,8 +9,9 @@
 use core::arch::aarch64::*;
 
 use super::{
-    accumulate, dup8x4, gemm_q8_0_by_columns, gemm_tiles, gemv_q8_0_with, load_i8x16x2, load_i16x8,
-    load_u8x16, row_scales, scale_f32, slots, stock, store_f32x4,
+    Q8_0x4Dot, accumulate, dup8x4, gemm_q8_0_tiles, gemm_tiles, gemv_q8_0_with, interleave_q8_0,
+    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
+    store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -68,7 +69,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: as for `gemv`.
-    unsafe { gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys)) }
+    unsafe { gemv_q8_0_neon(x, nb, y, out) }
 }
 
 fn gemm_q8_0(
@@ -79,7 +80,75 @@ fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_q8_0_by_columns(x, nb, y, ncols, out, ld, gemv_q8_0);
+    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
+    // SAFETY: as for `gemv`.
+    unsafe { gemm_q8_0_neon(x, nb, &tiles, ncols, out, ld) }
+}
+
+/// The loop lives in a NEON fn, so [`word_dots_u`] inlines into it.
+#[inline(never)]
+#[target_feature(enable = "neon")]
+fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys));
+}
+
+/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
+/// column `c`). Per quarter (= word), 16 int16 accumulators `[row][column]`: the low half of a
+/// slot (row `2p`) meets the low half of the column's dup8 activations, the high half (row
+/// `2p + 1`) the high half; a lane collects 4 products (|lane| <= 4 * 384 = 1536), widened by
+/// [`rows_to_i32`]. `-sum` comes from the layout's SDOT start value `[-s, 0, -s, 0]`, whose
+/// pairwise add is `-s` in every lane.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    let word = |wd: usize| -> [int32x4_t; 4] {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        let mut a = [[vdupq_n_s16(0); 4]; 4]; // [row][column]
+        for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+            for (c, yc) in chunk.iter().enumerate() {
+                // SAFETY: `yc` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(yc.as_ptr()) };
+                for (p, u) in u.iter().enumerate() {
+                    let (lo, hi) = (2 * p, 2 * p + 1);
+                    a[lo][c] = vmlal_s8(a[lo][c], vget_low_s8(u[s]), vget_low_s8(yv));
+                    a[hi][c] = vmlal_high_s8(a[hi][c], u[s], yv);
+                }
+            }
+        }
+        std::array::from_fn(|c| {
+            // SAFETY: `start[wd][c]` is four readable i32.
+            let start = unsafe { vld1q_s32(y.start[wd][c].as_ptr()) };
+            let dot_u = rows_to_i32([a[0][c], a[1][c], a[2][c], a[3][c]]);
+            vaddq_s32(dot_u, vpaddq_s32(start, start))
+        })
+    };
+    let i = [word(0), word(1), word(2), word(3)];
+    q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
+}
+
+#[inline(never)]
+#[target_feature(enable = "neon")]
+fn gemm_q8_0_neon(
+    x: &[BlockT2p],
+    nb: usize,
+    tiles: &[Q8_0x4Dot],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_q8_0_tiles(
+        x,
+        nb,
+        tiles,
+        ncols,
+        out,
+        ld,
+        |b, y, acc| q8_0_tile_block(b, y, acc),
+        |a| a,
+    );
 }
 
 /// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): per word, each row's
@@ -107,6 +176,7 @@ fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     unsafe { vec_dot_stock_neon(x, y) }
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn gemv_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
@@ -169,6 +239,7 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     r
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn gemm_neon(
     x: &[BlockT2p],
@@ -184,6 +255,7 @@ fn gemm_neon(
 /// The stock layout as it sits in the file, ggml's decode (table lookup, shift, mask, minus one)
 /// with `smlal`/`smlal2` instead of SDOT. A product is in -256..=254 and an int16 lane collects
 /// 8 per block in each of two accumulators, so |sum of both| <= 4096.
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn vec_dot_stock_neon(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     let k = stock::Consts::new();
