@@ -5,7 +5,7 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles, gemv_q8_0_with,
+    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles,
     interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, recombine,
     row_scales, scale_f32, slot_scaled, slots, stock, store_f32x4,
 };
@@ -35,17 +35,80 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 /// `q8_0` gemv entry (also the i8mm path's).
 pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // Once per call (amortised over every row group of the call, each of which reads the whole
+    // column): the column in the layout the SDOT loop loads without `dup`s.
+    let ys: Vec<Q8_0Dup> = y.iter().map(Q8_0Dup::new).collect();
     // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
     // detecting dotprod.
-    unsafe { gemv_q8_0_dotprod(x, nb, y, out) }
+    unsafe { gemv_q8_0_dotprod(x, nb, &ys, out) }
 }
 
-/// The loop lives in a dotprod fn (not behind a plain closure), so [`word_dots_u`] inlines into
-/// it: no call per block, no sums passed through the stack.
+/// One `q8_0` block of the gemv's column, laid out for SDOT: `qs[chunk]` is the 8-value chunk
+/// twice (dup8: the operand that meets both rows of a pair), `start[j] = [-s_j, 0, -s_j, 0]`
+/// the start value of quarter `j`'s accumulators (after the pairwise add each row holds `-s_j`
+/// once), `d` the four scales.
+#[derive(Clone, Copy)]
+struct Q8_0Dup {
+    qs: [[i8; 16]; 16],
+    start: [[i32; 4]; 4],
+    d: [f32; 4],
+}
+
+impl Q8_0Dup {
+    fn new(b: &BlockQ8_0Quad) -> Self {
+        let mut t = Q8_0Dup {
+            qs: [[0; 16]; 16],
+            start: b.sums.map(|s| [-s, 0, -s, 0]),
+            d: b.d,
+        };
+        for (chunk, q) in t.qs.iter_mut().zip(b.qs.chunks_exact(8)) {
+            chunk[..8].copy_from_slice(q);
+            chunk[8..].copy_from_slice(q);
+        }
+        t
+    }
+}
+
+/// The `q8_0` SDOT gemv. Per word (= quarter), the four unscaled slots of each row pair meet
+/// the dup8 activations in one SDOT chain that starts at `[-s, 0, -s, 0]` (|lane| <=
+/// 4 * 2 * 3 * 128 + 4096), so the pairwise add of the two pairs is the exact quarter sum
+/// `i_j` of rows 0..3; the float step is the oracle's
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`, separate `fmul`/`fadd`.
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys));
+fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = vdupq_n_f32(0.0);
+        for (blk, yb) in group.iter().zip(y) {
+            let word = |wd: usize| {
+                // SAFETY: `start[wd]` is four readable i32.
+                let start = unsafe { vld1q_s32(yb.start[wd].as_ptr()) };
+                let pair = |p: usize| {
+                    let u = slots(load_u8x16(&blk.qs[p][wd]));
+                    let mut a = start;
+                    for (s, u) in u.iter().enumerate() {
+                        // SAFETY: `qs[..]` is 16 readable bytes.
+                        let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
+                        a = sdot(a, *u, yv);
+                    }
+                    a
+                };
+                vcvtq_f32_s32(vpaddq_s32(pair(0), pair(1)))
+            };
+            // SAFETY: `yb.d` is four readable f32.
+            let d = unsafe { vld1q_f32(yb.d.as_ptr()) };
+            let s = vaddq_f32(
+                vmulq_laneq_f32::<0>(word(0), d),
+                vmulq_laneq_f32::<1>(word(1), d),
+            );
+            let s = vaddq_f32(
+                vaddq_f32(s, vmulq_laneq_f32::<2>(word(2), d)),
+                vmulq_laneq_f32::<3>(word(3), d),
+            );
+            acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
+        }
+        store_f32x4(o, acc);
+    }
 }
 
 /// `q8_0` gemm entry: SDOT tiles of four columns.
@@ -60,24 +123,6 @@ fn gemm_q8_0(
     let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
     // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
     unsafe { gemm_q8_0_dotprod(x, nb, &tiles, ncols, out, ld) }
-}
-
-/// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): the four unscaled
-/// slots of a word meet their dup8 activations in one SDOT chain per row pair (|lane| <=
-/// 4 * 2 * 3 * 128 = 3072), and a pairwise add joins each row's two lanes.
-#[inline]
-#[target_feature(enable = "neon,dotprod")]
-fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
-    let zero = vdupq_n_s32(0);
-    std::array::from_fn(|wd| {
-        let ys = dup8x4(&y[wd]);
-        let pair = |p: usize| {
-            let u = slots(load_u8x16(&x.qs[p][wd]));
-            let a = sdot(sdot(zero, u[0], ys[0]), u[1], ys[1]);
-            sdot(sdot(a, u[2], ys[2]), u[3], ys[3])
-        };
-        vpaddq_s32(pair(0), pair(1))
-    })
 }
 
 /// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
