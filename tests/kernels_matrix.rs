@@ -347,9 +347,10 @@ fn shapes_that_must_be_rejected() {
     }
 }
 
-/// Every width of the zero-padded last tile (ncols 1..=9: 1, 2, 3 or no leftover columns, one
-/// to three tiles) through the gemm entry points themselves (ncols 1 included, which the driver
-/// would send to the gemv), `q8_0` and `q8_K`, with random codes (3 included), unit scales and
+/// Every width of the zero-padded last tile (ncols 1..=9: 1, 2, 3 or no columns left over a
+/// 4-column tile, 1..=7 over an 8-column one; 13 and 16 for a second 8-column tile, partial and
+/// full) through the gemm entry points themselves (ncols 1 included, which the driver would
+/// send to the gemv), `q8_0` and `q8_K`, with random codes (3 included), unit scales and
 /// exact integer sums checked, then random scales; nothing outside the real columns is written.
 #[test]
 fn gemm_every_leftover_width() {
@@ -357,7 +358,7 @@ fn gemm_every_leftover_width() {
     let nb = k / 128;
     let ld = rows + 4;
     let sentinel = f32::from_bits(0x7fc0_5678);
-    for ncols in 1..=9 {
+    for ncols in (1..=9).chain([13, 16]) {
         for (scales, acts) in [
             (Scales::One, Acts::Extreme),
             (Scales::One, Acts::Min),

@@ -98,26 +98,25 @@ def find(funcs, syms):
 
 
 def hot_loop(body):
-    """The innermost loop (backward branch .. its target) holding all multiply-adds of `body`."""
-    total = sum(macs(m, o) > 0 for _, m, o in body)
-    best = None
+    """The kernel's hot loop in `body`: of the innermost loops (backward branch .. its target)
+    that hold multiply-adds, the one doing the most multiply-adds per iteration (a kernel with a
+    narrower variant for a last, partial tile has two such loops)."""
+    loops = []
     for i, (addr, mn, ops) in enumerate(body):
         if mn.split(".")[0] not in BRANCHES:
             continue
         t = TARGET.search(ops)
-        if not t:
+        if not t or int(t.group(1), 16) > addr:
             continue
-        dest = int(t.group(1), 16)
-        if dest > addr:
-            continue
-        start = next((j for j, (a, _, _) in enumerate(body) if a == dest), None)
-        if start is None:
-            continue
-        loop = body[start:i + 1]
-        n = sum(macs(m, o) > 0 for _, m, o in loop)
-        if n == total and n > 0 and (best is None or len(loop) < len(best)):
-            best = loop
-    return best
+        start = next((j for j, (a, _, _) in enumerate(body) if a == int(t.group(1), 16)), None)
+        if start is not None and any(macs(m, o) for _, m, o in body[start:i + 1]):
+            loops.append((start, i))
+    inner = [(s, e) for s, e in loops
+             if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in loops)]
+    if not inner:
+        return None
+    s, e = max(inner, key=lambda l: sum(macs(m, o) for _, m, o in body[l[0]:l[1] + 1]))
+    return body[s:e + 1]
 
 
 def callees(funcs, body):

@@ -5,9 +5,9 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles,
-    interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, recombine,
-    row_scales, scale_f32, slot_scaled, slots, stock, store_f32x4,
+    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles, interleave_q8_0,
+    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, recombine, row_scales, scale_f32,
+    slot_scaled, slots, stock, store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};

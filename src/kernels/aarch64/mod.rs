@@ -279,43 +279,6 @@ fn gemv_q8_0_with(
     }
 }
 
-/// `q8_0` activations of one 4-column tile for one T2P block, laid out for SMMLA (and built by
-/// [`interleave_q8_0`] once per gemm call, see there).
-///
-/// `qs` is chunk-interleaved as in `q8_K x4` (8-value chunk `c`: columns 0, 1, 2, 3, 8 bytes
-/// each), so one 16-byte load is the 2x8 operand of a column pair. `neg` and `d` hold, per
-/// quarter `j` and column pair `(c, c')`, `[x_c, x_c', x_c, x_c']`: the lane order of a 2x2
-/// SMMLA tile (`[r.c, r.c', r'.c, r'.c']`), so the `-sum` is the start value of the tile's
-/// accumulator and the scale multiplies it lane by lane.
-#[derive(Clone, Copy)]
-struct Q8_0x4Mmla {
-    qs: [[i8; 32]; 16],
-    neg: [[[i32; 4]; 2]; 4],
-    d: [[[f32; 4]; 2]; 4],
-}
-
-impl Q8_0x4Mmla {
-    fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
-        let mut t = Q8_0x4Mmla {
-            qs: [[0; 32]; 16],
-            neg: [[[0; 4]; 2]; 4],
-            d: [[[0.0; 4]; 2]; 4],
-        };
-        for (c, col) in cols.iter().enumerate() {
-            for (chunk, q) in t.qs.iter_mut().zip(col.qs.chunks_exact(8)) {
-                chunk[8 * c..8 * c + 8].copy_from_slice(q);
-            }
-            for j in 0..4 {
-                for lane in [c % 2, c % 2 + 2] {
-                    t.neg[j][c / 2][lane] = -col.sums[j];
-                    t.d[j][c / 2][lane] = col.d[j];
-                }
-            }
-        }
-        t
-    }
-}
-
 /// `q8_0` activations of one 4-column tile for one T2P block, laid out for SDOT and `smlal`
 /// (built by [`interleave_q8_0`] once per gemm call).
 ///
@@ -353,25 +316,25 @@ impl Q8_0x4Dot {
 }
 
 /// Rearranges the `ncols * nb` column-major `q8_0` blocks of a gemm call into tile-major
-/// 4-column tiles (tile `t`, block `b` at `t * nb + b`; the last tile zero-padded, which adds
+/// `W`-column tiles (tile `t`, block `b` at `t * nb + b`; the last tile zero-padded, which adds
 /// nothing to any sum and is never stored).
 ///
 /// This is done inside the kernel, once per call, into a local buffer: the kernel signature
 /// (and so the driver and the C ABI) keeps the plain per-column `q8_0` layout, and the cost (one
 /// pass over the activations) is amortised over every row group of the call, each of which reads
 /// the whole buffer.
-fn interleave_q8_0<T>(
+fn interleave_q8_0<T, const W: usize>(
     y: &[BlockQ8_0Quad],
     nb: usize,
     ncols: usize,
-    tile: impl Fn([&BlockQ8_0Quad; 4]) -> T,
+    tile: impl Fn([&BlockQ8_0Quad; W]) -> T,
 ) -> Vec<T> {
     let zero = BlockQ8_0Quad::default();
-    let mut out = Vec::with_capacity(ncols.div_ceil(4) * nb);
-    for t in 0..ncols.div_ceil(4) {
+    let mut out = Vec::with_capacity(ncols.div_ceil(W) * nb);
+    for t in 0..ncols.div_ceil(W) {
         for b in 0..nb {
             out.push(tile(std::array::from_fn(|i| {
-                let c = 4 * t + i;
+                let c = W * t + i;
                 if c < ncols { &y[c * nb + b] } else { &zero }
             })));
         }
