@@ -2,9 +2,9 @@
 """The loop-cutting and table half of tools/arm-throughput.sh (see there for what it models).
 
 Reads an `llvm-objdump -d -C --no-show-raw-insn` listing of the aarch64 library, finds each
-kernel's symbol (the `#[inline(never)]` kernel fns, by their demangled path), takes the
-innermost loop that holds all of the function's multiply-add instructions (the range between a
-backward branch and its target), and runs llvm-mca on it per CPU model.
+kernel's symbol (the `#[inline(never)]` kernel fns, by their demangled path), takes its
+per-block loop (the range between a backward branch and its target: the innermost loop with
+multiply-adds and the float step, see `hot_loop`), and runs llvm-mca on it per CPU model.
 
 Work per loop iteration is counted from the multiply-add instructions themselves (SDOT = 16
 int8 multiply-adds, SMMLA = 32, SMLAL/SMLAL2 on bytes = 8), so the table does not depend on how
@@ -49,7 +49,7 @@ CPUS = {
     "cortex-a53": ("Cortex-A53 (in-order, Armv8.0)", set()),
 }
 DEFAULT_CPUS = ["oryon-1", "neoverse-v2", "neoverse-v1", "neoverse-n2", "neoverse-n1",
-                "cortex-a510", "cortex-a55"]
+                "cortex-a510", "cortex-a55", "cortex-a53"]
 NEEDS = {"neon": set(), "dotprod": {"dotprod"}, "i8mm": {"dotprod", "i8mm"}}
 
 LINE = re.compile(r"^\s*([0-9a-f]+):\s+(\S+)\s*(.*)$")
@@ -98,8 +98,10 @@ def find(funcs, syms):
 
 
 def hot_loop(body):
-    """The kernel's hot loop in `body`: of the innermost loops (backward branch .. its target)
-    that hold multiply-adds, the one doing the most multiply-adds per iteration (a kernel with a
+    """The kernel's per-block loop in `body`: of the innermost loops (backward branch .. its
+    target) that hold multiply-adds and the block's float step (an `fadd`: every kernel adds
+    each block's scaled sum into its float accumulators, so a loop over the words of one block
+    does not qualify), the one doing the most multiply-adds per iteration (a kernel with a
     narrower variant for a last, partial tile has two such loops)."""
     loops = []
     for i, (addr, mn, ops) in enumerate(body):
@@ -109,7 +111,10 @@ def hot_loop(body):
         if not t or int(t.group(1), 16) > addr:
             continue
         start = next((j for j, (a, _, _) in enumerate(body) if a == int(t.group(1), 16)), None)
-        if start is not None and any(macs(m, o) for _, m, o in body[start:i + 1]):
+        if start is None:
+            continue
+        loop = body[start:i + 1]
+        if any(macs(m, o) for _, m, o in loop) and any(m == "fadd" for _, m, _ in loop):
             loops.append((start, i))
     inner = [(s, e) for s, e in loops
              if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in loops)]

@@ -42,8 +42,8 @@ fn rows_to_i32(r: [int16x8_t; 4]) -> int32x4_t {
 fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
     let zero = vdupq_n_s16(0);
     let mut a = [[zero; 2]; 4]; // [row][slot parity]
-    for (wd, chunks) in y.iter().enumerate() {
-        let ys = dup8x4(chunks);
+    let mut word = |wd: usize| {
+        let ys = dup8x4(&y[wd]);
         for (p, words) in x.qs.iter().enumerate() {
             let u = slots(load_u8x16(&words[wd]));
             for (s, (u, ys)) in u.iter().zip(&ys).enumerate() {
@@ -52,7 +52,12 @@ fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
                 a[hi][s % 2] = vmlal_high_s8(a[hi][s % 2], *u, *ys);
             }
         }
-    }
+    };
+    // Four calls rather than a loop, so the words are unrolled (no loop per block).
+    word(0);
+    word(1);
+    word(2);
+    word(3);
     rows_to_i32(a.map(|r| vaddq_s16(r[0], r[1])))
 }
 
@@ -106,24 +111,29 @@ fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float
             slots(load_u8x16(&x.qs[0][wd])),
             slots(load_u8x16(&x.qs[1][wd])),
         ];
-        let mut a = [[vdupq_n_s16(0); 4]; 4]; // [row][column]
-        for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
-            for (c, yc) in chunk.iter().enumerate() {
-                // SAFETY: `yc` is 16 readable bytes.
-                let yv = unsafe { vld1q_s8(yc.as_ptr()) };
-                for (p, u) in u.iter().enumerate() {
-                    let (lo, hi) = (2 * p, 2 * p + 1);
-                    a[lo][c] = vmlal_s8(a[lo][c], vget_low_s8(u[s]), vget_low_s8(yv));
-                    a[hi][c] = vmlal_high_s8(a[hi][c], u[s], yv);
+        // Two columns at a time: 8 int16 accumulators next to the 8 decoded slots, no spills.
+        let half = |h: usize| -> [int32x4_t; 2] {
+            let mut a = [[vdupq_n_s16(0); 2]; 4]; // [row][column of the half]
+            for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+                for (k, yc) in chunk[2 * h..2 * h + 2].iter().enumerate() {
+                    // SAFETY: `yc` is 16 readable bytes.
+                    let yv = unsafe { vld1q_s8(yc.as_ptr()) };
+                    for (p, u) in u.iter().enumerate() {
+                        let (lo, hi) = (2 * p, 2 * p + 1);
+                        a[lo][k] = vmlal_s8(a[lo][k], vget_low_s8(u[s]), vget_low_s8(yv));
+                        a[hi][k] = vmlal_high_s8(a[hi][k], u[s], yv);
+                    }
                 }
             }
-        }
-        std::array::from_fn(|c| {
-            // SAFETY: `start[wd][c]` is four readable i32.
-            let start = unsafe { vld1q_s32(y.start[wd][c].as_ptr()) };
-            let dot_u = rows_to_i32([a[0][c], a[1][c], a[2][c], a[3][c]]);
-            vaddq_s32(dot_u, vpaddq_s32(start, start))
-        })
+            std::array::from_fn(|k| {
+                // SAFETY: `start[wd][c]` is four readable i32.
+                let start = unsafe { vld1q_s32(y.start[wd][2 * h + k].as_ptr()) };
+                let dot_u = rows_to_i32([a[0][k], a[1][k], a[2][k], a[3][k]]);
+                vaddq_s32(dot_u, vpaddq_s32(start, start))
+            })
+        };
+        let (l, r) = (half(0), half(1));
+        [l[0], l[1], r[0], r[1]]
     };
     let i = [word(0), word(1), word(2), word(3)];
     q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
@@ -157,7 +167,7 @@ fn gemm_q8_0_neon(
 #[target_feature(enable = "neon")]
 fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
     let zero = vdupq_n_s16(0);
-    std::array::from_fn(|wd| {
+    let word = |wd: usize| {
         let ys = dup8x4(&y[wd]);
         let mut a = [zero; 4];
         for (p, words) in x.qs.iter().enumerate() {
@@ -168,7 +178,9 @@ fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
             }
         }
         rows_to_i32(a)
-    })
+    };
+    // Four calls rather than a loop, so the words are unrolled (no loop per block).
+    [word(0), word(1), word(2), word(3)]
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
@@ -205,7 +217,7 @@ fn gemv_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
     let zero = vdupq_n_s16(0);
     let mut a = [[zero; 4]; 4]; // [row][column]
-    for wd in 0..4 {
+    let mut word = |wd: usize| {
         let u = [
             slots(load_u8x16(&x.qs[0][wd])),
             slots(load_u8x16(&x.qs[1][wd])),
@@ -229,7 +241,12 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
                 }
             }
         }
-    }
+    };
+    // Four calls rather than a loop, so the words are unrolled (no loop per block).
+    word(0);
+    word(1);
+    word(2);
+    word(3);
     let neg = vnegq_s32(sums);
     let mut r = [vdupq_n_s32(0); 4];
     for (c, rc) in r.iter_mut().enumerate() {
