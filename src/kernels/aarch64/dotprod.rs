@@ -6,8 +6,8 @@ use core::arch::aarch64::*;
 use super::asm::sdot;
 use super::{
     Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles, interleave_q8_0,
-    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, recombine, row_scales, scale_f32,
-    slot_scaled, slots, stock, store_f32x4,
+    load_i8x16x2, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock,
+    store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -23,9 +23,15 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
 
 /// gemv entry (also the i8mm path's gemv).
 pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // Once per call (amortised over every row group of the call, each of which reads the whole
+    // column): the column in the layout the SDOT loop loads without `dup`s.
+    let ys: Vec<Q8KDup> = y
+        .iter()
+        .flat_map(|b| [Q8KDup::new(b, 0), Q8KDup::new(b, 1)])
+        .collect();
     // SAFETY: this fn is reachable only through the dotprod and i8mm `KERNELS`, which
     // `aarch64::kernels` hands out only after detecting dotprod.
-    unsafe { gemv_dotprod(x, nb, y, out) }
+    unsafe { gemv_dotprod(x, nb, &ys, out) }
 }
 
 fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
@@ -44,13 +50,14 @@ pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mu
 }
 
 /// One `q8_0` block of the gemv's column, laid out for SDOT: `qs[chunk]` is the 8-value chunk
-/// twice (dup8: the operand that meets both rows of a pair), `start[j] = [-s_j, 0, -s_j, 0]`
-/// the start value of quarter `j`'s accumulators (after the pairwise add each row holds `-s_j`
-/// once), `d` the four scales.
+/// twice (dup8: the operand that meets both rows of a pair), `start[j][p] = [-s_j, 0, -s_j, 0]`
+/// the start value of quarter `j`'s accumulator of row pair `p` (after the pairwise add each row
+/// holds `-s_j` once; stored per pair, so each chain starts from its own load rather than a
+/// register copy), `d` the four scales.
 #[derive(Clone, Copy)]
 struct Q8_0Dup {
     qs: [[i8; 16]; 16],
-    start: [[i32; 4]; 4],
+    start: [[[i32; 4]; 2]; 4],
     d: [f32; 4],
 }
 
@@ -58,7 +65,7 @@ impl Q8_0Dup {
     fn new(b: &BlockQ8_0Quad) -> Self {
         let mut t = Q8_0Dup {
             qs: [[0; 16]; 16],
-            start: b.sums.map(|s| [-s, 0, -s, 0]),
+            start: b.sums.map(|s| [[-s, 0, -s, 0]; 2]),
             d: b.d,
         };
         for (chunk, q) in t.qs.iter_mut().zip(b.qs.chunks_exact(8)) {
@@ -81,11 +88,10 @@ fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) 
         let mut acc = vdupq_n_f32(0.0);
         for (blk, yb) in group.iter().zip(y) {
             let word = |wd: usize| {
-                // SAFETY: `start[wd]` is four readable i32.
-                let start = unsafe { vld1q_s32(yb.start[wd].as_ptr()) };
                 let pair = |p: usize| {
                     let u = slots(load_u8x16(&blk.qs[p][wd]));
-                    let mut a = start;
+                    // SAFETY: `start[wd][p]` is four readable i32.
+                    let mut a = unsafe { vld1q_s32(yb.start[wd][p].as_ptr()) };
                     for (s, u) in u.iter().enumerate() {
                         // SAFETY: `qs[..]` is 16 readable bytes.
                         let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
@@ -141,9 +147,9 @@ fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float
             slots(load_u8x16(&x.qs[1][wd])),
         ];
         std::array::from_fn(|c| {
-            // SAFETY: `start[wd][c]` is four readable i32.
-            let start = unsafe { vld1q_s32(y.start[wd][c].as_ptr()) };
-            let (mut a0, mut a1) = (start, start);
+            // SAFETY: `start[wd][c][p]` is four readable i32.
+            let start = |p: usize| unsafe { vld1q_s32(y.start[wd][c][p].as_ptr()) };
+            let (mut a0, mut a1) = (start(0), start(1));
             for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
                 // SAFETY: `chunk[c]` is 16 readable bytes.
                 let yv = unsafe { vld1q_s8(chunk[c].as_ptr()) };
@@ -186,47 +192,89 @@ pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     unsafe { vec_dot_stock_dotprod(x, y) }
 }
 
-/// `dot(u, y)` for the four rows of one T2P block against 128 activations (`y[wd]` = chunks
-/// `4wd..4wd+4` of 8 values), `u = w + 1` the stored codes.
+/// Half of a `q8_K` block (the 128 activations of one T2P block), laid out for the SDOT gemv
+/// once per call (see [`gemv`]): `qs[chunk]` is the 8-value chunk twice (dup8, the operand that
+/// meets both rows of a pair, loaded instead of built with a `dup` per slot), `start[p][class]`
+/// the start values of the six accumulators of [`block_dot`] (`[-s, 0, -s, 0]` for class 0, `s`
+/// the half's sum from `bsums`; zero for the others): each chain starts from its own load, not
+/// from a `movi` or a register copy (loads are the idle pipe in this loop). `d` is the block's
+/// scale.
+#[derive(Clone, Copy)]
+struct Q8KDup {
+    qs: [[i8; 16]; 16],
+    start: [[[i32; 4]; 3]; 2],
+    d: f32,
+}
+
+impl Q8KDup {
+    fn new(b: &BlockQ8K, h: usize) -> Self {
+        let s: i32 = b.bsums[8 * h..8 * h + 8]
+            .iter()
+            .map(|&v| i32::from(v))
+            .sum();
+        let mut t = Q8KDup {
+            qs: [[0; 16]; 16],
+            start: [[[-s, 0, -s, 0], [0; 4], [0; 4]]; 2],
+            d: b.d,
+        };
+        for (chunk, q) in
+            t.qs.iter_mut()
+                .zip(b.qs[128 * h..128 * h + 128].chunks_exact(8))
+        {
+            chunk[..8].copy_from_slice(q);
+            chunk[8..].copy_from_slice(q);
+        }
+        t
+    }
+}
+
+/// The exact `dot(w, y)` of the four rows of one T2P block against its 128 activations, with
+/// `u = w + 1` the stored codes.
 ///
 /// Per word `(p, wd)`: three ANDs and a shift give the four slots pre-scaled by 1, 4, 16, 1; each
 /// meets its dup8 activations in one SDOT, whose lanes 0-1 collect row `2p` and lanes 2-3 row
-/// `2p + 1`. Eight independent accumulators (pair x slot), recombined once. Bounds: slot bytes
-/// are 0..=48 (non-negative as int8), and an int32 lane sums 16 products per block, so
-/// |lane| <= 16 * 48 * 128 = 98304.
+/// `2p + 1`. Accumulators `[pair][class]`: slots 0 and 3 (both unscaled) share class 0, which
+/// starts at `[-s, 0, -s, 0]` (so the pairwise add subtracts `sum(y)` once per row), slot 1 (4u)
+/// is class 1, slot 2 (16u) class 2; `dot = a0 + a1 / 4 + a2 / 16`, exact shifts (multiples of
+/// 4 and 16). Bounds: class 0 collects 32 products of at most 3 * 128 per lane plus |s| <=
+/// 16384; class 2 16 products of at most 48 * 128 = 6144.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
-    let zero = vdupq_n_s32(0);
-    let mut a = [[zero; 4]; 2];
-    for (wd, chunks) in y.iter().enumerate() {
-        let ys = dup8x4(chunks);
+fn block_dot(x: &BlockT2p, y: &Q8KDup) -> int32x4_t {
+    const CLASS: [usize; 4] = [0, 1, 2, 0];
+    // SAFETY: each `start[p][class]` is four readable i32.
+    let mut a = y
+        .start
+        .each_ref()
+        .map(|p| p.each_ref().map(|v| unsafe { vld1q_s32(v.as_ptr()) }));
+    let mut word = |wd: usize| {
         for (acc, words) in a.iter_mut().zip(&x.qs) {
             let v = load_u8x16(&words[wd]);
-            for (s, ys) in ys.iter().enumerate() {
-                acc[s] = sdot(acc[s], slot_scaled(v, s), *ys);
+            for (s, &cls) in CLASS.iter().enumerate() {
+                // SAFETY: `qs[..]` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(y.qs[4 * wd + s].as_ptr()) };
+                acc[cls] = sdot(acc[cls], slot_scaled(v, s), yv);
             }
         }
-    }
+    };
+    // Four calls rather than a loop, so the words are unrolled.
+    word(0);
+    word(1);
+    word(2);
+    word(3);
+    let r = a.map(|a| vsraq_n_s32::<4>(vsraq_n_s32::<2>(a[0], a[1]), a[2]));
     // [row 0, row 1, row 2, row 3]: each row's two partial lanes added pairwise.
-    vpaddq_s32(recombine(a[0]), recombine(a[1]))
+    vpaddq_s32(r[0], r[1])
 }
 
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemv_dotprod(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+fn gemv_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8KDup], out: &mut [f32]) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = vdupq_n_f32(0.0);
-        for (pair, yb) in group.chunks_exact(2).zip(y) {
-            let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
-            let bs: &[[i16; 8]; 2] = bytemuck::cast_ref(&yb.bsums);
-            let dy = vdupq_n_f32(yb.d);
-            for (h, blk) in pair.iter().enumerate() {
-                // dot(w, y) = dot(u, y) - sum(y), sum(y) from the eight bsums of this half.
-                let ysum = vaddlvq_s16(load_i16x8(&bs[h]));
-                let isum = vsubq_s32(block_dot_u(blk, &ys[h]), vdupq_n_s32(ysum));
-                acc = accumulate(acc, vmulq_f32(row_scales(&blk.d), dy), isum);
-            }
+        for (blk, yb) in group.iter().zip(y) {
+            let dwdy = vmulq_n_f32(row_scales(&blk.d), yb.d);
+            acc = accumulate(acc, dwdy, block_dot(blk, yb));
         }
         store_f32x4(o, acc);
     }

@@ -149,16 +149,6 @@ fn slot_scaled(v: uint8x16_t, s: usize) -> int8x16_t {
     })
 }
 
-/// `dot(u, y)` from the four slot accumulators of [`slot_scaled`] codes:
-/// `a0 + a3 + a1 / 4 + a2 / 16`. This is the design's `16*(a0+a3) + 4*a1 + a2 = 16 * dot(u, y)`
-/// divided by 16 exactly: every lane of `a1` is a multiple of 4 and of `a2` a multiple of 16, so
-/// the arithmetic shifts drop nothing (two `ssra` instead of shifts, adds and a final shift).
-#[inline]
-#[target_feature(enable = "neon")]
-fn recombine(a: [int32x4_t; 4]) -> int32x4_t {
-    vsraq_n_s32::<4>(vsraq_n_s32::<2>(vaddq_s32(a[0], a[3]), a[1]), a[2])
-}
-
 /// The sums of the 128 values of half `h` of each column of a `q8_K x4` block, from `bsums`:
 /// `[column 0, 1, 2, 3]`.
 ///
@@ -284,13 +274,14 @@ fn gemv_q8_0_with(
 ///
 /// `qs[chunk][c]` is column `c`'s 8-value chunk twice ("dup8", the operand that meets both rows
 /// of a pair), stored so the tiles load it instead of spending a `dup` per column and slot.
-/// `start[j][c] = [-s, 0, -s, 0]` (`s` = the sum of quarter `j` of column `c`) is the start value
-/// of both row pairs' SDOT accumulators: after the pairwise add each row holds `-s` once.
+/// `start[j][c][p] = [-s, 0, -s, 0]` (`s` = the sum of quarter `j` of column `c`) is the start
+/// value of row pair `p`'s SDOT accumulator: after the pairwise add each row holds `-s` once.
+/// It is stored once per pair so that each chain starts from its own load, not a register copy.
 /// `d[j]` = the scales of quarter `j` of columns 0..3.
 #[derive(Clone, Copy)]
 struct Q8_0x4Dot {
     qs: [[[i8; 16]; 4]; 16],
-    start: [[[i32; 4]; 4]; 4],
+    start: [[[[i32; 4]; 2]; 4]; 4],
     d: [[f32; 4]; 4],
 }
 
@@ -298,7 +289,7 @@ impl Q8_0x4Dot {
     fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
         let mut t = Q8_0x4Dot {
             qs: [[[0; 16]; 4]; 16],
-            start: [[[0; 4]; 4]; 4],
+            start: [[[[0; 4]; 2]; 4]; 4],
             d: [[0.0; 4]; 4],
         };
         for (c, col) in cols.iter().enumerate() {
@@ -307,7 +298,7 @@ impl Q8_0x4Dot {
                 chunk[c][8..].copy_from_slice(q);
             }
             for j in 0..4 {
-                t.start[j][c] = [-col.sums[j], 0, -col.sums[j], 0];
+                t.start[j][c] = [[-col.sums[j], 0, -col.sums[j], 0]; 2];
                 t.d[j][c] = col.d[j];
             }
         }

@@ -126,8 +126,8 @@ fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float
                 }
             }
             std::array::from_fn(|k| {
-                // SAFETY: `start[wd][c]` is four readable i32.
-                let start = unsafe { vld1q_s32(y.start[wd][2 * h + k].as_ptr()) };
+                // SAFETY: `start[wd][c][0]` is four readable i32.
+                let start = unsafe { vld1q_s32(y.start[wd][2 * h + k][0].as_ptr()) };
                 let dot_u = rows_to_i32([a[0][k], a[1][k], a[2][k], a[3][k]]);
                 vaddq_s32(dot_u, vpaddq_s32(start, start))
             })
