@@ -5,9 +5,8 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0x4Dot, accumulate, dup_lane_s32, dup8x4, gemm_q8_0_tiles, gemm_tiles, interleave_q8_0,
-    load_i8x16x2, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock,
-    store_f32x4,
+    Q8_0x4Dot, accumulate, gemm_local_tiles, interleave_q8_0, load_i8x16x2, load_u8x16,
+    mul_lane_f32, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock, store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -35,8 +34,14 @@ pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 }
 
 fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+    // Once per call (amortised over every row group of the call): each tile's halves in the
+    // layout the SDOT tile loads without `dup`s, `nb` per tile.
+    let tiles: Vec<Q8Kx4Dup> = y
+        .iter()
+        .flat_map(|b| [Q8Kx4Dup::new(b, 0), Q8Kx4Dup::new(b, 1)])
+        .collect();
     // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
-    unsafe { gemm_dotprod(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_dotprod(x, nb, &tiles, ncols, out, ld) }
 }
 
 /// `q8_0` gemv entry (also the i8mm path's).
@@ -173,7 +178,7 @@ fn gemm_q8_0_dotprod(
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_q8_0_tiles(
+    gemm_local_tiles(
         x,
         nb,
         tiles,
@@ -280,23 +285,63 @@ fn gemv_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8KDup], out: &mut [f32]) {
     }
 }
 
-/// Exact sums `[column c: rows 0..3]` of one T2P block against half a `q8_K x4` block, with SDOT
-/// per column. One decoded slot per row pair serves all four columns (dup8 per column).
+/// Half of a `q8_K x4` block (the 128 activations of one T2P block, four columns), laid out for
+/// the SDOT tile once per call (see [`gemm`]): `qs[chunk][c]` is column `c`'s 8-value chunk
+/// twice (dup8, loaded instead of built with a `dup` per column and slot), `start[c][p][class]`
+/// the start values of [`tile_block`]'s accumulators (`[-s, 0, -s, 0]` for class 0, `s` the
+/// column's half sum from `bsums`; zero for class 1), `d` the four column scales.
+#[derive(Clone, Copy)]
+struct Q8Kx4Dup {
+    qs: [[[i8; 16]; 4]; 16],
+    start: [[[[i32; 4]; 2]; 2]; 4],
+    d: [f32; 4],
+}
+
+impl Q8Kx4Dup {
+    fn new(b: &BlockQ8Kx4, h: usize) -> Self {
+        let mut t = Q8Kx4Dup {
+            qs: [[[0; 16]; 4]; 16],
+            start: [[[[0; 4]; 2]; 2]; 4],
+            d: b.d,
+        };
+        for (chunk, out) in t.qs.iter_mut().enumerate() {
+            // Chunk `chunk` of half `h` is chunk `16h + chunk` of the block: 32 bytes, 8 per column.
+            let src = &b.qs[32 * (16 * h + chunk)..32 * (16 * h + chunk) + 32];
+            for (c, q) in out.iter_mut().zip(src.chunks_exact(8)) {
+                c[..8].copy_from_slice(q);
+                c[8..].copy_from_slice(q);
+            }
+        }
+        for (c, start) in t.start.iter_mut().enumerate() {
+            let s = b.half_sum(c, h);
+            *start = [[[-s, 0, -s, 0], [0; 4]]; 2];
+        }
+        t
+    }
+}
+
+/// Exact sums `[column c: rows 0..3]` of one T2P block against its half of a `q8_K x4` block,
+/// with SDOT per column. One decoded slot per row pair serves all four columns.
 ///
 /// Four columns x two pairs x four slot accumulators would not fit the 32 vector registers, so
 /// slots 0, 1, 3 are decoded unscaled (`v & 3`, `(v >> 2) & 3`, `v >> 6`) into one accumulator
-/// and slot 2 scaled (`v & 0x30` = 16u) into another: 16 accumulators, `dot(u) = a + a2 / 16`.
+/// (class 0, which starts at `[-s, 0, -s, 0]`, so the pairwise add subtracts the column's
+/// `sum(y)` once per row) and slot 2 scaled (`v & 0x30` = 16u) into another (class 1): 16
+/// accumulators, each starting from its own load, `dot = a0 + a1 / 16` (exact: a multiple of
+/// 16). Bounds: class 0 collects 48 products of at most 3 * 128 per lane plus |s| <= 16384.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
-    let zero = vdupq_n_s32(0);
+fn tile_block(x: &BlockT2p, y: &Q8Kx4Dup) -> [int32x4_t; 4] {
     let m3 = vdupq_n_u8(0x03);
-    let mut a = [[[zero; 2]; 2]; 4]; // [column][pair][slots 0/1/3 | slot 2]
+    // SAFETY: each `start[c][p][class]` is four readable i32.
+    let mut a = y.start.each_ref().map(|c| {
+        c.each_ref()
+            .map(|p| p.each_ref().map(|v| unsafe { vld1q_s32(v.as_ptr()) }))
+    }); // [column][pair][slots 0/1/3 | slot 2]
     // Four calls rather than a loop, so the words are unrolled.
     let mut word = |wd: usize| {
         let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];
         for s in 0..4 {
-            let yc = dup8x4(&y[4 * wd + s]);
             let cls = usize::from(s == 2);
             for (p, &v) in v.iter().enumerate() {
                 let w = vreinterpretq_s8_u8(match s {
@@ -305,8 +350,10 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
                     2 => vandq_u8(v, vdupq_n_u8(0x30)),
                     _ => vshrq_n_u8::<6>(v),
                 });
-                for (acc, yc) in a.iter_mut().zip(&yc) {
-                    acc[p][cls] = sdot(acc[p][cls], w, *yc);
+                for (acc, yc) in a.iter_mut().zip(&y.qs[4 * wd + s]) {
+                    // SAFETY: `yc` is 16 readable bytes.
+                    let yv = unsafe { vld1q_s8(yc.as_ptr()) };
+                    acc[p][cls] = sdot(acc[p][cls], w, yv);
                 }
             }
         }
@@ -315,15 +362,12 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     word(1);
     word(2);
     word(3);
-    let mut r = [zero; 4];
-    for (c, (rc, acc)) in r.iter_mut().zip(&a).enumerate() {
-        let dot_u = vpaddq_s32(
+    a.map(|acc| {
+        vpaddq_s32(
             vsraq_n_s32::<4>(acc[0][0], acc[0][1]),
             vsraq_n_s32::<4>(acc[1][0], acc[1][1]),
-        );
-        *rc = vsubq_s32(dot_u, dup_lane_s32(sums, c));
-    }
-    r
+        )
+    })
 }
 
 #[inline(never)]
@@ -331,12 +375,27 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
 fn gemm_dotprod(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8Kx4],
+    tiles: &[Q8Kx4Dup],
     ncols: usize,
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+    gemm_local_tiles(
+        x,
+        nb,
+        tiles,
+        ncols,
+        out,
+        ld,
+        |blk, yb, acc| {
+            let isum = tile_block(blk, yb);
+            let dw = row_scales(&blk.d);
+            // SAFETY: `yb.d` is four readable f32.
+            let dy = unsafe { vld1q_f32(yb.d.as_ptr()) };
+            std::array::from_fn(|c| accumulate(acc[c], mul_lane_f32(dw, dy, c), isum[c]))
+        },
+        |a| a,
+    );
 }
 
 /// The stock layout as it sits in the file, ggml's way: per 16 weights a table lookup, shift,

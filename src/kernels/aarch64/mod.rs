@@ -1,6 +1,13 @@
-//! aarch64 kernels: plain NEON ([`Isa::Neon`]), NEON + dotprod ([`Isa::NeonDotprod`]: SDOT gemv
-//! and per-column SDOT gemm) and NEON + i8mm ([`Isa::NeonI8mm`]: the dotprod gemv with SMMLA
-//! gemm tiles).
+//! aarch64 kernels: plain NEON ([`Isa::Neon`]: `smlal` gemv and tiles), NEON + dotprod
+//! ([`Isa::NeonDotprod`]: SDOT gemv and 4-column SDOT tiles) and NEON + i8mm ([`Isa::NeonI8mm`]:
+//! the dotprod gemv with SMMLA tiles, 4 columns for `q8_K`, 8 for `q8_0`).
+//!
+//! Activation layouts: the kernels keep the signatures of [`super::GemvFn`] & co. (plain `q8_K`,
+//! `q8_K x4` and per-column `q8_0`), and where a loop wants another layout (activations dup8'ed
+//! for SDOT, column pairs interleaved for SMMLA, `-sum(y)` as accumulator start values) the
+//! entry builds it once per call into a local buffer, which every row group of the call then
+//! reads: the cost is one pass over the activations, against `row groups` passes of work.
+//! `tools/arm-throughput.sh` shows what each loop costs on LLVM's CPU models.
 //!
 //! Exactness: every integer sum of a 128-weight block is exact (int32 accumulators, int16 only
 //! where the bound is shown next to the code), and the float step is the oracle's
@@ -13,8 +20,9 @@
 //! of bounds. The dotprod/i8mm code is `#[target_feature]` code; its statics are handed out by
 //! [`kernels`] only after runtime detection.
 //!
-//! The kernels use the q8_K `bsums` for `sum(y)` (to turn the stored codes `u = w + 1` back into
-//! weights), so they rely on the q8_K invariant that `bsums` are the sums of `qs`, as ggml does.
+//! The kernels use the q8_K `bsums` and the q8_0 `sums` for `sum(y)` (to turn the stored codes
+//! `u = w + 1` back into weights), so they rely on the invariant that these are the sums of
+//! `qs`, as ggml does.
 
 use core::arch::aarch64::*;
 
@@ -333,14 +341,16 @@ fn interleave_q8_0<T, const W: usize>(
     out
 }
 
-/// The `q8_0` gemm tile loop shared by the aarch64 paths. For every row group and every 4-column
-/// tile, `block(x, y, acc)` adds one T2P block's float terms to the tile's four accumulators (in
-/// the path's own lane order, following the oracle's float order lane by lane) and `columns`
-/// turns them into `[column c: rows 0..3]`. Only the `ncols` real columns are stored.
+/// The tile loop over activations laid out by the kernel itself (one `T` per T2P block and
+/// 4-column tile, `nb` per tile; the `q8_0` tiles and the dotprod `q8_K` tile). For every row
+/// group and every tile, `block(x, y, acc)` adds one T2P block's float terms to the tile's four
+/// accumulators (in the path's own lane order, following the oracle's float order lane by lane)
+/// and `columns` turns them into `[column c: rows 0..3]`. Only the `ncols` real columns are
+/// stored.
 #[inline]
 #[target_feature(enable = "neon")]
 #[allow(clippy::too_many_arguments)]
-fn gemm_q8_0_tiles<T>(
+fn gemm_local_tiles<T>(
     x: &[BlockT2p],
     nb: usize,
     tiles: &[T],

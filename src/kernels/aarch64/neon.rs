@@ -9,7 +9,7 @@
 use core::arch::aarch64::*;
 
 use super::{
-    Q8_0x4Dot, accumulate, dup8x4, gemm_q8_0_tiles, gemm_tiles, gemv_q8_0_with, interleave_q8_0,
+    Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_with, interleave_q8_0,
     load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
     store_f32x4,
 };
@@ -149,7 +149,7 @@ fn gemm_q8_0_neon(
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_q8_0_tiles(
+    gemm_local_tiles(
         x,
         nb,
         tiles,
