@@ -5,8 +5,9 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0x4Dot, accumulate, gemm_local_tiles, interleave_q8_0, load_i8x16x2, load_u8x16,
-    mul_lane_f32, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock, store_f32x4,
+    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, interleave_q8_0, load_i8x16x2,
+    load_u8x16, mul_lane_f32, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock,
+    store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -54,72 +55,27 @@ pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mu
     unsafe { gemv_q8_0_dotprod(x, nb, &ys, out) }
 }
 
-/// One `q8_0` block of the gemv's column, laid out for SDOT: `qs[chunk]` is the 8-value chunk
-/// twice (dup8: the operand that meets both rows of a pair), `start[j][p] = [-s_j, 0, -s_j, 0]`
-/// the start value of quarter `j`'s accumulator of row pair `p` (after the pairwise add each row
-/// holds `-s_j` once; stored per pair, so each chain starts from its own load rather than a
-/// register copy), `d` the four scales.
-#[derive(Clone, Copy)]
-struct Q8_0Dup {
-    qs: [[i8; 16]; 16],
-    start: [[[i32; 4]; 2]; 4],
-    d: [f32; 4],
-}
-
-impl Q8_0Dup {
-    fn new(b: &BlockQ8_0Quad) -> Self {
-        let mut t = Q8_0Dup {
-            qs: [[0; 16]; 16],
-            start: b.sums.map(|s| [[-s, 0, -s, 0]; 2]),
-            d: b.d,
-        };
-        for (chunk, q) in t.qs.iter_mut().zip(b.qs.chunks_exact(8)) {
-            chunk[..8].copy_from_slice(q);
-            chunk[8..].copy_from_slice(q);
-        }
-        t
-    }
-}
-
 /// The `q8_0` SDOT gemv. Per word (= quarter), the four unscaled slots of each row pair meet
 /// the dup8 activations in one SDOT chain that starts at `[-s, 0, -s, 0]` (|lane| <=
-/// 4 * 2 * 3 * 128 + 4096), so the pairwise add of the two pairs is the exact quarter sum
-/// `i_j` of rows 0..3; the float step is the oracle's
-/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`, separate `fmul`/`fadd`.
+/// 4 * 2 * 3 * 128 + 4096), so the pairwise add of the two pairs is the exact quarter sum of
+/// rows 0..3; the float step is [`gemv_q8_0_dup`]'s.
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = vdupq_n_f32(0.0);
-        for (blk, yb) in group.iter().zip(y) {
-            let word = |wd: usize| {
-                let pair = |p: usize| {
-                    let u = slots(load_u8x16(&blk.qs[p][wd]));
-                    // SAFETY: `start[wd][p]` is four readable i32.
-                    let mut a = unsafe { vld1q_s32(yb.start[wd][p].as_ptr()) };
-                    for (s, u) in u.iter().enumerate() {
-                        // SAFETY: `qs[..]` is 16 readable bytes.
-                        let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
-                        a = sdot(a, *u, yv);
-                    }
-                    a
-                };
-                vcvtq_f32_s32(vpaddq_s32(pair(0), pair(1)))
-            };
-            // SAFETY: `yb.d` is four readable f32.
-            let d = unsafe { vld1q_f32(yb.d.as_ptr()) };
-            let s = vaddq_f32(
-                vmulq_laneq_f32::<0>(word(0), d),
-                vmulq_laneq_f32::<1>(word(1), d),
-            );
-            let s = vaddq_f32(
-                vaddq_f32(s, vmulq_laneq_f32::<2>(word(2), d)),
-                vmulq_laneq_f32::<3>(word(3), d),
-            );
-            acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
-        }
-        store_f32x4(o, acc);
-    }
+    gemv_q8_0_dup(x, nb, y, out, |blk, yb, wd| {
+        let pair = |p: usize| {
+            let u = slots(load_u8x16(&blk.qs[p][wd]));
+            // SAFETY: `start[wd][p]` is four readable i32.
+            let mut a = unsafe { vld1q_s32(yb.start[wd][p].as_ptr()) };
+            for (s, u) in u.iter().enumerate() {
+                // SAFETY: `qs[..]` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
+                a = sdot(a, *u, yv);
+            }
+            a
+        };
+        vpaddq_s32(pair(0), pair(1))
+    });
 }
 
 /// `q8_0` gemm entry: SDOT tiles of four columns.

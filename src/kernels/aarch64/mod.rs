@@ -242,35 +242,58 @@ fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
     .map(|v| vreinterpretq_s8_u8(v))
 }
 
-/// The `q8_0` float step of one block: `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row from
-/// the exact per-word `dot(u, y)` (`i_j = dot_u[j] - sums[j]`), each product and sum a separate
-/// `fmul`/`fadd` as in the oracle.
-#[inline]
-#[target_feature(enable = "neon")]
-fn q8_0_block_sum(dot_u: [int32x4_t; 4], yb: &BlockQ8_0Quad) -> float32x4_t {
-    let term = |j: usize| {
-        let isum = vsubq_s32(dot_u[j], vdupq_n_s32(yb.sums[j]));
-        vmulq_n_f32(vcvtq_f32_s32(isum), yb.d[j])
-    };
-    let s = vaddq_f32(term(0), term(1));
-    vaddq_f32(vaddq_f32(s, term(2)), term(3))
+/// One `q8_0` block of the gemv's column, laid out for the SDOT and `smlal` gemvs (built once
+/// per call, amortised over every row group of the call, each of which reads the whole column): `qs[chunk]` is the 8-value chunk
+/// twice (dup8: the operand that meets both rows of a pair), `start[j][p] = [-s_j, 0, -s_j, 0]`
+/// the start value of quarter `j`'s accumulator of row pair `p` (after the pairwise add each row
+/// holds `-s_j` once; stored per pair, so each chain starts from its own load rather than a
+/// register copy), `d` the four scales.
+#[derive(Clone, Copy)]
+struct Q8_0Dup {
+    qs: [[i8; 16]; 16],
+    start: [[[i32; 4]; 2]; 4],
+    d: [f32; 4],
 }
 
-/// The `q8_0` gemv shared by the aarch64 paths: `words(x, y)` gives the exact per-word
-/// `dot(u, y)` of the four rows (`[word j: rows 0..3]`); the float step follows the oracle.
+impl Q8_0Dup {
+    fn new(b: &BlockQ8_0Quad) -> Self {
+        let mut t = Q8_0Dup {
+            qs: [[0; 16]; 16],
+            start: b.sums.map(|s| [[-s, 0, -s, 0]; 2]),
+            d: b.d,
+        };
+        for (chunk, q) in t.qs.iter_mut().zip(b.qs.chunks_exact(8)) {
+            chunk[..8].copy_from_slice(q);
+            chunk[8..].copy_from_slice(q);
+        }
+        t
+    }
+}
+
+/// The `q8_0` gemv shared by the aarch64 paths: `word(x, y, j)` gives the exact quarter sums
+/// `i_j` of rows 0..3 (`dot(u, y) - sum(y)` over 32 weights); the float step is the oracle's
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`, each product and sum a separate
+/// `fmul`/`fadd`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn gemv_q8_0_with(
+fn gemv_q8_0_dup(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8_0Quad],
+    y: &[Q8_0Dup],
     out: &mut [f32],
-    words: impl Fn(&BlockT2p, &[[i8; 32]; 4]) -> [int32x4_t; 4],
+    word: impl Fn(&BlockT2p, &Q8_0Dup, usize) -> int32x4_t,
 ) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = vdupq_n_f32(0.0);
         for (blk, yb) in group.iter().zip(y) {
-            let s = q8_0_block_sum(words(blk, bytemuck::cast_ref(&yb.qs)), yb);
+            let i = |j: usize| vcvtq_f32_s32(word(blk, yb, j));
+            // SAFETY: `yb.d` is four readable f32.
+            let d = unsafe { vld1q_f32(yb.d.as_ptr()) };
+            let s = vaddq_f32(vmulq_laneq_f32::<0>(i(0), d), vmulq_laneq_f32::<1>(i(1), d));
+            let s = vaddq_f32(
+                vaddq_f32(s, vmulq_laneq_f32::<2>(i(2), d)),
+                vmulq_laneq_f32::<3>(i(3), d),
+            );
             acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
         }
         store_f32x4(o, acc);

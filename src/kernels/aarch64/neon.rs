@@ -9,9 +9,9 @@
 use core::arch::aarch64::*;
 
 use super::{
-    Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_with, interleave_q8_0,
-    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
-    store_f32x4,
+    Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_dup,
+    interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales,
+    scale_f32, slots, stock, store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -73,8 +73,10 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 }
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // Once per call: the column in the layout the loop loads without `dup`s.
+    let ys: Vec<Q8_0Dup> = y.iter().map(Q8_0Dup::new).collect();
     // SAFETY: as for `gemv`.
-    unsafe { gemv_q8_0_neon(x, nb, y, out) }
+    unsafe { gemv_q8_0_neon(x, nb, &ys, out) }
 }
 
 fn gemm_q8_0(
@@ -90,11 +92,28 @@ fn gemm_q8_0(
     unsafe { gemm_q8_0_neon(x, nb, &tiles, ncols, out, ld) }
 }
 
-/// The loop lives in a NEON fn, so [`word_dots_u`] inlines into it.
+/// The `q8_0` gemv: per word (= quarter), each row's int16 lanes collect 4 products
+/// (|lane| <= 4 * 384 = 1536; the low half of a slot, row `2p`, meets the low half of the dup8
+/// activations, the high half the high half), widened by [`rows_to_i32`]; `-sum` comes from the
+/// layout's start value `[-s, 0, -s, 0]`, whose pairwise add is `-s` in every lane.
 #[inline(never)]
 #[target_feature(enable = "neon")]
-fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys));
+fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
+    gemv_q8_0_dup(x, nb, y, out, |blk, yb, wd| {
+        let mut a = [vdupq_n_s16(0); 4]; // [row]
+        for (p, words) in blk.qs.iter().enumerate() {
+            let u = slots(load_u8x16(&words[wd]));
+            for (s, u) in u.iter().enumerate() {
+                // SAFETY: `qs[..]` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
+                a[2 * p] = vmlal_s8(a[2 * p], vget_low_s8(*u), vget_low_s8(yv));
+                a[2 * p + 1] = vmlal_high_s8(a[2 * p + 1], *u, yv);
+            }
+        }
+        // SAFETY: `start[wd][0]` is four readable i32.
+        let start = unsafe { vld1q_s32(yb.start[wd][0].as_ptr()) };
+        vaddq_s32(rows_to_i32(a), vpaddq_s32(start, start))
+    });
 }
 
 /// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
@@ -159,28 +178,6 @@ fn gemm_q8_0_neon(
         |b, y, acc| q8_0_tile_block(b, y, acc),
         |a| a,
     );
-}
-
-/// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): per word, each row's
-/// int16 lanes collect 4 products (|lane| <= 4 * 384 = 1536), widened by [`rows_to_i32`].
-#[inline]
-#[target_feature(enable = "neon")]
-fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
-    let zero = vdupq_n_s16(0);
-    let word = |wd: usize| {
-        let ys = dup8x4(&y[wd]);
-        let mut a = [zero; 4];
-        for (p, words) in x.qs.iter().enumerate() {
-            let u = slots(load_u8x16(&words[wd]));
-            for (u, ys) in u.iter().zip(&ys) {
-                a[2 * p] = vmlal_s8(a[2 * p], vget_low_s8(*u), vget_low_s8(*ys));
-                a[2 * p + 1] = vmlal_high_s8(a[2 * p + 1], *u, *ys);
-            }
-        }
-        rows_to_i32(a)
-    };
-    // Four calls rather than a loop, so the words are unrolled (no loop per block).
-    [word(0), word(1), word(2), word(3)]
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
