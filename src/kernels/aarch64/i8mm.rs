@@ -223,11 +223,8 @@ fn q8_0_tile<const CP: usize>(
         acc = q8_0_tile_block::<CP>(blk, yb, acc);
     }
     // acc[p][cp] lanes [r2p.c, r2p.c', r2p+1.c, r2p+1.c'] -> columns 2cp, 2cp + 1.
-    for cp in 0..CP {
-        let cols = [
-            vuzp1q_f32(acc[0][cp], acc[1][cp]),
-            vuzp2q_f32(acc[0][cp], acc[1][cp]),
-        ];
+    for (cp, (&lo, &hi)) in acc[0].iter().zip(&acc[1]).enumerate() {
+        let cols = [vuzp1q_f32(lo, hi), vuzp2q_f32(lo, hi)];
         for (h, v) in cols.into_iter().enumerate() {
             let c = 2 * cp + h;
             if c < real {
