@@ -172,7 +172,9 @@ def classify(mn, ops):
         return "store"
     if mn in ("dup", "mov", "ext", "zip1", "zip2", "uzp1", "uzp2", "ins", "trn1", "trn2") and "v" in ops:
         return "dup/permute"
-    if mn in ("and", "ushr", "ushl", "sshl", "tbl", "sub", "shl", "bic", "orr", "sri", "sli") and (
+    # Byte-lane integer ops are the code unpacking (T2P: and, ushr; stock: tbl, ushl, and, and
+    # the `- 1`, which LLVM emits as an add of -1).
+    if mn in ("and", "ushr", "ushl", "sshl", "tbl", "sub", "add", "shl", "bic", "orr", "sri", "sli") and (
         ".16b" in ops or ".8b" in ops
     ):
         return "unpack"
