@@ -249,8 +249,10 @@ def main():
         if a.dump:
             Path(a.dump).mkdir(parents=True, exist_ok=True)
             (Path(a.dump) / f"{path}-{kern}-{act}-{layout}.s").write_text(asm)
+        # Columns one weight meets per load: the tile width (the i8mm q8_0 tile is 8 wide).
+        cols = 1 if kern != "gemm" else (8 if (path, act) == ("i8mm", "q8_0") else 4)
         loops.append(dict(path=path, kern=kern, act=act, layout=layout, name=name,
-                          n=len(loop), macs=m, mix=mix, asm=asm))
+                          n=len(loop), macs=m, mix=mix, asm=asm, cols=cols))
 
     print()
     print("Loops cut (instructions per 64 MACs by class; MAC = one int8 multiply-add):")
@@ -269,7 +271,8 @@ def main():
     print(f"Per CPU model (llvm-mca, {a.clock} GHz stated clock, L1-resident loops):")
     print("  cyc/512 = cycles per 128 weights x 4 rows (512 MACs) of one column;")
     print("  insn/64 = instructions per 64 MACs; GB/s = weight bytes per second per core")
-    print("  (gemv/vec_dot: every weight read once per column; gemm: once per 4-column tile).")
+    print("  (gemv/vec_dot: every weight read once per column; gemm: once per tile, 4 columns wide,")
+    print("  8 for the i8mm q8_0 tile).")
     for cpu in a.cpus.split(","):
         desc, feats = CPUS.get(cpu, (cpu, {"dotprod", "i8mm"}))
         print()
@@ -286,7 +289,7 @@ def main():
                 continue
             c512 = c * 512 / l["macs"]
             gmac = l["macs"] / c * a.clock
-            gbs = gmac * wbytes / (4 if l["kern"] == "gemm" else 1)
+            gbs = gmac * wbytes / l["cols"]
             res[(l["path"], l["kern"], l["act"])] = c512
             print(f"  {l['path']:8} {l['kern']:8} {l['act']:5} {l['layout']:6} {c:>9.1f} {c512:>8.2f} "
                   f"{l['n'] * 64 / l['macs']:>8.2f} {gmac:>8.1f} {gbs:>7.1f}")
