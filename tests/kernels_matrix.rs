@@ -404,3 +404,73 @@ fn shapes_that_must_be_rejected() {
         );
     }
 }
+
+/// Every width of the zero-padded last tile (ncols 1..=9: 1, 2, 3 or no columns left over a
+/// 4-column tile, 1..=7 over an 8-column one; 13 and 16 for a second 8-column tile, partial and
+/// full) through the gemm entry points themselves (ncols 1 included, which the driver would
+/// send to the gemv), `q8_0` and `q8_K`, with random codes (3 included), unit scales and
+/// exact integer sums checked, then random scales; nothing outside the real columns is written.
+#[test]
+fn gemm_every_leftover_width() {
+    let (rows, k) = (8, 512);
+    let nb = k / 128;
+    let ld = rows + 4;
+    let sentinel = f32::from_bits(0x7fc0_5678);
+    for ncols in (1..=9).chain([13, 16]) {
+        for (scales, acts) in [
+            (Scales::One, Acts::Extreme),
+            (Scales::One, Acts::Min),
+            (Scales::Random, Acts::Random),
+        ] {
+            let mut rng = Lcg(100 + ncols as u64);
+            let pq = pq2_0_tensor(rows, k, Codes::Random, scales, &mut rng);
+            let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
+            repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+            let one = matches!(scales, Scales::One);
+            let q0 = q8_0_columns(k, ncols, acts, one, &mut rng);
+            let qk = q8k_columns(k, ncols, acts, one, &mut rng);
+            let x4 = tiles(&qk, k, ncols);
+            let run = |kern: &Kernels, q8_0: bool| {
+                let mut out = vec![sentinel; ld * ncols];
+                if q8_0 {
+                    kern.gemm_q8_0(&w, nb, &q0, ncols, &mut out, ld);
+                } else {
+                    kern.gemm(&w, nb, &x4, ncols, &mut out, ld);
+                }
+                out
+            };
+            for q8_0 in [true, false] {
+                let want = run(oracle(), q8_0);
+                for c in 0..ncols {
+                    let col = &want[c * ld..(c + 1) * ld];
+                    assert!(
+                        col[rows..]
+                            .iter()
+                            .all(|v| v.to_bits() == sentinel.to_bits())
+                    );
+                    for (r, &got) in col[..rows].iter().enumerate() {
+                        if one {
+                            let exact: i64 = (0..k)
+                                .map(|i| {
+                                    let y = if q8_0 {
+                                        q0[c * nb + i / 128].qs[i % 128]
+                                    } else {
+                                        qk[c * k / 256 + i / 256].qs[i % 256]
+                                    };
+                                    (pq[r * nb + i / 128].code(i % 128) as i64 - 1) * y as i64
+                                })
+                                .sum();
+                            assert_eq!(got as i64, exact, "oracle row {r} col {c} q8_0={q8_0}");
+                        } else {
+                            assert_ne!(got.to_bits(), sentinel.to_bits());
+                        }
+                    }
+                }
+                for kern in paths_under_test() {
+                    let what = format!("{} gemm ncols={ncols} q8_0={q8_0} {acts:?}", kern.isa());
+                    assert_bits_eq(&run(kern, q8_0), &want, &what);
+                }
+            }
+        }
+    }
+}

@@ -1,10 +1,14 @@
-//! NEON + i8mm: SMMLA gemm tiles on the row pairs; gemv and stock vec_dot are the dotprod ones.
+//! NEON + i8mm: SMMLA gemm tiles on the row pairs (`q8_K` and `q8_0` activations); gemv and
+//! stock vec_dot are the dotprod ones.
 
 use core::arch::aarch64::*;
 
 use super::asm::smmla;
-use super::{dotprod, gemm_tiles, load_i8x16x2, load_u8x16, slot_scaled};
-use crate::format::{BlockQ8Kx4, BlockT2p};
+use super::{
+    dotprod, gemm_tiles, interleave_q8_0, load_i8x16x2, load_u8x16, row_scales, slot_scaled, slots,
+    store_f32x4,
+};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
@@ -12,7 +16,7 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     gemv: dotprod::gemv,
     gemm,
     gemv_q8_0: dotprod::gemv_q8_0,
-    gemm_q8_0: dotprod::gemm_q8_0,
+    gemm_q8_0,
     vec_dot_stock: dotprod::vec_dot_stock,
 };
 
@@ -71,6 +75,7 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     ]
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
 fn gemm_i8mm(
     x: &[BlockT2p],
@@ -81,4 +86,175 @@ fn gemm_i8mm(
     ld: usize,
 ) {
     gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+}
+
+fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x8Mmla::new);
+    // SAFETY: reachable only through `KERNELS`, handed out only after detecting i8mm.
+    unsafe { gemm_q8_0_i8mm(x, nb, &tiles, ncols, out, ld) }
+}
+
+/// `q8_0` activations of one 8-column tile for one T2P block, laid out for SMMLA (built by
+/// [`interleave_q8_0`] once per gemm call).
+///
+/// Eight columns, not four: the q8_0 sums are needed per 32-weight quarter, so the slots are
+/// decoded unscaled (six instructions per word and pair instead of four), and sharing each
+/// decoded slot among four column pairs instead of two halves that cost per column.
+///
+/// `qs[chunk][cp]` is the 2x8 SMMLA operand of column pair `cp` (8 values of column `2cp`, then
+/// of `2cp + 1`). `neg[j][p][cp]` and `d[j][cp]` hold `[x_c, x_c', x_c, x_c']` for quarter `j`,
+/// the lane order of a 2x2 SMMLA tile (`[r.c, r.c', r'.c, r'.c']`): `-sum` is the start value of
+/// the accumulators (stored once per row pair `p`, so each accumulator starts from its own load
+/// rather than a register copy), and the scales multiply the tile lane by lane.
+#[derive(Clone, Copy)]
+struct Q8_0x8Mmla {
+    qs: [[[i8; 16]; 4]; 16],
+    neg: [[[[i32; 4]; 4]; 2]; 4],
+    d: [[[f32; 4]; 4]; 4],
+}
+
+impl Q8_0x8Mmla {
+    fn new(cols: [&BlockQ8_0Quad; 8]) -> Self {
+        let mut t = Q8_0x8Mmla {
+            qs: [[[0; 16]; 4]; 16],
+            neg: [[[[0; 4]; 4]; 2]; 4],
+            d: [[[0.0; 4]; 4]; 4],
+        };
+        for (c, col) in cols.iter().enumerate() {
+            let (cp, h) = (c / 2, c % 2);
+            for (chunk, q) in t.qs.iter_mut().zip(col.qs.chunks_exact(8)) {
+                chunk[cp][8 * h..8 * h + 8].copy_from_slice(q);
+            }
+            for j in 0..4 {
+                for lane in [h, h + 2] {
+                    t.neg[j][0][cp][lane] = -col.sums[j];
+                    t.neg[j][1][cp][lane] = -col.sums[j];
+                    t.d[j][cp][lane] = col.d[j];
+                }
+            }
+        }
+        t
+    }
+}
+
+/// One T2P block of a `q8_0` tile on its first `CP` column pairs (4, or 2 for a last tile of at
+/// most four real columns): adds the block's float terms to `acc[p][cp]` (row pair `p`, SMMLA
+/// lane order).
+///
+/// Per quarter (= word), each row pair's four unscaled slots (`v & 3`, `(v >> 2) & 3`,
+/// `(v >> 4) & 3`, `v >> 6`) meet the column pairs in one SMMLA chain per (pair, column pair)
+/// that starts at the quarter's `-sum`, so it ends at the exact quarter sum
+/// (|i| <= 32 * 3 * 128 + 32 * 128). The float step runs in the SMMLA lane order, the row
+/// scales zipped into it, so every lane follows the oracle's
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (separate `fmul`/`fadd`; the partial `s`
+/// is folded after each quarter, which keeps the order and frees the quarter's registers).
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+fn q8_0_tile_block<const CP: usize>(
+    x: &BlockT2p,
+    y: &Q8_0x8Mmla,
+    acc: [[float32x4_t; CP]; 2],
+) -> [[float32x4_t; CP]; 2] {
+    let load_i32 = |v: &[i32; 4]| {
+        // SAFETY: `v` is four readable i32.
+        unsafe { vld1q_s32(v.as_ptr()) }
+    };
+    let load_f32 = |v: &[f32; 4]| {
+        // SAFETY: `v` is four readable f32.
+        unsafe { vld1q_f32(v.as_ptr()) }
+    };
+    // Quarter `wd`'s float terms `[p][cp]`, added to `s` (`s = None` for the first quarter).
+    let word = |wd: usize, s: Option<[[float32x4_t; CP]; 2]>| {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        let mut a: [[int32x4_t; CP]; 2] =
+            std::array::from_fn(|p| std::array::from_fn(|cp| load_i32(&y.neg[wd][p][cp])));
+        for slot in 0..4 {
+            for cp in 0..CP {
+                // SAFETY: `qs[..][cp]` is 16 readable bytes.
+                let b = unsafe { vld1q_s8(y.qs[4 * wd + slot][cp].as_ptr()) };
+                for (a, u) in a.iter_mut().zip(&u) {
+                    a[cp] = smmla(a[cp], u[slot], b);
+                }
+            }
+        }
+        let term = |p: usize, cp: usize| vmulq_f32(vcvtq_f32_s32(a[p][cp]), load_f32(&y.d[wd][cp]));
+        std::array::from_fn(|p| {
+            std::array::from_fn(|cp| match s {
+                None => term(p, cp),
+                Some(s) => vaddq_f32(s[p][cp], term(p, cp)),
+            })
+        })
+    };
+    // Four calls rather than a loop, so the quarters are unrolled.
+    let s = word(0, None);
+    let s = word(1, Some(s));
+    let s = word(2, Some(s));
+    let s = word(3, Some(s));
+    let dw = row_scales(&x.d);
+    let dw = [vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)]; // [d_2p, d_2p, d_2p+1, d_2p+1]
+    std::array::from_fn(|p| {
+        std::array::from_fn(|cp| vaddq_f32(acc[p][cp], vmulq_f32(dw[p], s[p][cp])))
+    })
+}
+
+/// The `q8_0` tiles of one row group and one 8-column tile on `CP` column pairs; stores the
+/// `real` real columns of the tile (`out[c * ld..]`, column `c` of the tile).
+#[inline]
+#[target_feature(enable = "neon,i8mm")]
+fn q8_0_tile<const CP: usize>(
+    group: &[BlockT2p],
+    tile: &[Q8_0x8Mmla],
+    real: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let mut acc = [[vdupq_n_f32(0.0); CP]; 2];
+    for (blk, yb) in group.iter().zip(tile) {
+        acc = q8_0_tile_block::<CP>(blk, yb, acc);
+    }
+    // acc[p][cp] lanes [r2p.c, r2p.c', r2p+1.c, r2p+1.c'] -> columns 2cp, 2cp + 1.
+    for (cp, (&lo, &hi)) in acc[0].iter().zip(&acc[1]).enumerate() {
+        let cols = [vuzp1q_f32(lo, hi), vuzp2q_f32(lo, hi)];
+        for (h, v) in cols.into_iter().enumerate() {
+            let c = 2 * cp + h;
+            if c < real {
+                store_f32x4(&mut out[c * ld..c * ld + 4], v);
+            }
+        }
+    }
+}
+
+#[inline(never)]
+#[target_feature(enable = "neon,i8mm")]
+fn gemm_q8_0_i8mm(
+    x: &[BlockT2p],
+    nb: usize,
+    tiles: &[Q8_0x8Mmla],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
+        for (t, tile) in tiles.chunks_exact(nb).enumerate() {
+            let real = (ncols - 8 * t).min(8);
+            let out = &mut out[8 * t * ld + 4 * g..];
+            // A last tile of at most four real columns runs on two column pairs only.
+            if real > 4 {
+                q8_0_tile::<4>(group, tile, real, out, ld);
+            } else {
+                q8_0_tile::<2>(group, tile, real, out, ld);
+            }
+        }
+    }
 }

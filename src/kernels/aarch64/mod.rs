@@ -1,6 +1,13 @@
-//! aarch64 kernels: plain NEON ([`Isa::Neon`]), NEON + dotprod ([`Isa::NeonDotprod`]: SDOT gemv
-//! and per-column SDOT gemm) and NEON + i8mm ([`Isa::NeonI8mm`]: the dotprod gemv with SMMLA
-//! gemm tiles).
+//! aarch64 kernels: plain NEON ([`Isa::Neon`]: `smlal` gemv and tiles), NEON + dotprod
+//! ([`Isa::NeonDotprod`]: SDOT gemv and 4-column SDOT tiles) and NEON + i8mm ([`Isa::NeonI8mm`]:
+//! the dotprod gemv with SMMLA tiles, 4 columns for `q8_K`, 8 for `q8_0`).
+//!
+//! Activation layouts: the kernels keep the signatures of [`super::GemvFn`] & co. (plain `q8_K`,
+//! `q8_K x4` and per-column `q8_0`), and where a loop wants another layout (activations dup8'ed
+//! for SDOT, column pairs interleaved for SMMLA, `-sum(y)` as accumulator start values) the
+//! entry builds it once per call into a local buffer, which every row group of the call then
+//! reads: the cost is one pass over the activations, against `row groups` passes of work.
+//! `tools/arm-throughput.sh` shows what each loop costs on LLVM's CPU models.
 //!
 //! Exactness: every integer sum of a 128-weight block is exact (int32 accumulators, int16 only
 //! where the bound is shown next to the code), and the float step is the oracle's
@@ -13,8 +20,9 @@
 //! of bounds. The dotprod/i8mm code is `#[target_feature]` code; its statics are handed out by
 //! [`kernels`] only after runtime detection.
 //!
-//! The kernels use the q8_K `bsums` for `sum(y)` (to turn the stored codes `u = w + 1` back into
-//! weights), so they rely on the q8_K invariant that `bsums` are the sums of `qs`, as ggml does.
+//! The kernels use the q8_K `bsums` and the q8_0 `sums` for `sum(y)` (to turn the stored codes
+//! `u = w + 1` back into weights), so they rely on the invariant that these are the sums of
+//! `qs`, as ggml does.
 
 use core::arch::aarch64::*;
 
@@ -149,16 +157,6 @@ fn slot_scaled(v: uint8x16_t, s: usize) -> int8x16_t {
     })
 }
 
-/// `dot(u, y)` from the four slot accumulators of [`slot_scaled`] codes:
-/// `a0 + a3 + a1 / 4 + a2 / 16`. This is the design's `16*(a0+a3) + 4*a1 + a2 = 16 * dot(u, y)`
-/// divided by 16 exactly: every lane of `a1` is a multiple of 4 and of `a2` a multiple of 16, so
-/// the arithmetic shifts drop nothing (two `ssra` instead of shifts, adds and a final shift).
-#[inline]
-#[target_feature(enable = "neon")]
-fn recombine(a: [int32x4_t; 4]) -> int32x4_t {
-    vsraq_n_s32::<4>(vsraq_n_s32::<2>(vaddq_s32(a[0], a[3]), a[1]), a[2])
-}
-
 /// The sums of the 128 values of half `h` of each column of a `q8_K x4` block, from `bsums`:
 /// `[column 0, 1, 2, 3]`.
 ///
@@ -244,56 +242,181 @@ fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
     .map(|v| vreinterpretq_s8_u8(v))
 }
 
-/// The `q8_0` float step of one block: `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row from
-/// the exact per-word `dot(u, y)` (`i_j = dot_u[j] - sums[j]`), each product and sum a separate
-/// `fmul`/`fadd` as in the oracle.
-#[inline]
-#[target_feature(enable = "neon")]
-fn q8_0_block_sum(dot_u: [int32x4_t; 4], yb: &BlockQ8_0Quad) -> float32x4_t {
-    let term = |j: usize| {
-        let isum = vsubq_s32(dot_u[j], vdupq_n_s32(yb.sums[j]));
-        vmulq_n_f32(vcvtq_f32_s32(isum), yb.d[j])
-    };
-    let s = vaddq_f32(term(0), term(1));
-    vaddq_f32(vaddq_f32(s, term(2)), term(3))
+/// One `q8_0` block of the gemv's column, laid out for the SDOT and `smlal` gemvs (built once
+/// per call, amortised over every row group of the call, each of which reads the whole column): `qs[chunk]` is the 8-value chunk
+/// twice (dup8: the operand that meets both rows of a pair), `start[j][p] = [-s_j, 0, -s_j, 0]`
+/// the start value of quarter `j`'s accumulator of row pair `p` (after the pairwise add each row
+/// holds `-s_j` once; stored per pair, so each chain starts from its own load rather than a
+/// register copy), `d` the four scales.
+#[derive(Clone, Copy)]
+struct Q8_0Dup {
+    qs: [[i8; 16]; 16],
+    start: [[[i32; 4]; 2]; 4],
+    d: [f32; 4],
 }
 
-/// The `q8_0` gemv shared by the aarch64 paths: `words(x, y)` gives the exact per-word
-/// `dot(u, y)` of the four rows (`[word j: rows 0..3]`); the float step follows the oracle.
+impl Q8_0Dup {
+    fn new(b: &BlockQ8_0Quad) -> Self {
+        let mut t = Q8_0Dup {
+            qs: [[0; 16]; 16],
+            start: b.sums.map(|s| [[-s, 0, -s, 0]; 2]),
+            d: b.d,
+        };
+        for (chunk, q) in t.qs.iter_mut().zip(b.qs.chunks_exact(8)) {
+            chunk[..8].copy_from_slice(q);
+            chunk[8..].copy_from_slice(q);
+        }
+        t
+    }
+}
+
+/// The `q8_0` gemv shared by the aarch64 paths: `word(x, y, j)` gives the exact quarter sums
+/// `i_j` of rows 0..3 (`dot(u, y) - sum(y)` over 32 weights); the float step is the oracle's
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`, each product and sum a separate
+/// `fmul`/`fadd`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn gemv_q8_0_with(
+fn gemv_q8_0_dup(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8_0Quad],
+    y: &[Q8_0Dup],
     out: &mut [f32],
-    words: impl Fn(&BlockT2p, &[[i8; 32]; 4]) -> [int32x4_t; 4],
+    word: impl Fn(&BlockT2p, &Q8_0Dup, usize) -> int32x4_t,
 ) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = vdupq_n_f32(0.0);
         for (blk, yb) in group.iter().zip(y) {
-            let s = q8_0_block_sum(words(blk, bytemuck::cast_ref(&yb.qs)), yb);
+            let i = |j: usize| vcvtq_f32_s32(word(blk, yb, j));
+            // SAFETY: `yb.d` is four readable f32.
+            let d = unsafe { vld1q_f32(yb.d.as_ptr()) };
+            let s = vaddq_f32(vmulq_laneq_f32::<0>(i(0), d), vmulq_laneq_f32::<1>(i(1), d));
+            let s = vaddq_f32(
+                vaddq_f32(s, vmulq_laneq_f32::<2>(i(2), d)),
+                vmulq_laneq_f32::<3>(i(3), d),
+            );
             acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
         }
         store_f32x4(o, acc);
     }
 }
 
-/// The `q8_0` gemm of the aarch64 paths: one gemv per column (the weights of a row group are
-/// re-read per column from cache; a tiled form is future work).
-fn gemm_q8_0_by_columns(
+/// `q8_0` activations of one 4-column tile for one T2P block, laid out for SDOT and `smlal`
+/// (built by [`interleave_q8_0`] once per gemm call).
+///
+/// `qs[chunk][c]` is column `c`'s 8-value chunk twice ("dup8", the operand that meets both rows
+/// of a pair), stored so the tiles load it instead of spending a `dup` per column and slot.
+/// `start[j][c][p] = [-s, 0, -s, 0]` (`s` = the sum of quarter `j` of column `c`) is the start
+/// value of row pair `p`'s SDOT accumulator: after the pairwise add each row holds `-s` once.
+/// It is stored once per pair so that each chain starts from its own load, not a register copy.
+/// `d[j]` = the scales of quarter `j` of columns 0..3.
+#[derive(Clone, Copy)]
+struct Q8_0x4Dot {
+    qs: [[[i8; 16]; 4]; 16],
+    start: [[[[i32; 4]; 2]; 4]; 4],
+    d: [[f32; 4]; 4],
+}
+
+impl Q8_0x4Dot {
+    fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
+        let mut t = Q8_0x4Dot {
+            qs: [[[0; 16]; 4]; 16],
+            start: [[[[0; 4]; 2]; 4]; 4],
+            d: [[0.0; 4]; 4],
+        };
+        for (c, col) in cols.iter().enumerate() {
+            for (chunk, q) in t.qs.iter_mut().zip(col.qs.chunks_exact(8)) {
+                chunk[c][..8].copy_from_slice(q);
+                chunk[c][8..].copy_from_slice(q);
+            }
+            for j in 0..4 {
+                t.start[j][c] = [[-col.sums[j], 0, -col.sums[j], 0]; 2];
+                t.d[j][c] = col.d[j];
+            }
+        }
+        t
+    }
+}
+
+/// Rearranges the `ncols * nb` column-major `q8_0` blocks of a gemm call into tile-major
+/// `W`-column tiles (tile `t`, block `b` at `t * nb + b`; the last tile zero-padded, which adds
+/// nothing to any sum and is never stored).
+///
+/// This is done inside the kernel, once per call, into a local buffer: the kernel signature
+/// (and so the driver and the C ABI) keeps the plain per-column `q8_0` layout, and the cost (one
+/// pass over the activations) is amortised over every row group of the call, each of which reads
+/// the whole buffer.
+fn interleave_q8_0<T, const W: usize>(
+    y: &[BlockQ8_0Quad],
+    nb: usize,
+    ncols: usize,
+    tile: impl Fn([&BlockQ8_0Quad; W]) -> T,
+) -> Vec<T> {
+    let zero = BlockQ8_0Quad::default();
+    let mut out = Vec::with_capacity(ncols.div_ceil(W) * nb);
+    for t in 0..ncols.div_ceil(W) {
+        for b in 0..nb {
+            out.push(tile(std::array::from_fn(|i| {
+                let c = W * t + i;
+                if c < ncols { &y[c * nb + b] } else { &zero }
+            })));
+        }
+    }
+    out
+}
+
+/// The tile loop over activations laid out by the kernel itself (one `T` per T2P block and
+/// 4-column tile, `nb` per tile; the `q8_0` tiles and the dotprod `q8_K` tile). For every row
+/// group and every tile, `block(x, y, acc)` adds one T2P block's float terms to the tile's four
+/// accumulators (in the path's own lane order, following the oracle's float order lane by lane)
+/// and `columns` turns them into `[column c: rows 0..3]`. Only the `ncols` real columns are
+/// stored.
+#[inline]
+#[target_feature(enable = "neon")]
+#[allow(clippy::too_many_arguments)]
+fn gemm_local_tiles<T>(
     x: &[BlockT2p],
     nb: usize,
-    y: &[BlockQ8_0Quad],
+    tiles: &[T],
     ncols: usize,
     out: &mut [f32],
     ld: usize,
-    gemv: fn(&[BlockT2p], usize, &[BlockQ8_0Quad], &mut [f32]),
+    block: impl Fn(&BlockT2p, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
+    columns: impl Fn([float32x4_t; 4]) -> [float32x4_t; 4],
 ) {
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
-        gemv(x, nb, col, &mut out[c * ld..c * ld + rows]);
+    for (g, group) in x.chunks_exact(nb).enumerate() {
+        // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
+        for (t, tile) in tiles.chunks_exact(nb).enumerate() {
+            let mut acc = [vdupq_n_f32(0.0); 4];
+            for (blk, yb) in group.iter().zip(tile) {
+                acc = block(blk, yb, acc);
+            }
+            let real = ncols.saturating_sub(4 * t).min(4);
+            for (c, a) in columns(acc).iter().enumerate().take(real) {
+                let o = (4 * t + c) * ld + 4 * g;
+                store_f32x4(&mut out[o..o + 4], *a);
+            }
+        }
     }
+}
+
+/// The `q8_0` float step of a tile block in `[column c: rows 0..3]` order: per column,
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` with `i[j][c]` the exact quarter sums and
+/// `d[j]` the quarter's four column scales; separate `fmul`/`fadd` as in the oracle.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q8_0_fold_columns(
+    acc: [float32x4_t; 4],
+    dw: float32x4_t,
+    i: [[int32x4_t; 4]; 4],
+    d: &[[f32; 4]; 4],
+) -> [float32x4_t; 4] {
+    // SAFETY: each `d[j]` is four readable f32.
+    let d = d.each_ref().map(|dj| unsafe { vld1q_f32(dj.as_ptr()) });
+    std::array::from_fn(|c| {
+        let term = |j: usize| mul_lane_f32(vcvtq_f32_s32(i[j][c]), d[j], c);
+        let s = vaddq_f32(vaddq_f32(vaddq_f32(term(0), term(1)), term(2)), term(3));
+        vaddq_f32(acc[c], vmulq_f32(dw, s))
+    })
 }
 
 /// Shared pieces of the stock-layout (pq2_0 as in the file) vec_dot: the ggml NEON decode of

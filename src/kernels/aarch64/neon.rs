@@ -9,8 +9,9 @@
 use core::arch::aarch64::*;
 
 use super::{
-    accumulate, dup8x4, gemm_q8_0_by_columns, gemm_tiles, gemv_q8_0_with, load_i8x16x2, load_i16x8,
-    load_u8x16, row_scales, scale_f32, slots, stock, store_f32x4,
+    Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_dup,
+    interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales,
+    scale_f32, slots, stock, store_f32x4,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -41,8 +42,8 @@ fn rows_to_i32(r: [int16x8_t; 4]) -> int32x4_t {
 fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
     let zero = vdupq_n_s16(0);
     let mut a = [[zero; 2]; 4]; // [row][slot parity]
-    for (wd, chunks) in y.iter().enumerate() {
-        let ys = dup8x4(chunks);
+    let mut word = |wd: usize| {
+        let ys = dup8x4(&y[wd]);
         for (p, words) in x.qs.iter().enumerate() {
             let u = slots(load_u8x16(&words[wd]));
             for (s, (u, ys)) in u.iter().zip(&ys).enumerate() {
@@ -51,7 +52,12 @@ fn block_dot_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> int32x4_t {
                 a[hi][s % 2] = vmlal_high_s8(a[hi][s % 2], *u, *ys);
             }
         }
-    }
+    };
+    // Four calls rather than a loop, so the words are unrolled (no loop per block).
+    word(0);
+    word(1);
+    word(2);
+    word(3);
     rows_to_i32(a.map(|r| vaddq_s16(r[0], r[1])))
 }
 
@@ -67,8 +73,10 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 }
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // Once per call: the column in the layout the loop loads without `dup`s.
+    let ys: Vec<Q8_0Dup> = y.iter().map(Q8_0Dup::new).collect();
     // SAFETY: as for `gemv`.
-    unsafe { gemv_q8_0_with(x, nb, y, out, |b, ys| word_dots_u(b, ys)) }
+    unsafe { gemv_q8_0_neon(x, nb, &ys, out) }
 }
 
 fn gemm_q8_0(
@@ -79,27 +87,97 @@ fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    gemm_q8_0_by_columns(x, nb, y, ncols, out, ld, gemv_q8_0);
+    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
+    // SAFETY: as for `gemv`.
+    unsafe { gemm_q8_0_neon(x, nb, &tiles, ncols, out, ld) }
 }
 
-/// `dot(u, y)` of the four rows per 32-weight word (`[word j: rows 0..3]`): per word, each row's
-/// int16 lanes collect 4 products (|lane| <= 4 * 384 = 1536), widened by [`rows_to_i32`].
-#[inline]
+/// The `q8_0` gemv: per word (= quarter), each row's int16 lanes collect 4 products
+/// (|lane| <= 4 * 384 = 1536; the low half of a slot, row `2p`, meets the low half of the dup8
+/// activations, the high half the high half), widened by [`rows_to_i32`]; `-sum` comes from the
+/// layout's start value `[-s, 0, -s, 0]`, whose pairwise add is `-s` in every lane.
+#[inline(never)]
 #[target_feature(enable = "neon")]
-fn word_dots_u(x: &BlockT2p, y: &[[i8; 32]; 4]) -> [int32x4_t; 4] {
-    let zero = vdupq_n_s16(0);
-    std::array::from_fn(|wd| {
-        let ys = dup8x4(&y[wd]);
-        let mut a = [zero; 4];
-        for (p, words) in x.qs.iter().enumerate() {
+fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
+    gemv_q8_0_dup(x, nb, y, out, |blk, yb, wd| {
+        let mut a = [vdupq_n_s16(0); 4]; // [row]
+        for (p, words) in blk.qs.iter().enumerate() {
             let u = slots(load_u8x16(&words[wd]));
-            for (u, ys) in u.iter().zip(&ys) {
-                a[2 * p] = vmlal_s8(a[2 * p], vget_low_s8(*u), vget_low_s8(*ys));
-                a[2 * p + 1] = vmlal_high_s8(a[2 * p + 1], *u, *ys);
+            for (s, u) in u.iter().enumerate() {
+                // SAFETY: `qs[..]` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(yb.qs[4 * wd + s].as_ptr()) };
+                a[2 * p] = vmlal_s8(a[2 * p], vget_low_s8(*u), vget_low_s8(yv));
+                a[2 * p + 1] = vmlal_high_s8(a[2 * p + 1], *u, yv);
             }
         }
-        rows_to_i32(a)
-    })
+        // SAFETY: `start[wd][0]` is four readable i32.
+        let start = unsafe { vld1q_s32(yb.start[wd][0].as_ptr()) };
+        vaddq_s32(rows_to_i32(a), vpaddq_s32(start, start))
+    });
+}
+
+/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
+/// column `c`). Per quarter (= word), 16 int16 accumulators `[row][column]`: the low half of a
+/// slot (row `2p`) meets the low half of the column's dup8 activations, the high half (row
+/// `2p + 1`) the high half; a lane collects 4 products (|lane| <= 4 * 384 = 1536), widened by
+/// [`rows_to_i32`]. `-sum` comes from the layout's SDOT start value `[-s, 0, -s, 0]`, whose
+/// pairwise add is `-s` in every lane.
+#[inline]
+#[target_feature(enable = "neon")]
+fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+    let word = |wd: usize| -> [int32x4_t; 4] {
+        let u = [
+            slots(load_u8x16(&x.qs[0][wd])),
+            slots(load_u8x16(&x.qs[1][wd])),
+        ];
+        // Two columns at a time: 8 int16 accumulators next to the 8 decoded slots, no spills.
+        let half = |h: usize| -> [int32x4_t; 2] {
+            let mut a = [[vdupq_n_s16(0); 2]; 4]; // [row][column of the half]
+            for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+                for (k, yc) in chunk[2 * h..2 * h + 2].iter().enumerate() {
+                    // SAFETY: `yc` is 16 readable bytes.
+                    let yv = unsafe { vld1q_s8(yc.as_ptr()) };
+                    for (p, u) in u.iter().enumerate() {
+                        let (lo, hi) = (2 * p, 2 * p + 1);
+                        a[lo][k] = vmlal_s8(a[lo][k], vget_low_s8(u[s]), vget_low_s8(yv));
+                        a[hi][k] = vmlal_high_s8(a[hi][k], u[s], yv);
+                    }
+                }
+            }
+            std::array::from_fn(|k| {
+                // SAFETY: `start[wd][c][0]` is four readable i32.
+                let start = unsafe { vld1q_s32(y.start[wd][2 * h + k][0].as_ptr()) };
+                let dot_u = rows_to_i32([a[0][k], a[1][k], a[2][k], a[3][k]]);
+                vaddq_s32(dot_u, vpaddq_s32(start, start))
+            })
+        };
+        let (l, r) = (half(0), half(1));
+        [l[0], l[1], r[0], r[1]]
+    };
+    let i = [word(0), word(1), word(2), word(3)];
+    q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
+}
+
+#[inline(never)]
+#[target_feature(enable = "neon")]
+fn gemm_q8_0_neon(
+    x: &[BlockT2p],
+    nb: usize,
+    tiles: &[Q8_0x4Dot],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    gemm_local_tiles(
+        x,
+        nb,
+        tiles,
+        ncols,
+        out,
+        ld,
+        |b, y, acc| q8_0_tile_block(b, y, acc),
+        |a| a,
+    );
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
@@ -107,6 +185,7 @@ fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     unsafe { vec_dot_stock_neon(x, y) }
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn gemv_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
@@ -135,7 +214,7 @@ fn gemv_neon(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 4] {
     let zero = vdupq_n_s16(0);
     let mut a = [[zero; 4]; 4]; // [row][column]
-    for wd in 0..4 {
+    let mut word = |wd: usize| {
         let u = [
             slots(load_u8x16(&x.qs[0][wd])),
             slots(load_u8x16(&x.qs[1][wd])),
@@ -159,7 +238,12 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
                 }
             }
         }
-    }
+    };
+    // Four calls rather than a loop, so the words are unrolled (no loop per block).
+    word(0);
+    word(1);
+    word(2);
+    word(3);
     let neg = vnegq_s32(sums);
     let mut r = [vdupq_n_s32(0); 4];
     for (c, rc) in r.iter_mut().enumerate() {
@@ -169,6 +253,7 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
     r
 }
 
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn gemm_neon(
     x: &[BlockT2p],
@@ -184,6 +269,7 @@ fn gemm_neon(
 /// The stock layout as it sits in the file, ggml's decode (table lookup, shift, mask, minus one)
 /// with `smlal`/`smlal2` instead of SDOT. A product is in -256..=254 and an int16 lane collects
 /// 8 per block in each of two accumulators, so |sum of both| <= 4096.
+#[inline(never)]
 #[target_feature(enable = "neon")]
 fn vec_dot_stock_neon(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     let k = stock::Consts::new();
