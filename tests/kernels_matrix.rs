@@ -10,6 +10,26 @@ use t2p::format::{BlockT2p, repack_pq2_0_to_t2p, t2p_block_count};
 use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
+/// `q8_K x4` tiles of `ncols` q8_K columns, the last one zero-padded (the gemm kernel's operand).
+fn tiles(cols: &[t2p::format::BlockQ8K], k: usize, ncols: usize) -> Vec<t2p::format::BlockQ8Kx4> {
+    let per = k / 256;
+    let zero = t2p::format::BlockQ8K::default();
+    let mut out = Vec::new();
+    for t in 0..ncols.div_ceil(4) {
+        for b in 0..per {
+            let c = |i: usize| {
+                if 4 * t + i < ncols {
+                    &cols[(4 * t + i) * per + b]
+                } else {
+                    &zero
+                }
+            };
+            out.push(t2p::format::interleave_q8k_x4([c(0), c(1), c(2), c(3)]));
+        }
+    }
+    out
+}
+
 /// Runs the driver on rows `range` of column-strided `out` (`ld`) from prepared q8_K columns.
 #[allow(clippy::too_many_arguments)]
 fn drive(
