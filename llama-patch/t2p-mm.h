@@ -7,7 +7,7 @@
  * llama-patch/check.sh compiles and tests it without ggml.
  *
  * Per thread ith of nth: t2p_mm_quantize(ith, nth); barrier; then for every chunk the thread
- * claims (t2p_mm_chunks of them in all): t2p_mm_compute(chunk).
+ * claims (t2p_mm_chunks of them in all): t2p_mm_compute(chunk), under T2P_VERIFY t2p_mm_verify.
  */
 #ifndef T2P_MM_H
 #define T2P_MM_H
@@ -108,30 +108,36 @@ static inline T2pStatus t2p_mm_quantize(const t2p_mm * m, void * wdata, int ith,
     return T2P_STATUS_OK;
 }
 
-/* Chunk i of n, every plane, on the active path; under verify also on the scalar oracle, and
- * *n_diff gets the outputs whose bits differ. */
-static inline T2pStatus t2p_mm_compute(const t2p_mm * m, void * wdata, size_t i, size_t n, size_t * n_diff) {
+/* Chunk i of n of every plane: into dst on the active path, or (oracle, verify only) into the
+ * oracle's outputs on the scalar path, and *n_diff gets the outputs whose bits differ from dst. */
+static inline T2pStatus t2p_mm_run(const t2p_mm * m, void * wdata, size_t i, size_t n, int oracle, size_t * n_diff) {
     const size_t ld = m->d_col / sizeof(float);
     size_t       b = 0, e = 0;
     T2pStatus    s = t2p_plan_chunk_rows(&m->plan, i, n, &b, &e);
-    *n_diff = 0;
+    if (oracle && !m->verify) {
+        return T2P_STATUS_INVALID_ARGUMENT; /* the work buffer has no room for the oracle */
+    }
     for (size_t p = 0; p < t2p_mm_planes(m) && s == T2P_STATUS_OK && b < e; p++) {
-        float * out = t2p_mm_dst(m, p);
-        s = t2p_plan_compute(&m->plan, T2P_ISA_ACTIVE, m->w, m->w_bytes, t2p_mm_work(m, wdata, p),
-                             m->plan.work_bytes, out, ld, t2p_mm_out_len(m), b, e);
-        if (s != T2P_STATUS_OK || !m->verify) {
-            continue;
-        }
-        float * ref = t2p_mm_ref(m, wdata, p);
-        s = t2p_plan_compute(&m->plan, T2P_ISA_SCALAR, m->w, m->w_bytes, t2p_mm_work(m, wdata, p),
-                             m->plan.work_bytes, ref, ld, t2p_mm_out_len(m), b, e);
-        for (size_t c = 0; c < m->plan.ncols && s == T2P_STATUS_OK; c++) {
+        float * out = t2p_mm_dst(m, p), * ref = oracle ? t2p_mm_ref(m, wdata, p) : out;
+        s = t2p_plan_compute(&m->plan, oracle ? T2P_ISA_SCALAR : T2P_ISA_ACTIVE, m->w, m->w_bytes,
+                             t2p_mm_work(m, wdata, p), m->plan.work_bytes, ref, ld, t2p_mm_out_len(m), b, e);
+        for (size_t c = 0; oracle && c < m->plan.ncols && s == T2P_STATUS_OK; c++) {
             for (size_t r = c * ld + b; r < c * ld + e; r++) {
                 *n_diff += memcmp(&out[r], &ref[r], sizeof(float)) != 0;
             }
         }
     }
     return s;
+}
+
+static inline T2pStatus t2p_mm_compute(const t2p_mm * m, void * wdata, size_t i, size_t n) {
+    return t2p_mm_run(m, wdata, i, n, 0, NULL);
+}
+
+/* T2P_VERIFY: chunk i of n again on the scalar oracle, compared bit for bit with dst. */
+static inline T2pStatus t2p_mm_verify(const t2p_mm * m, void * wdata, size_t i, size_t n, size_t * n_diff) {
+    *n_diff = 0;
+    return t2p_mm_run(m, wdata, i, n, 1, n_diff);
 }
 
 #ifdef __cplusplus
