@@ -26,8 +26,8 @@ use bytemuck::Zeroable;
 use crate::error::{Error, Result, check_len};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P,
-    check_matrix_shape, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k, repack_pq2_0_to_t2p,
-    t2p_block_count, t2p_row_groups,
+    check_matrix_shape, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k,
+    repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
 };
 use crate::kernels::Kernels;
 use crate::pool::ThreadPool;
@@ -205,7 +205,9 @@ impl ActLayout {
     fn units(&self) -> usize {
         match self.act {
             ActQuant::Q8_0 => self.ncols * (self.k / QK_PQ2_0),
-            ActQuant::Q8K => self.tiles() + usize::from(self.has_plain_column()) * (self.k / QK_K),
+            ActQuant::Q8K => {
+                self.tiles() + usize::from(self.has_plain_column()) * (self.k / QK_K)
+            }
         }
     }
 
@@ -303,9 +305,8 @@ impl ActLayout {
                     if u < self.tiles() {
                         let tile: &mut [BlockQ8Kx4] =
                             bytemuck::cast_slice_mut(&mut out[at..at + per_col * Q8KX4_WORDS]);
-                        let cols: Vec<&[f32]> = (4 * u..(4 * u + 4).min(self.tile_cols()))
-                            .map(col)
-                            .collect();
+                        let cols: Vec<&[f32]> =
+                            (4 * u..(4 * u + 4).min(self.tile_cols())).map(col).collect();
                         quantize_q8k_x4(&cols, self.k, tile);
                     } else {
                         let b = u - self.tiles();
@@ -607,14 +608,7 @@ impl MatmulPlan {
     }
 
     /// The kernels for whole row groups `w` (shapes checked by the caller).
-    fn run_kernels(
-        &self,
-        kern: &Kernels,
-        w: &[BlockT2p],
-        work: &[u32],
-        out: &mut [f32],
-        ld: usize,
-    ) {
+    fn run_kernels(&self, kern: &Kernels, w: &[BlockT2p], work: &[u32], out: &mut [f32], ld: usize) {
         let l = &self.layout;
         let nb = l.k / QK_PQ2_0;
         let m = w.len() / nb * ROWS_PER_T2P;
@@ -761,7 +755,9 @@ mod tests {
                     let mut work = vec![0u32; layout.work_words()];
                     for ith in 0..3 {
                         let s = layout.share(ith, 3);
-                        layout.quantize_share(&x, k, ith, 3, &mut work[s]).unwrap();
+                        layout
+                            .quantize_share(&x, k, ith, 3, &mut work[s])
+                            .unwrap();
                     }
                     assert_eq!(work, batch.work, "{rows}x{k} {ncols} {act:?} shares");
                     let plan = MatmulPlan::for_batch(&w, &batch).unwrap();
@@ -772,29 +768,17 @@ mod tests {
                         for i in 0..n {
                             let r = plan.chunk_rows(i, n);
                             let mut scratch = Vec::new();
-                            plan.compute_columns(
-                                kern,
-                                w.blocks(),
-                                &work,
-                                r.clone(),
-                                &mut scratch,
-                                |c, v| got[c * rows + r.start..c * rows + r.end].copy_from_slice(v),
-                            )
+                            plan.compute_columns(kern, w.blocks(), &work, r.clone(), &mut scratch, |c, v| {
+                                got[c * rows + r.start..c * rows + r.end].copy_from_slice(v)
+                            })
                             .unwrap();
                         }
-                        let same = got
-                            .iter()
-                            .zip(&want)
-                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
                         assert!(same, "{isa} {rows}x{k} {ncols} {act:?}");
                         let pool = ThreadPool::new(2);
                         let mut par = vec![f32::NAN; rows * ncols];
                         matmul_parallel(&pool, kern, &w, &batch, &mut par, rows).unwrap();
-                        assert!(
-                            par.iter()
-                                .zip(&want)
-                                .all(|(a, b)| a.to_bits() == b.to_bits())
-                        );
+                        assert!(par.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
                     }
                 }
             }
@@ -803,14 +787,8 @@ mod tests {
 
     #[test]
     fn k_of_128_always_uses_q8_0_and_bad_plans_are_errors() {
-        assert_eq!(
-            ActLayout::new(384, 2, ActQuant::Q8K).unwrap().act(),
-            ActQuant::Q8_0
-        );
-        assert_eq!(
-            ActLayout::new(512, 2, ActQuant::Q8K).unwrap().act(),
-            ActQuant::Q8K
-        );
+        assert_eq!(ActLayout::new(384, 2, ActQuant::Q8K).unwrap().act(), ActQuant::Q8_0);
+        assert_eq!(ActLayout::new(512, 2, ActQuant::Q8K).unwrap().act(), ActQuant::Q8K);
         assert!(ActLayout::new(200, 1, ActQuant::Q8_0).is_err());
         assert!(ActLayout::new(256, 0, ActQuant::Q8_0).is_err());
         assert!(MatmulPlan::new(0, 256, 1, ActQuant::Q8_0).is_err());
@@ -820,30 +798,12 @@ mod tests {
         let w = matrix(10, 256, 1);
         let work = vec![0u32; plan.layout().work_words()];
         let mut out = vec![0.0; 20];
-        assert!(
-            plan.compute(oracle, w.blocks(), &work, 2..8, &mut out, 10)
-                .is_err()
-        );
-        assert!(
-            plan.compute(oracle, w.blocks(), &work, 0..9, &mut out, 10)
-                .is_err()
-        );
-        assert!(
-            plan.compute(oracle, w.blocks(), &work, 8..10, &mut out, 10)
-                .is_ok()
-        );
-        assert!(
-            plan.compute(oracle, w.blocks(), &work[1..], 0..10, &mut out, 10)
-                .is_err()
-        );
-        assert!(
-            plan.compute(oracle, w.blocks(), &work, 0..10, &mut out[..19], 10)
-                .is_err()
-        );
-        assert!(
-            plan.compute(oracle, w.blocks(), &work, 0..10, &mut out, 9)
-                .is_err()
-        );
+        assert!(plan.compute(oracle, w.blocks(), &work, 2..8, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..9, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 8..10, &mut out, 10).is_ok());
+        assert!(plan.compute(oracle, w.blocks(), &work[1..], 0..10, &mut out, 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..10, &mut out[..19], 10).is_err());
+        assert!(plan.compute(oracle, w.blocks(), &work, 0..10, &mut out, 9).is_err());
         assert_eq!(plan.chunk_rows(2, 3), 8..10);
     }
 }

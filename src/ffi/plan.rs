@@ -172,9 +172,9 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         let (ith, nth) = (ith as usize, nth as usize);
         match from_float {
             None => l.quantize_share(xs, ld_x, ith, nth, out)?,
-            Some(f) => {
-                l.quantize_share_with(xs, ld_x, ith, nth, out, &|v, quads| ggml_q8_0(f, v, quads))?
-            }
+            Some(f) => l.quantize_share_with(xs, ld_x, ith, nth, out, &|v, quads| {
+                ggml_q8_0(f, v, quads)
+            })?,
         }
         Ok(())
     })
@@ -290,7 +290,10 @@ pub unsafe extern "C" fn t2p_plan_compute(
         // SAFETY: readable for w_bytes by the caller's contract.
         let w = blocks::<BlockT2p>(unsafe { bytes(w, w_bytes) }?, t2p_block_count(rows, k)?)?;
         // SAFETY: readable for work_bytes by the caller's contract.
-        let work = blocks::<u32>(unsafe { bytes(work, work_bytes) }?, m.layout().work_words())?;
+        let work = blocks::<u32>(
+            unsafe { bytes(work, work_bytes) }?,
+            m.layout().work_words(),
+        )?;
         if row_begin > row_end || row_end > rows || (ncols > 1 && ld_out < rows) {
             return Err(T2pStatus::InvalidShape);
         }

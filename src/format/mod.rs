@@ -19,8 +19,8 @@ pub use q8k::{
     quantize_q8k_x4, quantize_row_q8k,
 };
 pub use repack::{
-    check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
-    t2p_row_groups, unpack_t2p_to_pq2_0,
+    check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
+    unpack_t2p_to_pq2_0,
 };
 pub use t2p::{BlockT2p, ROWS_PER_T2P};
 pub use ternary::{

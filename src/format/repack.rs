@@ -173,19 +173,12 @@ mod tests {
             // Padding rows are zero weights: code 1, scale 0.
             let last = &t[n - k / 128..];
             for r in rows % 4..if rows % 4 == 0 { 0 } else { 4 } {
-                assert!(
-                    last.iter()
-                        .all(|b| b.d[r] == 0 && (0..128).all(|j| b.code(r, j) == 1))
-                );
+                assert!(last.iter().all(|b| b.d[r] == 0 && (0..128).all(|j| b.code(r, j) == 1)));
             }
             let mut bytes = bytemuck::cast_slice::<_, u8>(&src).to_vec();
             bytes.resize(n * std::mem::size_of::<BlockT2p>(), 0xAA);
             repack_pq2_0_in_place(&mut bytes, rows, k).unwrap();
-            assert_eq!(
-                bytes,
-                bytemuck::cast_slice::<_, u8>(&t),
-                "{rows} x {k} in place"
-            );
+            assert_eq!(bytes, bytemuck::cast_slice::<_, u8>(&t), "{rows} x {k} in place");
         }
     }
 

@@ -293,11 +293,7 @@ pub fn repack_to_t2p<B: TernaryBlock>(
     check_len("T2P destination blocks", n, dst.len())?;
     let nb = k / QK_PQ2_0;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
-        repack_group(
-            &src[4 * g * per_row..(4 * g + 4).min(rows) * per_row],
-            k,
-            out,
-        );
+        repack_group(&src[4 * g * per_row..(4 * g + 4).min(rows) * per_row], k, out);
     }
     Ok(())
 }
