@@ -155,8 +155,9 @@ static T2pQ8_0FromFloat q8_0_quantizer() {
     return f;
 }
 
-// The t2p_mm of a MUL_MAT whose src0 is in the T2P buffer; false if not servable.
-static bool describe(const ggml_tensor * op, t2p_mm & m) {
+// The t2p_mm of a MUL_MAT whose src0 is in the T2P buffer; false if not servable. `empty`: src1
+// has no columns (a batch that needs no outputs): servable, with nothing to compute.
+static bool describe(const ggml_tensor * op, t2p_mm & m, bool & empty) {
     const ggml_tensor * src0 = op->src[0];
     const ggml_tensor * src1 = op->src[1];
     uint32_t            act;
@@ -167,7 +168,9 @@ static bool describe(const ggml_tensor * op, t2p_mm & m) {
         op->ne[3] != src1->ne[3]) {
         return false;
     }
-    return t2p_mm_init(&m, act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0], src1->data,
+    empty = ggml_nelements(src1) == 0;
+    return empty ||
+           t2p_mm_init(&m, act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0], src1->data,
                        (size_t) src1->ne[1], (size_t) src1->ne[2], (size_t) src1->ne[3], src1->nb[1], src1->nb[2],
                        src1->nb[3], op->data, op->nb[1], op->nb[2], op->nb[3], q8_0_quantizer(),
                        verify_enabled()) == T2P_STATUS_OK;
@@ -182,10 +185,11 @@ static void check(T2pStatus s, const char * what, const ggml_tensor * op) {
 class tensor_traits : public ggml::cpu::tensor_traits {
     bool work_size(int /* n_threads */, const struct ggml_tensor * op, size_t & size) override {
         t2p_mm m;
-        if (!describe(op, m)) {
+        bool   empty;
+        if (!describe(op, m, empty)) {
             return false;
         }
-        size = t2p_mm_work_size(&m);
+        size = empty ? 0 : t2p_mm_work_size(&m);
         return true;
     }
 
@@ -194,9 +198,13 @@ class tensor_traits : public ggml::cpu::tensor_traits {
             return false;
         }
         t2p_mm m;
-        if (!describe(op, m)) {
+        bool   empty;
+        if (!describe(op, m, empty)) {
             // The weight is in the T2P layout: the CPU backend cannot read it.
             GGML_ABORT("t2p: MUL_MAT %s has a shape the T2P buffer type does not serve", op->name);
+        }
+        if (empty) {
+            return true;
         }
         const int ith = params->ith;
         const int nth = params->nth;
@@ -361,7 +369,17 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
             return false;
         }
         t2p_mm m;
-        return describe(op, m);
+        bool   empty;
+        if (!describe(op, m, empty)) {
+            // A ternary weight in the T2P layout can only be read here: say why not.
+            const ggml_tensor * s0 = op->src[0];
+            GGML_LOG_DEBUG("t2p: cannot serve MUL_MAT %s: %s [%" PRId64 " x %" PRId64 "] x %s %s [%" PRId64 ", %" PRId64
+                          ", %" PRId64 ", %" PRId64 "] nb [%zu, %zu, %zu, %zu]\n",
+                          op->name, s0->name, s0->ne[1], s0->ne[0], src1->name, ggml_type_name(src1->type), src1->ne[0],
+                          src1->ne[1], src1->ne[2], src1->ne[3], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3]);
+            return false;
+        }
+        return true;
     }
 
     ggml::cpu::tensor_traits * get_tensor_traits(const struct ggml_tensor * op) override {
