@@ -58,7 +58,7 @@ if [ "$files" != "$want" ]; then
 fi
 grep -q '^+option(GGML_T2P .* OFF)$' "$here/ggml-t2p.patch" || { echo "check.sh: GGML_T2P must default to OFF" >&2; exit 1; }
 grep -q 'if (NOT IS_ABSOLUTE "${GGML_T2P_PREFIX}")' "$here/ggml-t2p.patch"
-grep -q 'find_package(t2p 0.2 REQUIRED CONFIG PATHS "${GGML_T2P_PREFIX}" NO_DEFAULT_PATH)' "$here/ggml-t2p.patch"
+grep -q 'set(t2p_DIR "${GGML_T2P_PREFIX}/lib/cmake/t2p" CACHE PATH .* FORCE)' "$here/ggml-t2p.patch"
 grep -q 'LINKER:--exclude-libs,libt2p.a' "$here/ggml-t2p.patch"
 grep -q 't2p_GGML_SOURCES' "$here/ggml-t2p.patch"
 grep -q 't2p_GGML_SOURCES' "$root/build/t2pConfig.cmake"
