@@ -6,6 +6,7 @@
 # t2p::t2p is the static library <prefix>/lib/libt2p.a (a Rust staticlib built with position
 # independent code, so it can be linked into shared libraries too) with the header
 # <prefix>/include/t2p.h and the system libraries the Rust standard library needs.
+# t2p_GGML_SOURCES: the ggml glue source that llama-patch/ggml-t2p.patch compiles into ggml-cpu.
 
 cmake_minimum_required(VERSION 3.14)
 
@@ -40,5 +41,7 @@ if(NOT TARGET t2p::t2p)
 endif()
 
 set(t2p_INCLUDE_DIRS "${_t2p_prefix}/include")
+# The ggml extra buffer type (llama-patch/ggml-t2p.patch compiles it into ggml-cpu).
+set(t2p_GGML_SOURCES "${_t2p_prefix}/share/t2p/ggml/ggml-t2p.cpp")
 set(t2p_LIBRARIES t2p::t2p)
 unset(_t2p_prefix)

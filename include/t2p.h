@@ -66,8 +66,8 @@
 // Source format: llama.cpp tq2_0 (GGML type 35, 256 weights in 66 bytes).
 #define T2P_TYPE_TQ2_0 35
 
-// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes). Its element order
-// comes from third-party reports and has not yet been checked against a real file.
+// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes; the element order of
+// PrismML's own x86 kernel).
 #define T2P_TYPE_PTQ1_0 143
 
 // Bytes of one pq2_0 block (128 weights).
@@ -82,26 +82,14 @@
 // Bytes of one q8_K x4 block (4 columns x 256 activations).
 #define T2P_Q8_K_X4_BLOCK_BYTES 1168
 
-// Bytes of one `t2p_block_q8_0_quad` (four q8_0 blocks: 128 activations).
-#define T2P_Q8_0_QUAD_BLOCK_BYTES 160
+// Activation type: q8_K, one scale per 256 values (ggml's type for tq1_0 / tq2_0).
+#define T2P_ACT_Q8_K 0
 
-// Bytes of one ggml `block_q8_0` (32 activations: `{ uint16_t d (fp16); int8_t qs[32]; }`).
-#define T2P_GGML_Q8_0_BLOCK_BYTES 34
+// Activation type: q8_0, one scale per 32 values (llama.cpp's type for pq2_0).
+#define T2P_ACT_Q8_0 1
 
-// `general.alignment` when the key is absent.
-#define DEFAULT_ALIGNMENT 32
-
-// Largest accepted `general.alignment` (a larger one would only waste the file).
-#define MAX_ALIGNMENT (1 << 20)
-
-// ggml's `GGML_MAX_DIMS`.
-#define MAX_DIMS 4
-
-// Arrays of arrays deeper than this are refused (each level would cost stack, not bytes).
-#define MAX_ARRAY_DEPTH 8
-
-// Data alignment of the files written (GGUF's default).
-#define ALIGNMENT 32
+// ISA argument of [`t2p_plan_compute`]: the active path ([`super::t2p_active_isa`]).
+#define T2P_ISA_ACTIVE UINT32_MAX
 
 // Result of a C ABI call. The numbers are stable.
 enum T2pStatus
@@ -134,119 +122,25 @@ typedef uint32_t T2pStatus;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
-// A GGML tensor type id as stored in a GGUF tensor info.
-typedef struct GgmlType GgmlType;
+// One T2P matmul `out[c * ld_out + r] = sum_k w[r][k] * x_c[k]`: a `rows x k` T2P matrix times
+// `ncols` activation columns. Filled by [`t2p_plan_init`]; the other functions check it again,
+// so a plan changed by hand is an error, never undefined behaviour.
+typedef struct T2pPlan {
+  // The activation type in use (`T2P_ACT_*`): q8_0 whenever `k` is not a multiple of 256.
+  uint32_t act;
+  // Output rows (any positive number; a last group of fewer than 4 rows is padded).
+  size_t rows;
+  // Inner dimension, a positive multiple of 128.
+  size_t k;
+  // Activation columns.
+  size_t ncols;
+  // Bytes of the work buffer (4-byte aligned) that holds the quantized activations.
+  size_t work_bytes;
+} T2pPlan;
 
-// One `pq2_0` block: `{ ggml_half d; uint8_t qs[32]; }`, scale first.
-//
-// Weight `j` has code `u = (qs[j/4] >> 2*(j%4)) & 3` and value `(u - 1) * d`; codes 0, 1, 2, 3
-// mean -1, 0, +1, +2 (3 is never written by the reference quantizer but is legal in files).
-typedef struct t2p_block_pq2_0 {
-  // Scale, IEEE fp16 bits.
-  uint16_t d;
-  // 2-bit codes, four weights per byte, weight `j` at bits `2*(j%4)` of byte `j/4`.
-  uint8_t qs[32];
-} t2p_block_pq2_0;
-
-// One T2P block: `{ uint16_t d[4]; uint8_t qs[2][4][16]; }`, the size of four `pq2_0` blocks.
-//
-// Byte `qs[p][wd][j]` belongs to row `r = 2p + (j >= 8)` and holds, in bits `2s..2s+1`
-// (slot `s` = 0..3), the code `u = w + 1` of weight `k = 8*(4*wd + s) + (j & 7)` of row `r`.
-// So slot `s` of word `(p, wd)` is 8 consecutive weights of row `2p` followed by the same 8
-// weights of row `2p + 1`, and `v & (3 << 2s)` is `u * 4^s`.
-typedef struct t2p_block_t2p {
-  // fp16 scale bits of rows 0..3.
-  uint16_t d[4];
-  // Codes: `[row pair][word][byte]`.
-  uint8_t qs[2][4][16];
-} t2p_block_t2p;
-
-// One `q8_K` block: `{ float d; int8_t qs[256]; int16_t bsums[16]; }` (292 bytes).
-typedef struct t2p_block_q8_K {
-  // Scale: value `i` is `qs[i] * d`.
-  float d;
-  // Quantized values.
-  int8_t qs[256];
-  // `bsums[i]` = sum of `qs[16i .. 16i + 16]`.
-  int16_t bsums[16];
-} t2p_block_q8_K;
-
-// Four `q8_K` columns interleaved in 8-byte chunks, the activation operand of the gemm tiles:
-// `qs[32*c + 8*col + i]` = column `col`'s `qs[8*c + i]`; `d[col]`; `bsums[16*col + i]`.
-typedef struct t2p_block_q8_K_x4 {
-  // Scales of the four columns.
-  float d[4];
-  // Interleaved values: 8-byte chunk `c` of columns 0, 1, 2, 3, then chunk `c + 1`, ...
-  int8_t qs[1024];
-  // Partial sums of 16 values, column-major: `bsums[16*col + i]`.
-  int16_t bsums[64];
-} t2p_block_q8_K_x4;
-
-// `tq1_0` (llama.cpp mainline, type 34): 256 weights in 54 bytes: `qs[48]` with 5 trits a byte
-// (elements `32n + m` from `qs[m]`, m < 32, then `160 + 16n + m` from `qs[32 + m]`), `qh[4]`
-// with 4 trits a byte (elements `240 + 4n + j` from `qh[j]`), then the fp16 scale.
-typedef struct t2p_block_tq1_0 {
-  // Base-3 bytes, 5 trits each.
-  uint8_t qs[48];
-  // Base-3 bytes, 4 trits each.
-  uint8_t qh[4];
-  // Scale, fp16 bits.
-  uint16_t d;
-} t2p_block_tq1_0;
-
-// `tq2_0` (llama.cpp mainline, type 35): 256 weights in 66 bytes, planar 2-bit codes: byte
-// `32h + m` holds elements `128h + m + 32l` in bits `2l` (l = 0..4); the fp16 scale is last.
-typedef struct t2p_block_tq2_0 {
-  // 2-bit codes.
-  uint8_t qs[64];
-  // Scale, fp16 bits.
-  uint16_t d;
-} t2p_block_tq2_0;
-
-// `ptq1_0` (PrismML, type 143): 128 weights in 28 bytes `{ qs[24]; qh[2]; d }`, base 3. The
-// element order is taken from third-party reports and has **not yet been checked against a real
-// file**: elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
-// `qs[16 + m]` (m < 8), `120 + 2n + h` trit `n` of `qh[h]` (h < 2, n < 4).
-typedef struct t2p_block_ptq1_0 {
-  // Base-3 bytes, 5 trits each.
-  uint8_t qs[24];
-  // Base-3 bytes, 4 trits each.
-  uint8_t qh[2];
-  // Scale, fp16 bits.
-  uint16_t d;
-} t2p_block_ptq1_0;
-
-// Four consecutive `q8_0` blocks: the 128 activations one T2P block multiplies (160 bytes).
-typedef struct t2p_block_q8_0_quad {
-  // Scale of each 32-value block (an fp16 value, held as f32): value `i` is `qs[i] * d[i / 32]`.
-  float d[4];
-  // `sums[j]` = sum of `qs[32j .. 32j + 32]`.
-  int32_t sums[4];
-  // Quantized values.
-  int8_t qs[128];
-} t2p_block_q8_0_quad;
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+// ggml's `from_float` signature (`ggml_from_float_t`): quantizes `k` floats (a multiple of 32)
+// into `k / 32` ggml `block_q8_0` (`{ uint16_t d (fp16); int8_t qs[32]; }`).
+typedef void (*T2pQ8_0FromFloat)(const float *x, void *y, int64_t k);
 
 #ifdef __cplusplus
 extern "C" {
@@ -280,37 +174,13 @@ uint32_t t2p_active_isa(void);
 // if this CPU cannot run it (the active path is then unchanged).
 T2pStatus t2p_set_isa(uint32_t isa);
 
-// Bytes of a `rows x k` matrix in pq2_0 and equally in T2P (`rows` a multiple of 4, `k` a
-// multiple of 256), written to `*out_bytes`.
+// Bytes of a `rows x k` matrix in T2P (`rows` positive, `k` a positive multiple of 128):
+// `ceil(rows / 4) * k / 128` blocks of 136 bytes, equal to the pq2_0 size when `rows` is a
+// multiple of 4, written to `*out_bytes`.
 //
 // # Safety
 // `out_bytes` must be NULL (an error) or point to a writable `size_t`.
 T2pStatus t2p_repack_size(size_t rows, size_t k, size_t *out_bytes);
-
-// Repacks a `rows x k` pq2_0 matrix (`src`, `src_bytes`) into the T2P layout (`dst`,
-// `dst_bytes`). `src == dst` repacks in place (extra memory: one row group); any other
-// overlap is `T2P_STATUS_INVALID_ARGUMENT`. Both buffers need 2-byte alignment.
-//
-// # Safety
-// `src` must be readable for `src_bytes` bytes and `dst` writable for `dst_bytes` bytes.
-T2pStatus t2p_repack_pq2_0(const void *src,
-                           size_t src_bytes,
-                           void *dst,
-                           size_t dst_bytes,
-                           size_t rows,
-                           size_t k);
-
-// The inverse of [`t2p_repack_pq2_0`] (out of place only): T2P (`src`) back to row-major
-// pq2_0 blocks (`dst`). Overlapping buffers are `T2P_STATUS_INVALID_ARGUMENT`.
-//
-// # Safety
-// `src` must be readable for `src_bytes` bytes and `dst` writable for `dst_bytes` bytes.
-T2pStatus t2p_unpack_to_pq2_0(const void *src,
-                              size_t src_bytes,
-                              void *dst,
-                              size_t dst_bytes,
-                              size_t rows,
-                              size_t k);
 
 // Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
 // `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
@@ -320,125 +190,23 @@ T2pStatus t2p_unpack_to_pq2_0(const void *src,
 T2pStatus t2p_source_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
 
 // Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
-// Q2_0 g128, tq1_0, tq2_0, ptq1_0) into T2P (`dst`, [`t2p_repack_size`] bytes), exactly: the
-// dequantized weights of source and result are bit-identical. The buffers must not overlap
-// (use [`t2p_repack_pq2_0`] for in place). Source sizes come from [`t2p_source_size`].
+// Q2_0 g128, tq1_0, tq2_0, ptq1_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
+// [`t2p_repack_size`] bytes), exactly: the dequantized weights of source and result are
+// bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
+// with zero rows), `k` a multiple of the format's block (128, or 256 for tq1_0 / tq2_0). For
+// pq2_0 and Q2_0 g128, `src == dst` repacks in place (extra memory: one row group; the buffer
+// must have the T2P size); any other overlap is `T2P_STATUS_INVALID_ARGUMENT`. Buffers are
+// 2-byte aligned.
 //
 // # Safety
 // `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
-T2pStatus t2p_repack_to_t2p(uint32_t src_type,
-                            const void *src,
-                            size_t src_bytes,
-                            void *dst,
-                            size_t dst_bytes,
-                            size_t rows,
-                            size_t k);
-
-// Bytes needed for `ncols` activation columns of length `k` as q8_K (`ncols * k / 256` blocks,
-// the gemv operand) and as q8_K x4 (`ceil(ncols / 4) * k / 256` blocks, the gemm operand).
-// Either output pointer may be NULL if that size is not wanted.
-//
-// # Safety
-// Non-NULL output pointers must point to writable `size_t`s.
-T2pStatus t2p_activation_size(size_t k,
-                              size_t ncols,
-                              size_t *out_q8_k_bytes,
-                              size_t *out_q8_k_x4_bytes);
-
-// Quantizes `k` floats (`x`, `k` a multiple of 256) to `k / 256` q8_K blocks in `y`
-// (`y_bytes` long, 4-byte aligned), exactly as ggml's `quantize_row_q8_K_ref`.
-//
-// # Safety
-// `x` must be readable for `k` floats and `y` writable for `y_bytes` bytes.
-T2pStatus t2p_quantize_q8_K(const float *x, size_t k, void *y, size_t y_bytes);
-
-// Quantizes `ncols` columns (column `c` at `x + c * ld_x`, `k` floats each) into
-// `ceil(ncols / 4)` tiles of `k / 256` q8_K x4 blocks in `y` (4-byte aligned); the columns
-// missing from the last tile are zero. `ld_x >= k` unless `ncols == 1`.
-//
-// # Safety
-// `x` must be readable for `(ncols - 1) * ld_x + k` floats and `y` writable for `y_bytes`.
-T2pStatus t2p_quantize_q8_K_x4(const float *x,
-                               size_t ld_x,
-                               size_t k,
-                               size_t ncols,
-                               void *y,
-                               size_t y_bytes);
-
-// Decode: `out[r] = sum_k w[r][k] * y[k]` for rows `row_begin..row_end` (multiples of 4) of a
-// `rows x k` T2P matrix `w`, with `y` one q8_K column (`k / 256` blocks, `bsums` consistent
-// with `qs` as [`t2p_quantize_q8_K`] writes them). Only
-// `out[row_begin..row_end]` is written; `out_len` is the length of `out` (at least `row_end`).
-// Threads may call this concurrently on disjoint row ranges of the same `out`.
-//
-// # Safety
-// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats (only
-// the range is touched).
-T2pStatus t2p_gemv(const void *w,
-                   size_t w_bytes,
-                   size_t rows,
-                   size_t k,
-                   const void *y,
-                   size_t y_bytes,
-                   float *out,
-                   size_t out_len,
-                   size_t row_begin,
-                   size_t row_end);
-
-// [`t2p_gemv`] on the scalar oracle, whatever path is active (for exactness checks such as
-// the llama.cpp patch's `T2P_VERIFY`).
-//
-// # Safety
-// As for [`t2p_gemv`].
-T2pStatus t2p_gemv_reference(const void *w,
-                             size_t w_bytes,
-                             size_t rows,
-                             size_t k,
-                             const void *y,
-                             size_t y_bytes,
-                             float *out,
-                             size_t out_len,
-                             size_t row_begin,
-                             size_t row_end);
-
-// Prefill: `out[c * ld_out + r] = sum_k w[r][k] * x_c[k]` for rows `row_begin..row_end`
-// (multiples of 4) and `ncols` columns given as `ceil(ncols / 4)` q8_K x4 tiles in `y` (from
-// [`t2p_quantize_q8_K_x4`]). Whole tiles run through gemm, a leftover of 2-3 columns through
-// one zero-padded tile, a single leftover column through gemv. `ld_out >= rows`;
-// `out_len >= (ncols - 1) * ld_out + row_end`. Only the range's outputs are written, so
-// threads may call this concurrently on disjoint row ranges of the same `out`.
-//
-// # Safety
-// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats.
-T2pStatus t2p_gemm(const void *w,
-                   size_t w_bytes,
-                   size_t rows,
-                   size_t k,
-                   const void *y,
-                   size_t y_bytes,
-                   size_t ncols,
-                   float *out,
-                   size_t ld_out,
-                   size_t out_len,
-                   size_t row_begin,
-                   size_t row_end);
-
-// [`t2p_gemm`] on the scalar oracle, whatever path is active.
-//
-// # Safety
-// As for [`t2p_gemm`].
-T2pStatus t2p_gemm_reference(const void *w,
-                             size_t w_bytes,
-                             size_t rows,
-                             size_t k,
-                             const void *y,
-                             size_t y_bytes,
-                             size_t ncols,
-                             float *out,
-                             size_t ld_out,
-                             size_t out_len,
-                             size_t row_begin,
-                             size_t row_end);
+T2pStatus t2p_repack(uint32_t src_type,
+                     const void *src,
+                     size_t src_bytes,
+                     void *dst,
+                     size_t dst_bytes,
+                     size_t rows,
+                     size_t k);
 
 // ggml-compatible dot product of one pq2_0 row with one q8_K column of `n` values (`n` a
 // multiple of 256): `*s = dot`, on the stock file layout. It has ggml's `vec_dot` signature and
@@ -457,118 +225,86 @@ void t2p_vec_dot_pq2_0_q8_K(int n,
                             size_t by,
                             int nrc);
 
-// Bytes of `ncols` activation columns of length `k` (a multiple of 128) as q8_0 quads
-// (`ncols * k / 128` blocks of `T2P_Q8_0_QUAD_BLOCK_BYTES`): the operand of
-// [`t2p_gemv_q8_0`] (one column) and [`t2p_gemm_q8_0`] (columns back to back).
+// Fills `*plan` for a `rows x k` T2P matrix (`rows` positive, `k` a positive multiple of 128)
+// times `ncols` columns quantized as `act` (`T2P_ACT_Q8_K` or `T2P_ACT_Q8_0`; a `k` that is
+// not a multiple of 256 always gets q8_0, which `plan->act` then says). `plan->work_bytes` is
+// the size of the work buffer the other calls need.
 //
 // # Safety
-// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
-T2pStatus t2p_activation_size_q8_0(size_t k, size_t ncols, size_t *out_bytes);
+// `plan` must be NULL (an error) or point to a writable `T2pPlan`.
+T2pStatus t2p_plan_init(struct T2pPlan *plan, uint32_t act, size_t rows, size_t k, size_t ncols);
 
-// Quantizes `k` floats (`x`, `k` a multiple of 128) to `k / 128` q8_0 quads in `y` (`y_bytes`
-// long, 4-byte aligned), with the rounding of ggml's x86 (AVX/AVX2) `quantize_row_q8_0`: per
-// 32 values `d = fp16(amax / 127)`, `q = round_half_even(x * (127 / amax))`, an all-zero
-// block gives `d = 0`. A batch for [`t2p_gemm_q8_0`] is its columns quantized one after the
-// other (column `c` at `c * k / 128` quads). `x` and `y` must not overlap.
+// Quantizes share `ith` of `nth` of the activations into the work buffer: thread `ith` of a
+// team of `nth` writes only its own part of `work`, so all threads may call this at once on
+// the same buffer; all must finish before any [`t2p_plan_compute`]. Column `c` is the `k`
+// floats at `x + c * ld_x` (`ld_x >= k` unless `ncols == 1`; `x_len >= (ncols - 1) * ld_x + k`).
+//
+// `from_float` may be NULL (t2p's q8_0 quantizer: the rounding of ggml's x86
+// `quantize_row_q8_0`) or ggml's own `quantize_row_q8_0`, used for q8_0 plans so that the
+// kernels see the very activations ggml's `vec_dot` would see on any platform (q8_K plans
+// always use t2p's quantizer, the rounding of ggml's `quantize_row_q8_K_ref`). For one q8_K
+// column the work buffer holds plain ggml `block_q8_K` (`k / 256` of them, `bsums` filled).
 //
 // # Safety
-// `x` must be readable for `k` floats and `y` writable for `y_bytes` bytes.
-T2pStatus t2p_quantize_q8_0(const float *x, size_t k, void *y, size_t y_bytes);
+// `plan` from [`t2p_plan_init`]; `x` readable for `x_len` floats; `work` writable for
+// `work_bytes` bytes (only this share's part is touched); `from_float`, if given, must write
+// exactly `k / 32` blocks.
+T2pStatus t2p_plan_quantize(const struct T2pPlan *plan,
+                            const float *x,
+                            size_t ld_x,
+                            size_t x_len,
+                            T2pQ8_0FromFloat from_float,
+                            void *work,
+                            size_t work_bytes,
+                            uint32_t ith,
+                            uint32_t nth);
 
-// Converts `k / 32` ggml `block_q8_0` (`src`, `src_bytes`, 2-byte aligned: `{ uint16_t d
-// (fp16); int8_t qs[32]; }` as ggml's `quantize_row_q8_0` writes them) into `k / 128` q8_0
-// quads in `y` (4-byte aligned), exactly: the scales are widened to f32 and the sums computed,
-// the values are copied. `k` is a multiple of 128; the buffers must not overlap.
-//
-// This lets a ggml integration use ggml's own quantizer, so that the T2P kernels see the very
-// activations ggml's `vec_dot_pq2_0_q8_0` would see, whatever rounding that platform's
-// quantizer uses.
+// How many row chunks to hand out for `nth` threads (`*out_chunks`): several per thread, so a
+// thread that is descheduled on a busy machine does not hold the others up, one for a
+// product too small to be worth splitting. Take chunks from a shared counter.
 //
 // # Safety
-// `src` must be readable for `src_bytes` bytes and `y` writable for `y_bytes` bytes.
-T2pStatus t2p_q8_0_from_ggml(const void *src, size_t src_bytes, size_t k, void *y, size_t y_bytes);
+// `plan` from [`t2p_plan_init`]; `out_chunks` a writable `size_t`.
+T2pStatus t2p_plan_chunk_count(const struct T2pPlan *plan, size_t nth, size_t *out_chunks);
 
-// Decode with q8_0 activations: `out[r] = sum_k w[r][k] * y[k]` for rows
-// `row_begin..row_end` (multiples of 4) of a `rows x k` T2P matrix `w`, with `y` one column of
-// `k / 128` q8_0 quads (from [`t2p_quantize_q8_0`] or [`t2p_q8_0_from_ggml`]: their `sums`
-// must equal the sums of their values, which the SIMD paths use). Per 128-weight block the
-// float order is ggml's `vec_dot_pq2_0_q8_0`: `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`
-// over the exact 32-weight integer sums, without fused multiply-add, identical on every
-// path. Only `out[row_begin..row_end]` is written (`out_len >= row_end`); threads may call this
-// concurrently on disjoint row ranges of the same `out`.
+// Rows `[*row_begin, *row_end)` of chunk `i` of `n_chunks`: whole row groups, the last chunk
+// ending at `rows`; empty when there are more chunks than row groups.
 //
 // # Safety
-// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats (only
-// the range is touched).
-T2pStatus t2p_gemv_q8_0(const void *w,
-                        size_t w_bytes,
-                        size_t rows,
-                        size_t k,
-                        const void *y,
-                        size_t y_bytes,
-                        float *out,
-                        size_t out_len,
-                        size_t row_begin,
-                        size_t row_end);
+// `plan` from [`t2p_plan_init`]; `row_begin`, `row_end` writable `size_t`s.
+T2pStatus t2p_plan_chunk_rows(const struct T2pPlan *plan,
+                              size_t i,
+                              size_t n_chunks,
+                              size_t *row_begin,
+                              size_t *row_end);
 
-// [`t2p_gemv_q8_0`] on the scalar oracle, whatever path is active (for exactness checks such
-// as the llama.cpp patch's `T2P_VERIFY`).
+// Computes rows `row_begin..row_end` (a chunk from [`t2p_plan_chunk_rows`], or any range on
+// row-group boundaries; the end may be `rows`) of every column into
+// `out[c * ld_out + r]` from the quantized activations in `work`, on ISA path `isa`
+// (`T2P_ISA_ACTIVE`, or a `T2P_ISA_*` such as `T2P_ISA_SCALAR`, the exact integer oracle every
+// path equals bit for bit). `w` is the whole `rows x k` T2P matrix (`t2p_repack_size` bytes,
+// 2-byte aligned). `ld_out >= rows` unless `ncols == 1`;
+// `out_len >= (ncols - 1) * ld_out + row_end`. Only the range's outputs are written, so
+// threads may compute disjoint ranges of the same `out` at once.
 //
 // # Safety
-// As for [`t2p_gemv_q8_0`].
-T2pStatus t2p_gemv_q8_0_reference(const void *w,
-                                  size_t w_bytes,
-                                  size_t rows,
-                                  size_t k,
-                                  const void *y,
-                                  size_t y_bytes,
-                                  float *out,
-                                  size_t out_len,
-                                  size_t row_begin,
-                                  size_t row_end);
-
-// Prefill with q8_0 activations: `out[c * ld_out + r] = sum_k w[r][k] * x_c[k]` for rows
-// `row_begin..row_end` (multiples of 4) and `ncols` columns, column `c` being the `k / 128`
-// quads at `y + c * (k / 128)` (see [`t2p_quantize_q8_0`]). Each column is bit-identical to
-// [`t2p_gemv_q8_0`] on it. `ld_out >= rows`; `out_len >= (ncols - 1) * ld_out + row_end`. Only
-// the range's outputs are written, so threads may call this concurrently on disjoint row
-// ranges of the same `out`.
-//
-// # Safety
-// `w`/`y` readable for `w_bytes`/`y_bytes` bytes; `out` writable for `out_len` floats.
-T2pStatus t2p_gemm_q8_0(const void *w,
-                        size_t w_bytes,
-                        size_t rows,
-                        size_t k,
-                        const void *y,
-                        size_t y_bytes,
-                        size_t ncols,
-                        float *out,
-                        size_t ld_out,
-                        size_t out_len,
-                        size_t row_begin,
-                        size_t row_end);
-
-// [`t2p_gemm_q8_0`] on the scalar oracle, whatever path is active.
-//
-// # Safety
-// As for [`t2p_gemm_q8_0`].
-T2pStatus t2p_gemm_q8_0_reference(const void *w,
-                                  size_t w_bytes,
-                                  size_t rows,
-                                  size_t k,
-                                  const void *y,
-                                  size_t y_bytes,
-                                  size_t ncols,
-                                  float *out,
-                                  size_t ld_out,
-                                  size_t out_len,
-                                  size_t row_begin,
-                                  size_t row_end);
+// `plan` from [`t2p_plan_init`]; `w`/`work` readable for `w_bytes`/`work_bytes` bytes, with
+// every share of `work` quantized; `out` writable for `out_len` floats.
+T2pStatus t2p_plan_compute(const struct T2pPlan *plan,
+                           uint32_t isa,
+                           const void *w,
+                           size_t w_bytes,
+                           const void *work,
+                           size_t work_bytes,
+                           float *out,
+                           size_t ld_out,
+                           size_t out_len,
+                           size_t row_begin,
+                           size_t row_end);
 
 // Converts a `rows x k` T2P matrix (`src`, `t2p_repack_size` bytes, 2-byte aligned)
 // back to the source format `dst_type` (`T2P_TYPE_*`) in `dst` (`t2p_source_size`
-// bytes, aligned like its blocks), the inverse of `t2p_repack_to_t2p`. The buffers
+// bytes, aligned like its blocks), the inverse of `t2p_repack`. The buffers
 // must not overlap.
 //
 // Exact for every matrix that came from that format: pq2_0 and tq2_0 give the original bytes
@@ -581,13 +317,13 @@ T2pStatus t2p_gemm_q8_0_reference(const void *w,
 //
 // # Safety
 // `src` readable for `src_bytes` bytes, `dst` writable for `dst_bytes` bytes.
-T2pStatus t2p_unpack_to_source(uint32_t dst_type,
-                               const void *src,
-                               size_t src_bytes,
-                               void *dst,
-                               size_t dst_bytes,
-                               size_t rows,
-                               size_t k);
+T2pStatus t2p_unpack(uint32_t dst_type,
+                     const void *src,
+                     size_t src_bytes,
+                     void *dst,
+                     size_t dst_bytes,
+                     size_t rows,
+                     size_t k);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # CI check of the llama.cpp patch parts that need only t2p.h and libt2p (no llama.cpp checkout):
-#   1. t2p-mm.h (the quantize / thread split / gemv-gemm / verify logic of ggml-t2p.cpp)
-#      compiles as C11 and C++17 with -Wall -Wextra -Werror;
-#   2. test/t2p-mm-test.c, linked against libt2p.a, runs that logic with emulated threads and
+#   1. t2p-mm.h (the ggml-independent glue of ggml-t2p.cpp over t2p_plan_*: planes, T2P_VERIFY)
+#      compiles as C11 and C++17 with -Wall -Wextra -Werror, and stays glue: llama-patch/*.h
+#      at most 150 lines;
+#   2. test/t2p-mm-test.c, linked against libt2p.a, runs that glue with emulated threads and
 #      checks it bit for bit against the scalar oracle (every shape family the buffer type takes,
-#      with q8_K activations (tq1_0/tq2_0) and q8_0 ones (pq2_0) from t2p's quantizer and from a
-#      C model of ggml's x86 quantize_row_q8_0);
-#   3. the patch is well formed: touches only the 3 ggml files, GGML_T2P defaults to OFF.
-# With LLAMA_FORK_DIR=<checkout of prismml-eng/llama.cpp q2_0-prs> it also runs
-# `git apply --check` on that checkout and a syntax check of ggml-t2p.cpp against its headers.
+#      odd rows and k = 384 / 640 included, with q8_K activations (tq1_0/tq2_0) and q8_0 ones
+#      (pq2_0) from t2p's quantizer and from a C model of ggml's x86 quantize_row_q8_0);
+#   3. the patch is well formed: touches only the 3 ggml files, GGML_T2P defaults to OFF, a
+#      relative GGML_T2P_PREFIX is refused, libt2p.a is linked with --exclude-libs.
+# With LLAMA_FORK_DIR=<checkout of prismml-eng/llama.cpp at ff6b68f3875a858c6b0849c6e17211f558f495b6>
+# it also runs `git apply --check` on that checkout and a syntax check of ggml-t2p.cpp against
+# its headers.
 #
 # libt2p.a: $T2P_LIB if set, else `cargo build --release --lib --no-default-features` into
 # ${CARGO_TARGET_DIR:-<repo>/target}. Compilers: $CC (default cc), $CXX (default c++).
@@ -33,6 +36,11 @@ fi
 echo "check.sh: t2p-mm.h as C11 and C++17"
 "$CC" -std=c11 -fsyntax-only -Wall -Wextra -Werror -I"$root/include" -x c "$here/t2p-mm.h"
 "$CXX" -std=c++17 -fsyntax-only -Wall -Wextra -Werror -I"$root/include" -x c++ "$here/t2p-mm.h"
+lines=$(cat "$here"/*.h | wc -l)
+if [ "$lines" -gt 150 ]; then
+    echo "check.sh: llama-patch/*.h has $lines lines; the driver belongs in libt2p (t2p_plan_*), not here" >&2
+    exit 1
+fi
 
 echo "check.sh: test/t2p-mm-test.c against $lib"
 "$CC" -std=c11 -O2 -Wall -Wextra -Werror -I"$root/include" -I"$here" "$here/test/t2p-mm-test.c" "$lib" \
@@ -49,7 +57,11 @@ if [ "$files" != "$want" ]; then
     exit 1
 fi
 grep -q '^+option(GGML_T2P .* OFF)$' "$here/ggml-t2p.patch" || { echo "check.sh: GGML_T2P must default to OFF" >&2; exit 1; }
-grep -q 'GGML_T2P_PATCH_DIR}/ggml-t2p.cpp' "$here/ggml-t2p.patch"
+grep -q 'if (NOT IS_ABSOLUTE "${GGML_T2P_PREFIX}")' "$here/ggml-t2p.patch"
+grep -q 'set(t2p_DIR "${GGML_T2P_PREFIX}/lib/cmake/t2p" CACHE PATH .* FORCE)' "$here/ggml-t2p.patch"
+grep -q 'LINKER:--exclude-libs,libt2p.a' "$here/ggml-t2p.patch"
+grep -q 't2p_GGML_SOURCES' "$here/ggml-t2p.patch"
+grep -q 't2p_GGML_SOURCES' "$root/build/t2pConfig.cmake"
 grep -q 'ggml_backend_cpu_t2p_buffer_type' "$here/ggml-t2p.cpp"
 
 if [ -n "${LLAMA_FORK_DIR:-}" ]; then

@@ -2,33 +2,27 @@
 // pq2_0, tq1_0 and tq2_0).
 //
 // Compiled into ggml-cpu by llama-patch/ggml-t2p.patch when ggml is configured with
-// -DGGML_T2P=ON -DGGML_T2P_PATCH_DIR=<t2p>/llama-patch; linked against libt2p (find_package(t2p)).
+// -DGGML_T2P=ON -DGGML_T2P_PREFIX=<absolute prefix of t2p's build/install.sh>, which installs this
+// file and t2p-mm.h; linked against libt2p.a (find_package(t2p), its symbols not exported).
 //
-// * Weights: a 2-D pq2_0, tq1_0 or tq2_0 tensor with rows % 4 == 0 and k % 256 == 0 that is the
-//   weight (src0) of a MUL_MAT with f32 activations is placed in this buffer by llama's
-//   weight-buffer selection (supports_op) and repacked to the T2P row-pair layout in set_tensor
-//   (t2p_repack_pq2_0 / t2p_repack_to_t2p; the buffer reports the T2P size through
-//   get_alloc_size: the size of pq2_0, 26% more than tq1_0, 3% more than tq2_0). get_tensor
-//   hands back the original bytes (t2p_unpack_to_source). Any other tensor or op stays with the
-//   CPU backend. --no-repack (use_extra_bufts = false) disables every extra buffer type, this
-//   one included.
-// * MUL_MAT: src1 is quantized to the activation type ggml uses with that weight type (its
-//   vec_dot_type, read from ggml's type traits), so patched and stock see the same activations:
-//     q8_0 (pq2_0 in the fork snapshot): through ggml's own quantize_row_q8_0, converted by
-//              t2p_q8_0_from_ggml (T2P_Q8_0=t2p: t2p_quantize_q8_0 instead, the rounding of
-//              ggml's x86 quantizer);
-//     q8_K (tq1_0, tq2_0; pq2_0 in later fork versions): one q8_K column or q8_K x4 tiles,
-//              t2p's quantizers (the rounding of ggml's quantize_row_q8_K_ref, which x86 uses).
-//   T2P_ACT=q8_0|q8_K in the environment forces one for every weight type.
-//   The quantization is split over the threads into the op's work buffer (work_size); barrier;
-//   then the rows are cut into 4 chunks per thread of whole groups of 4: thread ith starts with
-//   chunk ith and takes the next free one when done (ggml's threadpool chunk counter, as
-//   repack.cpp does), running t2p_gemv[_q8_0] (one column) or t2p_gemm[_q8_0] (several) over
-//   the chunk's rows. Batched src1 (ne12, ne13 > 1) is broadcast against the 2-D weight.
-// * T2P_VERIFY=1 in the environment: every MUL_MAT is recomputed with the scalar oracle
-//   (t2p_gemv/gemm[_q8_0]_reference) on the same quantized activations and the largest absolute
-//   difference is logged (it must be exactly 0); with ggml's q8_0 quantizer, t2p_quantize_q8_0 is
-//   also run on the same floats and the quads that differ are counted.
+// * Weights: a 2-D contiguous pq2_0, tq1_0 or tq2_0 tensor (any row count, k a multiple of the
+//   format's block: 128 for pq2_0, 256 for tq*) that is the weight (src0) of a MUL_MAT with f32
+//   activations is placed in this buffer by llama's weight-buffer selection (supports_op) and
+//   repacked to the T2P row-pair layout in set_tensor (t2p_repack; the buffer reports the T2P
+//   size through get_alloc_size: the size of pq2_0, plus the padding rows of a last group of
+//   fewer than 4). get_tensor hands back the original bytes (t2p_unpack). Any other tensor or op
+//   stays with the CPU backend. --no-repack (use_extra_bufts = false) disables every extra
+//   buffer type, this one included.
+// * MUL_MAT: one t2p plan (t2p-mm.h). src1 is quantized to the activation type ggml uses with
+//   that weight type (its vec_dot_type, read from ggml's type traits): q8_0 through ggml's own
+//   quantize_row_q8_0 (T2P_Q8_0=t2p: t2p's quantizer, the rounding of ggml's x86 one), q8_K
+//   through t2p's (the rounding of ggml's quantize_row_q8_K_ref); a k that is not a multiple of
+//   256 always gets q8_0. T2P_ACT=q8_0|q8_K forces one for every weight type. Every thread
+//   quantizes its share into the op's work buffer (work_size); barrier; then each thread starts
+//   with row chunk ith and takes the next free one from ggml's chunk counter, as repack.cpp does.
+// * T2P_VERIFY=1 in the environment: every chunk is computed again with the scalar oracle on the
+//   same activations and compared bit for bit (the count of differing outputs must be 0); with
+//   ggml's q8_0 quantizer, thread 0 also quantizes src1 with t2p's and counts the bytes that differ.
 
 #include "ggml-backend-impl.h"
 #include "ggml-backend.h"
@@ -66,39 +60,21 @@ struct stats {
     std::atomic<uint64_t> tensors{ 0 };
     std::atomic<uint64_t> bytes{ 0 };
     std::atomic<uint64_t> ops{ 0 };
+    std::atomic<uint64_t> outputs{ 0 };
     std::atomic<uint64_t> outputs_differ{ 0 };
-    std::atomic<uint64_t> quads_checked{ 0 };  // q8_0: ggml's quantizer vs t2p_quantize_q8_0
-    std::atomic<uint64_t> quads_differ{ 0 };
-    std::atomic<uint32_t> max_diff_bits{ 0 };  // non-negative floats order like their bits
-    uint64_t              logged_ops  = 0;     // thread 0 only
-    uint64_t              logged_diff = 0;     // thread 0 only
-
-    float max_diff() const {
-        uint32_t b = max_diff_bits.load();
-        float    f;
-        std::memcpy(&f, &b, sizeof f);
-        return f;
-    }
-
-    void add_diff(float d, size_t n) {
-        uint32_t b;
-        std::memcpy(&b, &d, sizeof b);
-        uint32_t cur = max_diff_bits.load();
-        while (b > cur && !max_diff_bits.compare_exchange_weak(cur, b)) {
-        }
-        outputs_differ += n;
-    }
+    std::atomic<uint64_t> q8_0_bytes{ 0 };  // ggml's quantize_row_q8_0 vs t2p's, work-buffer bytes
+    std::atomic<uint64_t> q8_0_differ{ 0 };
 
     ~stats() {
         if (verify_enabled() && ops.load() > 0) {
             // ggml's logger may already be gone at exit: plain stderr.
-            std::fprintf(stderr, "t2p: T2P_VERIFY summary: %" PRIu64 " MUL_MATs checked against the scalar reference, "
-                                 "largest |T2P - reference| = %.9g, %" PRIu64 " outputs differ\n",
-                         ops.load(), (double) max_diff(), outputs_differ.load());
-            if (quads_checked.load() > 0) {
-                std::fprintf(stderr, "t2p: T2P_VERIFY summary: q8_0 activations: %" PRIu64 " quads of ggml's "
-                                     "quantize_row_q8_0 compared with t2p_quantize_q8_0, %" PRIu64 " differ\n",
-                             quads_checked.load(), quads_differ.load());
+            std::fprintf(stderr, "t2p: T2P_VERIFY summary: %" PRIu64 " MUL_MATs, %" PRIu64 " outputs checked against "
+                                 "the scalar oracle, %" PRIu64 " differ\n",
+                         ops.load(), outputs.load(), outputs_differ.load());
+            if (q8_0_bytes.load() > 0) {
+                std::fprintf(stderr, "t2p: T2P_VERIFY summary: q8_0 activations: %" PRIu64 " bytes of ggml's "
+                                     "quantize_row_q8_0 compared with t2p's quantizer, %" PRIu64 " differ\n",
+                             q8_0_bytes.load(), q8_0_differ.load());
             }
         }
     }
@@ -116,59 +92,60 @@ static uint32_t source_type(ggml_type type) {
     }
 }
 
-static bool act_for(ggml_type type, t2p_mm_act & act);
-
-// Whether `t` can live in the T2P buffer: 2-D contiguous pq2_0 / tq1_0 / tq2_0, rows % 4 == 0,
-// k % 256 == 0, and an activation type the T2P kernels have.
-static bool weight_ok(const ggml_tensor * t) {
-    t2p_mm_act act;
-    return source_type(t->type) != 0 && act_for(t->type, act) && t->ne[2] == 1 && t->ne[3] == 1 && t->ne[1] % 4 == 0 &&
-           t->ne[0] % 256 == 0 && t->ne[0] > 0 && t->ne[1] > 0 && ggml_is_contiguous(t);
-}
-
-// Bytes of `t` in the T2P layout (weight_ok tensors only): the size of pq2_0.
-static size_t t2p_bytes(const ggml_tensor * t) {
-    size_t n = 0;
-    return t2p_repack_size((size_t) t->ne[1], (size_t) t->ne[0], &n) == T2P_STATUS_OK ? n : 0;
-}
-
-// The activation type of MUL_MATs with weights of `type`: the one ggml itself uses with that
-// type (its vec_dot_type: q8_0 for pq2_0 in the fork snapshot, q8_K in later fork versions and for
-// tq1_0 / tq2_0), unless T2P_ACT=q8_0|q8_K in the environment forces one. false: neither.
-static bool act_for(ggml_type type, t2p_mm_act & act) {
+// The T2P_ACT_* of MUL_MATs with weights of `type`: the one ggml itself uses with that type (its
+// vec_dot_type: q8_0 for pq2_0 in the fork snapshot, q8_K in later fork versions and for tq1_0 /
+// tq2_0), unless T2P_ACT=q8_0|q8_K in the environment forces one. false: neither.
+static bool act_for(ggml_type type, uint32_t & act) {
     static const int forced = [] {
         const char * v = std::getenv("T2P_ACT");
         if (v == nullptr || v[0] == '\0') {
             return -1;
         }
         if (std::strcmp(v, "q8_0") == 0) {
-            return (int) T2P_MM_Q8_0;
+            return (int) T2P_ACT_Q8_0;
         }
         if (std::strcmp(v, "q8_K") == 0) {
-            return (int) T2P_MM_Q8_K;
+            return (int) T2P_ACT_Q8_K;
         }
         GGML_LOG_WARN("t2p: ignoring T2P_ACT=%s (expected q8_0 or q8_K)\n", v);
         return -1;
     }();
     if (forced >= 0) {
-        act = (t2p_mm_act) forced;
+        act = (uint32_t) forced;
         return true;
     }
     switch (ggml_get_type_traits_cpu(type)->vec_dot_type) {
-        case GGML_TYPE_Q8_0: act = T2P_MM_Q8_0; return true;
-        case GGML_TYPE_Q8_K: act = T2P_MM_Q8_K; return true;
+        case GGML_TYPE_Q8_0: act = T2P_ACT_Q8_0; return true;
+        case GGML_TYPE_Q8_K: act = T2P_ACT_Q8_K; return true;
         default:             return false;
     }
 }
 
-static const char * act_name(t2p_mm_act act) {
-    return act == T2P_MM_Q8_0 ? "q8_0" : "q8_K";
+static const char * act_name(uint32_t act) {
+    return act == T2P_ACT_Q8_0 ? "q8_0" : "q8_K";
+}
+
+// Bytes of `t` in the T2P layout, 0 if T2P cannot hold its shape.
+static size_t t2p_bytes(const ggml_tensor * t) {
+    size_t n = 0;
+    return t2p_repack_size((size_t) t->ne[1], (size_t) t->ne[0], &n) == T2P_STATUS_OK ? n : 0;
+}
+
+// Whether `t` can live in the T2P buffer: 2-D contiguous pq2_0 / tq1_0 / tq2_0 whose shape T2P
+// and the source format hold, and an activation type the T2P kernels have.
+static bool weight_ok(const ggml_tensor * t) {
+    uint32_t act;
+    size_t   n;
+    return source_type(t->type) != 0 && act_for(t->type, act) && t->ne[2] == 1 && t->ne[3] == 1 &&
+           ggml_is_contiguous(t) && t2p_bytes(t) > 0 &&
+           t2p_source_size(source_type(t->type), (size_t) t->ne[1], (size_t) t->ne[0], &n) == T2P_STATUS_OK &&
+           n == ggml_nbytes(t);
 }
 
 // ggml's quantize_row_q8_0 (what stock pq2_0 MUL_MATs use), or nullptr with T2P_Q8_0=t2p
-// (t2p_quantize_q8_0: the rounding of ggml's x86 quantizer, on every platform).
-static t2p_mm_from_float q8_0_quantizer() {
-    static const t2p_mm_from_float f = []() -> t2p_mm_from_float {
+// (t2p's quantizer: the rounding of ggml's x86 one, on every platform).
+static T2pQ8_0FromFloat q8_0_quantizer() {
+    static const T2pQ8_0FromFloat f = []() -> T2pQ8_0FromFloat {
         const char * v = std::getenv("T2P_Q8_0");
         if (v != nullptr && std::strcmp(v, "t2p") == 0) {
             return nullptr;
@@ -178,27 +155,25 @@ static t2p_mm_from_float q8_0_quantizer() {
     return f;
 }
 
-// The t2p_mm description of a MUL_MAT whose src0 is in the T2P buffer; false if not servable.
-static bool describe(const ggml_tensor * op, t2p_mm & m) {
+// The t2p_mm of a MUL_MAT whose src0 is in the T2P buffer; false if not servable. `empty`: src1
+// has no columns (a batch that needs no outputs): servable, with nothing to compute.
+static bool describe(const ggml_tensor * op, t2p_mm & m, bool & empty) {
     const ggml_tensor * src0 = op->src[0];
     const ggml_tensor * src1 = op->src[1];
+    uint32_t            act;
     if (op->op != GGML_OP_MUL_MAT || src0 == nullptr || src1 == nullptr || !weight_ok(src0) ||
-        src1->type != GGML_TYPE_F32 || op->type != GGML_TYPE_F32 || src1->nb[0] != sizeof(float) ||
-        op->nb[0] != sizeof(float) || op->ne[0] != src0->ne[1] || src1->ne[0] != src0->ne[0] ||
-        op->ne[1] != src1->ne[1] || op->ne[2] != src1->ne[2] || op->ne[3] != src1->ne[3]) {
+        !act_for(src0->type, act) || src1->type != GGML_TYPE_F32 || op->type != GGML_TYPE_F32 ||
+        src1->nb[0] != sizeof(float) || op->nb[0] != sizeof(float) || op->ne[0] != src0->ne[1] ||
+        src1->ne[0] != src0->ne[0] || op->ne[1] != src1->ne[1] || op->ne[2] != src1->ne[2] ||
+        op->ne[3] != src1->ne[3]) {
         return false;
     }
-    t2p_mm_act act;
-    if (!act_for(src0->type, act) ||
-        t2p_mm_init(&m, act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0],
-                    src1->data, (size_t) src1->ne[1], (size_t) src1->ne[2], (size_t) src1->ne[3], src1->nb[1],
-                    src1->nb[2], src1->nb[3], op->data, op->nb[1], op->nb[2], op->nb[3]) != T2P_STATUS_OK) {
-        return false;
-    }
-    if (m.act == T2P_MM_Q8_0) {
-        m.q8_0_from_float = q8_0_quantizer();
-    }
-    return true;
+    empty = ggml_nelements(src1) == 0;
+    return empty ||
+           t2p_mm_init(&m, act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0], src1->data,
+                       (size_t) src1->ne[1], (size_t) src1->ne[2], (size_t) src1->ne[3], src1->nb[1], src1->nb[2],
+                       src1->nb[3], op->data, op->nb[1], op->nb[2], op->nb[3], q8_0_quantizer(),
+                       verify_enabled()) == T2P_STATUS_OK;
 }
 
 static void check(T2pStatus s, const char * what, const ggml_tensor * op) {
@@ -210,10 +185,11 @@ static void check(T2pStatus s, const char * what, const ggml_tensor * op) {
 class tensor_traits : public ggml::cpu::tensor_traits {
     bool work_size(int /* n_threads */, const struct ggml_tensor * op, size_t & size) override {
         t2p_mm m;
-        if (!describe(op, m)) {
+        bool   empty;
+        if (!describe(op, m, empty)) {
             return false;
         }
-        size = t2p_mm_work_size(&m);
+        size = empty ? 0 : t2p_mm_work_size(&m);
         return true;
     }
 
@@ -222,9 +198,13 @@ class tensor_traits : public ggml::cpu::tensor_traits {
             return false;
         }
         t2p_mm m;
-        if (!describe(op, m)) {
+        bool   empty;
+        if (!describe(op, m, empty)) {
             // The weight is in the T2P layout: the CPU backend cannot read it.
             GGML_ABORT("t2p: MUL_MAT %s has a shape the T2P buffer type does not serve", op->name);
+        }
+        if (empty) {
+            return true;
         }
         const int ith = params->ith;
         const int nth = params->nth;
@@ -232,73 +212,60 @@ class tensor_traits : public ggml::cpu::tensor_traits {
             GGML_ABORT("t2p: work buffer too small for %s (%zu < %zu)", op->name, params->wsize,
                        t2p_mm_work_size(&m));
         }
-
-        // Row chunks: 4 per thread (1 per thread on NUMA, as ggml does), whole groups of 4 rows.
-        const int nchunk = ggml_is_numa() ? std::min(nth, (int) (m.rows / 4)) : (int) t2p_mm_chunk_count(m.rows, nth);
+        const size_t nchunk = t2p_mm_chunks(&m, nth);
         if (ith == 0) {
             // every thread starts with chunk ith, so the first free one is nth
             ggml_threadpool_chunk_set(params->threadpool, nth);
         }
-        check(t2p_mm_quantize(&m, params->wdata, params->wsize, ith, nth), "quantize", op);
+        check(t2p_mm_quantize(&m, params->wdata, ith, nth), "t2p_plan_quantize", op);
         ggml_barrier(params->threadpool);
 
-        const bool verify = verify_enabled();
-        float      max_abs = 0.0f;
-        size_t     n_diff  = 0;
-        for (int chunk = ith; chunk < nchunk; chunk = ggml_threadpool_chunk_add(params->threadpool, 1)) {
-            size_t b, e;
-            t2p_mm_chunk_rows(m.rows, (size_t) chunk, (size_t) nchunk, &b, &e);
-            check(t2p_mm_compute(&m, params->wdata, b, e), m.ncols == 1 ? "t2p_gemv" : "t2p_gemm", op);
-            if (verify) {
-                verify_rows(op, m, params->wdata, b, e, max_abs, n_diff);
+        size_t n_diff = 0;
+        for (size_t chunk = (size_t) ith; chunk < nchunk;
+             chunk = (size_t) ggml_threadpool_chunk_add(params->threadpool, 1)) {
+            check(t2p_mm_compute(&m, params->wdata, chunk, nchunk), "t2p_plan_compute", op);
+            if (m.verify) {
+                size_t d = 0;
+                check(t2p_mm_verify(&m, params->wdata, chunk, nchunk, &d), "t2p_plan_compute (oracle)", op);
+                n_diff += d;
             }
         }
-        if (verify) {
-            size_t quads = 0, quads_diff = 0;
-            check(t2p_mm_quantize_check(&m, params->wdata, ith, nth, &quads, &quads_diff), "quantizer check", op);
-            if (quads > 0) {
-                g_stats.quads_checked += quads;
-                g_stats.quads_differ += quads_diff;
-            }
-            if (quads_diff > 0) {
-                GGML_LOG_ERROR("t2p: T2P_VERIFY: %s: %zu of %zu q8_0 quads of ggml's quantizer differ from "
-                               "t2p_quantize_q8_0\n", op->name, quads_diff, quads);
-            }
-            report(params, op, m, max_abs, n_diff);
+        if (m.verify) {
+            report(params, op, m, n_diff);
         }
         return true;
     }
 
-    static void verify_rows(const ggml_tensor * op, const t2p_mm & m, const void * wdata, size_t b, size_t e,
-                            float & max_abs, size_t & n_diff) {
-        static thread_local std::vector<float> scratch;
-        scratch.resize(t2p_mm_verify_scratch(&m));
-        float  mx = 0.0f;
-        size_t nd = 0;
-        check(t2p_mm_verify(&m, wdata, b, e, scratch.data(), scratch.size(), &mx, &nd), "reference", op);
-        max_abs = std::max(max_abs, mx);
-        n_diff += nd;
-    }
-
-    static void report(struct ggml_compute_params * params, const ggml_tensor * op, const t2p_mm & m, float max_abs,
-                       size_t n_diff) {
+    // T2P_VERIFY: logs differing outputs; thread 0 also compares ggml's q8_0 quantizer with t2p's.
+    static void report(struct ggml_compute_params * params, const ggml_tensor * op, const t2p_mm & m, size_t n_diff) {
+        g_stats.outputs_differ += n_diff;
         if (n_diff > 0) {
-            g_stats.add_diff(max_abs, n_diff);
-            GGML_LOG_ERROR("t2p: T2P_VERIFY: %s (%s x %s): %zu outputs differ from the reference, max |diff| %.9g\n",
-                           op->name, op->src[0]->name, op->src[1]->name, n_diff, (double) max_abs);
+            GGML_LOG_ERROR("t2p: T2P_VERIFY: %s (%s x %s): %zu outputs differ from the scalar oracle\n", op->name,
+                           op->src[0]->name, op->src[1]->name, n_diff);
         }
-        ggml_barrier(params->threadpool);
-        if (params->ith == 0) {
-            const uint64_t n = ++g_stats.ops;
-            const uint64_t d = g_stats.outputs_differ.load();
-            if ((n & (n - 1)) == 0 || d != g_stats.logged_diff) {
-                GGML_LOG_INFO("t2p: T2P_VERIFY: %" PRIu64 " MUL_MATs checked (last: %s, %s, %zu x %zu x %zu cols), "
-                              "largest |T2P - reference| = %.9g, %" PRIu64 " outputs differ\n",
-                              n, op->name, act_name(m.act), m.rows, m.k,
-                              m.ncols * m.ne2 * m.ne3, (double) g_stats.max_diff(), d);
-                g_stats.logged_ops  = n;
-                g_stats.logged_diff = d;
+        if (params->ith != 0) {
+            return;
+        }
+        const uint64_t n = ++g_stats.ops;
+        g_stats.outputs += (uint64_t) m.plan.rows * m.plan.ncols * t2p_mm_planes(&m);
+        if (m.from_float != nullptr) {
+            t2p_mm mine = m;
+            mine.from_float = nullptr;
+            std::vector<char> work(t2p_mm_planes(&m) * m.plan.work_bytes + 4);
+            char * w = work.data() + (4 - (uintptr_t) work.data() % 4) % 4;
+            check(t2p_mm_quantize(&mine, w, 0, 1), "t2p_plan_quantize (verify)", op);
+            size_t differ = 0;
+            for (size_t i = 0; i < t2p_mm_planes(&m) * m.plan.work_bytes; i++) {
+                differ += w[i] != ((const char *) params->wdata)[i];
             }
+            g_stats.q8_0_bytes += t2p_mm_planes(&m) * m.plan.work_bytes;
+            g_stats.q8_0_differ += differ;
+        }
+        if ((n & (n - 1)) == 0) {
+            GGML_LOG_INFO("t2p: T2P_VERIFY: %" PRIu64 " MUL_MATs checked (last: %s, %s, %zu x %zu x %zu cols), "
+                          "%" PRIu64 " outputs differ from the scalar oracle\n",
+                          n, op->name, act_name(m.plan.act), m.plan.rows, m.plan.k,
+                          m.plan.ncols * t2p_mm_planes(&m), g_stats.outputs_differ.load());
         }
     }
 };
@@ -313,18 +280,17 @@ static void buffer_set_tensor(ggml_backend_buffer_t buffer, struct ggml_tensor *
         const uint32_t type = source_type(tensor->type);
         const size_t   tb   = t2p_bytes(tensor);
         const size_t   rows = (size_t) tensor->ne[1], k = (size_t) tensor->ne[0];
-        const T2pStatus s   = type == T2P_TYPE_PQ2_0 ? t2p_repack_pq2_0(data, size, tensor->data, tb, rows, k)
-                                                     : t2p_repack_to_t2p(type, data, size, tensor->data, tb, rows, k);
+        const T2pStatus s   = t2p_repack(type, data, size, tensor->data, tb, rows, k);
         if (s == T2P_STATUS_OK) {
             tensor->extra = &g_traits;
-            t2p_mm_act     act;
+            uint32_t       act;
             const uint64_t n = ++g_stats.tensors;
             g_stats.bytes += tb;
             if (n == 1) {
                 GGML_LOG_INFO("t2p: placing ternary weights in the T2P buffer (repacked to the row-pair layout, "
                               "libt2p %s, %s kernels%s%s), first: %s (%s) [%" PRId64 " x %" PRId64 "]\n",
                               t2p_version(), t2p_isa_name(t2p_active_isa()),
-                              q8_0_quantizer() == nullptr ? ", q8_0 by t2p_quantize_q8_0" : "",
+                              q8_0_quantizer() == nullptr ? ", q8_0 by t2p's quantizer" : "",
                               verify_enabled() ? ", T2P_VERIFY on" : "", tensor->name, ggml_type_name(tensor->type),
                               tensor->ne[1], tensor->ne[0]);
             }
@@ -354,7 +320,7 @@ static void buffer_get_tensor(ggml_backend_buffer_t buffer, const struct ggml_te
     // which is what ggml's quantizer writes).
     const size_t      nbytes = ggml_nbytes(tensor);
     std::vector<char> tmp(nbytes);
-    const T2pStatus   s = t2p_unpack_to_source(source_type(tensor->type), tensor->data, t2p_bytes(tensor), tmp.data(),
+    const T2pStatus   s = t2p_unpack(source_type(tensor->type), tensor->data, t2p_bytes(tensor), tmp.data(),
                                                nbytes, (size_t) tensor->ne[1], (size_t) tensor->ne[0]);
     if (s != T2P_STATUS_OK) {
         GGML_ABORT("t2p: unpacking %s failed: %s", tensor->name, t2p_status_string(s));
@@ -403,7 +369,17 @@ class extra_buffer_type : public ggml::cpu::extra_buffer_type {
             return false;
         }
         t2p_mm m;
-        return describe(op, m);
+        bool   empty;
+        if (!describe(op, m, empty)) {
+            // A ternary weight in the T2P layout can only be read here: say why not.
+            const ggml_tensor * s0 = op->src[0];
+            GGML_LOG_DEBUG("t2p: cannot serve MUL_MAT %s: %s [%" PRId64 " x %" PRId64 "] x %s %s [%" PRId64 ", %" PRId64
+                          ", %" PRId64 ", %" PRId64 "] nb [%zu, %zu, %zu, %zu]\n",
+                          op->name, s0->name, s0->ne[1], s0->ne[0], src1->name, ggml_type_name(src1->type), src1->ne[0],
+                          src1->ne[1], src1->ne[2], src1->ne[3], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3]);
+            return false;
+        }
+        return true;
     }
 
     ggml::cpu::tensor_traits * get_tensor_traits(const struct ggml_tensor * op) override {

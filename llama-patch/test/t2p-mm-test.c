@@ -1,12 +1,14 @@
 /*
  * Standalone test of llama-patch/t2p-mm.h against libt2p (no ggml needed): the quantize /
- * barrier / row-split / gemv-gemm sequence of the T2P buffer type, with nth threads emulated
- * one after the other, must give bit for bit what one whole-matrix call of the scalar oracle
- * gives, for single columns, batches with leftovers, several planes (contiguous and strided),
- * padded dst columns and any thread count, with each activation type: q8_K (tq1_0 / tq2_0
- * weights), q8_0 through t2p_quantize_q8_0, and q8_0 through a ggml-style quantizer (a C model
- * of ggml's x86 quantize_row_q8_0, written here from its definition, standing in for the real
- * one). T2P_VERIFY's comparisons (outputs, and t2p's q8_0 quantizer against ggml's) must find 0
+ * barrier / row-chunk sequence of the T2P buffer type, with nth threads emulated one after the
+ * other and the chunks taken out of order, must give bit for bit what one whole-plane call of
+ * the scalar oracle gives (a one-plane t2p plan, one share, all rows), and stay within the
+ * quantization error of the float dot product, for single columns, batches with leftovers,
+ * several planes (contiguous: merged into one batch; strided: plane by plane), padded dst
+ * columns, rows that are not a multiple of 4, k = 384 / 640 (q8_0 forced) and any thread
+ * count, with each activation type: q8_K (tq1_0 / tq2_0 weights), q8_0 through t2p's quantizer,
+ * and q8_0 through a ggml-style from_float (a C model of ggml's x86 quantize_row_q8_0, written
+ * here from its definition, standing in for the real one). T2P_VERIFY's comparison must find 0
  * differences and must catch an injected one. Run by llama-patch/check.sh.
  */
 #include <math.h>
@@ -16,8 +18,6 @@
 #include <string.h>
 
 #include "t2p-mm.h"
-
-float t2p_f16_for_test(uint16_t h);
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t next_u32(void) {
@@ -79,11 +79,17 @@ static void ggml_model_quantize_q8_0(const float * x, void * vy, int64_t k) {
 }
 
 /* The configuration under test (set by main). */
-static t2p_mm_act        g_act  = T2P_MM_Q8_K;
-static t2p_mm_from_float g_hook = NULL;
-static const char *      g_name = "q8_K";
+static uint32_t         g_act  = T2P_ACT_Q8_K;
+static T2pQ8_0FromFloat g_hook = NULL;
+static const char *     g_name = "q8_K";
 
 static const uint32_t SENTINEL = 0x7FC0DEADu; /* a NaN that no kernel produces */
+
+static float half_to_float(uint16_t h) { /* normal numbers only, which is all run_case makes */
+    const uint32_t e = (h >> 10) & 0x1F, mant = h & 0x3FF;
+    const float    v = ldexpf(1.0f + mant / 1024.0f, (int) e - 15);
+    return (h & 0x8000) ? -v : v;
+}
 
 /* One case: rows x k weights; src1 is ne11 x ne12 x ne13 columns, with `xpad` extra floats after
  * each column and `dpad` after each dst column; src1 planes `xgap` and dst planes `dgap` columns
@@ -91,23 +97,25 @@ static const uint32_t SENTINEL = 0x7FC0DEADu; /* a NaN that no kernel produces *
 static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne13, size_t xpad, size_t dpad,
                      size_t xgap, size_t dgap, int nth) {
     size_t wbytes = 0;
+    const size_t pq_bytes = rows * k / 128 * 34;
     CHECK(t2p_repack_size(rows, k, &wbytes) == T2P_STATUS_OK, "repack_size");
-    t2p_block_pq2_0 * pq = malloc(wbytes);
-    void *            w  = malloc(wbytes);
+    uint8_t * pq = malloc(pq_bytes);
+    void *    w  = malloc(wbytes);
     for (size_t b = 0; b < rows * k / 128; b++) {
-        pq[b].d = (uint16_t) (0x3000 + next_u32() % 0x1000); /* fp16 0.125 .. 1 */
+        const uint16_t d = (uint16_t) (0x3000 + next_u32() % 0x1000); /* fp16 0.125 .. 1 */
+        memcpy(pq + b * 34, &d, 2);
         for (int i = 0; i < 32; i++) {
-            pq[b].qs[i] = (uint8_t) next_u32(); /* includes code 3 (+2) */
+            pq[b * 34 + 2 + i] = (uint8_t) next_u32(); /* includes code 3 (+2) */
         }
     }
-    CHECK(t2p_repack_pq2_0(pq, wbytes, w, wbytes, rows, k) == T2P_STATUS_OK, "repack");
+    CHECK(t2p_repack(T2P_TYPE_PQ2_0, pq, pq_bytes, w, wbytes, rows, k) == T2P_STATUS_OK, "repack");
 
-    const size_t ldx   = k + xpad, ldd = rows + dpad;
-    const size_t nb11  = ldx * 4, nb12 = (ne11 + xgap) * nb11, nb13 = ne12 * nb12;
-    const size_t nb1   = ldd * 4, nb2 = (ne11 + dgap) * nb1, nb3 = ne12 * nb2;
-    const size_t xlen  = ne13 * nb13 / 4, dlen = ne13 * nb3 / 4;
-    float *      x     = malloc(xlen * 4);
-    float *      dst   = malloc(dlen * 4);
+    const size_t ldx  = k + xpad, ldd = rows + dpad;
+    const size_t nb11 = ldx * 4, nb12 = (ne11 + xgap) * nb11, nb13 = ne12 * nb12;
+    const size_t nb1  = ldd * 4, nb2 = (ne11 + dgap) * nb1, nb3 = ne12 * nb2;
+    const size_t xlen = ne13 * nb13 / 4, dlen = ne13 * nb3 / 4;
+    float *      x    = malloc(xlen * 4);
+    float *      dst  = malloc(dlen * 4);
     for (size_t i = 0; i < xlen; i++) {
         x[i] = next_f();
     }
@@ -116,68 +124,55 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
     }
 
     t2p_mm m;
-    CHECK(t2p_mm_init(&m, g_act, w, wbytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst, nb1, nb2, nb3) ==
-              T2P_STATUS_OK,
+    CHECK(t2p_mm_init(&m, g_act, w, wbytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst, nb1, nb2, nb3, g_hook,
+                      1) == T2P_STATUS_OK,
           "init");
-    m.q8_0_from_float = g_hook;
-    if (xgap == 0 && dgap == 0 && ne12 * ne13 > 1) {
-        CHECK(m.ne2 * m.ne3 == 1 && m.ncols == ne11 * ne12 * ne13, "contiguous planes should merge");
-    }
+    const int merged = xgap == 0 && dgap == 0;
+    CHECK(t2p_mm_planes(&m) == (merged ? 1 : ne12 * ne13) && m.plan.ncols == (merged ? ne11 * ne12 * ne13 : ne11),
+          "planes merge exactly when src1 and dst planes are back to back");
+    CHECK(m.plan.act == (k % 256 ? T2P_ACT_Q8_0 : g_act) && (m.from_float != NULL) == (m.plan.act == T2P_ACT_Q8_0 && g_hook),
+          "activation type");
     const size_t wsize = t2p_mm_work_size(&m);
-    void *       wdata = malloc(wsize + 64);
-    for (int ith = 0; ith < nth; ith++) {
-        CHECK(t2p_mm_quantize(&m, wdata, wsize, ith, nth) == T2P_STATUS_OK, "quantize");
+    CHECK(wsize == t2p_mm_planes(&m) * (m.plan.work_bytes + t2p_mm_out_len(&m) * 4), "work size with verify");
+    void * wdata = malloc(wsize);
+    for (int ith = nth; ith-- > 0;) {
+        CHECK(t2p_mm_quantize(&m, wdata, ith, nth) == T2P_STATUS_OK, "quantize");
     }
     /* barrier; then the row chunks, in an order that is not the natural one */
-    const size_t nchunk = t2p_mm_chunk_count(rows, nth);
-    for (size_t i = 0; i < nchunk; i++) {
-        size_t b, e;
-        t2p_mm_chunk_rows(rows, (i * 7 + 3) % nchunk, nchunk, &b, &e);
-        CHECK(t2p_mm_compute(&m, wdata, b, e) == T2P_STATUS_OK, "compute");
+    const size_t nchunk = t2p_mm_chunks(&m, nth);
+    size_t       n_diff = 0;
+    for (size_t j = 0; j < nchunk; j++) {
+        const size_t i = nchunk % 7 ? (j * 7 + 3) % nchunk : nchunk - 1 - j;
+        size_t       d = 1;
+        CHECK(t2p_mm_compute(&m, wdata, i, nchunk) == T2P_STATUS_OK, "compute");
+        CHECK(t2p_mm_verify(&m, wdata, i, nchunk, &d) == T2P_STATUS_OK, "verify");
+        n_diff += d;
     }
+    CHECK(n_diff == 0, "T2P_VERIFY found %zu differences", n_diff);
 
-    /* Expected: per plane, one whole-matrix scalar-oracle call on freshly quantized columns. */
-    size_t max_diff = 0;
+    /* Expected: per plane, one whole-plane oracle call on freshly quantized columns. */
+    size_t n_bad = 0;
     for (size_t i3 = 0; i3 < ne13; i3++) {
         for (size_t i2 = 0; i2 < ne12; i2++) {
             const float * xp = (const float *) ((const char *) x + i2 * nb12 + i3 * nb13);
             const float * dp = (const float *) ((const char *) dst + i2 * nb2 + i3 * nb3);
-            size_t        q8 = 0, q8x4 = 0, q80 = 0;
-            t2p_activation_size(k, ne11, &q8, &q8x4);
-            t2p_activation_size_q8_0(k, ne11, &q80);
-            void *  y   = malloc(q8x4 + q8 + q80);
+            T2pPlan       plan;
+            CHECK(t2p_plan_init(&plan, g_act, rows, k, ne11) == T2P_STATUS_OK, "oracle plan");
+            void *  y   = malloc(plan.work_bytes);
             float * ref = malloc(ne11 * rows * 4);
-            if (g_act == T2P_MM_Q8_0) {
-                /* always t2p's quantizer: with the ggml stand-in the results must agree too */
-                for (size_t c = 0; c < ne11; c++) {
-                    CHECK(t2p_quantize_q8_0(xp + c * ldx, k, (char *) y + c * (k / 128) * 160, q80 - c * (k / 128) * 160) ==
-                              T2P_STATUS_OK,
-                          "ref quantize q8_0");
-                }
-                if (ne11 == 1) {
-                    CHECK(t2p_gemv_q8_0_reference(w, wbytes, rows, k, y, q80, ref, rows, 0, rows) == T2P_STATUS_OK,
-                          "ref gemv q8_0");
-                } else {
-                    CHECK(t2p_gemm_q8_0_reference(w, wbytes, rows, k, y, q80, ne11, ref, rows, ne11 * rows, 0, rows) ==
-                              T2P_STATUS_OK,
-                          "ref gemm q8_0");
-                }
-            } else if (ne11 == 1) {
-                CHECK(t2p_quantize_q8_K(xp, k, y, q8) == T2P_STATUS_OK, "ref quantize");
-                CHECK(t2p_gemv_reference(w, wbytes, rows, k, y, q8, ref, rows, 0, rows) == T2P_STATUS_OK, "ref gemv");
-            } else {
-                CHECK(t2p_quantize_q8_K_x4(xp, ldx, k, ne11, y, q8x4) == T2P_STATUS_OK, "ref quantize x4");
-                CHECK(t2p_gemm_reference(w, wbytes, rows, k, y, q8x4, ne11, ref, rows, ne11 * rows, 0, rows) ==
-                          T2P_STATUS_OK,
-                      "ref gemm");
-            }
+            CHECK(t2p_plan_quantize(&plan, xp, ldx, (ne11 - 1) * ldx + k, g_hook, y, plan.work_bytes, 0, 1) ==
+                      T2P_STATUS_OK,
+                  "oracle quantize");
+            CHECK(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, wbytes, y, plan.work_bytes, ref, rows, ne11 * rows, 0,
+                                   rows) == T2P_STATUS_OK,
+                  "oracle compute");
             for (size_t c = 0; c < ne11; c++) {
-                /* semantic sanity: close to the float dot product */
                 for (size_t r = 0; r < rows; r++) {
-                    /* q8_K rounds each activation by at most amax/254 (per 256-block amax); q8_0 by
-                     * amax/254 per 32-block plus amax/2048 from its fp16 scale */
-                    const size_t qk  = g_act == T2P_MM_Q8_0 ? 32 : 256;
-                    const double rel = g_act == T2P_MM_Q8_0 ? 1.0 / 254 + 1.0 / 2048 : 1.0 / 254;
+                    /* semantic sanity: close to the float dot product. q8_K rounds each activation by
+                     * at most amax/254 (per 256-block amax); q8_0 by amax/254 per 32-block plus
+                     * amax/2048 from its fp16 scale */
+                    const size_t qk  = plan.act == T2P_ACT_Q8_0 ? 32 : 256;
+                    const double rel = plan.act == T2P_ACT_Q8_0 ? 1.0 / 254 + 1.0 / 2048 : 1.0 / 254;
                     double exact = 0, bound = 0, amax = 0;
                     for (size_t j = 0; j < k; j++) {
                         if (j % qk == 0) {
@@ -186,19 +181,18 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
                                 if (fabs(xp[c * ldx + jj]) > amax) amax = fabs(xp[c * ldx + jj]);
                             }
                         }
-                        const t2p_block_pq2_0 * blk = &pq[(r * k + j) / 128];
-                        const size_t            jj  = j % 128;
-                        const int   u  = (blk->qs[jj / 4] >> (2 * (jj % 4))) & 3;
-                        const float dw = t2p_f16_for_test(blk->d);
+                        const uint8_t * blk = pq + (r * k + j) / 128 * 34;
+                        uint16_t        d;
+                        memcpy(&d, blk, 2);
+                        const int   u  = (blk[2 + (j % 128) / 4] >> (2 * (j % 4))) & 3;
+                        const float dw = half_to_float(d);
                         exact += (double) (u - 1) * dw * xp[c * ldx + j];
                         bound += fabs((double) (u - 1) * dw) * (amax * rel + 1e-5 * amax);
                     }
                     const float got = dp[c * ldd + r];
-                    CHECK(fabs(got - exact) <= bound + 1e-4,
-                          "rows %zu k %zu col %zu row %zu: %g vs float %g", rows, k, c, r, got, exact);
-                    if (memcmp(&got, &ref[c * rows + r], 4) != 0) {
-                        max_diff++;
-                    }
+                    CHECK(fabs(got - exact) <= bound + 1e-4, "rows %zu k %zu col %zu row %zu: %g vs float %g", rows, k,
+                          c, r, got, exact);
+                    n_bad += memcmp(&got, &ref[c * rows + r], 4) != 0;
                 }
                 for (size_t r = rows; r < ldd; r++) {
                     CHECK(memcmp(&dp[c * ldd + r], &SENTINEL, 4) == 0, "padding of dst column written");
@@ -208,68 +202,23 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
             free(ref);
         }
     }
-    CHECK(max_diff == 0, "%s: rows %zu k %zu cols %zu x %zu x %zu nth %d: %zu outputs differ from the oracle", g_name,
-          rows, k, ne11, ne12, ne13, nth, max_diff);
+    CHECK(n_bad == 0, "%s: rows %zu k %zu cols %zu x %zu x %zu nth %d: %zu outputs differ from the oracle", g_name,
+          rows, k, ne11, ne12, ne13, nth, n_bad);
 
-    /* T2P_VERIFY's quantizer check: ggml's (stand-in) quantizer and t2p's agree on every quad,
-     * and a corrupted quad is found. */
-    if (g_act == T2P_MM_Q8_0 && g_hook != NULL) {
-        size_t quads = 0, diff = 0;
-        for (int ith = 0; ith < nth; ith++) {
-            size_t nq = 0, nd = 1;
-            CHECK(t2p_mm_quantize_check(&m, wdata, ith, nth, &nq, &nd) == T2P_STATUS_OK, "quantize check");
-            quads += nq;
-            diff += nd;
-        }
-        CHECK(quads == ne11 * ne12 * ne13 * (k / 128) && diff == 0, "quantize check: %zu of %zu quads differ", diff,
-              quads);
-        ((uint8_t *) wdata)[wsize - 1] ^= 0x40; /* the last value of the last quad */
-        diff = 0;
-        for (int ith = 0; ith < nth; ith++) {
-            size_t nq = 0, nd = 0;
-            t2p_mm_quantize_check(&m, wdata, ith, nth, &nq, &nd);
-            diff += nd;
-        }
-        CHECK(diff == 1, "corrupted quad found %zu times", diff);
-        ((uint8_t *) wdata)[wsize - 1] ^= 0x40;
-    } else {
-        size_t nq = 1, nd = 1;
-        CHECK(t2p_mm_quantize_check(&m, wdata, 0, 1, &nq, &nd) == T2P_STATUS_OK && nq == 0 && nd == 0,
-              "no quantizer check without a ggml quantizer");
-    }
-
-    /* T2P_VERIFY's check: zero, then an injected one-ulp error is found. */
-    float * scratch = malloc(t2p_mm_verify_scratch(&m) * 4);
-    size_t  total   = 0;
-    float   worst   = 0;
+    /* T2P_VERIFY catches an injected one-ulp error in the last output of the last plane. */
+    float *  victim = (float *) ((char *) dst + (ne12 - 1) * nb2 + (ne13 - 1) * nb3) + (ne11 - 1) * ldd + rows - 1;
+    uint32_t bits;
+    memcpy(&bits, victim, 4);
+    bits ^= 1;
+    memcpy(victim, &bits, 4);
+    n_diff = 0;
     for (size_t i = 0; i < nchunk; i++) {
-        float  mx = -1;
-        size_t nd = 1, b, e;
-        t2p_mm_chunk_rows(rows, i, nchunk, &b, &e);
-        CHECK(t2p_mm_verify(&m, wdata, b, e, scratch, t2p_mm_verify_scratch(&m), &mx, &nd) == T2P_STATUS_OK,
-              "verify");
-        total += nd;
-        if (mx > worst) worst = mx;
+        size_t d = 0;
+        t2p_mm_verify(&m, wdata, i, nchunk, &d);
+        n_diff += d;
     }
-    CHECK(total == 0 && worst == 0.0f, "verify found %zu differences (max %g)", total, worst);
-    {
-        float * victim = (float *) ((char *) dst + (ne12 - 1) * nb2 + (ne13 - 1) * nb3) + (ne11 - 1) * ldd + rows - 1;
-        uint32_t bits;
-        memcpy(&bits, victim, 4);
-        bits ^= 1;
-        memcpy(victim, &bits, 4);
-        total = 0;
-        for (size_t i = 0; i < nchunk; i++) {
-            float  mx = 0;
-            size_t nd = 0, b, e;
-            t2p_mm_chunk_rows(rows, i, nchunk, &b, &e);
-            t2p_mm_verify(&m, wdata, b, e, scratch, t2p_mm_verify_scratch(&m), &mx, &nd);
-            total += nd;
-        }
-        CHECK(total == 1, "injected difference found %zu times", total);
-    }
+    CHECK(n_diff == 1, "injected difference found %zu times", n_diff);
 
-    free(scratch);
     free(wdata);
     free(x);
     free(dst);
@@ -277,57 +226,36 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
     free(pq);
 }
 
-/* fp16 -> float for the sanity check (normal numbers only, which is all run_case makes). */
-float t2p_f16_for_test(uint16_t h) {
-    const uint32_t e = (h >> 10) & 0x1F, mant = h & 0x3FF;
-    const float    v = ldexpf(1.0f + mant / 1024.0f, (int) e - 15);
-    return (h & 0x8000) ? -v : v;
-}
-
 int main(void) {
     printf("t2p %s, isa %s\n", t2p_version(), t2p_isa_name(t2p_active_isa()));
 
-    /* thread splits: rows in groups of 4, some threads with nothing to do */
-    size_t b, e;
-    t2p_mm_chunk_rows(12, 0, 5, &b, &e);
-    CHECK(b == 0 && e == 0, "chunk 0 of 5 over 12 rows: %zu..%zu", b, e);
-    size_t covered = 0;
-    for (int ith = 0; ith < 5; ith++) {
-        t2p_mm_chunk_rows(12, ith, 5, &b, &e);
-        CHECK(b % 4 == 0 && e % 4 == 0 && b == covered, "split");
-        covered = e;
-    }
-    CHECK(covered == 12, "split covers all rows");
-    CHECK(t2p_mm_chunk_count(12, 1) == 1 && t2p_mm_chunk_count(12, 2) == 3 && t2p_mm_chunk_count(4096, 2) == 8,
-          "chunk counts");
-    covered = 0;
-    for (size_t i = 0; i < t2p_mm_chunk_count(1000, 3); i++) {
-        t2p_mm_chunk_rows(1000, i, t2p_mm_chunk_count(1000, 3), &b, &e);
-        CHECK(b % 4 == 0 && e % 4 == 0 && b == covered && e > b, "chunks of 1000 rows");
-        covered = e;
-    }
-    CHECK(covered == 1000, "chunks cover all rows");
-
-    /* shapes the buffer type must refuse */
+    /* what the buffer type must refuse, and the verify buffer it must not assume */
     t2p_mm m;
-    float  dummy = 0;
-    CHECK(t2p_mm_init(&m, T2P_MM_Q8_0, &dummy, 1 << 20, 6, 256, &dummy, 1, 1, 1, 1024, 1024, 1024, &dummy, 24, 24, 24) ==
-              T2P_STATUS_INVALID_SHAPE,
-          "rows %% 4");
-    CHECK(t2p_mm_init(&m, T2P_MM_Q8_K, &dummy, 1 << 20, 8, 128, &dummy, 1, 1, 1, 512, 512, 512, &dummy, 32, 32, 32) ==
-              T2P_STATUS_INVALID_SHAPE,
-          "k %% 256");
-
-    CHECK(t2p_mm_init(&m, (t2p_mm_act) 7, &dummy, 1 << 20, 8, 256, &dummy, 1, 1, 1, 1024, 1024, 1024, &dummy, 32, 32,
-                      32) == T2P_STATUS_INVALID_ARGUMENT,
+    float  dummy[64] = { 0 };
+    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 200, dummy, 1, 1, 1, 800, 800, 800, dummy, 32, 32, 32,
+                      NULL, 0) == T2P_STATUS_INVALID_SHAPE,
+          "k %% 128");
+    CHECK(t2p_mm_init(&m, 7, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32, NULL, 0) ==
+              T2P_STATUS_INVALID_ARGUMENT,
           "unknown activation type");
-    CHECK(t2p_mm_init(&m, T2P_MM_Q8_0, &dummy, 8 * 256 / 128 * 34 - 1, 8, 256, &dummy, 1, 1, 1, 1024, 1024, 1024, &dummy,
-                      32, 32, 32) == T2P_STATUS_BUFFER_TOO_SMALL,
-          "weights shorter than T2P");
+    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 0, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
+                      NULL, 0) == T2P_STATUS_INVALID_SHAPE,
+          "no columns");
+    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1023, 1023, 1023, dummy, 32, 32, 32,
+                      NULL, 0) == T2P_STATUS_INVALID_SHAPE,
+          "src1 stride not in floats");
+    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
+                      NULL, 0) == T2P_STATUS_OK &&
+              t2p_mm_work_size(&m) == m.plan.work_bytes,
+          "work size without verify");
+    {
+        size_t d = 0;
+        CHECK(t2p_mm_verify(&m, dummy, 0, 1, &d) == T2P_STATUS_INVALID_ARGUMENT, "verify needs the verify buffer");
+    }
 
-    static const t2p_mm_act        acts[]  = { T2P_MM_Q8_K, T2P_MM_Q8_0, T2P_MM_Q8_0 };
-    static const t2p_mm_from_float hooks[] = { NULL, NULL, ggml_model_quantize_q8_0 };
-    static const char * const      names[] = { "q8_K", "q8_0 (t2p_quantize_q8_0)", "q8_0 (ggml-style quantizer)" };
+    static const uint32_t         acts[]  = { T2P_ACT_Q8_K, T2P_ACT_Q8_0, T2P_ACT_Q8_0 };
+    static const T2pQ8_0FromFloat hooks[] = { NULL, NULL, ggml_model_quantize_q8_0 };
+    static const char * const     names[] = { "q8_K", "q8_0 (t2p's quantizer)", "q8_0 (ggml-style from_float)" };
     static const size_t cols[] = { 1, 2, 3, 4, 5, 7, 8, 13 };
     static const int    nths[] = { 1, 2, 3, 5 };
     for (size_t a = 0; a < 3; a++) {
@@ -338,6 +266,7 @@ int main(void) {
         for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
             for (size_t ti = 0; ti < sizeof nths / sizeof nths[0]; ti++) {
                 run_case(12, 512, cols[ci], 1, 1, 0, 0, 0, 0, nths[ti]);
+                run_case(13, 384, cols[ci], 1, 1, 0, 0, 0, 0, nths[ti]); /* padded rows, q8_0 forced */
             }
         }
         run_case(16, 256, 3, 2, 3, 0, 0, 0, 0, 2);  /* contiguous planes: merged into one batch */
@@ -345,10 +274,13 @@ int main(void) {
         run_case(16, 256, 3, 2, 3, 8, 4, 1, 2, 3);  /* strided planes, padded columns */
         run_case(16, 256, 2, 3, 1, 0, 0, 0, 1, 2);  /* src1 contiguous, dst planes strided: no merge */
         run_case(16, 256, 2, 1, 3, 0, 0, 1, 0, 2);  /* dst contiguous, src1 planes strided: no merge */
+        run_case(6, 640, 2, 3, 1, 0, 0, 1, 1, 3);   /* padded rows, k = 640, strided planes */
         run_case(8, 768, 1, 3, 2, 0, 0, 2, 1, 2);   /* single-column planes, strided */
         run_case(8, 768, 1, 3, 2, 0, 0, 0, 0, 2);   /* single-column planes, merged into a batch */
         run_case(4, 256, 1, 1, 1, 0, 0, 0, 0, 2);   /* one row group, two threads */
-        run_case(8, 4608, 3, 1, 1, 0, 0, 0, 0, 2);  /* q8_0: more quads per column than one quantizer call */
+        run_case(1, 128, 3, 1, 1, 0, 0, 0, 0, 2);   /* one row */
+        run_case(8, 4608, 3, 1, 1, 0, 0, 0, 0, 2);  /* q8_0: more quads per column than one from_float call */
+        run_case(256, 4096, 2, 1, 1, 0, 0, 0, 0, 3); /* large enough to be split into chunks */
         printf("  %s: %s\n", g_name, failures == failures_before ? "ok" : "FAILED");
     }
     CHECK(ggml_model_calls > 0, "the ggml-style quantizer was used");

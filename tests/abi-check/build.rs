@@ -9,7 +9,7 @@ fn main() {
     // Everything as declared, for constants, enumerators and the width of the status typedef.
     bindgen::Builder::default()
         .header(header)
-        .allowlist_type("t2p_.*|T2pStatus")
+        .allowlist_type("t2p_.*|T2p.*")
         .allowlist_var("T2P_.*")
         .prepend_enum_name(false)
         .generate()
@@ -21,10 +21,11 @@ fn main() {
         .allowlist_function("t2p_.*")
         .allowlist_type("t2p_.*")
         .allowlist_var("T2P_.*")
-        // The status type is the library's own `#[repr(u32)]` enum, so signatures can be
-        // compared by type; its C typedef is checked to be 32 bits wide by a test.
-        .blocklist_type("T2pStatus")
-        .raw_line("pub use t2p::ffi::T2pStatus;")
+        // The status and plan types are the library's own, so signatures can be compared by
+        // type; the C typedef of the status is checked to be 32 bits wide, and clang's layout of
+        // the plan (in t2p_c_raw.rs) to be Rust's, by tests.
+        .blocklist_type("T2pStatus|T2pPlan")
+        .raw_line("pub use t2p::ffi::{T2pPlan, T2pStatus};")
         .layout_tests(true)
         .generate()
         .expect("bindgen reads include/t2p.h");

@@ -1,6 +1,11 @@
-/* C unit tests of the t2p ABI: repack, quantize, gemv, gemm (q8_K and q8_0 activations), the
- * stock vec_dot and the unpack to every source format against a small C reference written here
- * from the layout definitions, plus misuse cases. */
+/* C unit tests of the t2p ABI (0.2): every entry point. The matmul plan (init, quantize shares,
+ * chunk rows, compute) is checked bit for bit on every ISA path this CPU has against the scalar
+ * oracle (the ISA argument T2P_ISA_SCALAR), and the oracle itself against a small C reference
+ * written here from the layout definitions (q8_K: one column, whose work buffer is documented
+ * ggml block_q8_K; q8_0: through a C model of ggml's quantize_row_q8_0 given as from_float).
+ * Shapes: rows 4, 6, 12, 13 (padded last row group), k 256, 384, 640, 1024 (q8_0 forced when
+ * k % 256 != 0), 1..9 columns, strided activations and outputs. Then repack / unpack for every
+ * source format, the stock vec_dot, and every error status. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,27 +14,34 @@
 
 #include "t2p.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
+static int failures = 0, checks = 0;
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        checks++;                                                              \
+        if (!(cond)) {                                                         \
             fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-            failures++;                                                    \
-        }                                                                  \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+            failures++;                                                        \
+        }                                                                      \
     } while (0)
-#define CHECK_STATUS(call, want)                                                      \
-    do {                                                                              \
-        T2pStatus got_ = (call);                                                      \
-        CHECK(got_ == (want), "status %u (%s), expected %u", (unsigned) got_,         \
-              t2p_status_string(got_), (unsigned) (want));                            \
+#define CHECK_STATUS(call, want)                                              \
+    do {                                                                      \
+        T2pStatus got_ = (call);                                              \
+        CHECK(got_ == (want), "status %u (%s), expected %u", (unsigned) got_, \
+              t2p_status_string(got_), (unsigned) (want));                    \
     } while (0)
 
 static uint64_t rng_state = 0x12345678;
 static uint32_t rnd(void) {
     rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
     return (uint32_t) (rng_state >> 33);
+}
+
+static void *xalloc(size_t n) { /* 64-byte aligned, never NULL */
+    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+    if (!p) abort();
+    return p;
 }
 
 /* IEEE half to float, exact. */
@@ -44,25 +56,6 @@ static float half_to_float(uint16_t h) {
     float f;
     memcpy(&f, &bits, 4);
     return f;
-}
-
-/* pq2_0 block: d (fp16) then 32 code bytes; weight j: (qs[j/4] >> 2*(j%4)) & 3. */
-static int pq_code(const uint8_t *block, int j) { return (block[2 + j / 4] >> (2 * (j % 4))) & 3; }
-static uint16_t pq_d(const uint8_t *block) { return (uint16_t) (block[0] | (block[1] << 8)); }
-
-/* Reference: row r of a pq2_0 matrix dotted with q8_K column y, float order of the library. */
-static float ref_row_dot(const uint8_t *w, size_t k, size_t r, const t2p_block_q8_K *y) {
-    size_t nb = k / 128;
-    float acc = 0.0f;
-    for (size_t b = 0; b < nb; b++) {
-        const uint8_t *blk = w + (r * nb + b) * 34;
-        const t2p_block_q8_K *yb = &y[b / 2];
-        int32_t isum = 0;
-        for (int j = 0; j < 128; j++) isum += (pq_code(blk, j) - 1) * yb->qs[128 * (b % 2) + j];
-        float dw = half_to_float(pq_d(blk));
-        acc = acc + (dw * yb->d) * (float) isum;
-    }
-    return acc;
 }
 
 /* float to IEEE half, round to nearest even (as F16C and ggml's GGML_FP32_TO_FP16). */
@@ -85,16 +78,30 @@ static uint16_t float_to_half(float f) {
     return (uint16_t) h;
 }
 
-/* ggml block_q8_0, written here from its definition: { fp16 d; int8 qs[32]; }, 34 bytes. */
+/* pq2_0 block (34 bytes): d (fp16) then 32 code bytes; weight j: (qs[j/4] >> 2*(j%4)) & 3. */
+static int pq_code(const uint8_t *block, int j) { return (block[2 + j / 4] >> (2 * (j % 4))) & 3; }
+static uint16_t pq_d(const uint8_t *block) { return (uint16_t) (block[0] | (block[1] << 8)); }
+
+/* ggml block_q8_K, from its definition: { float d; int8 qs[256]; int16 bsums[16]; }. */
+typedef struct {
+    float d;
+    int8_t qs[256];
+    int16_t bsums[16];
+} ggml_q8_K;
+
+/* ggml block_q8_0, from its definition: { fp16 d; int8 qs[32]; }, 34 bytes. */
 typedef struct {
     uint16_t d;
     int8_t qs[32];
 } ggml_q8_0;
 
-/* ggml's x86 (AVX/AVX2) quantize_row_q8_0, from its definition: per 32 values
- * d = fp16(amax / 127), q = round-half-even(x * (127 / amax)), saturated to int8. */
-static void ref_quantize_q8_0(const float *x, size_t k, ggml_q8_0 *y) {
-    for (size_t b = 0; b < k / 32; b++) {
+/* C model of ggml's x86 (AVX/AVX2) quantize_row_q8_0, with ggml's from_float signature: per 32
+ * values d = fp16(amax / 127), q = round-half-even(x * (127 / amax)), saturated to int8. */
+static int model_calls = 0;
+static void model_quantize_q8_0(const float *x, void *vy, int64_t k) {
+    ggml_q8_0 *y = vy;
+    model_calls++;
+    for (int64_t b = 0; b < k / 32; b++) {
         float amax = 0.0f;
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
         y[b].d = float_to_half(amax / 127.f);
@@ -106,18 +113,47 @@ static void ref_quantize_q8_0(const float *x, size_t k, ggml_q8_0 *y) {
     }
 }
 
-/* Reference: row r of a pq2_0 matrix dotted with a q8_0 column (k / 128 quads), in the float
- * order of ggml's vec_dot_pq2_0_q8_0: acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3). */
-static float ref_row_dot_q8_0(const uint8_t *w, size_t k, size_t r, const t2p_block_q8_0_quad *y) {
+/* A from_float that no quantizer is: -128 / +127 everywhere, the largest, smallest and a
+ * negative fp16 scale, to reach the kernels' extremes. Each block's choice depends on its first
+ * value only (t2p calls from_float on pieces of any length). */
+static void extreme_q8_0(const float *x, void *vy, int64_t k) {
+    ggml_q8_0 *y = vy;
+    for (int64_t b = 0; b < k / 32; b++) {
+        uint32_t u;
+        memcpy(&u, &x[32 * b], 4);
+        u = (u ^ (u >> 13)) * 0x9E3779B1u;
+        y[b].d = (u >> 28) % 3 == 0 ? 0x7BFF : (u >> 28) % 3 == 1 ? 0x0001 : 0xBC00; /* 65504, 2^-24, -1 */
+        for (int i = 0; i < 32; i++) y[b].qs[i] = (int8_t) ((u >> 20) % 2 ? 127 : -128);
+    }
+}
+
+/* Reference: row r of a pq2_0 matrix dotted with a q8_K column, float order of the library. */
+static float ref_dot_q8_K(const uint8_t *w, size_t k, size_t r, const ggml_q8_K *y) {
+    size_t nb = k / 128;
+    float acc = 0.0f;
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + (r * nb + b) * 34;
+        const ggml_q8_K *yb = &y[b / 2];
+        int32_t isum = 0;
+        for (int j = 0; j < 128; j++) isum += (pq_code(blk, j) - 1) * yb->qs[128 * (b % 2) + j];
+        acc = acc + (half_to_float(pq_d(blk)) * yb->d) * (float) isum;
+    }
+    return acc;
+}
+
+/* Reference: row r dotted with ggml q8_0 blocks (k / 32 of them), in the float order of ggml's
+ * vec_dot_pq2_0_q8_0: acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3). */
+static float ref_dot_q8_0(const uint8_t *w, size_t k, size_t r, const ggml_q8_0 *y) {
     size_t nb = k / 128;
     float acc = 0.0f;
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + (r * nb + b) * 34;
         float s = 0.0f;
         for (int j = 0; j < 4; j++) {
+            const ggml_q8_0 *q = &y[4 * b + (size_t) j];
             int32_t isum = 0;
-            for (int i = 32 * j; i < 32 * j + 32; i++) isum += (pq_code(blk, i) - 1) * y[b].qs[i];
-            float t = y[b].d[j] * (float) isum;
+            for (int i = 0; i < 32; i++) isum += (pq_code(blk, 32 * j + i) - 1) * q->qs[i];
+            float t = half_to_float(q->d) * (float) isum;
             s = j == 0 ? t : s + t;
         }
         acc = acc + half_to_float(pq_d(blk)) * s;
@@ -127,19 +163,11 @@ static float ref_row_dot_q8_0(const uint8_t *w, size_t k, size_t r, const t2p_bl
 
 static uint8_t *random_pq2_0(size_t rows, size_t k) {
     size_t n = rows * k / 128;
-    uint8_t *w = aligned_alloc(64, (n * 34 + 63) / 64 * 64);
-    static const float scales[] = {0.0f, 0.5f, -0.25f, 1.0f, 0.0117f, 3.5f};
+    uint8_t *w = xalloc(n * 34);
+    static const uint16_t scales[] = {0, 0x3800, 0xB400, 0x3C00, 0x2200, 0x4300}; /* 0, .5, -.25, 1, ~.0117, 3.5 */
     for (size_t b = 0; b < n; b++) {
         uint8_t *blk = w + b * 34;
-        float s = scales[rnd() % 6];
-        uint16_t h;
-        /* Encode a few exact halves by hand: these values are exactly representable. */
-        if (s == 0.0f) h = 0;
-        else if (s == 0.5f) h = 0x3800;
-        else if (s == -0.25f) h = 0xB400;
-        else if (s == 1.0f) h = 0x3C00;
-        else if (s == 3.5f) h = 0x4300;
-        else h = 0x2200; /* ~0.0117 */
+        uint16_t h = scales[rnd() % 6];
         blk[0] = (uint8_t) h;
         blk[1] = (uint8_t) (h >> 8);
         for (int j = 0; j < 32; j++) blk[2 + j] = (uint8_t) rnd(); /* all four codes, 3 included */
@@ -153,428 +181,508 @@ static void random_floats(float *x, size_t n) {
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
+static int is_supported_isa(uint32_t isa) { return t2p_isa_supported(isa) && t2p_isa_name(isa) != NULL; }
+
 static void test_version_and_isa(void) {
     CHECK(t2p_version() != NULL && strlen(t2p_version()) >= 5, "version string");
     unsigned maj, min, pat;
     CHECK(sscanf(t2p_version(), "%u.%u.%u", &maj, &min, &pat) == 3, "version format");
     CHECK(t2p_version_number() == maj * 10000 + min * 100 + pat, "version number");
+    CHECK(t2p_version_number() >= 200, "the plan ABI is 0.2: %u", (unsigned) t2p_version_number());
     uint32_t active = t2p_active_isa();
     CHECK(t2p_isa_supported(active), "active ISA supported");
     CHECK(t2p_isa_name(active) != NULL, "active ISA name");
-    CHECK(t2p_isa_name(99) == NULL, "unknown ISA name is NULL");
+    CHECK(t2p_isa_name(99) == NULL && t2p_isa_name(T2P_ISA_ACTIVE) == NULL, "unknown ISA name is NULL");
+    CHECK(!t2p_isa_supported(99) && !t2p_isa_supported(T2P_ISA_ACTIVE), "unknown ISA unsupported");
     CHECK(t2p_isa_supported(T2P_ISA_SCALAR), "scalar always supported");
     CHECK_STATUS(t2p_set_isa(99), T2P_STATUS_INVALID_ARGUMENT);
 #if defined(__x86_64__)
     CHECK_STATUS(t2p_set_isa(T2P_ISA_NEON_I8MM), T2P_STATUS_UNSUPPORTED_ISA);
+    CHECK(t2p_cpu_features() & T2P_CPU_AVX2, "x86_64 baseline: AVX2");
 #else
     CHECK_STATUS(t2p_set_isa(T2P_ISA_AVX2), T2P_STATUS_UNSUPPORTED_ISA);
+    CHECK(t2p_cpu_features() & T2P_CPU_NEON, "aarch64: NEON");
 #endif
     CHECK(t2p_active_isa() == active, "failed set_isa leaves the path unchanged");
     for (uint32_t s = 0; s < 9; s++) CHECK(t2p_status_string(s) != NULL, "status string %u", s);
-    printf("t2p %s, cpu features 0x%x, active path %s\n", t2p_version(), t2p_cpu_features(),
+    CHECK(strcmp(t2p_status_string(0), "ok") == 0, "status 0 is ok");
+    printf("t2p %s, cpu features 0x%x, active path %s, paths:", t2p_version(), t2p_cpu_features(),
            t2p_isa_name(active));
+    for (uint32_t isa = 0; isa < 16; isa++)
+        if (is_supported_isa(isa)) printf(" %s", t2p_isa_name(isa));
+    printf("\n");
 }
 
-/* Checks the T2P bytes against the layout definition, byte by byte. */
+/* The T2P bytes against the layout definition, byte by byte; padded rows are code 1, scale 0. */
 static void check_t2p_layout(const uint8_t *pq, const uint8_t *t2p, size_t rows, size_t k) {
     size_t nb = k / 128;
     int bad = 0;
-    for (size_t g = 0; g < rows / 4; g++) {
+    for (size_t g = 0; g < (rows + 3) / 4; g++) {
         for (size_t b = 0; b < nb; b++) {
             const uint8_t *blk = t2p + (g * nb + b) * 136;
             for (int r = 0; r < 4; r++) {
-                const uint8_t *src = pq + ((4 * g + r) * nb + b) * 34;
-                bad += blk[2 * r] != src[0] || blk[2 * r + 1] != src[1];
+                const uint8_t *src = 4 * g + r < rows ? pq + ((4 * g + r) * nb + b) * 34 : NULL;
+                bad += blk[2 * r] != (src ? src[0] : 0) || blk[2 * r + 1] != (src ? src[1] : 0);
             }
             for (int p = 0; p < 2; p++)
                 for (int wd = 0; wd < 4; wd++)
                     for (int j = 0; j < 16; j++) {
-                        int r = 2 * p + (j >= 8);
-                        const uint8_t *src = pq + ((4 * g + r) * nb + b) * 34;
+                        size_t r = 4 * g + 2 * (size_t) p + (j >= 8);
                         for (int s = 0; s < 4; s++) {
                             int kk = 8 * (4 * wd + s) + (j & 7);
                             int u = (blk[8 + 64 * p + 16 * wd + j] >> (2 * s)) & 3;
-                            bad += u != pq_code(src, kk);
+                            bad += u != (r < rows ? pq_code(pq + (r * nb + b) * 34, kk) : 1);
                         }
                     }
         }
     }
-    CHECK(bad == 0, "%d mismatches with the T2P layout definition", bad);
+    CHECK(bad == 0, "%zux%zu: %d mismatches with the T2P layout definition", rows, k, bad);
 }
 
-static void test_repack(void) {
-    const size_t rows = 12, k = 512;
-    size_t bytes = 0;
+static void test_repack(size_t rows, size_t k) {
+    size_t bytes = 0, src = 0;
     CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
-    CHECK(bytes == rows * k / 128 * 34, "repack size %zu", bytes);
-    uint8_t *pq = random_pq2_0(rows, k);
-    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    uint8_t *back = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(bytes == (rows + 3) / 4 * (k / 128) * 136, "%zux%zu: T2P size %zu", rows, k, bytes);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_PQ2_0, rows, k, &src), T2P_STATUS_OK);
+    CHECK(src == rows * k / 128 * 34, "pq2_0 size %zu", src);
+    uint8_t *pq = random_pq2_0(rows, k), *t = xalloc(bytes), *back = xalloc(bytes);
+    memset(t, 0xCD, bytes);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, src, t, bytes, rows, k), T2P_STATUS_OK);
     check_t2p_layout(pq, t, rows, k);
-    CHECK_STATUS(t2p_unpack_to_pq2_0(t, bytes, back, bytes, rows, k), T2P_STATUS_OK);
-    CHECK(memcmp(back, pq, bytes) == 0, "unpack round trip");
-    /* In place gives the same bytes as out of place. */
-    CHECK_STATUS(t2p_repack_pq2_0(back, bytes, back, bytes, rows, k), T2P_STATUS_OK);
+    memset(back, 0xCD, bytes + 1);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, back, src, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(back, pq, src) == 0, "unpack round trip");
+    CHECK(back[src] == 0xCD, "unpack writes only the source size");
+    /* In place (a buffer of the T2P size, the pq2_0 bytes at its start) equals out of place. */
+    memcpy(back, pq, src);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, back, bytes, back, bytes, rows, k), T2P_STATUS_OK);
     CHECK(memcmp(back, t, bytes) == 0, "in-place repack");
+    memcpy(back, pq, src);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_Q2_0_G128, back, bytes, back, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(back, t, bytes) == 0, "in-place repack of legacy Q2_0 g128");
     free(pq);
     free(t);
     free(back);
 }
 
-static void test_gemv_gemm(size_t rows, size_t k) {
-    size_t bytes = 0, q8 = 0, x4 = 0;
+/* One matrix, one activation type, every column count: see the file comment. `from_float` is
+ * NULL (t2p's q8_0 quantizer), model_quantize_q8_0 or extreme_q8_0 (q8_0 plans only). */
+static void test_plan(size_t rows, size_t k, uint32_t act, T2pQ8_0FromFloat from_float, const char *what) {
+    size_t bytes = 0;
     CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
-    uint8_t *pq = random_pq2_0(rows, k);
-    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
-
-    for (size_t ncols = 1; ncols <= 9; ncols++) {
-        float *x = malloc(sizeof(float) * k * ncols);
-        random_floats(x, k * ncols);
-        if (ncols == 3) for (size_t i = 0; i < k; i++) x[i] = (i % 2) ? 1e30f : -1e30f; /* extremes */
-        if (ncols == 4) memset(x + k, 0, sizeof(float) * k);                           /* a zero column */
-        CHECK_STATUS(t2p_activation_size(k, ncols, &q8, &x4), T2P_STATUS_OK);
-        t2p_block_q8_K *y = aligned_alloc(64, (q8 + 63) / 64 * 64);
-        void *y4 = aligned_alloc(64, (x4 + 63) / 64 * 64);
-        for (size_t c = 0; c < ncols; c++)
-            CHECK_STATUS(t2p_quantize_q8_K(x + c * k, k, y + c * (k / 256), q8 - c * (k / 256) * sizeof *y), T2P_STATUS_OK);
-        CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, ncols, y4, x4), T2P_STATUS_OK);
-        /* bsums of every q8_K block are the sums of its 16-value groups. */
-        for (size_t b = 0; b < ncols * k / 256; b++)
-            for (int i = 0; i < 16; i++) {
-                int s = 0;
-                for (int j = 0; j < 16; j++) s += y[b].qs[16 * i + j];
-                CHECK(s == y[b].bsums[i], "bsums");
-            }
-
-        const size_t ld = rows + 3;
-        float *ref = malloc(sizeof(float) * ld * ncols), *out = malloc(sizeof(float) * ld * ncols);
-        for (size_t c = 0; c < ncols; c++)
-            for (size_t r = 0; r < rows; r++) ref[c * ld + r] = ref_row_dot(pq, k, r, y + c * (k / 256));
-        for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
-        if (ncols == 1) {
-            /* Two calls on disjoint row ranges, as two ggml threads would do. */
-            CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, q8, out, ld, 0, 4), T2P_STATUS_OK);
-            CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, q8, out, ld, 4, rows), T2P_STATUS_OK);
-            /* The ggml-compatible stock vec_dot on the file layout. */
-            for (size_t r = 0; r < rows; r++) {
-                float s = 0.0f;
-                t2p_vec_dot_pq2_0_q8_K((int) k, &s, 0, pq + r * (k / 128) * 34, 0, y, 0, 1);
-                CHECK(same_bits(s, ref[r]), "vec_dot row %zu: %g vs %g", r, s, ref[r]);
-            }
-        } else {
-            CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 0, 4), T2P_STATUS_OK);
-            CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 4, rows), T2P_STATUS_OK);
-        }
-        int bad = 0;
-        for (size_t c = 0; c < ncols; c++) {
-            for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
-            for (size_t r = rows; r < ld; r++) bad += out[c * ld + r] != -7.0f; /* stride gap untouched */
-        }
-        CHECK(bad == 0, "%zux%zu x %zu columns: %d outputs differ from the C reference", rows, k, ncols, bad);
-        /* The reference entry points agree too. */
-        if (ncols == 1) {
-            CHECK_STATUS(t2p_gemv_reference(t, bytes, rows, k, y, q8, out, ld, 0, rows), T2P_STATUS_OK);
-        } else {
-            CHECK_STATUS(t2p_gemm_reference(t, bytes, rows, k, y4, x4, ncols, out, ld, ld * ncols, 0, rows), T2P_STATUS_OK);
-        }
-        bad = 0;
-        for (size_t c = 0; c < ncols; c++)
-            for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
-        CHECK(bad == 0, "reference entry point, %zu columns: %d differ", ncols, bad);
-        free(x);
-        free(y);
-        free(y4);
-        free(ref);
-        free(out);
-    }
-    free(pq);
-    free(t);
-}
-
-/* q8_0 activations: t2p_quantize_q8_0 equals ggml's x86 rounding (via t2p_q8_0_from_ggml of the
- * C model above); gemv / gemm, active path and reference, equal the C reference bit for bit. */
-static void test_q8_0(size_t rows, size_t k) {
-    size_t bytes = 0, qb = 0;
-    const size_t nq = k / 128;
-    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
-    uint8_t *pq = random_pq2_0(rows, k);
-    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
-
-    for (size_t ncols = 1; ncols <= 9; ncols++) {
-        float *x = malloc(sizeof(float) * k * ncols);
-        random_floats(x, k * ncols);
-        if (ncols >= 3) { /* column 1: extremes, ties and zero blocks */
-            float *c1 = x + k;
-            for (size_t i = 0; i < k; i++) c1[i] = (i % 2) ? 60000.0f : -59999.0f;
-            static const float ties[] = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 126.5f, -126.5f};
-            for (int i = 0; i < 8; i++) c1[32 + i] = ties[i]; /* amax 127: id = 1, halves tie */
-            for (int i = 8; i < 32; i++) c1[32 + i] = 0.25f;
-            for (int i = 0; i < 32; i++) c1[64 + i] = 0.0f;    /* an all-zero block: d = 0 */
-            for (int i = 0; i < 32; i++) c1[96 + i] = 1e-6f * (float) (i - 16); /* tiny scale */
-        }
-        if (ncols == 4) memset(x + 2 * k, 0, sizeof(float) * k); /* a zero column */
-        CHECK_STATUS(t2p_activation_size_q8_0(k, ncols, &qb), T2P_STATUS_OK);
-        CHECK(qb == ncols * nq * 160 && qb == ncols * nq * T2P_Q8_0_QUAD_BLOCK_BYTES, "q8_0 size %zu", qb);
-        t2p_block_q8_0_quad *y = aligned_alloc(64, (qb + 63) / 64 * 64);
-        t2p_block_q8_0_quad *y2 = aligned_alloc(64, (qb + 63) / 64 * 64);
-        ggml_q8_0 *g = malloc(sizeof(ggml_q8_0) * k / 32 * ncols);
-        CHECK(sizeof(ggml_q8_0) == T2P_GGML_Q8_0_BLOCK_BYTES, "block_q8_0 is 34 bytes");
-        for (size_t c = 0; c < ncols; c++) {
-            CHECK_STATUS(t2p_quantize_q8_0(x + c * k, k, y + c * nq, qb - c * nq * sizeof *y), T2P_STATUS_OK);
-            ref_quantize_q8_0(x + c * k, k, g + c * (k / 32));
-        }
-        /* the whole batch converted in one call: columns are back to back in both layouts */
-        CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof(ggml_q8_0) * k / 32 * ncols, k * ncols, y2, qb), T2P_STATUS_OK);
-        CHECK(memcmp(y, y2, qb) == 0, "%zu columns: t2p_quantize_q8_0 differs from ggml's x86 rounding", ncols);
-        int bad = 0;
-        for (size_t b = 0; b < ncols * nq; b++)
-            for (int j = 0; j < 4; j++) {
-                int sum = 0;
-                for (int i = 0; i < 32; i++) {
-                    sum += y[b].qs[32 * j + i];
-                    bad += y[b].qs[32 * j + i] != g[4 * b + (size_t) j].qs[i];
-                }
-                bad += sum != y[b].sums[j];
-                bad += !same_bits(y[b].d[j], half_to_float(g[4 * b + (size_t) j].d));
-            }
-        CHECK(bad == 0, "%d quad fields differ from the ggml blocks", bad);
-        if (ncols >= 3) {
-            const t2p_block_q8_0_quad *q = &y[nq]; /* column 1, quad 0 */
-            static const int8_t even[8] = {127, 0, 2, 2, 0, -2, 126, -126};
-            CHECK(memcmp(&q[0].qs[32], even, 8) == 0 && q[0].d[1] == 1.0f, "ties to even: %d %d %d %d %d %d %d %d",
-                  q[0].qs[32], q[0].qs[33], q[0].qs[34], q[0].qs[35], q[0].qs[36], q[0].qs[37], q[0].qs[38],
-                  q[0].qs[39]);
-            CHECK(q[0].d[2] == 0.0f && q[0].sums[2] == 0, "zero block");
-            CHECK(q[0].d[0] == half_to_float(float_to_half(60000.0f / 127.f)), "extreme scale");
-        }
-
-        const size_t ld = rows + 3;
-        float *ref = malloc(sizeof(float) * ld * ncols), *out = malloc(sizeof(float) * ld * ncols);
-        for (size_t c = 0; c < ncols; c++)
-            for (size_t r = 0; r < rows; r++) ref[c * ld + r] = ref_row_dot_q8_0(pq, k, r, y + c * nq);
-        for (int pass = 0; pass < 2; pass++) { /* active path, then the reference entry points */
-            for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
-            if (ncols == 1) {
-                T2pStatus (*gemv)(const void *, size_t, size_t, size_t, const void *, size_t, float *, size_t, size_t,
-                                  size_t) = pass ? t2p_gemv_q8_0_reference : t2p_gemv_q8_0;
-                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 0, 4), T2P_STATUS_OK);
-                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 4, rows), T2P_STATUS_OK);
-                CHECK_STATUS(gemv(t, bytes, rows, k, y, qb, out, ld, 4, 4), T2P_STATUS_OK); /* empty range */
-            } else {
-                T2pStatus (*gemm)(const void *, size_t, size_t, size_t, const void *, size_t, size_t, float *, size_t,
-                                  size_t, size_t, size_t) = pass ? t2p_gemm_q8_0_reference : t2p_gemm_q8_0;
-                CHECK_STATUS(gemm(t, bytes, rows, k, y, qb, ncols, out, ld, ld * ncols, 0, 4), T2P_STATUS_OK);
-                CHECK_STATUS(gemm(t, bytes, rows, k, y, qb, ncols, out, ld, ld * ncols, 4, rows), T2P_STATUS_OK);
-            }
-            bad = 0;
-            for (size_t c = 0; c < ncols; c++) {
-                for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
-                for (size_t r = rows; r < ld; r++) bad += out[c * ld + r] != -7.0f; /* stride gap untouched */
-            }
-            CHECK(bad == 0, "q8_0 %zux%zu x %zu columns (%s): %d outputs differ from the C reference", rows, k, ncols,
-                  pass ? "reference" : "active path", bad);
-        }
-        free(x);
-        free(y);
-        free(y2);
-        free(g);
-        free(ref);
-        free(out);
-    }
-
-    /* Extreme activations that no quantizer writes: -128 and +127 everywhere with the largest
-     * fp16 scale, against code 3 (+2) weights among the random ones. */
+    uint8_t *pq = random_pq2_0(rows, k), *w = xalloc(bytes);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, rows * k / 128 * 34, w, bytes, rows, k), T2P_STATUS_OK);
+    const uint32_t want_act = k % 256 ? T2P_ACT_Q8_0 : act;
+    int bad_total = 0;
+    /* Nine columns, the same for every column count: column 1 extremes, column 2 zero, column 0
+     * an all-zero block. Column c alone through a one-column plan gives single[c * rows + r]. */
+    const size_t ld_x = k + 3, x_all = 8 * ld_x + k;
+    float *x = xalloc(sizeof(float) * x_all), *single = xalloc(sizeof(float) * rows * 9);
+    random_floats(x, x_all);
+    for (size_t i = 0; i < k; i++) x[ld_x + i] = (i % 2) ? 60000.0f : -59999.0f;
+    memset(x + 2 * ld_x, 0, sizeof(float) * k);
+    memset(x, 0, sizeof(float) * 32);
     {
-        ggml_q8_0 *g = malloc(sizeof(ggml_q8_0) * k / 32 * 2);
-        for (size_t b = 0; b < k / 32 * 2; b++) {
-            g[b].d = (b % 3 == 0) ? 0x7BFF : (b % 3 == 1) ? 0x0001 : 0xBC00; /* 65504, 2^-24, -1 */
-            for (int i = 0; i < 32; i++) g[b].qs[i] = (int8_t) ((b / 2) % 2 ? 127 : -128);
+        T2pPlan one;
+        CHECK_STATUS(t2p_plan_init(&one, act, rows, k, 1), T2P_STATUS_OK);
+        uint8_t *work = xalloc(one.work_bytes);
+        int bad = 0;
+        for (size_t c = 0; c < 9; c++) {
+            CHECK_STATUS(t2p_plan_quantize(&one, x + c * ld_x, k, k, from_float, work, one.work_bytes, 0, 1), T2P_STATUS_OK);
+            CHECK_STATUS(t2p_plan_compute(&one, T2P_ISA_SCALAR, w, bytes, work, one.work_bytes, single + c * rows, rows,
+                                          rows, 0, rows),
+                         T2P_STATUS_OK);
+            if (one.act != T2P_ACT_Q8_K) continue;
+            /* q8_K, one column: the work buffer is plain ggml block_q8_K; C reference and stock vec_dot. */
+            const ggml_q8_K *y = (const ggml_q8_K *) work;
+            CHECK(one.work_bytes == k / 256 * sizeof(ggml_q8_K) && sizeof(ggml_q8_K) == T2P_Q8_K_BLOCK_BYTES,
+                  "one q8_K column is plain block_q8_K");
+            for (size_t b = 0; b < k / 256; b++)
+                for (int i = 0; i < 16; i++) {
+                    int sum = 0;
+                    for (int j = 0; j < 16; j++) sum += y[b].qs[16 * i + j];
+                    bad += sum != y[b].bsums[i];
+                }
+            for (size_t r = 0; r < rows; r++) {
+                float v = 0.0f;
+                bad += !same_bits(single[c * rows + r], ref_dot_q8_K(pq, k, r, y));
+                t2p_vec_dot_pq2_0_q8_K((int) k, &v, 0, pq + r * (k / 128) * 34, 0, y, 0, 1);
+                bad += !same_bits(v, single[c * rows + r]);
+            }
         }
-        t2p_block_q8_0_quad *y = aligned_alloc(64, nq * 2 * 160);
-        CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof(ggml_q8_0) * k / 32 * 2, 2 * k, y, nq * 2 * 160), T2P_STATUS_OK);
-        float *out = malloc(sizeof(float) * rows * 2), *out_ref = malloc(sizeof(float) * rows * 2);
-        CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, nq * 2 * 160, 2, out, rows, 2 * rows, 0, rows), T2P_STATUS_OK);
-        CHECK_STATUS(t2p_gemm_q8_0_reference(t, bytes, rows, k, y, nq * 2 * 160, 2, out_ref, rows, 2 * rows, 0, rows),
+        CHECK(bad == 0, "%s %zux%zu: %d one-column q8_K oracle outputs differ from the C reference", what, rows, k, bad);
+        free(work);
+    }
+
+    for (size_t ncols = 1; ncols <= 9; ncols++) {
+        T2pPlan plan;
+        CHECK_STATUS(t2p_plan_init(&plan, act, rows, k, ncols), T2P_STATUS_OK);
+        CHECK(plan.act == want_act && plan.rows == rows && plan.k == k && plan.ncols == ncols && plan.work_bytes > 0 &&
+                  plan.work_bytes % 4 == 0,
+              "%s plan %zux%zu x %zu: act %u work %zu", what, rows, k, ncols, plan.act, plan.work_bytes);
+        const size_t x_len = (ncols - 1) * ld_x + k;
+
+        /* Shares: 3 threads in reverse order equal one thread, and cover the whole buffer. */
+        uint8_t *work = xalloc(plan.work_bytes), *work1 = xalloc(plan.work_bytes);
+        memset(work, 0xA5, plan.work_bytes);
+        memset(work1, 0x5A, plan.work_bytes);
+        for (uint32_t ith = 3; ith-- > 0;)
+            CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, from_float, work, plan.work_bytes, ith, 3), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, from_float, work1, plan.work_bytes, 0, 1), T2P_STATUS_OK);
+        CHECK(memcmp(work, work1, plan.work_bytes) == 0, "%s %zu cols: 3 shares differ from 1", what, ncols);
+        /* Many more shares than units: some are empty, the result is the same. */
+        memset(work1, 0x5A, plan.work_bytes);
+        for (uint32_t ith = 0; ith < 1000; ith++)
+            CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, from_float, work1, plan.work_bytes, ith, 1000),
+                         T2P_STATUS_OK);
+        CHECK(memcmp(work, work1, plan.work_bytes) == 0, "%s %zu cols: 1000 shares differ from 3", what, ncols);
+        if (plan.act == T2P_ACT_Q8_0 && from_float == model_quantize_q8_0) {
+            /* t2p's own quantizer has ggml's x86 rounding: the same work buffer. */
+            CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, NULL, work1, plan.work_bytes, 0, 1), T2P_STATUS_OK);
+            CHECK(memcmp(work, work1, plan.work_bytes) == 0, "%zu cols: t2p's q8_0 differs from ggml's rounding", ncols);
+        }
+
+        /* The oracle, one call over all rows, against the C reference. */
+        const size_t ld = rows + 2, out_len = (ncols - 1) * ld + rows;
+        float *ref = xalloc(sizeof(float) * ld * ncols), *out = xalloc(sizeof(float) * ld * ncols);
+        CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, bytes, work, plan.work_bytes, ref, ld, out_len, 0, rows),
                      T2P_STATUS_OK);
         int bad = 0;
-        for (size_t c = 0; c < 2; c++)
-            for (size_t r = 0; r < rows; r++) {
-                const float want = ref_row_dot_q8_0(pq, k, r, y + c * nq);
-                bad += !same_bits(out[c * rows + r], want) + !same_bits(out_ref[c * rows + r], want);
+        if (plan.act == T2P_ACT_Q8_0 && from_float != NULL) {
+            ggml_q8_0 *g = xalloc(sizeof(ggml_q8_0) * k / 32);
+            for (size_t c = 0; c < ncols; c++) {
+                from_float(x + c * ld_x, g, (int64_t) k);
+                for (size_t r = 0; r < rows; r++) bad += !same_bits(ref[c * ld + r], ref_dot_q8_0(pq, k, r, g));
             }
-        CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y + nq, nq * 160, out, rows, 0, rows), T2P_STATUS_OK);
-        for (size_t r = 0; r < rows; r++) bad += !same_bits(out[r], ref_row_dot_q8_0(pq, k, r, y + nq));
-        CHECK(bad == 0, "extreme q8_0 activations: %d outputs differ", bad);
-        free(g);
-        free(y);
+            free(g);
+        }
+        /* Every column equals the same column computed alone (C-checked above for q8_K). */
+        for (size_t c = 0; c < ncols; c++)
+            for (size_t r = 0; r < rows; r++) bad += !same_bits(ref[c * ld + r], single[c * rows + r]);
+        CHECK(bad == 0, "%s %zux%zu x %zu cols: %d oracle outputs differ from the C reference", what, rows, k, ncols,
+              bad);
+
+        /* Every path, in chunks taken out of order (as threads would), equals the oracle. */
+        for (uint32_t isa = 0; isa < 16; isa++) {
+            if (!is_supported_isa(isa)) continue;
+            for (size_t nth = 1; nth <= 3; nth += 2) {
+                size_t n = 0;
+                CHECK_STATUS(t2p_plan_chunk_count(&plan, nth, &n), T2P_STATUS_OK);
+                CHECK(n >= 1, "chunk count");
+                if (nth == 3) n = (rows + 3) / 4 + 2; /* more chunks than row groups: some are empty */
+                for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
+                size_t covered = 0;
+                for (size_t j = 0; j < n; j++) {
+                    size_t i = (j * 5 + 3) % n, b = 99, e = 99;
+                    if (n % 5 == 0) i = n - 1 - j;
+                    CHECK_STATUS(t2p_plan_chunk_rows(&plan, i, n, &b, &e), T2P_STATUS_OK);
+                    CHECK(b <= e && e <= rows && b % 4 == 0 && (e % 4 == 0 || e == rows), "chunk %zu: %zu..%zu", i, b, e);
+                    covered += e - b;
+                    CHECK_STATUS(t2p_plan_compute(&plan, isa, w, bytes, work, plan.work_bytes, out, ld, out_len, b, e),
+                                 T2P_STATUS_OK);
+                }
+                CHECK(covered == rows, "chunks cover %zu of %zu rows", covered, rows);
+                bad = 0;
+                for (size_t c = 0; c < ncols; c++) {
+                    for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
+                    for (size_t r = rows; r < ld && c + 1 < ncols; r++) bad += out[c * ld + r] != -7.0f;
+                }
+                bad_total += bad;
+                CHECK(bad == 0, "%s %s %zux%zu x %zu cols, %zu chunks: %d outputs differ from the oracle", what,
+                      t2p_isa_name(isa), rows, k, ncols, n, bad);
+            }
+            /* T2P_ISA_ACTIVE follows t2p_set_isa. */
+            CHECK_STATUS(t2p_set_isa(isa), T2P_STATUS_OK);
+            for (size_t i = 0; i < ld * ncols; i++) out[i] = -7.0f;
+            CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_ACTIVE, w, bytes, work, plan.work_bytes, out, ld, out_len, 0,
+                                          rows),
+                         T2P_STATUS_OK);
+            bad = 0;
+            for (size_t c = 0; c < ncols; c++)
+                for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
+            CHECK(bad == 0, "%s active path %s: %d outputs differ", what, t2p_isa_name(isa), bad);
+        }
+        free(work);
+        free(work1);
+        free(ref);
         free(out);
-        free(out_ref);
+    }
+    free(x);
+    /* The comparisons can fail: flip one weight code and the oracle's row 0 moves. */
+    {
+        T2pPlan plan;
+        CHECK_STATUS(t2p_plan_init(&plan, act, rows, k, 1), T2P_STATUS_OK);
+        float *x1 = xalloc(sizeof(float) * k), a = 0.0f, b = 0.0f;
+        for (size_t i = 0; i < k; i++) x1[i] = 1.0f;
+        uint8_t *work = xalloc(plan.work_bytes);
+        CHECK_STATUS(t2p_plan_quantize(&plan, x1, k, k, from_float, work, plan.work_bytes, 0, 1), T2P_STATUS_OK);
+        w[0] = 0x00; /* row 0 scale: 1.0 */
+        w[1] = 0x3C;
+        float o4[4];
+        CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, bytes, work, plan.work_bytes, o4, 4, 4, 0, 4), T2P_STATUS_OK);
+        a = o4[0];
+        w[8] ^= 0x01; /* row 0, one code */
+        CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, bytes, work, plan.work_bytes, o4, 4, 4, 0, 4), T2P_STATUS_OK);
+        b = o4[0];
+        CHECK(!same_bits(a, b), "a changed weight must change the output (%g)", a);
+        free(x1);
+        free(work);
+    }
+    CHECK_STATUS(t2p_set_isa(T2P_ISA_SCALAR), T2P_STATUS_OK);
+    printf("  plan %-22s %2zu x %4zu, 1..9 columns: %s\n", what, rows, k, bad_total ? "FAILED" : "bit-exact on every path");
+    free(pq);
+    free(w);
+    free(single);
+}
+
+/* Every error status of the plan functions; nothing written on error. */
+static void test_plan_misuse(void) {
+    const size_t rows = 8, k = 256, ncols = 5;
+    T2pPlan plan;
+    CHECK_STATUS(t2p_plan_init(NULL, T2P_ACT_Q8_0, rows, k, ncols), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_init(&plan, 7, rows, k, ncols), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_0, 0, k, ncols), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_0, rows, 0, ncols), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_0, rows, 200, ncols), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_0, rows, k, 0), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_K, rows, k, SIZE_MAX / 2), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_0, SIZE_MAX / 2, k, ncols), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_K, rows, 384, ncols), T2P_STATUS_OK);
+    CHECK(plan.act == T2P_ACT_Q8_0, "k = 384 forces q8_0");
+    CHECK_STATUS(t2p_plan_init(&plan, T2P_ACT_Q8_K, rows, k, ncols), T2P_STATUS_OK);
+
+    /* A plan changed by hand is refused by every function. */
+    size_t n = 0, b = 0, e = 0;
+    const T2pPlan *bads[6];
+    T2pPlan p_act = plan, p_work = plan, p_rows = plan, p_k = plan, p_cols = plan, p_act2;
+    p_act.act = 9;
+    p_work.work_bytes += 4;
+    p_rows.rows = 0;
+    p_k.k = 200;
+    p_cols.ncols = 6; /* work_bytes no longer matches */
+    CHECK_STATUS(t2p_plan_init(&p_act2, T2P_ACT_Q8_0, rows, 384, 1), T2P_STATUS_OK);
+    p_act2.act = T2P_ACT_Q8_K; /* q8_K cannot hold k = 384 */
+    bads[0] = &p_act, bads[1] = &p_work, bads[2] = &p_rows, bads[3] = &p_k, bads[4] = &p_cols, bads[5] = &p_act2;
+    for (int i = 0; i < 6; i++) {
+        T2pStatus s = t2p_plan_chunk_count(bads[i], 2, &n);
+        CHECK(s == T2P_STATUS_INVALID_ARGUMENT || s == T2P_STATUS_INVALID_SHAPE, "bad plan %d: chunk_count %u", i, s);
+        s = t2p_plan_chunk_rows(bads[i], 0, 1, &b, &e);
+        CHECK(s == T2P_STATUS_INVALID_ARGUMENT || s == T2P_STATUS_INVALID_SHAPE, "bad plan %d: chunk_rows %u", i, s);
+    }
+    CHECK_STATUS(t2p_plan_chunk_count(&p_act, 2, &n), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_chunk_count(&p_work, 2, &n), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_chunk_count(&p_rows, 2, &n), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_chunk_count(&p_k, 2, &n), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_plan_chunk_count(&p_act2, 2, &n), T2P_STATUS_INVALID_ARGUMENT);
+
+    CHECK_STATUS(t2p_plan_chunk_count(NULL, 2, &n), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_chunk_count(&plan, 2, NULL), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_chunk_count(&plan, 0, &n), T2P_STATUS_OK); /* 0 threads: as 1 */
+    CHECK(n == 1, "a small product is one chunk: %zu", n);
+    CHECK_STATUS(t2p_plan_chunk_rows(NULL, 0, 1, &b, &e), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_chunk_rows(&plan, 0, 1, NULL, &e), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_chunk_rows(&plan, 0, 1, &b, NULL), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_plan_chunk_rows(&plan, 0, 0, &b, &e), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_chunk_rows(&plan, 3, 3, &b, &e), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_chunk_rows(&plan, 1, 2, &b, &e), T2P_STATUS_OK);
+    CHECK(b == 4 && e == 8, "chunk 1 of 2: %zu..%zu", b, e);
+    { /* a large product is split: several chunks per thread, at most one per row group */
+        T2pPlan big;
+        CHECK_STATUS(t2p_plan_init(&big, T2P_ACT_Q8_0, 4096, 4096, 1), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_plan_chunk_count(&big, 4, &n), T2P_STATUS_OK);
+        CHECK(n > 4 && n <= 1024, "4096 x 4096 on 4 threads: %zu chunks", n);
+        CHECK_STATUS(t2p_plan_init(&big, T2P_ACT_Q8_0, 6, 1 << 20, 1), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_plan_chunk_count(&big, 64, &n), T2P_STATUS_OK);
+        CHECK(n <= 2, "6 rows: at most 2 chunks, got %zu", n);
+    }
+
+    size_t bytes = 0;
+    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
+    uint8_t *pq = random_pq2_0(rows, k), *w = xalloc(bytes + 2);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, w, bytes, rows, k), T2P_STATUS_OK);
+    const size_t x_len = ncols * k;
+    float *x = xalloc(sizeof(float) * (x_len + 1));
+    random_floats(x, x_len + 1);
+    uint8_t *work = xalloc(plan.work_bytes + 4);
+    memset(work, 0x5A, plan.work_bytes + 4);
+#define Q(pl, xx, ldx, xl, wk, wb, i, t) t2p_plan_quantize(pl, xx, ldx, xl, NULL, wk, wb, i, t)
+    CHECK_STATUS(Q(NULL, x, k, x_len, work, plan.work_bytes, 0, 1), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(Q(&p_work, x, k, x_len, work, plan.work_bytes, 0, 1), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(Q(&plan, NULL, k, x_len, work, plan.work_bytes, 0, 1), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(Q(&plan, x, k, x_len, NULL, plan.work_bytes, 0, 1), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(Q(&plan, x, k, x_len - 1, work, plan.work_bytes, 0, 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(Q(&plan, x, k - 1, x_len, work, plan.work_bytes, 0, 1), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(Q(&plan, x, k, x_len, work, plan.work_bytes - 1, 0, 1), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(Q(&plan, x, k, x_len, work + 2, plan.work_bytes, 0, 1), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(Q(&plan, (const float *) ((const char *) x + 2), k, x_len, work, plan.work_bytes, 0, 1),
+                 T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(Q(&plan, x, k, x_len, work, plan.work_bytes, 0, 0), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(Q(&plan, x, k, x_len, work, plan.work_bytes, 2, 2), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(Q(&plan, x, k, x_len, work, plan.work_bytes, 7, 3), T2P_STATUS_INVALID_ARGUMENT);
+    int untouched = 1;
+    for (size_t i = 0; i < plan.work_bytes + 4; i++) untouched &= work[i] == 0x5A;
+    CHECK(untouched, "failed quantizations wrote the work buffer");
+    CHECK_STATUS(Q(&plan, x, k, x_len, work, plan.work_bytes, 0, 1), T2P_STATUS_OK);
+    CHECK(work[plan.work_bytes] == 0x5A, "quantize writes only work_bytes");
+#undef Q
+
+    float out[8 * 5 + 1];
+    for (int i = 0; i < 41; i++) out[i] = 42.0f;
+    const size_t wb = plan.work_bytes;
+#define C(pl, isa, ww, wbytes, wk, wkb, o, ld, ol, rb, re) t2p_plan_compute(pl, isa, ww, wbytes, wk, wkb, o, ld, ol, rb, re)
+    CHECK_STATUS(C(NULL, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(C(&p_act, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(C(&p_work, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(C(&p_rows, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(C(&plan, 99, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(C(&plan, T2P_ISA_ACTIVE - 1, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_INVALID_ARGUMENT);
+#if defined(__x86_64__)
+    CHECK_STATUS(C(&plan, T2P_ISA_NEON, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_UNSUPPORTED_ISA);
+#else
+    CHECK_STATUS(C(&plan, T2P_ISA_AVX2, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_UNSUPPORTED_ISA);
+#endif
+    for (uint32_t isa = 0; isa < 16; isa++)
+        if (t2p_isa_name(isa) != NULL && !t2p_isa_supported(isa))
+            CHECK_STATUS(C(&plan, isa, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_UNSUPPORTED_ISA);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, NULL, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes - 1, work, wb, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w + 1, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, NULL, wb, out, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb - 1, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work + 2, wb, out, 8, 40, 0, 8), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, NULL, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 39, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 7, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, (float *) ((char *) out + 2), 8, 40, 0, 8),
+                 T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 4, 2), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 12), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 2, 8), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 6), T2P_STATUS_INVALID_SHAPE);
+    for (int i = 0; i < 41; i++) out[i] = 42.0f;
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 0, 8), T2P_STATUS_OK);
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 4, 4), T2P_STATUS_OK); /* empty range */
+    CHECK(out[40] == 42.0f, "compute writes only out_len");
+    for (int i = 0; i < 40; i++) out[i] = 42.0f;
+    CHECK_STATUS(C(&plan, T2P_ISA_SCALAR, w, bytes, work, wb, out, 8, 40, 4, 8), T2P_STATUS_OK);
+    untouched = 1;
+    for (int c = 0; c < 5; c++)
+        for (int r = 0; r < 4; r++) untouched &= out[8 * c + r] == 42.0f;
+    CHECK(untouched, "a row range writes only its rows");
+#undef C
+    { /* odd rows: the range may end at rows, not inside the padded group */
+        T2pPlan odd;
+        size_t ob = 0;
+        CHECK_STATUS(t2p_plan_init(&odd, T2P_ACT_Q8_0, 6, 128, 1), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repack_size(6, 128, &ob), T2P_STATUS_OK);
+        CHECK(ob == 2 * 136, "6 x 128 is 2 T2P blocks: %zu", ob);
+        uint8_t *wo = xalloc(ob), *wk = xalloc(odd.work_bytes);
+        uint8_t *po = random_pq2_0(6, 128);
+        CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, po, 6 * 34, wo, ob, 6, 128), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_plan_quantize(&odd, x, 128, 128, NULL, wk, odd.work_bytes, 0, 1), T2P_STATUS_OK);
+        float o[8] = {42, 42, 42, 42, 42, 42, 42, 42};
+        CHECK_STATUS(t2p_plan_compute(&odd, T2P_ISA_SCALAR, wo, ob, wk, odd.work_bytes, o, 6, 6, 4, 8), T2P_STATUS_INVALID_SHAPE);
+        CHECK_STATUS(t2p_plan_compute(&odd, T2P_ISA_SCALAR, wo, ob, wk, odd.work_bytes, o, 6, 5, 0, 6), T2P_STATUS_BUFFER_TOO_SMALL);
+        CHECK_STATUS(t2p_plan_compute(&odd, T2P_ISA_SCALAR, wo, ob, wk, odd.work_bytes, o, 6, 6, 0, 6), T2P_STATUS_OK);
+        CHECK(o[6] == 42.0f && o[7] == 42.0f, "padded rows are not written");
+        free(wo);
+        free(wk);
+        free(po);
     }
     free(pq);
-    free(t);
+    free(w);
+    free(x);
+    free(work);
 }
 
-static void test_q8_0_misuse(void) {
-    const size_t rows = 8, k = 256, nq = 2;
-    size_t bytes = 0, qb = 0;
-    CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
-    CHECK_STATUS(t2p_activation_size_q8_0(k, 5, NULL), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_activation_size_q8_0(100, 5, &qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_activation_size_q8_0(0, 5, &qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_activation_size_q8_0(128, 3, &qb), T2P_STATUS_OK);
-    CHECK(qb == 3 * 160, "128 x 3: %zu", qb);
-    CHECK_STATUS(t2p_activation_size_q8_0(k, SIZE_MAX / 100, &qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_activation_size_q8_0(k, 5, &qb), T2P_STATUS_OK);
-    uint8_t *pq = random_pq2_0(rows, k);
-    uint8_t *t = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
-
-    float x[256 * 5];
-    random_floats(x, 256 * 5);
-    uint8_t *raw = aligned_alloc(64, qb + 64);
-    t2p_block_q8_0_quad *y = (t2p_block_q8_0_quad *) raw;
-    memset(raw, 0x5A, qb + 64);
-    CHECK_STATUS(t2p_quantize_q8_0(NULL, k, y, qb), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_quantize_q8_0(x, k, NULL, qb), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_quantize_q8_0(x, 100, y, qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_quantize_q8_0(x, 0, y, qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_quantize_q8_0(x, k, y, nq * 160 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_quantize_q8_0(x, k, raw + 2, qb), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_quantize_q8_0((const float *) (raw + 2), k, y, qb), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_quantize_q8_0((const float *) raw, k, raw + 64, qb), T2P_STATUS_INVALID_ARGUMENT); /* overlap */
-    int untouched = 1;
-    for (size_t i = 0; i < qb + 64; i++) untouched &= raw[i] == 0x5A;
-    CHECK(untouched, "failed q8_0 quantizations wrote output");
-    CHECK_STATUS(t2p_quantize_q8_0(x, 128, y, 160), T2P_STATUS_OK); /* one quad: k = 128 is allowed */
-
-    ggml_q8_0 g[8 * 5 + 1];
-    ref_quantize_q8_0(x, 256 * 5, g);
-    CHECK_STATUS(t2p_q8_0_from_ggml(NULL, sizeof g, k, y, qb), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, NULL, qb), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, 96, y, qb), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_q8_0_from_ggml(g, 8 * 34 - 1, k, y, qb), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, y, nq * 160 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_q8_0_from_ggml((const char *) g + 1, sizeof g - 1, k, y, qb), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_q8_0_from_ggml(g, sizeof g, k, raw + 2, qb), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_q8_0_from_ggml(raw + 160, 8 * 34, k, raw, qb), T2P_STATUS_INVALID_ARGUMENT); /* in place */
-    CHECK_STATUS(t2p_quantize_q8_0(x, 256 * 5, y, qb), T2P_STATUS_OK);
-
-    float out[8 * 5];
-    for (int i = 0; i < 40; i++) out[i] = 42.0f;
-    const size_t y1 = nq * 160;
-    CHECK_STATUS(t2p_gemv_q8_0(NULL, bytes, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, NULL, y1, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, NULL, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes - 1, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1 - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 7, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 2, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 0, 12), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, y, y1, out, 8, 8, 4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, 6, k, y, y1, out, 8, 0, 4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, 128, y, y1, out, 8, 0, 8), T2P_STATUS_INVALID_SHAPE); /* k % 256 */
-    CHECK_STATUS(t2p_gemv_q8_0(t + 1, bytes, rows, k, y, y1, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_gemv_q8_0(t, bytes, rows, k, raw + 2, y1, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_gemv_q8_0_reference(t, bytes, rows, k, y, y1 - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 39, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 7, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 0, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb - 1, 5, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 6, out, 8, 48, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, SIZE_MAX / 2, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 40, 4, 2), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm_q8_0(NULL, bytes, rows, k, y, qb, 5, out, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemm_q8_0_reference(t, bytes, rows, k, y, qb, 5, NULL, 8, 40, 0, 8), T2P_STATUS_NULL_POINTER);
-    untouched = 1;
-    for (int i = 0; i < 40; i++) untouched &= out[i] == 42.0f;
-    CHECK(untouched, "failed q8_0 calls wrote output");
-    CHECK_STATUS(t2p_gemm_q8_0(t, bytes, rows, k, y, qb, 5, out, 8, 40, 0, 8), T2P_STATUS_OK);
-    free(pq);
-    free(t);
-    free(raw);
-}
-
-static void test_misuse(void) {
+static void test_repack_misuse(void) {
     const size_t rows = 8, k = 256;
-    size_t bytes = 0, q8 = 0, x4 = 0;
+    size_t bytes = 0, sz = 0;
     CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
-    CHECK_STATUS(t2p_repack_size(6, k, &bytes), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_repack_size(rows, 384, &bytes), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(0, k, &sz), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(rows, 200, &sz), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(rows, 0, &sz), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack_size(SIZE_MAX, 1 << 20, &sz), T2P_STATUS_INVALID_SHAPE);
     CHECK_STATUS(t2p_repack_size(rows, k, NULL), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_activation_size(k, 5, &q8, &x4), T2P_STATUS_OK);
-    CHECK_STATUS(t2p_activation_size(100, 5, &q8, &x4), T2P_STATUS_INVALID_SHAPE);
-    uint8_t *pq = random_pq2_0(rows, k);
-    uint8_t *t = aligned_alloc(64, 1024), *t_copy = malloc(bytes);
-    memset(t, 0xAB, 1024);
-    CHECK_STATUS(t2p_repack_pq2_0(NULL, bytes, t, bytes, rows, k), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, NULL, bytes, rows, k), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes - 1, t, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t + 1, bytes, rows, k), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, pq + 34, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, 5, k), T2P_STATUS_INVALID_SHAPE);
-    CHECK(t[0] == 0xAB && t[bytes - 1] == 0xAB, "failed repacks wrote nothing");
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ2_0, rows, 384, &sz), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ1_0, rows, 128, &sz), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_source_size(77, rows, k, &sz), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_PQ2_0, rows, k, NULL), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_PTQ1_0, 5, 128, &sz), T2P_STATUS_OK);
+    CHECK(sz == 5 * 28, "ptq1_0 size %zu", sz);
+    uint8_t *pq = random_pq2_0(rows, k), *t = xalloc(bytes + 64), *t_copy = xalloc(bytes);
+    memset(t, 0xAB, bytes + 64);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, NULL, bytes, t, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, NULL, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes - 1, t, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, t, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, t + 1, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq + 1, bytes, t, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, pq + 34, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, t, bytes, rows, 200), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, t, bytes, 0, k), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_repack(99, pq, bytes, t, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ2_0, pq, bytes, pq, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    { /* in place needs the T2P size for padded rows */
+        size_t b6 = 0;
+        CHECK_STATUS(t2p_repack_size(6, k, &b6), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, t, 6 * 2 * 34, t, 6 * 2 * 34, 6, k), T2P_STATUS_BUFFER_TOO_SMALL);
+        CHECK(b6 == 2 * 2 * 136, "6 x 256: %zu", b6);
+    }
+    int untouched = 1;
+    for (size_t i = 0; i < bytes + 64; i++) untouched &= t[i] == 0xAB;
+    CHECK(untouched, "failed repacks wrote nothing");
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, bytes, t, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(t[bytes] == 0xAB, "repack writes only the T2P size");
     memcpy(t_copy, t, bytes);
 
-    float x[256 * 5];
-    random_floats(x, 256 * 5);
-    t2p_block_q8_K y[1];
-    void *y4 = aligned_alloc(64, x4 + 64);
-    CHECK_STATUS(t2p_quantize_q8_K(NULL, k, y, sizeof y), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_quantize_q8_K(x, 100, y, sizeof y), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_quantize_q8_K(x, k, y, sizeof y - 1), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_quantize_q8_K(x, k, (char *) y4 + 1, sizeof y), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_quantize_q8_K(x, k, y, sizeof y), T2P_STATUS_OK);
-    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 5, y4, x4 - 1), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k - 1, k, 5, y4, x4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 0, y4, x4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_quantize_q8_K_x4(x, k, k, 5, y4, x4), T2P_STATUS_OK);
+    uint8_t *back = xalloc(bytes + 64);
+    memset(back, 0xEE, bytes + 64);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, NULL, bytes, back, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, NULL, bytes, rows, k), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes - 1, back, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, back, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t + 1, bytes, back, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, back + 1, bytes, rows, k), T2P_STATUS_MISALIGNED);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, t + 2, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, t, bytes, back, bytes, rows, 200), T2P_STATUS_INVALID_SHAPE);
+    CHECK_STATUS(t2p_unpack(88, t, bytes, back, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    untouched = 1;
+    for (size_t i = 0; i < bytes + 64; i++) untouched &= back[i] == 0xEE;
+    CHECK(untouched, "failed unpacks wrote nothing");
+    CHECK(memcmp(t, t_copy, bytes) == 0, "T2P weights untouched");
 
-    float out[8 * 5];
-    for (int i = 0; i < 40; i++) out[i] = 42.0f;
-    CHECK_STATUS(t2p_gemv(NULL, bytes, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, NULL, sizeof y, out, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, NULL, 8, 0, 8), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_gemv(t, bytes - 1, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y - 1, out, 8, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 7, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 2, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 0, 12), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv(t, bytes, rows, k, y, sizeof y, out, 8, 8, 4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv(t, bytes, 6, k, y, sizeof y, out, 8, 0, 4), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemv(t + 1, bytes, rows, k, y, sizeof y, out, 8, 0, 8), T2P_STATUS_MISALIGNED);
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 8, 39, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 7, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 0, out, 8, 40, 0, 8), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4 - 1, 5, out, 8, 40, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 9, out, 8, 80, 0, 8), T2P_STATUS_BUFFER_TOO_SMALL);
-    int untouched = 1;
-    for (int i = 0; i < 40; i++) untouched &= out[i] == 42.0f;
-    CHECK(untouched, "failed calls wrote output");
-    CHECK(memcmp(t, t_copy, bytes) == 0, "weights untouched");
-    CHECK_STATUS(t2p_gemm(t, bytes, rows, k, y4, x4, 5, out, 8, 40, 0, 8), T2P_STATUS_OK);
-
+    ggml_q8_K y[1];
+    memset(y, 0, sizeof y);
     float s = 0.0f;
     t2p_vec_dot_pq2_0_q8_K(100, &s, 0, pq, 0, y, 0, 1);
     CHECK(isnan(s), "vec_dot with n not a multiple of 256 gives NaN");
     s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(0, &s, 0, pq, 0, y, 0, 1);
+    CHECK(isnan(s), "vec_dot with n = 0 gives NaN");
+    s = 0.0f;
     t2p_vec_dot_pq2_0_q8_K(256, &s, 0, NULL, 0, y, 0, 1);
     CHECK(isnan(s), "vec_dot with NULL x gives NaN");
+    s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, NULL, 0, 1);
+    CHECK(isnan(s), "vec_dot with NULL y gives NaN");
+    s = 0.0f;
+    t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, (const char *) y + 1, 0, 1);
+    CHECK(isnan(s), "vec_dot with misaligned y gives NaN");
     s = 0.0f;
     t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, y, 0, 2);
     CHECK(isnan(s), "vec_dot with nrc = 2 gives NaN");
     t2p_vec_dot_pq2_0_q8_K(256, NULL, 0, pq, 0, y, 0, 1); /* must not crash */
+    t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, y, 0, 1);
+    CHECK(s == 0.0f, "vec_dot with a zero q8_K block: %g", s);
     free(pq);
     free(t);
     free(t_copy);
-    free(y4);
+    free(back);
 }
 
-/* The same ternary weights (one scale per 256) as pq2_0, tq2_0 and tq1_0 give the same T2P bytes. */
+/* The same ternary weights (one scale per 256) as pq2_0, tq2_0 and tq1_0 give the same T2P bytes,
+ * and back. */
 static uint8_t pack5(const int *t, int n) { /* n trits, first one most significant, as tq1_0 */
     unsigned q = 0;
     for (int i = 0; i < n; i++) q = q * 3 + (unsigned) t[i];
@@ -582,17 +690,15 @@ static uint8_t pack5(const int *t, int n) { /* n trits, first one most significa
     return (uint8_t) ((q * 256 + 242) / 243);
 }
 
-static void test_other_formats(void) {
-    const size_t rows = 8, k = 512, nb256 = k / 256;
+static void test_other_formats(size_t rows) {
+    const size_t k = 512, nb256 = k / 256;
     size_t bytes = 0, tq2 = 0, tq1 = 0;
     CHECK_STATUS(t2p_repack_size(rows, k, &bytes), T2P_STATUS_OK);
     CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ2_0, rows, k, &tq2), T2P_STATUS_OK);
     CHECK_STATUS(t2p_source_size(T2P_TYPE_TQ1_0, rows, k, &tq1), T2P_STATUS_OK);
     CHECK(tq2 == rows * nb256 * 66 && tq1 == rows * nb256 * 54, "source sizes %zu %zu", tq2, tq1);
-    CHECK_STATUS(t2p_source_size(77, rows, k, &tq1), T2P_STATUS_INVALID_ARGUMENT);
-    uint8_t *pq = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    t2p_block_tq2_0 *b2 = malloc(tq2);
-    t2p_block_tq1_0 *b1 = malloc(tq1);
+    const size_t pqb = rows * k / 128 * 34;
+    uint8_t *pq = xalloc(pqb), *b2 = xalloc(tq2), *b1 = xalloc(tq1);
     for (size_t r = 0; r < rows; r++)
         for (size_t i = 0; i < nb256; i++) {
             int code[256];
@@ -606,88 +712,80 @@ static void test_other_formats(void) {
                     blk[2 + j] = (uint8_t) (code[128 * h + 4 * j] | code[128 * h + 4 * j + 1] << 2 |
                                             code[128 * h + 4 * j + 2] << 4 | code[128 * h + 4 * j + 3] << 6);
             }
-            t2p_block_tq2_0 *q2 = &b2[r * nb256 + i]; /* tq2_0: byte 32h+m holds 128h+m+32l */
-            q2->d = d;
+            uint8_t *q2 = b2 + (r * nb256 + i) * 66; /* tq2_0 { qs[64]; fp16 d }: byte 32h+m holds 128h+m+32l */
             for (int j = 0; j < 64; j++) {
                 int h = j / 32, m = j % 32;
-                q2->qs[j] = (uint8_t) (code[128 * h + m] | code[128 * h + m + 32] << 2 |
-                                       code[128 * h + m + 64] << 4 | code[128 * h + m + 96] << 6);
+                q2[j] = (uint8_t) (code[128 * h + m] | code[128 * h + m + 32] << 2 | code[128 * h + m + 64] << 4 |
+                                   code[128 * h + m + 96] << 6);
             }
-            t2p_block_tq1_0 *q1 = &b1[r * nb256 + i]; /* tq1_0: ggml's element order */
-            q1->d = d;
+            q2[64] = (uint8_t) d;
+            q2[65] = (uint8_t) (d >> 8);
+            uint8_t *q1 = b1 + (r * nb256 + i) * 54; /* tq1_0 { qs[48]; qh[4]; fp16 d }, ggml's order */
             for (int m = 0; m < 32; m++) {
                 int t[5] = {code[m], code[32 + m], code[64 + m], code[96 + m], code[128 + m]};
-                q1->qs[m] = pack5(t, 5);
+                q1[m] = pack5(t, 5);
             }
             for (int m = 0; m < 16; m++) {
                 int t[5] = {code[160 + m], code[176 + m], code[192 + m], code[208 + m], code[224 + m]};
-                q1->qs[32 + m] = pack5(t, 5);
+                q1[32 + m] = pack5(t, 5);
             }
             for (int j = 0; j < 4; j++) {
                 int t[4] = {code[240 + j], code[244 + j], code[248 + j], code[252 + j]};
-                q1->qh[j] = pack5(t, 4);
+                q1[48 + j] = pack5(t, 4);
             }
+            q1[52] = (uint8_t) d;
+            q1[53] = (uint8_t) (d >> 8);
         }
-    uint8_t *want = aligned_alloc(64, (bytes + 63) / 64 * 64), *got = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK_STATUS(t2p_repack_pq2_0(pq, bytes, want, bytes, rows, k), T2P_STATUS_OK);
+    uint8_t *want = xalloc(bytes), *got = xalloc(bytes);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_PQ2_0, pq, pqb, want, bytes, rows, k), T2P_STATUS_OK);
     memset(got, 0, bytes);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ2_0, b2, tq2, got, bytes, rows, k), T2P_STATUS_OK);
-    CHECK(memcmp(got, want, bytes) == 0, "tq2_0 -> T2P equals pq2_0 -> T2P");
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ2_0, b2, tq2, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(got, want, bytes) == 0, "%zu rows: tq2_0 -> T2P equals pq2_0 -> T2P", rows);
     memset(got, 0, bytes);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1, got, bytes, rows, k), T2P_STATUS_OK);
-    CHECK(memcmp(got, want, bytes) == 0, "tq1_0 -> T2P equals pq2_0 -> T2P");
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ1_0, b1, tq1, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(got, want, bytes) == 0, "%zu rows: tq1_0 -> T2P equals pq2_0 -> T2P", rows);
     memset(got, 0, bytes);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_Q2_0_G128, pq, bytes, got, bytes, rows, k), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_Q2_0_G128, pq, pqb, got, bytes, rows, k), T2P_STATUS_OK);
     CHECK(memcmp(got, want, bytes) == 0, "legacy Q2_0 g128 -> T2P equals pq2_0 -> T2P");
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1 - 1, got, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ1_0, b1, tq1, got, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_repack_to_t2p(99, b1, tq1, got, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_TQ2_0, NULL, tq2, got, bytes, rows, k), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_PQ2_0, pq, bytes, pq, bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ1_0, b1, tq1 - 1, got, bytes, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ1_0, b1, tq1, got, bytes - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_TQ2_0, b2, tq2, got, bytes, rows, 384), T2P_STATUS_INVALID_SHAPE);
 
-    /* ... and back: every source format's original bytes (tq1_0 bytes here are canonical,
-     * ceil(256 q / 243), as ggml's quantizer writes them). */
-    uint8_t *src_back = malloc(tq2 > bytes ? tq2 : bytes);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
+    /* ... and back: every source format's original bytes (tq1_0 bytes here are canonical). */
+    uint8_t *src_back = xalloc(tq2 > bytes ? tq2 : bytes);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
     CHECK(memcmp(src_back, b2, tq2) == 0, "T2P -> tq2_0 gives the original bytes");
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ1_0, want, bytes, src_back, tq1, rows, k), T2P_STATUS_OK);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ1_0, want, bytes, src_back, tq1, rows, k), T2P_STATUS_OK);
     CHECK(memcmp(src_back, b1, tq1) == 0, "T2P -> tq1_0 gives the original bytes");
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PQ2_0, want, bytes, src_back, bytes, rows, k), T2P_STATUS_OK);
-    CHECK(memcmp(src_back, pq, bytes) == 0, "T2P -> pq2_0 gives the original bytes");
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_Q2_0_G128, want, bytes, src_back, bytes, rows, k), T2P_STATUS_OK);
-    CHECK(memcmp(src_back, pq, bytes) == 0, "T2P -> legacy Q2_0 g128 gives the original bytes");
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_PQ2_0, want, bytes, src_back, pqb, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, pq, pqb) == 0, "T2P -> pq2_0 gives the original bytes");
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_Q2_0_G128, want, bytes, src_back, pqb, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(src_back, pq, pqb) == 0, "T2P -> legacy Q2_0 g128 gives the original bytes");
     {
         size_t ptq = 0;
         CHECK_STATUS(t2p_source_size(T2P_TYPE_PTQ1_0, rows, k, &ptq), T2P_STATUS_OK);
-        uint8_t *p1 = malloc(ptq), *again = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PTQ1_0, want, bytes, p1, ptq, rows, k), T2P_STATUS_OK);
-        CHECK_STATUS(t2p_repack_to_t2p(T2P_TYPE_PTQ1_0, p1, ptq, again, bytes, rows, k), T2P_STATUS_OK);
+        uint8_t *p1 = xalloc(ptq), *again = xalloc(bytes);
+        CHECK_STATUS(t2p_unpack(T2P_TYPE_PTQ1_0, want, bytes, p1, ptq, rows, k), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repack(T2P_TYPE_PTQ1_0, p1, ptq, again, bytes, rows, k), T2P_STATUS_OK);
         CHECK(memcmp(again, want, bytes) == 0, "T2P -> ptq1_0 -> T2P round trip");
         free(p1);
         free(again);
     }
     /* What a format cannot hold: nothing written. */
     memset(src_back, 0xEE, tq2);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2 - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes - 1, src_back, tq2, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, NULL, bytes, src_back, tq2, rows, k), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, NULL, tq2, rows, k), T2P_STATUS_NULL_POINTER);
-    CHECK_STATUS(t2p_unpack_to_source(77, want, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, src_back, tq2, 6, k), T2P_STATUS_INVALID_SHAPE);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, want, bytes, want + 2, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
-    CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_PQ2_0, want + 1, bytes, src_back, bytes, rows, k), T2P_STATUS_MISALIGNED);
     {
-        uint8_t *odd = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        uint8_t *odd = xalloc(bytes);
         memcpy(odd, want, bytes);
         odd[2] ^= 0x01; /* row 1 of the first T2P block: another scale than its 256-block partner */
-        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
         memcpy(odd, want, bytes);
-        odd[8 + 64 + 5] |= 0x03; /* code 3 (+2) in row 2: fits tq2_0, not tq1_0 */
-        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ1_0, odd, bytes, src_back, tq1, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        odd[8 + 64 + 5] |= 0x03; /* code 3 (+2) in row 2: fits tq2_0, not tq1_0 / ptq1_0 */
+        CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ1_0, odd, bytes, src_back, tq1, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        CHECK_STATUS(t2p_unpack(T2P_TYPE_PTQ1_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_INVALID_ARGUMENT);
         int untouched = 1;
         for (size_t i = 0; i < tq2; i++) untouched &= src_back[i] == 0xEE;
         CHECK(untouched, "failed unpacks wrote output");
-        CHECK_STATUS(t2p_unpack_to_source(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
         free(odd);
     }
     free(src_back);
@@ -700,25 +798,24 @@ static void test_other_formats(void) {
 
 int main(void) {
     test_version_and_isa();
-    test_repack();
-    test_other_formats();
-    /* Every path this CPU supports, forced in turn, against the same C reference. */
-    for (uint32_t isa = 0; isa < 8; isa++) {
-        if (!t2p_isa_supported(isa)) continue;
-        CHECK_STATUS(t2p_set_isa(isa), T2P_STATUS_OK);
-        CHECK(t2p_active_isa() == isa, "set_isa took effect");
-        printf("  path %s\n", t2p_isa_name(isa));
-        test_gemv_gemm(4, 256);
-        test_gemv_gemm(12, 1024);
-        test_misuse();
-        test_q8_0(4, 256);
-        test_q8_0(12, 1024);
-        test_q8_0_misuse();
+    static const size_t shapes[][2] = {{4, 256}, {12, 1024}, {6, 384}, {13, 640}, {13, 256}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const size_t rows = shapes[s][0], k = shapes[s][1];
+        test_repack(rows, k);
+        test_plan(rows, k, T2P_ACT_Q8_K, NULL, k % 256 ? "q8_K asked (q8_0)" : "q8_K");
+        test_plan(rows, k, T2P_ACT_Q8_0, NULL, "q8_0 (t2p's)");
+        test_plan(rows, k, T2P_ACT_Q8_0, model_quantize_q8_0, "q8_0 (ggml model)");
+        test_plan(rows, k, T2P_ACT_Q8_0, extreme_q8_0, "q8_0 (extremes)");
     }
+    CHECK(model_calls > 0, "the given from_float was used");
+    test_plan_misuse();
+    test_repack_misuse();
+    test_other_formats(8);
+    test_other_formats(7);
     if (failures) {
-        fprintf(stderr, "test_abi: %d check(s) failed\n", failures);
+        fprintf(stderr, "test_abi: %d of %d checks failed\n", failures, checks);
         return 1;
     }
-    printf("test_abi: all checks passed\n");
+    printf("test_abi: all %d checks passed\n", checks);
     return 0;
 }

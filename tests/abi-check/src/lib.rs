@@ -45,33 +45,22 @@ same_signatures! {
     t2p_active_isa();
     t2p_set_isa(_);
     t2p_repack_size(_, _, _);
-    t2p_repack_pq2_0(_, _, _, _, _, _);
-    t2p_unpack_to_pq2_0(_, _, _, _, _, _);
-    t2p_activation_size(_, _, _, _);
-    t2p_quantize_q8_K(_, _, _, _);
-    t2p_quantize_q8_K_x4(_, _, _, _, _, _);
-    t2p_gemv(_, _, _, _, _, _, _, _, _, _);
-    t2p_gemv_reference(_, _, _, _, _, _, _, _, _, _);
-    t2p_gemm(_, _, _, _, _, _, _, _, _, _, _, _);
-    t2p_gemm_reference(_, _, _, _, _, _, _, _, _, _, _, _);
-    t2p_vec_dot_pq2_0_q8_K(_, _, _, _, _, _, _, _);
     t2p_source_size(_, _, _, _);
-    t2p_repack_to_t2p(_, _, _, _, _, _, _);
-    t2p_unpack_to_source(_, _, _, _, _, _, _);
-    t2p_activation_size_q8_0(_, _, _);
-    t2p_quantize_q8_0(_, _, _, _);
-    t2p_q8_0_from_ggml(_, _, _, _, _);
-    t2p_gemv_q8_0(_, _, _, _, _, _, _, _, _, _);
-    t2p_gemv_q8_0_reference(_, _, _, _, _, _, _, _, _, _);
-    t2p_gemm_q8_0(_, _, _, _, _, _, _, _, _, _, _, _);
-    t2p_gemm_q8_0_reference(_, _, _, _, _, _, _, _, _, _, _, _);
+    t2p_repack(_, _, _, _, _, _, _);
+    t2p_unpack(_, _, _, _, _, _, _);
+    t2p_vec_dot_pq2_0_q8_K(_, _, _, _, _, _, _, _);
+    t2p_plan_init(_, _, _, _, _);
+    t2p_plan_quantize(_, _, _, _, _, _, _, _, _);
+    t2p_plan_chunk_count(_, _, _);
+    t2p_plan_chunk_rows(_, _, _, _, _);
+    t2p_plan_compute(_, _, _, _, _, _, _, _, _, _, _);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::mem::{align_of, size_of};
-    use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p};
+    use t2p::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p};
 
     #[test]
     fn every_header_function_is_compared() {
@@ -96,99 +85,62 @@ mod tests {
     }
 
     #[test]
-    fn struct_layouts_agree() {
+    fn plan_layout_agrees() {
+        use std::mem::offset_of;
+        use t2p::ffi::T2pPlan;
+        assert_eq!(
+            (size_of::<c_raw::T2pPlan>(), align_of::<c_raw::T2pPlan>()),
+            (size_of::<T2pPlan>(), align_of::<T2pPlan>())
+        );
+        assert_eq!(offset_of!(c_raw::T2pPlan, act), offset_of!(T2pPlan, act));
+        assert_eq!(offset_of!(c_raw::T2pPlan, rows), offset_of!(T2pPlan, rows));
+        assert_eq!(offset_of!(c_raw::T2pPlan, k), offset_of!(T2pPlan, k));
+        assert_eq!(
+            offset_of!(c_raw::T2pPlan, ncols),
+            offset_of!(T2pPlan, ncols)
+        );
+        assert_eq!(
+            offset_of!(c_raw::T2pPlan, work_bytes),
+            offset_of!(T2pPlan, work_bytes)
+        );
+    }
+
+    #[test]
+    fn block_sizes_agree() {
         assert_eq!(
             (
-                size_of::<c::t2p_block_pq2_0>(),
-                align_of::<c::t2p_block_pq2_0>()
+                c::T2P_PQ2_0_BLOCK_BYTES as usize,
+                c::T2P_T2P_BLOCK_BYTES as usize
             ),
-            (size_of::<BlockPq2_0>(), align_of::<BlockPq2_0>())
-        );
-        assert_eq!(
-            (
-                size_of::<c::t2p_block_t2p>(),
-                align_of::<c::t2p_block_t2p>()
-            ),
-            (size_of::<BlockT2p>(), align_of::<BlockT2p>())
-        );
-        assert_eq!(
-            (
-                size_of::<c::t2p_block_q8_K>(),
-                align_of::<c::t2p_block_q8_K>()
-            ),
-            (size_of::<BlockQ8K>(), align_of::<BlockQ8K>())
-        );
-        assert_eq!(
-            (
-                size_of::<c::t2p_block_q8_K_x4>(),
-                align_of::<c::t2p_block_q8_K_x4>()
-            ),
-            (size_of::<BlockQ8Kx4>(), align_of::<BlockQ8Kx4>())
-        );
-        // Field offsets: clang's view (bindgen) against the Rust structs.
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_q8_K, bsums),
-            std::mem::offset_of!(BlockQ8K, bsums)
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_q8_K_x4, bsums),
-            std::mem::offset_of!(BlockQ8Kx4, bsums)
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_t2p, qs),
-            std::mem::offset_of!(BlockT2p, qs)
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_pq2_0, qs),
-            std::mem::offset_of!(BlockPq2_0, qs)
-        );
-        assert_eq!(
-            size_of::<c::t2p_block_tq1_0>(),
-            size_of::<t2p::format::BlockTq1_0>()
-        );
-        assert_eq!(
-            size_of::<c::t2p_block_tq2_0>(),
-            size_of::<t2p::format::BlockTq2_0>()
-        );
-        assert_eq!(
-            size_of::<c::t2p_block_ptq1_0>(),
-            size_of::<t2p::format::BlockPtq1_0>()
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_tq1_0, d),
-            std::mem::offset_of!(t2p::format::BlockTq1_0, d)
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_ptq1_0, qh),
-            std::mem::offset_of!(t2p::format::BlockPtq1_0, qh)
-        );
-        assert_eq!(
-            (c::T2P_PQ2_0_BLOCK_BYTES, c::T2P_T2P_BLOCK_BYTES),
-            (34, 136)
-        );
-        assert_eq!(
-            (c::T2P_Q8_K_BLOCK_BYTES, c::T2P_Q8_K_X4_BLOCK_BYTES),
-            (292, 1168)
+            (size_of::<BlockPq2_0>(), size_of::<BlockT2p>())
         );
         assert_eq!(
             (
-                size_of::<c::t2p_block_q8_0_quad>(),
-                align_of::<c::t2p_block_q8_0_quad>()
+                c::T2P_Q8_K_BLOCK_BYTES as usize,
+                c::T2P_Q8_K_X4_BLOCK_BYTES as usize
             ),
-            (size_of::<BlockQ8_0Quad>(), align_of::<BlockQ8_0Quad>())
+            (size_of::<BlockQ8K>(), size_of::<BlockQ8Kx4>())
         );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_q8_0_quad, sums),
-            std::mem::offset_of!(BlockQ8_0Quad, sums)
-        );
-        assert_eq!(
-            std::mem::offset_of!(c::t2p_block_q8_0_quad, qs),
-            std::mem::offset_of!(BlockQ8_0Quad, qs)
-        );
-        assert_eq!(
-            (c::T2P_Q8_0_QUAD_BLOCK_BYTES, c::T2P_GGML_Q8_0_BLOCK_BYTES),
-            (160, 34)
-        );
+    }
+
+    /// The header holds the C ABI only: every type, constant and function is `t2p_*`, `T2P_*`
+    /// or `T2pPlan` / `T2pStatus` / `T2pQ8_0FromFloat` (cbindgen reads src/ffi only).
+    #[test]
+    fn header_has_no_rust_internals() {
+        let header = include_str!("../../../include/t2p.h");
+        for line in header.lines() {
+            let decl = line
+                .strip_prefix("#define ")
+                .or_else(|| line.strip_prefix("typedef struct "))
+                .or_else(|| line.strip_prefix("enum "));
+            if let Some(rest) = decl {
+                let name = rest.split([' ', '(', '{']).next().unwrap_or("");
+                assert!(
+                    name.starts_with("T2P") || name.starts_with("T2p"),
+                    "include/t2p.h declares {name:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -259,6 +211,26 @@ mod tests {
             r::T2pStatus::InvalidArgument as u32
         );
         assert_eq!(c_raw::T2P_STATUS_PANIC, r::T2pStatus::Panic as u32);
+        assert_eq!(
+            [c::T2P_ACT_Q8_K, c::T2P_ACT_Q8_0, c::T2P_ISA_ACTIVE],
+            [r::T2P_ACT_Q8_K, r::T2P_ACT_Q8_0, r::T2P_ISA_ACTIVE]
+        );
+        assert_eq!(
+            [
+                c::T2P_TYPE_PQ2_0,
+                c::T2P_TYPE_Q2_0_G128,
+                c::T2P_TYPE_TQ1_0,
+                c::T2P_TYPE_TQ2_0,
+                c::T2P_TYPE_PTQ1_0
+            ],
+            [
+                r::T2P_TYPE_PQ2_0,
+                r::T2P_TYPE_Q2_0_G128,
+                r::T2P_TYPE_TQ1_0,
+                r::T2P_TYPE_TQ2_0,
+                r::T2P_TYPE_PTQ1_0
+            ]
+        );
         assert_eq!(size_of::<r::T2pStatus>(), size_of::<c_raw::T2pStatus>());
     }
 }
