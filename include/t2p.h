@@ -88,7 +88,7 @@
 // Activation type: q8_0, one scale per 32 values (llama.cpp's type for pq2_0).
 #define T2P_ACT_Q8_0 1
 
-// ISA argument of [`t2p_plan_compute`]: the active path ([`super::t2p_active_isa`]).
+// ISA argument of `t2p_plan_compute`: the active path (what `t2p_active_isa` returns).
 #define T2P_ISA_ACTIVE UINT32_MAX
 
 // Result of a C ABI call. The numbers are stable.
@@ -146,7 +146,7 @@ typedef void (*T2pQ8_0FromFloat)(const float *x, void *y, int64_t k);
 extern "C" {
 #endif // __cplusplus
 
-// The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Cannot fail.
+// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Cannot fail.
 const char *t2p_version(void);
 
 // The library version as `major * 10000 + minor * 100 + patch`. Cannot fail.

@@ -150,7 +150,7 @@ pub(super) fn write_out(out: *mut usize, value: usize) -> Result<(), T2pStatus> 
     Ok(())
 }
 
-/// The library version as a static NUL-terminated string, e.g. `"0.1.0"`. Cannot fail.
+/// The library version as a static NUL-terminated string, e.g. `"0.2.0"`. Cannot fail.
 #[unsafe(no_mangle)]
 pub extern "C" fn t2p_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()

@@ -26,7 +26,7 @@ use crate::matmul::{ActQuant, MatmulPlan, with_scratch};
 pub const T2P_ACT_Q8_K: u32 = 0;
 /// Activation type: q8_0, one scale per 32 values (llama.cpp's type for pq2_0).
 pub const T2P_ACT_Q8_0: u32 = 1;
-/// ISA argument of [`t2p_plan_compute`]: the active path ([`super::t2p_active_isa`]).
+/// ISA argument of `t2p_plan_compute`: the active path (what `t2p_active_isa` returns).
 pub const T2P_ISA_ACTIVE: u32 = u32::MAX;
 
 /// One T2P matmul `out[c * ld_out + r] = sum_k w[r][k] * x_c[k]`: a `rows x k` T2P matrix times

@@ -46,7 +46,7 @@ pub enum Isa {
     Avx2 = 1,
     /// aarch64 NEON without the dot-product extension.
     Neon = 2,
-    /// aarch64 NEON + dotprod (SDOT for gemv and per-column gemm).
+    /// aarch64 NEON + dotprod (SDOT for gemv and SDOT tiles of 4 columns for gemm).
     NeonDotprod = 3,
     /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
     NeonI8mm = 4,
