@@ -574,6 +574,37 @@ impl MatmulPlan {
         at(i)..at(i + 1)
     }
 
+    /// Splits a column-strided output (`(ncols - 1) * ld + rows` values, `ld >= rows`) into the
+    /// disjoint pieces of `n` chunks: `parts[i][c]` is rows [`MatmulPlan::chunk_rows`]`(i, n)`
+    /// of column `c`, ready for [`ThreadPool::run_parts`].
+    ///
+    /// # Panics
+    /// If `out` is shorter than that or `ld < rows` with several columns (callers check first).
+    pub fn split_output<'a>(
+        &self,
+        out: &'a mut [f32],
+        ld: usize,
+        n: usize,
+    ) -> Vec<Vec<&'a mut [f32]>> {
+        let (rows, ncols) = (self.rows, self.layout.ncols);
+        let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::with_capacity(ncols)).collect();
+        let mut rest = &mut out[..(ncols - 1) * ld + rows];
+        for c in 0..ncols {
+            let (mut col, tail) = rest.split_at_mut(rows);
+            for (i, part) in parts.iter_mut().enumerate() {
+                let (piece, after) = col.split_at_mut(self.chunk_rows(i, n).len());
+                part.push(piece);
+                col = after;
+            }
+            rest = if c + 1 < ncols {
+                &mut tail[ld - rows..]
+            } else {
+                tail
+            };
+        }
+        parts
+    }
+
     fn check_rows(&self, rows: &Range<usize>) -> Result<()> {
         let ends_ok = rows.end.is_multiple_of(ROWS_PER_T2P) || rows.end == self.rows;
         if rows.start > rows.end
@@ -733,21 +764,7 @@ pub fn matmul_parallel(
     check_len("output values", (ncols - 1) * ld + rows, out.len())?;
     let n = plan.chunk_count(pool.threads());
     // parts[i][c]: rows chunk_rows(i, n) of column c (columns are disjoint because ld >= rows).
-    let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::with_capacity(ncols)).collect();
-    let mut rest = &mut out[..(ncols - 1) * ld + rows];
-    for c in 0..ncols {
-        let (mut col, tail) = rest.split_at_mut(rows);
-        for (i, part) in parts.iter_mut().enumerate() {
-            let (piece, after) = col.split_at_mut(plan.chunk_rows(i, n).len());
-            part.push(piece);
-            col = after;
-        }
-        rest = if c + 1 < ncols {
-            &mut tail[ld - rows..]
-        } else {
-            tail
-        };
-    }
+    let parts = plan.split_output(&mut out[..(ncols - 1) * ld + rows], ld, n);
     let failed = std::sync::atomic::AtomicBool::new(false);
     pool.run_parts(parts, |i, mut cols| {
         let r = plan.chunk_rows(i, n);

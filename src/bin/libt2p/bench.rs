@@ -162,15 +162,7 @@ fn stock_parallel(
     // The T2P driver's row chunks, so both layouts split the same way.
     let plan = MatmulPlan::new(rows, k, ncols, ActQuant::Q8K).expect("shape");
     let n = plan.chunk_count(pool.threads());
-    let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::new()).collect();
-    for col in out.chunks_mut(rows).take(ncols) {
-        let mut col = col;
-        for (i, part) in parts.iter_mut().enumerate() {
-            let (piece, rest) = col.split_at_mut(plan.chunk_rows(i, n).len());
-            part.push(piece);
-            col = rest;
-        }
-    }
+    let parts = plan.split_output(&mut out[..rows * ncols], rows, n);
     pool.run_parts(parts, |i, mut dst| {
         let r0 = plan.chunk_rows(i, n).start;
         for (c, d) in dst.iter_mut().enumerate() {
@@ -249,16 +241,10 @@ fn pool_overhead(pool: &ThreadPool, kern: &Kernels) -> Result<Overhead, t2p::Err
     let plan = MatmulPlan::for_batch(&w, &act)?;
     let chunks = pool.threads() * 4;
     let tiny_gemv_us = median_us(Box::new(|| {
-        let mut parts = Vec::with_capacity(chunks);
-        let mut rest = out.as_mut_slice();
-        for i in 0..chunks {
-            let (piece, tail) = rest.split_at_mut(plan.chunk_rows(i, chunks).len());
-            parts.push(piece);
-            rest = tail;
-        }
-        pool.run_parts(parts, |i, piece| {
+        let parts = plan.split_output(&mut out, rows, chunks);
+        pool.run_parts(parts, |i, mut piece| {
             let r = plan.chunk_rows(i, chunks);
-            plan.compute(kern, w.blocks(), act.work(), r, piece, 0)
+            plan.compute(kern, w.blocks(), act.work(), r, piece[0], 0)
                 .expect("shape")
         })
     }));
