@@ -24,6 +24,7 @@
 use super::error::{ModelError, Result};
 use super::linear::Exec;
 use super::ops::{dot, silu};
+use super::par::for_each_part;
 
 /// The dimensions of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -241,15 +242,22 @@ impl RecurrentState {
 
     /// Runs the conv (+ SiLU) of DeltaNet layer `layer` on `x` (`n x conv_channels`,
     /// token-major) in place, reading and advancing the layer's conv history. `w` is
-    /// `conv_channels x conv_kernel` (the GGUF `ssm_conv1d.weight`).
-    pub(crate) fn conv_silu(&mut self, u: Update, layer: usize, w: &[f32], x: &mut [f32]) {
+    /// `conv_channels x conv_kernel` (the GGUF `ssm_conv1d.weight`); `all` is scratch for the
+    /// conv's input rows (`(conv_kernel - 1 + n) x conv_channels`).
+    pub(crate) fn conv_silu(
+        &mut self,
+        u: Update,
+        layer: usize,
+        w: &[f32],
+        x: &mut [f32],
+        all: &mut Vec<f32>,
+    ) {
         let ch = self.shape.conv_channels();
         let kc = self.shape.conv_kernel;
         let (src, dst) = self.layer_pair(u, layer);
-        let hist = kc - 1;
         let n = x.len() / ch;
         // The input row `i` of the conv: history rows first, then the batch.
-        let mut all = Vec::with_capacity((hist + n) * ch);
+        all.clear();
         all.extend_from_slice(match src {
             Some(s) => &s.conv,
             None => &dst.conv,
@@ -272,7 +280,9 @@ impl RecurrentState {
     /// The delta-rule recurrence of DeltaNet layer `layer` over a batch: `c` holds per token
     /// q | k | v after the conv (q and k already L2-normalised), `decay[t][h] = exp(g)` and
     /// `beta[t][h]` the gates; writes `o` (`n x value_dim`). Per token and value head:
-    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`.
+    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`. `heads` is scratch
+    /// for the output in head-major order (`n_v_heads x n x head_v_dim`), so each pool job
+    /// writes one contiguous piece.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn recurrence(
         &mut self,
@@ -283,6 +293,7 @@ impl RecurrentState {
         decay: &[f32],
         beta: &[f32],
         o: &mut [f32],
+        heads: &mut Vec<f32>,
     ) {
         let s = self.shape;
         let (dk, dv, nv, nk) = (s.head_k_dim, s.head_v_dim, s.n_v_heads, s.n_k_heads);
@@ -291,23 +302,19 @@ impl RecurrentState {
         let scale = 1.0 / (dv as f32).sqrt();
         let (src, dst) = self.layer_pair(u, layer);
         let src_ssm: Option<&[f32]> = src.map(|l| l.ssm.as_slice());
-        // Per value head: its state and its output piece of every token.
-        let mut parts: Vec<(&mut [f32], Vec<&mut [f32]>)> = dst
+        heads.resize(nv * n * dv, 0.0);
+        // Per value head: its state and its output of every token.
+        let parts = dst
             .ssm
             .chunks_mut(dv * dk)
-            .map(|st| (st, Vec::with_capacity(n)))
-            .collect();
-        for token in o[..n * nv * dv].chunks_mut(nv * dv) {
-            for (part, piece) in parts.iter_mut().zip(token.chunks_mut(dv)) {
-                part.1.push(piece);
-            }
-        }
-        exec.pool.run_parts(parts, |h, (st, mut outs)| {
+            .zip(heads.chunks_mut(n * dv))
+            .enumerate();
+        for_each_part(&exec.pool, nv, parts, |(h, (st, outs))| {
             if let Some(src) = src_ssm {
                 st.copy_from_slice(&src[h * dv * dk..(h + 1) * dv * dk]);
             }
             let hk = h % nk;
-            for (t, out) in outs.iter_mut().enumerate() {
+            for (t, out) in outs.chunks_exact_mut(dv).enumerate() {
                 let row = &c[t * ch..(t + 1) * ch];
                 let q = &row[hk * dk..(hk + 1) * dk];
                 let k = &row[s.key_dim() + hk * dk..s.key_dim() + (hk + 1) * dk];
@@ -323,6 +330,11 @@ impl RecurrentState {
                 }
             }
         });
+        for (t, token) in o[..n * nv * dv].chunks_exact_mut(nv * dv).enumerate() {
+            for (h, piece) in token.chunks_exact_mut(dv).enumerate() {
+                piece.copy_from_slice(&heads[(h * n + t) * dv..(h * n + t + 1) * dv]);
+            }
+        }
     }
 
     /// The layer's state to read (`None`: the one written, updated in place) and the one to

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
 use super::linear::Exec;
+use super::par::for_each_part;
 use crate::runner::{Array, GgufFile, Value};
 
 const PREFIX: &str = "prism.hadamard.";
@@ -264,20 +265,38 @@ impl HadamardFold {
         if kind == FoldKind::None {
             return None;
         }
-        let mut out = x.to_vec();
-        let n = x.len() / k;
-        let per = n.div_ceil(exec.pool.threads() * 2).max(1);
-        exec.pool.for_each_chunk_mut(&mut out, per * k, |_, chunk| {
-            let mut tmp = Vec::new();
-            for v in chunk.chunks_exact_mut(k) {
-                if let FoldKind::PermuteRotate(g) = kind {
-                    tiled_to_grouped(v, g, &mut tmp);
-                }
-                self.rotate(v);
-            }
-        });
+        let mut out = Vec::new();
+        self.apply_into(exec, kind, x, k, &mut out);
         Some(out)
     }
+
+    /// [`apply`](Self::apply) into `out` (reusing its allocation); for [`FoldKind::None`]
+    /// `out` is a plain copy of `x`.
+    pub fn apply_into(&self, exec: &Exec, kind: FoldKind, x: &[f32], k: usize, out: &mut Vec<f32>) {
+        out.clear();
+        out.extend_from_slice(x);
+        if kind == FoldKind::None || x.is_empty() {
+            return;
+        }
+        let n = x.len() / k;
+        let per = n.div_ceil(exec.pool.threads() * 2).max(1);
+        let chunks = out.chunks_mut(per * k);
+        for_each_part(&exec.pool, chunks.len(), chunks, |chunk| {
+            PERMUTE_TMP.with_borrow_mut(|tmp| {
+                for v in chunk.chunks_exact_mut(k) {
+                    if let FoldKind::PermuteRotate(g) = kind {
+                        tiled_to_grouped(v, g, tmp);
+                    }
+                    self.rotate(v);
+                }
+            })
+        });
+    }
+}
+
+thread_local! {
+    /// Per-thread scratch of [`tiled_to_grouped`] inside [`HadamardFold::apply_into`].
+    static PERMUTE_TMP: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Reorders one `ssm_out` activation from tiled value-head order (`h = r * n_k + g`) to

@@ -1,11 +1,16 @@
 //! A weight matrix as a layer uses it: T2P for ternary weights, dense f32 for the rest, and the
-//! batch of activations it reads, quantized once for every T2P matrix that shares it.
+//! activations it reads, quantized once for every T2P matrix that shares them. Nothing here
+//! allocates once the buffers of a session have their size.
 
-use std::cell::OnceCell;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
 use super::error::{ModelError, Result};
+use super::par::{for_each_part, pieces};
+use super::profile::{Phase, Profile};
 use crate::kernels::Kernels;
-use crate::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul_parallel};
+use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix, with_scratch};
 use crate::pool::ThreadPool;
 use crate::runner::{Tensor, TensorData};
 
@@ -17,6 +22,8 @@ pub struct Exec {
     pub pool: ThreadPool,
     /// How activations are quantized for the T2P matrices.
     pub act: ActQuant,
+    /// Time per phase of the forward passes run on this `Exec` (off unless enabled).
+    pub profile: Profile,
 }
 
 impl Exec {
@@ -26,6 +33,7 @@ impl Exec {
             kern: crate::kernels::active(),
             pool: ThreadPool::new(threads.max(1)),
             act: ActQuant::default(),
+            profile: Profile::default(),
         }
     }
 
@@ -36,38 +44,63 @@ impl Exec {
     }
 }
 
-/// `n` activation vectors of length `k` (token-major) plus their quantized form, computed on
-/// first use and then shared by every T2P matrix reading this input (q/k/v, gate/up).
-pub struct Input<'a> {
+/// The work buffer quantized activations live in, reused from one matmul group to the next.
+#[derive(Debug, Default)]
+pub struct ActBuffer {
+    work: Vec<u32>,
+}
+
+/// `n` activation vectors of length `k` (token after token), with their quantized form when a
+/// T2P matrix reads them.
+pub struct Activations<'a> {
     x: &'a [f32],
     k: usize,
     n: usize,
-    quantized: OnceCell<QuantizedBatch>,
+    quant: Option<(ActLayout, &'a [u32])>,
 }
 
-impl<'a> Input<'a> {
-    /// Wraps `x` (`n * k` values, token after token).
-    pub fn new(x: &'a [f32], k: usize) -> Input<'a> {
-        Input {
+impl ActBuffer {
+    /// Wraps `x` (`n * k` values) and, if `quantize`, quantizes it as `exec.act` into this
+    /// buffer, in shares spread over the pool.
+    pub fn prepare<'a>(
+        &'a mut self,
+        exec: &Exec,
+        x: &'a [f32],
+        k: usize,
+        quantize: bool,
+    ) -> Result<Activations<'a>> {
+        let n = x.len() / k.max(1);
+        if !quantize || n == 0 {
+            return Ok(Activations {
+                x,
+                k,
+                n,
+                quant: None,
+            });
+        }
+        let t = exec.profile.start();
+        let layout = ActLayout::new(k, n, exec.act)?;
+        self.work.resize(layout.work_words(), 0);
+        // Shares of at least 32 q8_0 quads (288 words): quantizing is cheap, waking threads
+        // is not.
+        let nth = (layout.work_words() / (32 * 36)).clamp(1, exec.pool.threads());
+        let failed = AtomicBool::new(false);
+        let shares = pieces(&mut self.work, nth, |i| layout.share(i, nth).len());
+        for_each_part(&exec.pool, nth, shares, |(i, share)| {
+            if layout.quantize_share(x, k, i, nth, share).is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+        });
+        exec.profile.stop(Phase::Quantize, t);
+        if failed.into_inner() {
+            return Err(ModelError::BadShape("quantizing activations failed".into()));
+        }
+        Ok(Activations {
             x,
             k,
-            n: x.len() / k.max(1),
-            quantized: OnceCell::new(),
-        }
-    }
-
-    /// Number of vectors.
-    pub fn n(&self) -> usize {
-        self.n
-    }
-
-    fn quantized(&self, exec: &Exec) -> Result<&QuantizedBatch> {
-        if let Some(q) = self.quantized.get() {
-            return Ok(q);
-        }
-        let mut q = QuantizedBatch::empty();
-        q.quantize(&exec.pool, self.x, self.k, self.n, exec.act)?;
-        Ok(self.quantized.get_or_init(|| q))
+            n,
+            quant: Some((layout, &self.work)),
+        })
     }
 }
 
@@ -123,6 +156,11 @@ impl Linear {
         }
     }
 
+    /// Whether the matrix reads quantized activations.
+    pub fn is_ternary(&self) -> bool {
+        matches!(self, Linear::T2p(_))
+    }
+
     /// Row `r` as f32 (the embedding lookup when the matrix is a token table).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         match self {
@@ -139,8 +177,15 @@ impl Linear {
         }
     }
 
-    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`.
-    pub fn forward(&self, exec: &Exec, input: &Input, out: &mut [f32]) -> Result<()> {
+    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`; its time
+    /// counts as `phase` (T2P) or [`Phase::DenseMatmul`] when profiling.
+    pub fn forward(
+        &self,
+        exec: &Exec,
+        input: &Activations,
+        out: &mut [f32],
+        phase: Phase,
+    ) -> Result<()> {
         if input.k != self.k() {
             return Err(ModelError::BadShape(format!(
                 "input of {} for a matrix of k = {}",
@@ -150,48 +195,98 @@ impl Linear {
         }
         let rows = self.rows();
         let out = &mut out[..rows * input.n];
+        if input.n == 0 {
+            return Ok(());
+        }
         match self {
-            Linear::T2p(m) => Ok(matmul_parallel(
-                &exec.pool,
-                exec.kern,
-                m,
-                input.quantized(exec)?,
-                out,
-                rows,
-            )?),
+            Linear::T2p(m) => {
+                let (layout, work) = input.quant.ok_or_else(|| {
+                    ModelError::BadShape("a T2P matrix read unquantized activations".into())
+                })?;
+                t2p_forward(exec, m, layout, work, out, phase)
+            }
             Linear::Dense { w, k, .. } => {
-                dense_forward(exec, w, *k, rows, input.x, input.n, out);
+                let t = exec.profile.start();
+                dense_forward(exec, w, *k, rows, input.x, out);
+                exec.profile.stop(Phase::DenseMatmul, t);
                 Ok(())
             }
         }
     }
 }
 
-/// f32 matmul split over row chunks; each job writes its rows of every token's output.
-fn dense_forward(
+/// `m` times the quantized columns in `work` into `out` (`ncols x rows`), row chunks spread
+/// over the pool: a single column is written in place, several go through each thread's
+/// scratch tile (as in `matmul_parallel`, whose output split allocates).
+fn t2p_forward(
     exec: &Exec,
-    w: &[f32],
-    k: usize,
-    rows: usize,
-    x: &[f32],
-    n: usize,
+    m: &T2pMatrix,
+    layout: ActLayout,
+    work: &[u32],
     out: &mut [f32],
-) {
-    let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
-    // parts[j][t]: rows j * per.. of token t's output.
-    let mut parts: Vec<Vec<&mut [f32]>> = (0..rows.div_ceil(per)).map(|_| Vec::new()).collect();
-    for token in out.chunks_mut(rows).take(n) {
-        for (part, piece) in parts.iter_mut().zip(token.chunks_mut(per)) {
-            part.push(piece);
+    phase: Phase,
+) -> Result<()> {
+    let (rows, ncols) = (m.rows(), layout.ncols());
+    let plan = MatmulPlan::new(rows, m.k(), ncols, layout.act())?;
+    let n = plan.chunk_count(exec.pool.threads());
+    let failed = AtomicBool::new(false);
+    let busy = AtomicU64::new(0);
+    let profiling = exec.profile.is_on();
+    let t0 = profiling.then(Instant::now);
+    let timed = |f: &mut dyn FnMut() -> crate::Result<()>| {
+        let t = profiling.then(Instant::now);
+        if f().is_err() {
+            failed.store(true, Ordering::Relaxed);
         }
+        if let Some(t) = t {
+            busy.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    };
+    if ncols == 1 {
+        let chunks = pieces(out, n, |i| plan.chunk_rows(i, n).len());
+        for_each_part(&exec.pool, n, chunks, |(i, piece)| {
+            timed(&mut || plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0));
+        });
+    } else {
+        let out = Mutex::new(out);
+        exec.pool.run(n, |i| {
+            let r = plan.chunk_rows(i, n);
+            timed(&mut || {
+                with_scratch(|scratch| {
+                    scratch.clear();
+                    scratch.resize(r.len() * ncols, 0.0);
+                    plan.compute(exec.kern, m.blocks(), work, r.clone(), scratch, r.len())?;
+                    let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for (c, col) in scratch.chunks_exact(r.len().max(1)).enumerate() {
+                        out[c * rows + r.start..c * rows + r.end].copy_from_slice(col);
+                    }
+                    Ok(())
+                })
+            });
+        });
     }
-    exec.pool.run_parts(parts, |j, mut tokens| {
-        for (t, piece) in tokens.iter_mut().enumerate() {
-            let xt = &x[t * k..(t + 1) * k];
-            for (i, o) in piece.iter_mut().enumerate() {
-                let row = j * per + i;
-                *o = super::ops::dot(&w[row * k..(row + 1) * k], xt);
-            }
+    if let Some(t0) = t0 {
+        let threads = exec.pool.threads().min(n);
+        let wall = t0.elapsed().as_nanos() as u64;
+        exec.profile
+            .add_parallel(phase, wall, busy.into_inner(), threads);
+    }
+    if failed.into_inner() {
+        return Err(ModelError::BadShape("a matmul chunk failed".into()));
+    }
+    Ok(())
+}
+
+/// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token
+/// `e / rows`, so any split is a contiguous piece.
+fn dense_forward(exec: &Exec, w: &[f32], k: usize, rows: usize, x: &[f32], out: &mut [f32]) {
+    let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
+    let n = out.len().div_ceil(per);
+    for_each_part(&exec.pool, n, out.chunks_mut(per).enumerate(), |(j, piece)| {
+        for (i, o) in piece.iter_mut().enumerate() {
+            let e = j * per + i;
+            let (t, row) = (e / rows, e % rows);
+            *o = super::ops::dot(&w[row * k..(row + 1) * k], &x[t * k..(t + 1) * k]);
         }
     });
 }

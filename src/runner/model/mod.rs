@@ -2,45 +2,69 @@
 //!
 //! [`Model::load`] reads a GGUF file (pq2_0 matrices straight into T2P), picks the architecture
 //! and returns a model whose [`Model::forward`] evaluates a batch of tokens against a
-//! [`Session`] (KV cache, and recurrent state for hybrid models).
+//! [`Session`] (KV cache, recurrent state for hybrid models, and the buffers of a pass).
+//!
+//! Where things are: [`hparams`] reads the hyper-parameters of every architecture; `weights`
+//! holds matrices, the loader and the token table / LM head; `blocks` the attention, SwiGLU
+//! FFN and Gated DeltaNet blocks, each written once; `transformer` builds any architecture
+//! as a list of layers and runs the forward pass; `llama.rs` and `qwen35.rs` only say what
+//! distinguishes their architectures; `state` is the run state a session owns.
 
 mod attention;
+mod blocks;
 pub mod deltanet;
 mod error;
 pub mod hadamard;
+pub mod hparams;
 mod kv_cache;
 mod linear;
 mod llama;
 pub mod ops;
+mod par;
+pub mod profile;
 mod qwen35;
+mod state;
+mod transformer;
+mod weights;
 
 use std::path::Path;
 
 pub use attention::{AttnShape, attend};
 pub use error::{ModelError, Result};
+pub use hparams::HParams;
 pub use kv_cache::KvCache;
-pub use linear::{Exec, Input, Linear};
-pub use llama::{Llama, LlamaConfig};
-pub use qwen35::{Qwen35, Qwen35Config};
+pub use linear::{ActBuffer, Activations, Exec, Linear};
+pub use profile::{Phase, Profile};
+pub use state::RunState;
+pub use transformer::Transformer;
 
 use deltanet::{RecurrentCheckpoint, RecurrentState};
 
 use crate::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
 
-/// A model of any supported architecture.
+/// A `llama` or `qwen3` model (the same [`Transformer`] as every architecture).
+pub type Llama = Transformer;
+/// A `qwen35` model (the same [`Transformer`] as every architecture).
+pub type Qwen35 = Transformer;
+
+/// A model of any supported architecture. Both variants hold the same [`Transformer`]; the
+/// variant says whether sessions carry a recurrent state.
 pub enum Model {
-    /// `llama` or `qwen3`.
+    /// Attention only: `llama` or `qwen3`.
     Llama(Llama),
-    /// `qwen35` (Gated DeltaNet + gated attention hybrid).
+    /// Hybrid: `qwen35` (Gated DeltaNet + gated attention).
     Qwen35(Qwen35),
 }
 
-/// Per-sequence state: the position, the KV cache and, for hybrid models, the recurrent state.
+/// Per-sequence state: the position, the KV cache, for hybrid models the recurrent state, and
+/// the buffers of a forward pass (sized by the first one).
 pub struct Session {
     /// Attention K/V.
     pub cache: KvCache,
     /// Conv + SSM state of the recurrent layers (`None` for attention-only models).
     pub recurrent: Option<RecurrentState>,
+    /// Buffers of the forward pass, and the logits of the latest one.
+    state: RunState,
 }
 
 /// A point a [`Session`] can return to with [`Session::rollback`].
@@ -63,6 +87,12 @@ impl Checkpoint {
 }
 
 impl Session {
+    /// The logits of the latest forward pass over this session ([`Model::eval`],
+    /// [`Model::eval_batch`]): `n_vocab` values per row, empty when it had no tokens.
+    pub fn logits(&self) -> &[f32] {
+        &self.state.logits
+    }
+
     /// Tokens evaluated so far.
     pub fn len(&self) -> usize {
         self.cache.len()
@@ -138,10 +168,10 @@ impl Model {
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Loaded> {
         let (gguf, store) = TensorStore::load_file(path, opts)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let model = match gguf.architecture()? {
-            "llama" | "qwen3" => Model::Llama(Llama::new(&gguf, store)?),
-            "qwen35" => Model::Qwen35(Qwen35::new(&gguf, store)?),
-            other => return Err(ModelError::UnsupportedArchitecture(other.into())),
+        let net = Transformer::new(&gguf, store)?;
+        let model = match net.is_hybrid() {
+            true => Model::Qwen35(net),
+            false => Model::Llama(net),
         };
         Ok(Loaded {
             model,
@@ -150,42 +180,31 @@ impl Model {
         })
     }
 
+    /// The model.
+    pub fn net(&self) -> &Transformer {
+        match self {
+            Model::Llama(m) | Model::Qwen35(m) => m,
+        }
+    }
+
     /// Vocabulary size (length of a logit row).
     pub fn n_vocab(&self) -> usize {
-        match self {
-            Model::Llama(m) => m.cfg.n_vocab,
-            Model::Qwen35(m) => m.cfg.n_vocab,
-        }
+        self.net().cfg.n_vocab
     }
 
     /// Training context length.
     pub fn n_ctx_train(&self) -> usize {
-        match self {
-            Model::Llama(m) => m.cfg.n_ctx_train,
-            Model::Qwen35(m) => m.cfg.n_ctx_train,
-        }
+        self.net().cfg.n_ctx_train
     }
 
     /// Bytes of weights streamed per decoded token.
     pub fn bytes_per_token(&self) -> usize {
-        match self {
-            Model::Llama(m) => m.bytes_per_token(),
-            Model::Qwen35(m) => m.bytes_per_token(),
-        }
+        self.net().bytes_per_token()
     }
 
     /// A fresh session for up to `n_ctx` positions.
     pub fn new_session(&self, n_ctx: usize) -> Session {
-        match self {
-            Model::Llama(m) => Session {
-                cache: m.new_cache(n_ctx),
-                recurrent: None,
-            },
-            Model::Qwen35(m) => Session {
-                cache: m.new_cache(n_ctx),
-                recurrent: Some(m.new_recurrent_state()),
-            },
-        }
+        self.net().new_session(n_ctx)
     }
 
     /// Evaluates `tokens` after what `session` holds; returns the logits of every position
@@ -200,8 +219,21 @@ impl Model {
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        let mut out = self.forward_batch_with(exec, &mut [(session, tokens)], all_logits)?;
-        Ok(out.pop().unwrap_or_default())
+        Ok(self.eval(exec, session, tokens, all_logits)?.to_vec())
+    }
+
+    /// [`forward`](Self::forward) without allocating after the session's first pass: the
+    /// logits stay in the session (also [`Session::logits`]).
+    pub fn eval<'s>(
+        &self,
+        exec: &Exec,
+        session: &'s mut Session,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<&'s [f32]> {
+        self.net()
+            .forward(exec, &mut [(&mut *session, tokens)], all_logits)?;
+        Ok(session.logits())
     }
 
     /// Evaluates several sequences in one pass, each `(session, tokens)` after what its
@@ -215,33 +247,14 @@ impl Model {
         exec: &Exec,
         seqs: &mut [(&mut Session, &[u32])],
     ) -> Result<Vec<Vec<f32>>> {
-        self.forward_batch_with(exec, seqs, false)
+        self.eval_batch(exec, seqs)?;
+        Ok(seqs.iter().map(|(s, _)| s.logits().to_vec()).collect())
     }
 
-    fn forward_batch_with(
-        &self,
-        exec: &Exec,
-        seqs: &mut [(&mut Session, &[u32])],
-        all_logits: bool,
-    ) -> Result<Vec<Vec<f32>>> {
-        match self {
-            Model::Llama(m) => {
-                let mut s: Vec<(&mut KvCache, &[u32])> = seqs
-                    .iter_mut()
-                    .map(|(sess, t)| (&mut sess.cache, *t))
-                    .collect();
-                m.forward_batch(exec, &mut s, all_logits)
-            }
-            Model::Qwen35(m) => {
-                let mut s = Vec::with_capacity(seqs.len());
-                for (sess, t) in seqs.iter_mut() {
-                    let rec = sess.recurrent.as_mut().ok_or_else(|| {
-                        ModelError::BadShape("a qwen35 session needs a recurrent state".into())
-                    })?;
-                    s.push((&mut sess.cache, rec, *t));
-                }
-                m.forward_batch(exec, &mut s, all_logits)
-            }
-        }
+    /// [`forward_batch`](Self::forward_batch) leaving each sequence's logits in its session
+    /// ([`Session::logits`]); allocates nothing once the first session has seen a batch this
+    /// large (it holds the batch's buffers).
+    pub fn eval_batch(&self, exec: &Exec, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
+        self.net().forward(exec, seqs, false)
     }
 }

@@ -1,0 +1,164 @@
+//! The attention block: q/k/v projections, optional per-head q/k RMSNorm, RoPE, the KV cache,
+//! causal attention, an optional per-head output gate (`qwen35`: the q projection carries it,
+//! per head `head_dim` query rows then `head_dim` gate rows) and the output projection.
+
+use super::{Ctx, project};
+use crate::runner::model::attention::{AttnShape, attend};
+use crate::runner::model::error::Result;
+use crate::runner::model::hparams::HParams;
+use crate::runner::model::ops::{rms_norm, rope, rope_angles, sigmoid};
+use crate::runner::model::profile::Phase;
+use crate::runner::model::state::RunState;
+use crate::runner::model::weights::{Mat, WeightLoader};
+use crate::runner::model::Session;
+
+/// One attention layer's weights.
+pub(crate) struct Attention {
+    wq: Mat,
+    wk: Mat,
+    wv: Mat,
+    wo: Mat,
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// `wq` also yields a per-head output gate.
+    gated: bool,
+    /// Layer index in the KV cache.
+    slot: usize,
+}
+
+impl Attention {
+    /// Loads `blk.{i}.attn_*` (with `attn_q_norm`/`attn_k_norm` when `qk_norm`).
+    pub fn load(
+        ld: &mut WeightLoader,
+        i: usize,
+        hp: &HParams,
+        qk_norm: bool,
+        gated: bool,
+        slot: usize,
+    ) -> Result<Attention> {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        let (d, hd) = (hp.n_embd, hp.head_dim);
+        let q_rows = if gated { 2 } else { 1 } * hp.q_dim();
+        let mut norm = |s: &str| -> Result<Option<Vec<f32>>> {
+            qk_norm.then(|| ld.vector(&p(s), hd)).transpose()
+        };
+        let (q_norm, k_norm) = (norm("attn_q_norm")?, norm("attn_k_norm")?);
+        Ok(Attention {
+            wq: ld.mat(&p("attn_q"), q_rows, d, None)?,
+            wk: ld.mat(&p("attn_k"), hp.kv_dim(), d, None)?,
+            wv: ld.mat(&p("attn_v"), hp.kv_dim(), d, None)?,
+            wo: ld.mat(&p("attn_output"), d, hp.q_dim(), None)?,
+            q_norm,
+            k_norm,
+            gated,
+            slot,
+        })
+    }
+
+    /// Bytes of weights per token.
+    pub fn bytes(&self) -> usize {
+        [&self.wq, &self.wk, &self.wv, &self.wo]
+            .iter()
+            .map(|m| m.lin.size_bytes())
+            .sum()
+    }
+
+    /// `st.out = attention(st.xn)` for every sequence, appending K/V to each cache.
+    pub fn forward(
+        &self,
+        ctx: &Ctx,
+        st: &mut RunState,
+        seqs: &mut [(&mut Session, &[u32])],
+    ) -> Result<()> {
+        let hp = ctx.hp;
+        let (d, hd, q_dim, kv_dim) = (hp.n_embd, hp.head_dim, hp.q_dim(), hp.kv_dim());
+        let prof = &ctx.exec.profile;
+        if self.gated {
+            let jobs = &mut [
+                (&self.wq, &mut st.qg[..]),
+                (&self.wk, &mut st.k[..]),
+                (&self.wv, &mut st.v[..]),
+            ];
+            project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
+            let t = prof.start();
+            // Per head `hd` query values then `hd` gate values.
+            let q_heads = st.q.chunks_exact_mut(hd);
+            let g_heads = st.gate.chunks_exact_mut(hd);
+            for ((q, g), pair) in q_heads.zip(g_heads).zip(st.qg.chunks_exact(2 * hd)) {
+                q.copy_from_slice(&pair[..hd]);
+                g.copy_from_slice(&pair[hd..]);
+            }
+            prof.stop(Phase::Elementwise, t);
+        } else {
+            let jobs = &mut [
+                (&self.wq, &mut st.q[..]),
+                (&self.wk, &mut st.k[..]),
+                (&self.wv, &mut st.v[..]),
+            ];
+            project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
+        }
+        let shape = AttnShape {
+            n_head: hp.n_head,
+            n_head_kv: hp.n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
+            let t = prof.start();
+            for c in span.cols.clone() {
+                let pos = span.pos0 + c - span.cols.start;
+                rope_angles(pos, hp.rope_dims, hp.rope_base, &mut st.cos, &mut st.sin);
+                for head in st.q[c * q_dim..(c + 1) * q_dim].chunks_exact_mut(hd) {
+                    if let Some(w) = &self.q_norm {
+                        rms_norm(head, w, hp.eps);
+                    }
+                    rope(head, hp.rope_dims, hp.rope_style, &st.cos, &st.sin);
+                }
+                for head in st.k[c * kv_dim..(c + 1) * kv_dim].chunks_exact_mut(hd) {
+                    if let Some(w) = &self.k_norm {
+                        rms_norm(head, w, hp.eps);
+                    }
+                    rope(head, hp.rope_dims, hp.rope_style, &st.cos, &st.sin);
+                }
+            }
+            prof.stop(Phase::Elementwise, t);
+            let t = prof.start();
+            for c in span.cols.clone() {
+                let pos = span.pos0 + c - span.cols.start;
+                sess.cache.store(
+                    self.slot,
+                    pos,
+                    &st.k[c * kv_dim..(c + 1) * kv_dim],
+                    &st.v[c * kv_dim..(c + 1) * kv_dim],
+                );
+            }
+            let cols = span.cols.start * q_dim..span.cols.end * q_dim;
+            attend(
+                ctx.exec,
+                shape,
+                &st.q[cols.clone()],
+                &sess.cache,
+                self.slot,
+                span.pos0,
+                &mut st.att[cols],
+            );
+            prof.stop(Phase::Attention, t);
+        }
+        if self.gated {
+            let t = prof.start();
+            st.att
+                .iter_mut()
+                .zip(&st.gate)
+                .for_each(|(a, g)| *a *= sigmoid(*g));
+            prof.stop(Phase::Elementwise, t);
+        }
+        project(
+            ctx,
+            &mut st.mm,
+            &st.att,
+            q_dim,
+            &mut [(&self.wo, &mut st.out[..])],
+            Phase::Matmul,
+        )
+    }
+}

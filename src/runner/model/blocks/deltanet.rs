@@ -1,0 +1,129 @@
+//! The Gated DeltaNet block (`qwen35`'s linear-attention layers): projections to q | k | v, the
+//! output gate `z` and the per-head gates alpha/beta; conv1d -> SiLU -> L2-normed q/k; the
+//! delta-rule recurrence (see [`crate::runner::model::deltanet`]); gated per-head RMSNorm;
+//! `ssm_out`.
+
+use super::{Ctx, project};
+use crate::runner::model::Session;
+use crate::runner::model::deltanet::l2_norm_heads;
+use crate::runner::model::error::{ModelError, Result};
+use crate::runner::model::hadamard::GdnGeometry;
+use crate::runner::model::hparams::HParams;
+use crate::runner::model::ops::{rms_norm, sigmoid, silu};
+use crate::runner::model::profile::Phase;
+use crate::runner::model::state::RunState;
+use crate::runner::model::weights::{Mat, WeightLoader};
+
+/// One DeltaNet layer's weights.
+pub(crate) struct DeltaNet {
+    qkv: Mat,
+    gate: Mat,
+    alpha: Mat,
+    beta: Mat,
+    /// `conv_channels x conv_kernel`.
+    conv: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// `-exp(A_log)` per value head.
+    a: Vec<f32>,
+    norm: Vec<f32>,
+    out: Mat,
+    /// Layer index in the recurrent state.
+    slot: usize,
+}
+
+impl DeltaNet {
+    /// Loads `blk.{i}.attn_qkv`, `attn_gate`, `ssm_*`.
+    pub fn load(ld: &mut WeightLoader, i: usize, hp: &HParams, slot: usize) -> Result<DeltaNet> {
+        let s = hp
+            .ssm
+            .ok_or_else(|| ModelError::BadShape("a DeltaNet layer without ssm.* keys".into()))?;
+        let p = |n: &str| format!("blk.{i}.{n}.weight");
+        let d = hp.n_embd;
+        let geo = GdnGeometry {
+            head_dim: s.head_v_dim,
+            n_k_heads: s.n_k_heads,
+            n_v_heads: s.n_v_heads,
+        };
+        Ok(DeltaNet {
+            qkv: ld.mat(&p("attn_qkv"), s.conv_channels(), d, None)?,
+            gate: ld.mat(&p("attn_gate"), s.value_dim(), d, None)?,
+            alpha: ld.mat(&p("ssm_alpha"), s.n_v_heads, d, None)?,
+            beta: ld.mat(&p("ssm_beta"), s.n_v_heads, d, None)?,
+            conv: ld.vector(&p("ssm_conv1d"), s.conv_channels() * s.conv_kernel)?,
+            dt_bias: ld.vector(&format!("blk.{i}.ssm_dt.bias"), s.n_v_heads)?,
+            a: ld.vector(&format!("blk.{i}.ssm_a"), s.n_v_heads)?,
+            norm: ld.vector(&p("ssm_norm"), s.head_v_dim)?,
+            out: ld.mat(&p("ssm_out"), d, s.value_dim(), Some(geo))?,
+            slot,
+        })
+    }
+
+    /// Bytes of weights per token (the conv weights too: they are read every token).
+    pub fn bytes(&self) -> usize {
+        [&self.qkv, &self.gate, &self.alpha, &self.beta, &self.out]
+            .iter()
+            .map(|m| m.lin.size_bytes())
+            .sum::<usize>()
+            + 4 * self.conv.len()
+    }
+
+    /// `st.out = deltanet(st.xn)` for every sequence, advancing each recurrent state.
+    pub fn forward(
+        &self,
+        ctx: &Ctx,
+        st: &mut RunState,
+        seqs: &mut [(&mut Session, &[u32])],
+    ) -> Result<()> {
+        let (hp, prof) = (ctx.hp, &ctx.exec.profile);
+        let s = hp.ssm.expect("loaded with a DeltaNet shape");
+        let (nv, ch, kd, vd) = (s.n_v_heads, s.conv_channels(), s.key_dim(), s.value_dim());
+        let jobs = &mut [
+            (&self.qkv, &mut st.dn_qkv[..]),
+            (&self.gate, &mut st.dn_z[..]),
+            (&self.alpha, &mut st.dn_decay[..]),
+            (&self.beta, &mut st.dn_beta[..]),
+        ];
+        project(ctx, &mut st.mm, &st.xn, hp.n_embd, jobs, Phase::Matmul)?;
+        let t = prof.start();
+        for (i, v) in st.dn_decay.iter_mut().enumerate() {
+            let z = *v + self.dt_bias[i % nv];
+            let sp = if z > 20.0 { z } else { (1.0 + z.exp()).ln() };
+            *v = (sp * self.a[i % nv]).exp();
+        }
+        st.dn_beta.iter_mut().for_each(|v| *v = sigmoid(*v));
+        prof.stop(Phase::Elementwise, t);
+        let t = prof.start();
+        for (((sess, _), span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
+            let (Some(upd), Some(rec)) = (*upd, sess.recurrent.as_mut()) else {
+                continue;
+            };
+            let cols = span.cols.clone();
+            let qkv = &mut st.dn_qkv[cols.start * ch..cols.end * ch];
+            rec.conv_silu(upd, self.slot, &self.conv, qkv, &mut st.dn_hist);
+            for row in qkv.chunks_exact_mut(ch) {
+                l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, hp.eps);
+            }
+            rec.recurrence(
+                ctx.exec,
+                upd,
+                self.slot,
+                qkv,
+                &st.dn_decay[cols.start * nv..cols.end * nv],
+                &st.dn_beta[cols.start * nv..cols.end * nv],
+                &mut st.dn_o[cols.start * vd..cols.end * vd],
+                &mut st.dn_heads,
+            );
+        }
+        prof.stop(Phase::Recurrence, t);
+        let t = prof.start();
+        // Gated per-head RMSNorm: rmsnorm(o_h) * ssm_norm * silu(z_h).
+        let heads = st.dn_o.chunks_exact_mut(s.head_v_dim);
+        for (oh, zh) in heads.zip(st.dn_z.chunks_exact(s.head_v_dim)) {
+            rms_norm(oh, &self.norm, hp.eps);
+            oh.iter_mut().zip(zh).for_each(|(v, z)| *v *= silu(*z));
+        }
+        prof.stop(Phase::Elementwise, t);
+        let jobs = &mut [(&self.out, &mut st.out[..])];
+        project(ctx, &mut st.mm, &st.dn_o, vd, jobs, Phase::Matmul)
+    }
+}

@@ -1,0 +1,54 @@
+//! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
+
+use super::{Ctx, project};
+use crate::runner::model::error::Result;
+use crate::runner::model::hparams::HParams;
+use crate::runner::model::ops::silu;
+use crate::runner::model::profile::Phase;
+use crate::runner::model::state::RunState;
+use crate::runner::model::weights::{Mat, WeightLoader};
+
+/// One FFN's weights.
+pub(crate) struct Ffn {
+    gate: Mat,
+    up: Mat,
+    down: Mat,
+}
+
+impl Ffn {
+    /// Loads `blk.{i}.ffn_{gate,up,down}`.
+    pub fn load(ld: &mut WeightLoader, i: usize, hp: &HParams) -> Result<Ffn> {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        let (d, ff) = (hp.n_embd, hp.n_ff);
+        Ok(Ffn {
+            gate: ld.mat(&p("ffn_gate"), ff, d, None)?,
+            up: ld.mat(&p("ffn_up"), ff, d, None)?,
+            down: ld.mat(&p("ffn_down"), d, ff, None)?,
+        })
+    }
+
+    /// Bytes of weights per token.
+    pub fn bytes(&self) -> usize {
+        [&self.gate, &self.up, &self.down]
+            .iter()
+            .map(|m| m.lin.size_bytes())
+            .sum()
+    }
+
+    /// `st.out = ffn(st.xn)`.
+    pub fn forward(&self, ctx: &Ctx, st: &mut RunState) -> Result<()> {
+        let jobs = &mut [
+            (&self.gate, &mut st.ff_gate[..]),
+            (&self.up, &mut st.ff_up[..]),
+        ];
+        project(ctx, &mut st.mm, &st.xn, ctx.hp.n_embd, jobs, Phase::Matmul)?;
+        let t = ctx.exec.profile.start();
+        st.ff_gate
+            .iter_mut()
+            .zip(&st.ff_up)
+            .for_each(|(g, u)| *g = silu(*g) * u);
+        ctx.exec.profile.stop(Phase::Elementwise, t);
+        let jobs = &mut [(&self.down, &mut st.out[..])];
+        project(ctx, &mut st.mm, &st.ff_gate, ctx.hp.n_ff, jobs, Phase::Matmul)
+    }
+}

@@ -1,0 +1,140 @@
+//! The blocks a layer is made of, each written once for every architecture: a layer is
+//! `x += mixer(norm(x)); x += ffn(norm(x))`, the mixer attention or Gated DeltaNet.
+
+mod attention;
+mod deltanet;
+mod ffn;
+
+pub(crate) use attention::Attention;
+pub(crate) use deltanet::DeltaNet;
+pub(crate) use ffn::Ffn;
+
+use super::error::Result;
+use super::hadamard::{FoldKind, HadamardFold};
+use super::hparams::HParams;
+use super::linear::Exec;
+use super::profile::Phase;
+use super::state::MatmulScratch;
+use super::weights::Mat;
+
+/// What every block of a forward pass reads besides its weights and the run state.
+pub(crate) struct Ctx<'a> {
+    /// Kernels, pool, activation type, profile.
+    pub exec: &'a Exec,
+    /// Hyper-parameters.
+    pub hp: &'a HParams,
+    /// The Hadamard fold, if the checkpoint has one.
+    pub fold: Option<&'a HadamardFold>,
+    /// Round activations to bf16 before BF16 weights.
+    pub round_bf16: bool,
+}
+
+/// One decoder layer.
+pub(crate) struct Layer {
+    /// RMSNorm weight before the mixer.
+    pub mixer_norm: Vec<f32>,
+    /// Token mixing.
+    pub mixer: Mixer,
+    /// RMSNorm weight before the FFN.
+    pub ffn_norm: Vec<f32>,
+    /// The SwiGLU FFN.
+    pub ffn: Ffn,
+}
+
+/// How a layer mixes tokens.
+pub(crate) enum Mixer {
+    /// Causal attention over the KV cache.
+    Attention(Attention),
+    /// Gated DeltaNet over the recurrent state.
+    DeltaNet(DeltaNet),
+}
+
+impl Layer {
+    /// Bytes of weights the layer streams per token.
+    pub fn bytes(&self) -> usize {
+        let mixer = match &self.mixer {
+            Mixer::Attention(a) => a.bytes(),
+            Mixer::DeltaNet(g) => g.bytes(),
+        };
+        mixer + self.ffn.bytes()
+    }
+}
+
+/// `out_i = m_i x` for matrices reading the same activation `x` (`n x k`): each distinct
+/// transform of `x` (rotation, bf16 rounding) is computed once and its quantized form is
+/// shared by every ternary matrix reading it.
+pub(crate) fn project(
+    ctx: &Ctx,
+    mm: &mut MatmulScratch,
+    x: &[f32],
+    k: usize,
+    jobs: &mut [(&Mat, &mut [f32])],
+    phase: Phase,
+) -> Result<()> {
+    let MatmulScratch { xt, act } = mm;
+    for i in 0..jobs.len() {
+        let kind = jobs[i].0.input_kind(ctx.round_bf16);
+        if jobs[..i]
+            .iter()
+            .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind)
+        {
+            continue;
+        }
+        let input = transform(ctx, kind, x, k, xt);
+        let quantize = jobs[i..]
+            .iter()
+            .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind && m.lin.is_ternary());
+        let acts = act.prepare(ctx.exec, input, k, quantize)?;
+        for (m, out) in jobs[i..].iter_mut() {
+            if m.input_kind(ctx.round_bf16) == kind {
+                m.lin.forward(ctx.exec, &acts, out, phase)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `x` as a matmul of input kind `kind` reads it: itself, or rotated and/or rounded to bf16
+/// in `xt`.
+fn transform<'a>(
+    ctx: &Ctx,
+    kind: (FoldKind, bool),
+    x: &'a [f32],
+    k: usize,
+    xt: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    if kind == (FoldKind::None, false) {
+        return x;
+    }
+    let t = ctx.exec.profile.start();
+    match ctx.fold {
+        Some(f) => f.apply_into(ctx.exec, kind.0, x, k, xt),
+        None => {
+            xt.clear();
+            xt.extend_from_slice(x);
+        }
+    }
+    if kind.1 {
+        xt.iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
+    }
+    ctx.exec.profile.stop(Phase::Elementwise, t);
+    xt
+}
+
+/// `dst[t] = rms_norm(src[t]) * w` for every token.
+pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
+    let t = ctx.exec.profile.start();
+    let d = w.len();
+    for (o, i) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)) {
+        super::ops::rms_norm_into(o, i, w, ctx.hp.eps);
+    }
+    ctx.exec.profile.stop(Phase::Elementwise, t);
+}
+
+/// `x += y`.
+pub(crate) fn add(ctx: &Ctx, x: &mut [f32], y: &[f32]) {
+    let t = ctx.exec.profile.start();
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+    ctx.exec.profile.stop(Phase::Elementwise, t);
+}

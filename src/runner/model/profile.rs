@@ -1,0 +1,123 @@
+//! Where a forward pass spends its time, by phase (`libt2p bench --profile`).
+//!
+//! Off by default: every hook is then one branch on a `bool`. On, each phase's wall time is
+//! taken with [`Instant`] on the calling thread. Matmul phases also measure the busy time of
+//! every chunk on every thread: their wall time is split into the average thread's compute
+//! and the rest, which is time threads spent waiting in the pool (imbalance and wake-ups).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// A phase of the forward pass (or of the decode loop around it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Ternary (T2P) matmuls of the layers.
+    Matmul,
+    /// Dense (f32 / BF16) matmuls of the layers.
+    DenseMatmul,
+    /// Quantizing activations for the T2P matmuls.
+    Quantize,
+    /// Attention over the KV cache (and storing K/V).
+    Attention,
+    /// The DeltaNet conv and recurrence.
+    Recurrence,
+    /// Norms, RoPE, activations, gates, residual adds, embedding lookups, Hadamard rotations.
+    Elementwise,
+    /// The LM head matmul.
+    LmHead,
+    /// Picking the next token from the logits (timed by the caller).
+    Sampling,
+    /// Threads idle in matmuls, waiting for the slowest chunk.
+    PoolWait,
+    /// Whole forward passes (the other phases are parts of this).
+    Forward,
+}
+
+impl Phase {
+    /// Every phase, in report order.
+    pub const ALL: [Phase; 10] = [
+        Phase::Matmul,
+        Phase::DenseMatmul,
+        Phase::Quantize,
+        Phase::Attention,
+        Phase::Recurrence,
+        Phase::Elementwise,
+        Phase::LmHead,
+        Phase::Sampling,
+        Phase::PoolWait,
+        Phase::Forward,
+    ];
+
+    /// A short label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Matmul => "ternary matmuls",
+            Phase::DenseMatmul => "dense matmuls",
+            Phase::Quantize => "activation quantization",
+            Phase::Attention => "attention",
+            Phase::Recurrence => "DeltaNet conv + recurrence",
+            Phase::Elementwise => "norms / RoPE / activations",
+            Phase::LmHead => "LM head",
+            Phase::Sampling => "sampling",
+            Phase::PoolWait => "pool waits",
+            Phase::Forward => "forward total",
+        }
+    }
+}
+
+/// Accumulated nanoseconds per [`Phase`].
+#[derive(Debug, Default)]
+pub struct Profile {
+    on: AtomicBool,
+    nanos: [AtomicU64; Phase::ALL.len()],
+}
+
+impl Profile {
+    /// Turns timing on or off.
+    pub fn enable(&self, on: bool) {
+        self.on.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether timing is on.
+    #[inline]
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// A start time when timing is on.
+    #[inline]
+    pub fn start(&self) -> Option<Instant> {
+        self.is_on().then(Instant::now)
+    }
+
+    /// Adds the time since `t` (from [`start`](Self::start)) to `phase`.
+    #[inline]
+    pub fn stop(&self, phase: Phase, t: Option<Instant>) {
+        if let Some(t) = t {
+            self.add(phase, t.elapsed().as_nanos() as u64);
+        }
+    }
+
+    /// Adds `ns` nanoseconds to `phase`.
+    pub fn add(&self, phase: Phase, ns: u64) {
+        self.nanos[phase as usize].fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Seconds accumulated in `phase`.
+    pub fn seconds(&self, phase: Phase) -> f64 {
+        self.nanos[phase as usize].load(Ordering::Relaxed) as f64 * 1e-9
+    }
+
+    /// Clears every phase.
+    pub fn reset(&self) {
+        self.nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
+    }
+
+    /// Splits a parallel matmul's `wall` nanoseconds, whose chunks were busy `busy`
+    /// nanoseconds in all on `threads` threads, into `phase` and [`Phase::PoolWait`].
+    pub(crate) fn add_parallel(&self, phase: Phase, wall: u64, busy: u64, threads: usize) {
+        let compute = (busy / threads.max(1) as u64).min(wall);
+        self.add(phase, compute);
+        self.add(Phase::PoolWait, wall - compute);
+    }
+}

@@ -1,0 +1,120 @@
+//! The run state: every buffer a forward pass works in, owned by a [`Session`](super::Session)
+//! and sized on its first forward pass (like llama2.c's `RunState`). A later pass over as many
+//! tokens or fewer reuses the allocations; each buffer keeps one meaning.
+//!
+//! Shapes below: `n` = tokens of the batch (all sequences), `r` = rows the LM head reads (the
+//! last token of each sequence, or every token), `d` = `n_embd`.
+
+use super::deltanet::Update;
+use super::hparams::HParams;
+use super::linear::ActBuffer;
+
+/// Where one sequence of a batched forward pass sits: its columns in the batch and the
+/// position of its first token.
+#[derive(Clone, Debug)]
+pub(crate) struct Span {
+    pub cols: std::ops::Range<usize>,
+    pub pos0: usize,
+}
+
+/// Inputs of a group of matmuls: a transformed copy of the activations and their quantized form.
+#[derive(Debug, Default)]
+pub(crate) struct MatmulScratch {
+    /// `[n][k]`: the activation after the fold's rotation and/or bf16 rounding.
+    pub xt: Vec<f32>,
+    /// The quantized activations every T2P matrix of the group reads.
+    pub act: ActBuffer,
+}
+
+/// The buffers of a forward pass (see the module documentation).
+#[derive(Debug, Default)]
+pub struct RunState {
+    /// Per sequence: its columns and first position.
+    pub(crate) spans: Vec<Span>,
+    /// Per sequence: which recurrent buffers this pass reads and writes (hybrid models).
+    pub(crate) upds: Vec<Option<Update>>,
+    /// Per sequence: rows it gets from the LM head.
+    pub(crate) rows: Vec<usize>,
+    /// `[n][d]`: the residual stream.
+    pub(crate) x: Vec<f32>,
+    /// `[n][d]`: the normed residual a block reads.
+    pub(crate) xn: Vec<f32>,
+    /// `[n][d]`: a block's output, added to `x`.
+    pub(crate) out: Vec<f32>,
+    /// `[n][n_head * head_dim]`: queries.
+    pub(crate) q: Vec<f32>,
+    /// `[n][2 * n_head * head_dim]`: the joint query | gate projection of gated attention.
+    pub(crate) qg: Vec<f32>,
+    /// `[n][n_head * head_dim]`: the output gate of gated attention.
+    pub(crate) gate: Vec<f32>,
+    /// `[n][n_head_kv * head_dim]`: keys.
+    pub(crate) k: Vec<f32>,
+    /// `[n][n_head_kv * head_dim]`: values.
+    pub(crate) v: Vec<f32>,
+    /// `[n][n_head * head_dim]`: attention output.
+    pub(crate) att: Vec<f32>,
+    /// `[rope_dims / 2]`: RoPE cosines of one position.
+    pub(crate) cos: Vec<f32>,
+    /// `[rope_dims / 2]`: RoPE sines of one position.
+    pub(crate) sin: Vec<f32>,
+    /// `[n][n_ff]`: FFN gate, then `silu(gate) * up`.
+    pub(crate) ff_gate: Vec<f32>,
+    /// `[n][n_ff]`: FFN up.
+    pub(crate) ff_up: Vec<f32>,
+    /// `[n][conv_channels]`: DeltaNet q | k | v, before and after the conv.
+    pub(crate) dn_qkv: Vec<f32>,
+    /// `[n][value_dim]`: DeltaNet output gate `z`.
+    pub(crate) dn_z: Vec<f32>,
+    /// `[n][n_v_heads]`: DeltaNet alpha, then the decay `exp(softplus(alpha + dt) * a)`.
+    pub(crate) dn_decay: Vec<f32>,
+    /// `[n][n_v_heads]`: DeltaNet beta, then `sigmoid(beta)`.
+    pub(crate) dn_beta: Vec<f32>,
+    /// `[n][value_dim]`: DeltaNet output.
+    pub(crate) dn_o: Vec<f32>,
+    /// `[conv_kernel - 1 + n][conv_channels]`: conv history and batch of one sequence.
+    pub(crate) dn_hist: Vec<f32>,
+    /// `[n_v_heads][n][head_v_dim]`: recurrence output of one sequence, head-major.
+    pub(crate) dn_heads: Vec<f32>,
+    /// `[r][d]`: the rows the LM head reads.
+    pub(crate) head_in: Vec<f32>,
+    /// `[r][n_vocab]`: logits (after a pass: this session's rows only).
+    pub(crate) logits: Vec<f32>,
+    /// Inputs of matmul groups.
+    pub(crate) mm: MatmulScratch,
+}
+
+impl RunState {
+    /// Gives every buffer its shape for `n` tokens and `r` head rows (allocating only when
+    /// one grows past what an earlier pass needed); `gated`: the attention has an output gate.
+    pub(crate) fn size(&mut self, hp: &HParams, gated: bool, n: usize, r: usize) {
+        let d = hp.n_embd;
+        let (q, kv) = (hp.q_dim(), hp.kv_dim());
+        let sized = |v: &mut Vec<f32>, len: usize| v.resize(len, 0.0);
+        sized(&mut self.x, n * d);
+        sized(&mut self.xn, n * d);
+        sized(&mut self.out, n * d);
+        if hp.n_attn() > 0 {
+            sized(&mut self.q, n * q);
+            if gated {
+                sized(&mut self.qg, n * 2 * q);
+                sized(&mut self.gate, n * q);
+            }
+            sized(&mut self.k, n * kv);
+            sized(&mut self.v, n * kv);
+            sized(&mut self.att, n * q);
+        }
+        sized(&mut self.cos, hp.rope_dims / 2);
+        sized(&mut self.sin, hp.rope_dims / 2);
+        sized(&mut self.ff_gate, n * hp.n_ff);
+        sized(&mut self.ff_up, n * hp.n_ff);
+        if let Some(s) = hp.ssm {
+            sized(&mut self.dn_qkv, n * s.conv_channels());
+            sized(&mut self.dn_z, n * s.value_dim());
+            sized(&mut self.dn_decay, n * s.n_v_heads);
+            sized(&mut self.dn_beta, n * s.n_v_heads);
+            sized(&mut self.dn_o, n * s.value_dim());
+        }
+        sized(&mut self.head_in, r * d);
+        sized(&mut self.logits, r * hp.n_vocab);
+    }
+}

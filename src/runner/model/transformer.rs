@@ -1,0 +1,281 @@
+//! The decoder every architecture is: a token table, a list of layers
+//! `{mixer norm, mixer: attention | DeltaNet, FFN norm, FFN}`, a final norm and an LM head.
+//! An architecture is an [`Arch`] (its tensor names and options, a few lines in its own file);
+//! this module builds any of them and runs the one forward pass.
+
+use super::Session;
+use super::blocks::{Attention, Ctx, DeltaNet, Ffn, Layer, Mixer, add, norm_rows, project};
+use super::deltanet::RecurrentState;
+use super::error::{ModelError, Result};
+use super::hadamard::HadamardFold;
+use super::hparams::{ArchDefaults, HParams};
+use super::kv_cache::KvCache;
+use super::linear::Exec;
+use super::profile::Phase;
+use super::state::{RunState, Span};
+use super::weights::{Embedding, WeightLoader};
+use crate::runner::{GgufFile, TensorStore};
+
+/// What distinguishes an architecture from the others.
+pub(crate) struct Arch {
+    /// `general.architecture` values it reads.
+    pub names: &'static [&'static str],
+    /// RoPE pairing, default epsilon and context, hybrid or not.
+    pub defaults: ArchDefaults,
+    /// Attention has per-head q/k RMSNorm (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// The q projection also yields a per-head output gate.
+    pub gated_attention: bool,
+    /// Name of the RMSNorm before the FFN (`blk.N.<name>.weight`).
+    pub ffn_norm: &'static str,
+    /// Honour a `prism.hadamard.*` fold.
+    pub hadamard: bool,
+    /// Round activations to bf16 before BF16 weights (llama.cpp's CPU matmul does).
+    pub round_bf16: bool,
+}
+
+/// The architectures this runner implements.
+const ARCHS: [&Arch; 3] = [&super::llama::LLAMA, &super::llama::QWEN3, &super::qwen35::QWEN35];
+
+/// A loaded model of any architecture.
+pub struct Transformer {
+    /// Hyper-parameters.
+    pub cfg: HParams,
+    /// Boxed: rarely present.
+    fold: Option<Box<HadamardFold>>,
+    emb: Embedding,
+    layers: Vec<Layer>,
+    gated_attention: bool,
+    round_bf16: bool,
+}
+
+impl Transformer {
+    /// Builds the model of the file's architecture from its metadata and loaded tensors.
+    pub fn new(gguf: &GgufFile, mut store: TensorStore) -> Result<Transformer> {
+        let name = gguf.architecture()?;
+        let arch = ARCHS
+            .iter()
+            .find(|a| a.names.contains(&name))
+            .ok_or_else(|| ModelError::UnsupportedArchitecture(name.into()))?;
+        let mut cfg = HParams::from_gguf(gguf, &arch.defaults)?;
+        let fold = match arch.hadamard {
+            true => HadamardFold::from_gguf(gguf)?.map(Box::new),
+            false => None,
+        };
+        let mut ld = WeightLoader::new(&mut store, fold.as_deref());
+        let emb = ld.embedding(cfg.n_embd)?;
+        cfg.n_vocab = emb.n_vocab;
+        let (mut n_attn, mut n_rec) = (0, 0);
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            let mixer = if cfg.recurrent[i] {
+                n_rec += 1;
+                Mixer::DeltaNet(DeltaNet::load(&mut ld, i, &cfg, n_rec - 1)?)
+            } else {
+                n_attn += 1;
+                let (qk, gated) = (arch.qk_norm, arch.gated_attention);
+                Mixer::Attention(Attention::load(&mut ld, i, &cfg, qk, gated, n_attn - 1)?)
+            };
+            let norm = |ld: &mut WeightLoader, s: &str| ld.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd);
+            layers.push(Layer {
+                mixer_norm: norm(&mut ld, "attn_norm")?,
+                mixer,
+                ffn_norm: norm(&mut ld, arch.ffn_norm)?,
+                ffn: Ffn::load(&mut ld, i, &cfg)?,
+            });
+        }
+        ld.finish()?;
+        Ok(Transformer {
+            cfg,
+            fold,
+            emb,
+            layers,
+            gated_attention: arch.gated_attention,
+            round_bf16: arch.round_bf16,
+        })
+    }
+
+    /// Whether activations are rounded to bf16 before a BF16 weight, as llama.cpp's CPU
+    /// matmul does (the default of `qwen35`). Off gives the exact-weights (f32) semantics the
+    /// F32 twin of a file has, which the `f32` references of the test data use.
+    pub fn set_round_bf16_activations(&mut self, on: bool) {
+        self.round_bf16 = on;
+    }
+
+    /// The parsed Hadamard fold, if the file has one.
+    pub fn hadamard(&self) -> Option<&HadamardFold> {
+        self.fold.as_deref()
+    }
+
+    /// Whether some layers are recurrent (sessions then carry a recurrent state).
+    pub fn is_hybrid(&self) -> bool {
+        self.cfg.ssm.is_some()
+    }
+
+    /// Bytes of weights streamed per decoded token (every matrix once; the token table is a
+    /// lookup, except when it is also the LM head).
+    pub fn bytes_per_token(&self) -> usize {
+        self.layers.iter().map(Layer::bytes).sum::<usize>() + self.emb.head_bytes()
+    }
+
+    /// A fresh session for up to `n_ctx` positions.
+    pub fn new_session(&self, n_ctx: usize) -> Session {
+        let c = &self.cfg;
+        Session {
+            cache: KvCache::new(c.n_attn(), n_ctx, c.kv_dim()),
+            recurrent: c.ssm.map(|s| RecurrentState::new(s, c.n_rec())),
+            state: RunState::default(),
+        }
+    }
+
+    /// Runs each `(session, tokens)` after what its session holds, every matrix once over the
+    /// columns of all sequences (attention and the recurrence per sequence), and leaves each
+    /// session's logits in it (every position with `all_logits`, else the last; none for a
+    /// sequence without tokens). A column of a matmul does not depend on its neighbours, so
+    /// each sequence gets exactly the logits it would get alone. Nothing is written unless
+    /// every sequence fits, every id is in the vocabulary and every state is at its position.
+    /// The first session's run state holds the batch's buffers.
+    pub fn forward(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut Session, &[u32])],
+        all_logits: bool,
+    ) -> Result<()> {
+        let Some((host, _)) = seqs.first_mut() else {
+            return Ok(());
+        };
+        let mut st = std::mem::take(&mut host.state);
+        let t = exec.profile.start();
+        let res = self.run(exec, &mut st, seqs, all_logits);
+        exec.profile.stop(Phase::Forward, t);
+        seqs[0].0.state = st;
+        res
+    }
+
+    /// The forward pass, top to bottom.
+    fn run(
+        &self,
+        exec: &Exec,
+        st: &mut RunState,
+        seqs: &mut [(&mut Session, &[u32])],
+        all_logits: bool,
+    ) -> Result<()> {
+        let ctx = Ctx {
+            exec,
+            hp: &self.cfg,
+            fold: self.fold.as_deref(),
+            round_bf16: self.round_bf16,
+        };
+        if self.begin(st, seqs, all_logits)? == 0 {
+            seqs.iter_mut().for_each(|(s, _)| s.state.logits.clear());
+            return Ok(());
+        }
+        self.embed(&ctx, st, seqs);
+        for layer in &self.layers {
+            norm_rows(&ctx, &mut st.xn, &st.x, &layer.mixer_norm);
+            match &layer.mixer {
+                Mixer::Attention(a) => a.forward(&ctx, st, seqs)?,
+                Mixer::DeltaNet(g) => g.forward(&ctx, st, seqs)?,
+            }
+            add(&ctx, &mut st.x, &st.out);
+            norm_rows(&ctx, &mut st.xn, &st.x, &layer.ffn_norm);
+            layer.ffn.forward(&ctx, st)?;
+            add(&ctx, &mut st.x, &st.out);
+        }
+        for (((sess, _), span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
+            sess.cache.set_len(span.pos0 + span.cols.len());
+            if let (Some(u), Some(rec)) = (*upd, sess.recurrent.as_mut()) {
+                rec.finish(u, span.cols.len());
+            }
+        }
+        self.logits(&ctx, st, seqs)
+    }
+
+    /// Checks every sequence, lays the batch out (`st.spans`, `st.rows`, recurrent updates),
+    /// sizes the buffers and returns the batch's token count.
+    fn begin(
+        &self,
+        st: &mut RunState,
+        seqs: &mut [(&mut Session, &[u32])],
+        all_logits: bool,
+    ) -> Result<usize> {
+        let c = &self.cfg;
+        for (sess, tokens) in seqs.iter() {
+            let needed = sess.cache.len() + tokens.len();
+            if needed > sess.cache.n_ctx() {
+                return Err(ModelError::ContextOverflow {
+                    needed,
+                    n_ctx: sess.cache.n_ctx(),
+                });
+            }
+            if let Some(&id) = tokens.iter().find(|&&id| id as usize >= c.n_vocab) {
+                return Err(ModelError::BadToken(id));
+            }
+            if self.is_hybrid() && sess.recurrent.is_none() {
+                return Err(ModelError::BadShape(
+                    "a qwen35 session needs a recurrent state".into(),
+                ));
+            }
+        }
+        st.spans.clear();
+        st.rows.clear();
+        let mut at = 0;
+        for (sess, tokens) in seqs.iter() {
+            let n = tokens.len();
+            st.spans.push(Span {
+                cols: at..at + n,
+                pos0: sess.cache.len(),
+            });
+            st.rows.push(if all_logits { n } else { n.min(1) });
+            at += n;
+        }
+        // `begin` checks that each state is at its session's position and only allocates (the
+        // second buffer of a checkpointed state), so a failure here leaves every state as it was.
+        st.upds.clear();
+        for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
+            st.upds.push(match sess.recurrent.as_mut() {
+                Some(rec) if !span.cols.is_empty() => Some(rec.begin(span.pos0)?),
+                _ => None,
+            });
+        }
+        let r = st.rows.iter().sum();
+        st.size(c, self.gated_attention, at, r);
+        Ok(at)
+    }
+
+    /// `st.x[t]` = the embedding of token `t` of the batch.
+    fn embed(&self, ctx: &Ctx, st: &mut RunState, seqs: &[(&mut Session, &[u32])]) {
+        let t = ctx.exec.profile.start();
+        let tokens = seqs.iter().flat_map(|(_, t)| t.iter());
+        for (row, &id) in st.x.chunks_exact_mut(self.cfg.n_embd).zip(tokens) {
+            self.emb.lookup(id, row, self.fold.as_deref());
+        }
+        ctx.exec.profile.stop(Phase::Elementwise, t);
+    }
+
+    /// The final norm and the LM head over the rows each sequence wants; each session gets its
+    /// rows of logits (the first one's stay in `st`, which goes back to it).
+    fn logits(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
+        let (d, nv) = (self.cfg.n_embd, self.cfg.n_vocab);
+        let mut at = 0;
+        for (span, &r) in st.spans.iter().zip(&st.rows) {
+            let first = span.cols.end - r;
+            let src = &st.x[first * d..span.cols.end * d];
+            norm_rows(ctx, &mut st.head_in[at * d..(at + r) * d], src, &self.emb.out_norm);
+            at += r;
+        }
+        let head = self.emb.head();
+        let jobs = &mut [(head, &mut st.logits[..])];
+        project(ctx, &mut st.mm, &st.head_in, d, jobs, Phase::LmHead)?;
+        let mut at = st.rows.first().copied().unwrap_or(0);
+        for ((sess, _), &r) in seqs.iter_mut().zip(&st.rows).skip(1) {
+            sess.state.logits.clear();
+            sess.state
+                .logits
+                .extend_from_slice(&st.logits[at * nv..(at + r) * nv]);
+            at += r;
+        }
+        st.logits.truncate(st.rows.first().copied().unwrap_or(0) * nv);
+        Ok(())
+    }
+}
