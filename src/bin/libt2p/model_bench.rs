@@ -10,7 +10,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
-use t2p::runner::model::{Exec, Loaded};
+use t2p::runner::model::{Exec, Loaded, Phase};
+use t2p::runner::sample::argmax;
 
 use crate::run::ModelArgs;
 
@@ -29,6 +30,10 @@ pub struct ModelBenchArgs {
     /// Batch widths whose forward-pass time is compared with a 1-token decode (verification cost).
     #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
     pub verify_batches: Vec<usize>,
+    /// Also print where the time of a pp and a tg run goes (matmuls, activation quantization,
+    /// attention, norms/RoPE/activations, LM head, sampling, pool waits).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Memory traffic of one decoded token, in bytes.
@@ -226,5 +231,89 @@ pub fn run(
             println!("forward over {b} tokens = {r:.2} x a 1-token decode");
         }
     }
+    if args.profile {
+        profile(&loaded, &exec, args, json)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a pp and a tg pass with the forward pass's phase timers on and prints their shares.
+fn profile(
+    loaded: &Loaded,
+    exec: &Exec,
+    args: &ModelBenchArgs,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let m = &loaded.model;
+    let mut runs = Vec::new();
+    if args.n_prompt > 0 {
+        let mut s = m.new_session(args.n_prompt);
+        exec.profile.reset();
+        exec.profile.enable(true);
+        let logits = m.eval(exec, &mut s, &tokens(loaded, args.n_prompt), false)?;
+        let t = exec.profile.start();
+        std::hint::black_box(argmax(logits));
+        exec.profile.stop(Phase::Sampling, t);
+        exec.profile.enable(false);
+        runs.push((format!("pp{}", args.n_prompt), shares(exec)));
+    }
+    if args.n_gen > 0 {
+        let mut s = m.new_session(args.n_gen + 1);
+        m.eval(exec, &mut s, &[1], false)?;
+        exec.profile.reset();
+        exec.profile.enable(true);
+        let mut next = 1;
+        for _ in 0..args.n_gen {
+            let logits = m.eval(exec, &mut s, &[next], false)?;
+            let t = exec.profile.start();
+            next = argmax(logits);
+            exec.profile.stop(Phase::Sampling, t);
+        }
+        exec.profile.enable(false);
+        runs.push((format!("tg{}", args.n_gen), shares(exec)));
+    }
+    if json {
+        let v: Vec<_> = runs
+            .iter()
+            .map(|(test, sh)| {
+                let phases: serde_json::Map<_, _> = sh
+                    .iter()
+                    .map(|(name, secs, _)| (name.to_string(), serde_json::json!(secs)))
+                    .collect();
+                serde_json::json!({ "test": test, "seconds": phases })
+            })
+            .collect();
+        println!("{}", serde_json::json!({ "profile": v }));
+        return Ok(());
+    }
+    for (test, sh) in &runs {
+        println!("profile of {test} (wall time per phase, % of forward passes + sampling):");
+        println!("| phase | ms | share |");
+        println!("|---|---|---|");
+        for (name, secs, share) in sh {
+            println!("| {name} | {:.2} | {:.1}% |", secs * 1e3, 100.0 * share);
+        }
+    }
+    Ok(())
+}
+
+/// `(phase, seconds, share)` of the profile, with what no phase covers as "other" and the
+/// total of forward passes and sampling last.
+fn shares(exec: &Exec) -> Vec<(&'static str, f64, f64)> {
+    let p = &exec.profile;
+    let total = p.seconds(Phase::Forward) + p.seconds(Phase::Sampling);
+    let parts: Vec<Phase> = Phase::ALL
+        .into_iter()
+        .filter(|&ph| ph != Phase::Forward)
+        .collect();
+    let covered: f64 = parts.iter().map(|&ph| p.seconds(ph)).sum();
+    let share = |s: f64| if total > 0.0 { s / total } else { 0.0 };
+    let mut out: Vec<_> = parts
+        .iter()
+        .map(|&ph| (ph.name(), p.seconds(ph), share(p.seconds(ph))))
+        .collect();
+    let other = (total - covered).max(0.0);
+    out.push(("other (untimed)", other, share(other)));
+    out.push(("total", total, share(total)));
+    out
 }

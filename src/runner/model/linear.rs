@@ -2,7 +2,6 @@
 //! activations it reads, quantized once for every T2P matrix that shares them. Nothing here
 //! allocates once the buffers of a session have their size.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -10,7 +9,7 @@ use super::error::{ModelError, Result};
 use super::par::{for_each_part, pieces};
 use super::profile::{Phase, Profile};
 use crate::kernels::Kernels;
-use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix, with_scratch};
+use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix};
 use crate::pool::ThreadPool;
 use crate::runner::{Tensor, TensorData};
 
@@ -177,13 +176,15 @@ impl Linear {
         }
     }
 
-    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`; its time
-    /// counts as `phase` (T2P) or [`Phase::DenseMatmul`] when profiling.
+    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`; `tiles`
+    /// is scratch for several columns. Its time counts as `phase` (T2P) or
+    /// [`Phase::DenseMatmul`] when profiling.
     pub fn forward(
         &self,
         exec: &Exec,
         input: &Activations,
         out: &mut [f32],
+        tiles: &mut Vec<f32>,
         phase: Phase,
     ) -> Result<()> {
         if input.k != self.k() {
@@ -200,10 +201,10 @@ impl Linear {
         }
         match self {
             Linear::T2p(m) => {
-                let (layout, work) = input.quant.ok_or_else(|| {
+                let quant = input.quant.ok_or_else(|| {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
-                t2p_forward(exec, m, layout, work, out, phase)
+                t2p_forward(exec, m, quant, out, tiles, phase)
             }
             Linear::Dense { w, k, .. } => {
                 let t = exec.profile.start();
@@ -216,14 +217,14 @@ impl Linear {
 }
 
 /// `m` times the quantized columns in `work` into `out` (`ncols x rows`), row chunks spread
-/// over the pool: a single column is written in place, several go through each thread's
-/// scratch tile (as in `matmul_parallel`, whose output split allocates).
+/// over the pool: a single column is written in place, several go through `tiles` (as in
+/// `matmul_parallel`, without its per-call allocations).
 fn t2p_forward(
     exec: &Exec,
     m: &T2pMatrix,
-    layout: ActLayout,
-    work: &[u32],
+    (layout, work): (ActLayout, &[u32]),
     out: &mut [f32],
+    tiles: &mut Vec<f32>,
     phase: Phase,
 ) -> Result<()> {
     let (rows, ncols) = (m.rows(), layout.ncols());
@@ -248,21 +249,21 @@ fn t2p_forward(
             timed(&mut || plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0));
         });
     } else {
-        let out = Mutex::new(out);
-        exec.pool.run(n, |i| {
+        // Chunk `i` computes its rows of every column into its own tile (`ncols x len`, at
+        // `chunk_rows(i).start * ncols`), then each column gathers its pieces.
+        tiles.resize(rows * ncols, 0.0);
+        let chunks = pieces(tiles, n, |i| plan.chunk_rows(i, n).len() * ncols);
+        for_each_part(&exec.pool, n, chunks, |(i, tile)| {
             let r = plan.chunk_rows(i, n);
-            timed(&mut || {
-                with_scratch(|scratch| {
-                    scratch.clear();
-                    scratch.resize(r.len() * ncols, 0.0);
-                    plan.compute(exec.kern, m.blocks(), work, r.clone(), scratch, r.len())?;
-                    let mut out = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                    for (c, col) in scratch.chunks_exact(r.len().max(1)).enumerate() {
-                        out[c * rows + r.start..c * rows + r.end].copy_from_slice(col);
-                    }
-                    Ok(())
-                })
-            });
+            timed(&mut || plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
+        });
+        let tiles = &tiles[..];
+        for_each_part(&exec.pool, ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
+            for i in 0..n {
+                let r = plan.chunk_rows(i, n);
+                let tile = &tiles[r.start * ncols..r.end * ncols];
+                col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
+            }
         });
     }
     if let Some(t0) = t0 {

@@ -24,6 +24,8 @@ pub(crate) struct MatmulScratch {
     pub xt: Vec<f32>,
     /// The quantized activations every T2P matrix of the group reads.
     pub act: ActBuffer,
+    /// `[rows * n]`: per row chunk of a matmul over several columns, its output tile.
+    pub tiles: Vec<f32>,
 }
 
 /// The buffers of a forward pass (see the module documentation).

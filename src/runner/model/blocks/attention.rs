@@ -2,7 +2,7 @@
 //! causal attention, an optional per-head output gate (`qwen35`: the q projection carries it,
 //! per head `head_dim` query rows then `head_dim` gate rows) and the output projection.
 
-use super::{Ctx, project};
+use super::{Ctx, Seqs, project};
 use crate::runner::model::attention::{AttnShape, attend};
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
@@ -10,7 +10,6 @@ use crate::runner::model::ops::{rms_norm, rope, rope_angles, sigmoid};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Mat, WeightLoader};
-use crate::runner::model::Session;
 
 /// One attention layer's weights.
 pub(crate) struct Attention {
@@ -64,12 +63,7 @@ impl Attention {
     }
 
     /// `st.out = attention(st.xn)` for every sequence, appending K/V to each cache.
-    pub fn forward(
-        &self,
-        ctx: &Ctx,
-        st: &mut RunState,
-        seqs: &mut [(&mut Session, &[u32])],
-    ) -> Result<()> {
+    pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
         let hp = ctx.hp;
         let (d, hd, q_dim, kv_dim) = (hp.n_embd, hp.head_dim, hp.q_dim(), hp.kv_dim());
         let prof = &ctx.exec.profile;

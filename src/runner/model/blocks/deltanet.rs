@@ -3,8 +3,7 @@
 //! delta-rule recurrence (see [`crate::runner::model::deltanet`]); gated per-head RMSNorm;
 //! `ssm_out`.
 
-use super::{Ctx, project};
-use crate::runner::model::Session;
+use super::{Ctx, Seqs, project};
 use crate::runner::model::deltanet::l2_norm_heads;
 use crate::runner::model::error::{ModelError, Result};
 use crate::runner::model::hadamard::GdnGeometry;
@@ -68,12 +67,7 @@ impl DeltaNet {
     }
 
     /// `st.out = deltanet(st.xn)` for every sequence, advancing each recurrent state.
-    pub fn forward(
-        &self,
-        ctx: &Ctx,
-        st: &mut RunState,
-        seqs: &mut [(&mut Session, &[u32])],
-    ) -> Result<()> {
+    pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
         let (hp, prof) = (ctx.hp, &ctx.exec.profile);
         let s = hp.ssm.expect("loaded with a DeltaNet shape");
         let (nv, ch, kd, vd) = (s.n_v_heads, s.conv_channels(), s.key_dim(), s.value_dim());

@@ -16,6 +16,10 @@ use super::linear::Exec;
 use super::profile::Phase;
 use super::state::MatmulScratch;
 use super::weights::Mat;
+use super::Session;
+
+/// The sequences of a batch: each session with the tokens it runs.
+pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
 
 /// What every block of a forward pass reads besides its weights and the run state.
 pub(crate) struct Ctx<'a> {
@@ -71,7 +75,7 @@ pub(crate) fn project(
     jobs: &mut [(&Mat, &mut [f32])],
     phase: Phase,
 ) -> Result<()> {
-    let MatmulScratch { xt, act } = mm;
+    let MatmulScratch { xt, act, tiles } = mm;
     for i in 0..jobs.len() {
         let kind = jobs[i].0.input_kind(ctx.round_bf16);
         if jobs[..i]
@@ -87,7 +91,7 @@ pub(crate) fn project(
         let acts = act.prepare(ctx.exec, input, k, quantize)?;
         for (m, out) in jobs[i..].iter_mut() {
             if m.input_kind(ctx.round_bf16) == kind {
-                m.lin.forward(ctx.exec, &acts, out, phase)?;
+                m.lin.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
     }
