@@ -246,7 +246,9 @@ fn t2p_forward(
     if ncols == 1 {
         let chunks = pieces(out, n, |i| plan.chunk_rows(i, n).len());
         for_each_part(&exec.pool, n, chunks, |(i, piece)| {
-            timed(&mut || plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0));
+            timed(&mut || {
+                plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0)
+            });
         });
     } else {
         // Chunk `i` computes its rows of every column into its own tile (`ncols x len`, at
@@ -258,13 +260,18 @@ fn t2p_forward(
             timed(&mut || plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
         });
         let tiles = &tiles[..];
-        for_each_part(&exec.pool, ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
-            for i in 0..n {
-                let r = plan.chunk_rows(i, n);
-                let tile = &tiles[r.start * ncols..r.end * ncols];
-                col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
-            }
-        });
+        for_each_part(
+            &exec.pool,
+            ncols,
+            out.chunks_mut(rows).enumerate(),
+            |(c, col)| {
+                for i in 0..n {
+                    let r = plan.chunk_rows(i, n);
+                    let tile = &tiles[r.start * ncols..r.end * ncols];
+                    col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
+                }
+            },
+        );
     }
     if let Some(t0) = t0 {
         let threads = exec.pool.threads().min(n);
@@ -283,11 +290,16 @@ fn t2p_forward(
 fn dense_forward(exec: &Exec, w: &[f32], k: usize, rows: usize, x: &[f32], out: &mut [f32]) {
     let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
     let n = out.len().div_ceil(per);
-    for_each_part(&exec.pool, n, out.chunks_mut(per).enumerate(), |(j, piece)| {
-        for (i, o) in piece.iter_mut().enumerate() {
-            let e = j * per + i;
-            let (t, row) = (e / rows, e % rows);
-            *o = super::ops::dot(&w[row * k..(row + 1) * k], &x[t * k..(t + 1) * k]);
-        }
-    });
+    for_each_part(
+        &exec.pool,
+        n,
+        out.chunks_mut(per).enumerate(),
+        |(j, piece)| {
+            for (i, o) in piece.iter_mut().enumerate() {
+                let e = j * per + i;
+                let (t, row) = (e / rows, e % rows);
+                *o = super::ops::dot(&w[row * k..(row + 1) * k], &x[t * k..(t + 1) * k]);
+            }
+        },
+    );
 }

@@ -110,7 +110,9 @@ impl Profile {
 
     /// Clears every phase.
     pub fn reset(&self) {
-        self.nanos.iter().for_each(|n| n.store(0, Ordering::Relaxed));
+        self.nanos
+            .iter()
+            .for_each(|n| n.store(0, Ordering::Relaxed));
     }
 
     /// Splits a parallel matmul's `wall` nanoseconds, whose chunks were busy `busy`

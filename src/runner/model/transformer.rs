@@ -35,7 +35,11 @@ pub(crate) struct Arch {
 }
 
 /// The architectures this runner implements.
-const ARCHS: [&Arch; 3] = [&super::llama::LLAMA, &super::llama::QWEN3, &super::qwen35::QWEN35];
+const ARCHS: [&Arch; 3] = [
+    &super::llama::LLAMA,
+    &super::llama::QWEN3,
+    &super::qwen35::QWEN35,
+];
 
 /// A loaded model of any architecture.
 pub struct Transformer {
@@ -76,7 +80,9 @@ impl Transformer {
                 let (qk, gated) = (arch.qk_norm, arch.gated_attention);
                 Mixer::Attention(Attention::load(&mut ld, i, &cfg, qk, gated, n_attn - 1)?)
             };
-            let norm = |ld: &mut WeightLoader, s: &str| ld.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd);
+            let norm = |ld: &mut WeightLoader, s: &str| {
+                ld.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd)
+            };
             layers.push(Layer {
                 mixer_norm: norm(&mut ld, "attn_norm")?,
                 mixer,
@@ -255,13 +261,23 @@ impl Transformer {
 
     /// The final norm and the LM head over the rows each sequence wants; each session gets its
     /// rows of logits (the first one's stay in `st`, which goes back to it).
-    fn logits(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
+    fn logits(
+        &self,
+        ctx: &Ctx,
+        st: &mut RunState,
+        seqs: &mut [(&mut Session, &[u32])],
+    ) -> Result<()> {
         let (d, nv) = (self.cfg.n_embd, self.cfg.n_vocab);
         let mut at = 0;
         for (span, &r) in st.spans.iter().zip(&st.rows) {
             let first = span.cols.end - r;
             let src = &st.x[first * d..span.cols.end * d];
-            norm_rows(ctx, &mut st.head_in[at * d..(at + r) * d], src, &self.emb.out_norm);
+            norm_rows(
+                ctx,
+                &mut st.head_in[at * d..(at + r) * d],
+                src,
+                &self.emb.out_norm,
+            );
             at += r;
         }
         let head = self.emb.head();
@@ -275,7 +291,8 @@ impl Transformer {
                 .extend_from_slice(&st.logits[at * nv..(at + r) * nv]);
             at += r;
         }
-        st.logits.truncate(st.rows.first().copied().unwrap_or(0) * nv);
+        st.logits
+            .truncate(st.rows.first().copied().unwrap_or(0) * nv);
         Ok(())
     }
 }

@@ -51,7 +51,13 @@ impl<'a> WeightLoader<'a> {
 
     /// Moves matrix `name` (`rows x k`) out of the store; `geo` is the value-head geometry of
     /// an `ssm_out` whose fold permutes heads.
-    pub fn mat(&mut self, name: &str, rows: usize, k: usize, geo: Option<GdnGeometry>) -> Result<Mat> {
+    pub fn mat(
+        &mut self,
+        name: &str,
+        rows: usize,
+        k: usize,
+        geo: Option<GdnGeometry>,
+    ) -> Result<Mat> {
         let bf16_input = self
             .store
             .get(name)
@@ -194,5 +200,4 @@ impl Embedding {
     pub fn head_bytes(&self) -> usize {
         self.head().lin.size_bytes()
     }
-
 }

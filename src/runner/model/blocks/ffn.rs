@@ -49,6 +49,13 @@ impl Ffn {
             .for_each(|(g, u)| *g = silu(*g) * u);
         ctx.exec.profile.stop(Phase::Elementwise, t);
         let jobs = &mut [(&self.down, &mut st.out[..])];
-        project(ctx, &mut st.mm, &st.ff_gate, ctx.hp.n_ff, jobs, Phase::Matmul)
+        project(
+            ctx,
+            &mut st.mm,
+            &st.ff_gate,
+            ctx.hp.n_ff,
+            jobs,
+            Phase::Matmul,
+        )
     }
 }

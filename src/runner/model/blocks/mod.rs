@@ -9,6 +9,7 @@ pub(crate) use attention::Attention;
 pub(crate) use deltanet::DeltaNet;
 pub(crate) use ffn::Ffn;
 
+use super::Session;
 use super::error::Result;
 use super::hadamard::{FoldKind, HadamardFold};
 use super::hparams::HParams;
@@ -16,7 +17,6 @@ use super::linear::Exec;
 use super::profile::Phase;
 use super::state::MatmulScratch;
 use super::weights::Mat;
-use super::Session;
 
 /// The sequences of a batch: each session with the tokens it runs.
 pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
