@@ -24,27 +24,27 @@ pub(crate) struct ArchDefaults {
 pub struct HParams {
     /// `general.architecture`.
     pub arch: String,
-    /// Residual width.
+    /// Residual width (`embedding_length`).
     pub n_embd: usize,
     /// Decoder layers run per token (`block_count` minus NextN/MTP blocks).
     pub n_layer: usize,
-    /// FFN hidden width.
+    /// FFN hidden width (`feed_forward_length`).
     pub n_ff: usize,
-    /// Query heads of the attention layers.
+    /// Query heads of the attention layers (`attention.head_count`).
     pub n_head: usize,
-    /// KV heads of the attention layers.
+    /// KV heads of the attention layers (`attention.head_count_kv`, default `n_head`).
     pub n_head_kv: usize,
-    /// Values per attention head.
+    /// Values per attention head (`attention.key_length`, default `n_embd / n_head`).
     pub head_dim: usize,
-    /// Dimensions rotated by RoPE (from the start of each head).
+    /// Dimensions rotated by RoPE from the start of each head (`rope.dimension_count`).
     pub rope_dims: usize,
-    /// RoPE base frequency.
+    /// RoPE base frequency (`rope.freq_base`, default 10000).
     pub rope_base: f32,
     /// RoPE pairing.
     pub rope_style: RopeStyle,
     /// RMSNorm epsilon (also the L2-norm epsilon of the DeltaNet).
     pub eps: f32,
-    /// Training context.
+    /// Training context (`context_length`).
     pub n_ctx_train: usize,
     /// Vocabulary size (rows of the token table, filled in when it is loaded).
     pub n_vocab: usize,
