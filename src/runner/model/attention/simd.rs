@@ -73,7 +73,10 @@ impl Isa {
 }
 
 fn check_rows(rows: &[f16], n: usize, stride: usize, width: usize) {
-    assert!(n == 0 || (n - 1) * stride + width <= rows.len(), "KV rows out of bounds");
+    assert!(
+        n == 0 || (n - 1) * stride + width <= rows.len(),
+        "KV rows out of bounds"
+    );
 }
 
 fn scores_portable(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
@@ -118,11 +121,7 @@ mod x86 {
         let mut lanes = [0.0f32; 8];
         // SAFETY: `lanes` holds eight f32.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let tail: f32 = q_tail
-            .iter()
-            .zip(k_tail)
-            .map(|(x, y)| x * y.to_f32())
-            .sum();
+        let tail: f32 = q_tail.iter().zip(k_tail).map(|(x, y)| x * y.to_f32()).sum();
         lanes.iter().sum::<f32>() + tail
     }
 
@@ -257,7 +256,16 @@ mod tests {
         if cfg!(target_arch = "x86_64") && std::is_x86_feature_detected!("f16c") {
             assert!(paths.len() == 2, "the AVX2+F16C path must be tested here");
         }
-        for (hd, extra) in [(1, 0), (7, 3), (8, 0), (13, 5), (64, 0), (72, 8), (128, 128), (200, 1)] {
+        for (hd, extra) in [
+            (1, 0),
+            (7, 3),
+            (8, 0),
+            (13, 5),
+            (64, 0),
+            (72, 8),
+            (128, 128),
+            (200, 1),
+        ] {
             let stride = hd + extra;
             for len in [1, 3, 4, 5, 9, 33] {
                 let seed = (hd * 1000 + len) as u64;
