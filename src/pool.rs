@@ -12,13 +12,28 @@
 //! The job closure borrows from the caller's stack, while the workers are `'static` threads. The
 //! pool erases the closure's lifetime for the duration of one call; the whole argument for why
 //! that is sound lives in [`ThreadPool::run`].
+//!
+//! Three hand-offs are "store my flag, then read yours" pairs (Dekker style): a worker going to
+//! sleep against a call being posted, a worker joining against the caller closing the call, the
+//! caller going to sleep against the last worker leaving. Each side puts a `fence(SeqCst)`
+//! between its store and its load. SeqCst accesses alone are enough in the language's memory
+//! model, but not under `qemu-aarch64` on an x86 host: it translates `stlr; ldar` without a
+//! barrier between them, so the host's store buffer lets the load pass the store (measured: a
+//! store-buffering litmus test shows the forbidden outcome in half of 200 000 trials under
+//! qemu 7.2, never with the fence). That reordering lost the caller's wake-up in the third pair:
+//! the caller slept waiting for a worker that had left without seeing it asleep, and every
+//! thread ended in `futex_wait`, the hang once seen under qemu. The fences also let loom (which
+//! models SeqCst fences but treats SeqCst accesses as acquire/release) check the protocol.
+
+mod sync;
 
 use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use sync::{
+    Arc, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering, fence,
+    spin_until, thread,
+};
 
 /// How long an idle worker (and a caller waiting for the last job) spins before sleeping.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
@@ -53,6 +68,24 @@ struct Shared {
     caller_sleeping: AtomicBool,
     done_lock: Mutex<()>,
     done_cv: Condvar,
+    /// Test hook: where workers stop, to stand in for a thread the OS has descheduled.
+    #[cfg(all(test, not(loom)))]
+    hold: std::sync::atomic::AtomicU8,
+    /// Test hook: workers stopped at `hold` now.
+    #[cfg(all(test, not(loom)))]
+    held: std::sync::atomic::AtomicUsize,
+}
+
+/// Where the test hook stops workers.
+#[cfg(all(test, not(loom)))]
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Hold {
+    Nowhere = 0,
+    /// After seeing a new call, before registering for it.
+    BeforeJoin = 1,
+    /// Registered for a call, before taking its job.
+    AfterJoin = 2,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -83,23 +116,30 @@ impl Shared {
         }
     }
 
+    /// Stops here while the test hook says so.
+    #[cfg(all(test, not(loom)))]
+    fn test_hold(&self, at: Hold) {
+        if self.hold.load(Ordering::SeqCst) == at as u8 {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            while self.hold.load(Ordering::SeqCst) == at as u8 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     fn worker(&self) {
         // Epoch 0 is the pool's creation: a worker that starts after the first call was posted
         // must still run it, so it starts from 0, not from the current value.
         let mut seen = 0;
         loop {
             // Wait for a new epoch: spin first, then sleep.
-            let start = Instant::now();
-            while self.epoch.load(Ordering::Acquire) == seen && start.elapsed() < self.spin {
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
-            }
-            if self.epoch.load(Ordering::Acquire) == seen {
+            if !spin_until(self.spin, || self.epoch.load(Ordering::Acquire) != seen) {
                 let mut g = lock(&self.wake_lock);
                 self.sleepers.fetch_add(1, Ordering::SeqCst);
-                // `run` bumps the epoch (SeqCst) then reads `sleepers` (SeqCst): either it sees
-                // this sleeper and notifies under the lock, or this load sees the new epoch.
+                // `run` bumps the epoch, fences, then reads `sleepers`: either it sees this
+                // sleeper and notifies under the lock, or this load sees the new epoch.
+                fence(Ordering::SeqCst);
                 while self.epoch.load(Ordering::SeqCst) == seen {
                     g = self.wake_cv.wait(g).unwrap_or_else(|e| e.into_inner());
                 }
@@ -109,21 +149,26 @@ impl Shared {
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
-            // Register, then look: `run` clears `open` (SeqCst) before reading `active`
-            // (SeqCst), so either this worker sees `open == false` and keeps its hands off the
-            // job, or `run` sees it registered and waits for it. A worker that was descheduled
-            // during the whole call never holds anyone up.
+            #[cfg(all(test, not(loom)))]
+            self.test_hold(Hold::BeforeJoin);
+            // Register, then look: `run` clears `open`, fences, then reads `active`, so either
+            // this worker sees `open == false` and keeps its hands off the job, or `run` sees it
+            // registered and waits for it. A worker that was descheduled during the whole call
+            // never holds anyone up.
             self.active.fetch_add(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            #[cfg(all(test, not(loom)))]
+            self.test_hold(Hold::AfterJoin);
             if self.open.load(Ordering::SeqCst) {
                 let job = *lock(&self.job);
                 if let Some(job) = job {
                     self.work(job);
                 }
             }
-            if self.active.fetch_sub(1, Ordering::SeqCst) == 1
-                && self.caller_sleeping.load(Ordering::SeqCst)
-            {
-                // The caller set `caller_sleeping` (SeqCst) before re-reading `active` under
+            let last = self.active.fetch_sub(1, Ordering::SeqCst) == 1;
+            fence(Ordering::SeqCst);
+            if last && self.caller_sleeping.load(Ordering::SeqCst) {
+                // The caller set `caller_sleeping` and fenced before re-reading `active` under
                 // `done_lock`, so taking the lock here cannot miss its wait.
                 let _g = lock(&self.done_lock);
                 self.done_cv.notify_all();
@@ -131,28 +176,28 @@ impl Shared {
         }
     }
 
-    /// Waits until no worker is registered for the current call (`open` is already false).
+    /// Waits until no worker is registered for the current call (`open` is already false, and
+    /// the caller fenced after clearing it).
     fn wait_done(&self) {
-        let start = Instant::now();
-        while self.active.load(Ordering::SeqCst) != 0 {
-            if start.elapsed() >= self.spin {
-                let mut g = lock(&self.done_lock);
-                self.caller_sleeping.store(true, Ordering::SeqCst);
-                while self.active.load(Ordering::SeqCst) != 0 {
-                    g = self.done_cv.wait(g).unwrap_or_else(|e| e.into_inner());
-                }
-                self.caller_sleeping.store(false, Ordering::SeqCst);
-                return;
-            }
-            std::hint::spin_loop();
+        if spin_until(self.spin, || self.active.load(Ordering::SeqCst) == 0) {
+            return;
         }
+        let mut g = lock(&self.done_lock);
+        self.caller_sleeping.store(true, Ordering::SeqCst);
+        // Pairs with the fence after a worker's `active.fetch_sub`: either this thread sees
+        // `active == 0`, or that worker sees `caller_sleeping` and notifies under the lock.
+        fence(Ordering::SeqCst);
+        while self.active.load(Ordering::SeqCst) != 0 {
+            g = self.done_cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.caller_sleeping.store(false, Ordering::SeqCst);
     }
 }
 
 /// A fixed set of worker threads plus the calling thread. See the module documentation.
 pub struct ThreadPool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<thread::JoinHandle<()>>,
     /// One call at a time; a call that finds the pool busy (another thread's call, or a job
     /// calling `run` again) runs its jobs inline instead of deadlocking.
     busy: Mutex<()>,
@@ -183,11 +228,15 @@ impl ThreadPool {
             caller_sleeping: AtomicBool::new(false),
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
+            #[cfg(all(test, not(loom)))]
+            hold: std::sync::atomic::AtomicU8::new(Hold::Nowhere as u8),
+            #[cfg(all(test, not(loom)))]
+            held: std::sync::atomic::AtomicUsize::new(0),
         });
         let workers = (1..threads.max(1))
             .map(|i| {
                 let s = Arc::clone(&shared);
-                std::thread::Builder::new()
+                thread::Builder::new()
                     .name(format!("t2p-worker-{i}"))
                     .spawn(move || s.worker())
                     .expect("spawning a t2p pool worker")
@@ -230,7 +279,7 @@ impl ThreadPool {
         // worker enters only while registered in `active` and after seeing `open == true`
         // (taking the pointer from the `job` slot). This function clears `open`, then waits for
         // `active == 0`, then empties the slot, and it cannot unwind before that (job panics are
-        // caught inside `work`). The SeqCst register-then-check / clear-then-wait pairing means
+        // caught inside `work`). The fenced register-then-check / clear-then-wait pairing means
         // a worker either is counted in `active` when `wait_done` looks, or sees `open ==
         // false`; a worker that registers later finds `open == false` or, in a later call, that
         // call's job. So no thread can reach this pointer after `run` returns and `f` is dropped.
@@ -247,12 +296,14 @@ impl ThreadPool {
         // Publishes the stores above to workers that see `open` (SeqCst) after registering.
         s.open.store(true, Ordering::SeqCst);
         s.epoch.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if s.sleepers.load(Ordering::SeqCst) > 0 {
             let _g = lock(&s.wake_lock);
             s.wake_cv.notify_all();
         }
         s.work(job);
         s.open.store(false, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         s.wait_done();
         *lock(&s.job) = None;
         if s.panicked.load(Ordering::Acquire) {
@@ -323,9 +374,26 @@ impl std::fmt::Debug for ThreadPool {
     }
 }
 
-#[cfg(test)]
+/// The test hook's controls.
+#[cfg(all(test, not(loom)))]
+impl ThreadPool {
+    fn set_hold(&self, at: Hold) {
+        self.shared.hold.store(at as u8, Ordering::SeqCst);
+    }
+
+    fn held(&self) -> usize {
+        self.shared.held.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn every_index_runs_once() {
@@ -434,5 +502,78 @@ mod tests {
             })
         });
         assert_eq!(n.load(Ordering::Relaxed), 12);
+    }
+
+    /// Waits (sleeping) until `cond` holds; fails only if it never does within a minute, a
+    /// liveness check, not a speed one.
+    fn eventually(what: &str, cond: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// A worker stopped between seeing a call and joining it (what a descheduled thread looks
+    /// like to the pool) holds no call up: the caller runs every job itself, call after call,
+    /// and the workers rejoin once they run again.
+    #[test]
+    fn a_descheduled_worker_does_not_stall_calls() {
+        for spin in [Duration::ZERO, DEFAULT_SPIN] {
+            let pool = ThreadPool::with_spin(3, spin);
+            pool.set_hold(Hold::BeforeJoin);
+            let me = std::thread::current().id();
+            for round in 0..300 {
+                let n = 2 + round % 7;
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                let elsewhere = AtomicUsize::new(0);
+                pool.run(n, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                    if std::thread::current().id() != me {
+                        elsewhere.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+                assert_eq!(
+                    elsewhere.load(Ordering::Relaxed),
+                    0,
+                    "a held worker ran a job"
+                );
+            }
+            // Both workers really were stopped at the hook (not merely late).
+            eventually("both workers held", || pool.held() == 2);
+            pool.set_hold(Hold::Nowhere);
+            let ids = Mutex::new(std::collections::HashSet::new());
+            eventually("a worker rejoins", || {
+                pool.run(4, |_| {
+                    ids.lock().unwrap().insert(std::thread::current().id());
+                    std::thread::sleep(Duration::from_millis(2));
+                });
+                ids.lock().unwrap().len() > 1
+            });
+        }
+    }
+
+    /// The one place a caller waits for a worker is a worker registered for its call (it may
+    /// hold the job pointer): the window between registering and taking the job. A worker
+    /// stopped there delays the call only until it runs again, and every index still runs once.
+    #[test]
+    fn a_worker_stopped_after_joining_delays_the_call_only_until_it_runs() {
+        let pool = ThreadPool::with_spin(2, Duration::ZERO);
+        for _ in 0..20 {
+            pool.set_hold(Hold::AfterJoin);
+            let hits: Vec<AtomicUsize> = (0..6).map(|_| AtomicUsize::new(0)).collect();
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    eventually("the worker reaches the hook", || pool.held() == 1);
+                    std::thread::sleep(Duration::from_millis(1));
+                    pool.set_hold(Hold::Nowhere);
+                });
+                pool.run(6, |i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
     }
 }

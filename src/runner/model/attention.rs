@@ -1,9 +1,13 @@
-//! Causal multi-head attention over the KV cache, with grouped KV heads (query head `h` reads KV
-//! head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses).
+//! Causal multi-head attention over the f16 KV cache, with grouped KV heads (query head `h`
+//! reads KV head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses). The scores and
+//! the weighted V sum read the cached halves directly ([`simd`]); the softmax is f32 with an f64
+//! sum, as before.
+
+mod simd;
 
 use super::kv_cache::KvCache;
 use super::linear::Exec;
-use super::ops::{dot, softmax};
+use super::ops::softmax;
 
 /// The shape of one attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -30,27 +34,19 @@ pub fn attend(
     out: &mut [f32],
 ) {
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    debug_assert_eq!(kv_dim, cache.kv_dim());
     let n = q.len() / q_dim;
     let (k, v) = cache.layer(layer, pos0 + n);
     let group = s.n_head / s.n_head_kv;
+    let isa = simd::Isa::detect();
     exec.pool
         .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
             let (t, h) = (j / s.n_head, j % s.n_head);
             let kvh = h / group;
             let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-            let len = pos0 + t + 1;
-            let mut scores: Vec<f32> = (0..len)
-                .map(|p| dot(qh, &k[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd]) * s.scale)
-                .collect();
+            let mut scores = vec![0.0f32; pos0 + t + 1];
+            isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores);
             softmax(&mut scores);
-            o.fill(0.0);
-            for (p, &w) in scores.iter().enumerate() {
-                for (d, x) in o
-                    .iter_mut()
-                    .zip(&v[p * kv_dim + kvh * hd..p * kv_dim + (kvh + 1) * hd])
-                {
-                    *d += w * x;
-                }
-            }
+            isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o);
         });
 }

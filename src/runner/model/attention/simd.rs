@@ -1,0 +1,309 @@
+//! The two inner loops of attention over an f16 KV cache: the scores `q . k[p]` of one query head
+//! against every cached position, and the weighted sum of the cached V rows. Both read the halves
+//! directly, and every path evaluates the same f32 expression in the same order, so they agree
+//! bit for bit: a dot product is [`dot`]'s (eight lane sums, added lane 0 first, then the
+//! leftover products), and `out[d]` sums `w[p] * v[p][d]` over `p` in increasing order.
+//!
+//! A slice of rows is addressed as `rows[p * stride..p * stride + width]`.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::super::ops::dot;
+
+/// The instruction set the loops run on, chosen once per attention call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Halves converted a row at a time by `half`, then plain f32 loops (vectorised by the
+    /// compiler; NEON on aarch64).
+    Portable,
+    /// AVX2 with F16C: `vcvtph2ps` converts eight halves in a register.
+    #[cfg(target_arch = "x86_64")]
+    Avx2F16c,
+}
+
+impl Isa {
+    /// The fastest path this CPU runs.
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+            return Isa::Avx2F16c;
+        }
+        Isa::Portable
+    }
+
+    /// Every path this CPU runs (for tests that compare them).
+    #[cfg(test)]
+    pub fn available() -> Vec<Isa> {
+        let mut v = vec![Isa::Portable];
+        if Isa::detect() != Isa::Portable {
+            v.push(Isa::detect());
+        }
+        v
+    }
+
+    /// `out[p] = dot(q, k[p]) * scale` for `p < out.len()`, each row `q.len()` wide.
+    ///
+    /// # Panics
+    /// If `k` is too short for `out.len()` rows of `stride`.
+    pub fn scores(self, q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+        check_rows(k, out.len(), stride, q.len());
+        match self {
+            Isa::Portable => scores_portable(q, k, stride, scale, out),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `detect` chose this path only where the CPU has AVX2 and F16C, and the
+            // rows were bounds-checked above.
+            Isa::Avx2F16c => unsafe { x86::scores(q, k, stride, scale, out) },
+        }
+    }
+
+    /// `out[d] = sum_p w[p] * v[p][d]` for `d < out.len()`, `p < w.len()`.
+    ///
+    /// # Panics
+    /// If `v` is too short for `w.len()` rows of `stride`.
+    pub fn weighted_sum(self, w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+        check_rows(v, w.len(), stride, out.len());
+        match self {
+            Isa::Portable => weighted_sum_portable(w, v, stride, out),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `scores`: the CPU has AVX2 and F16C, the rows are in bounds.
+            Isa::Avx2F16c => unsafe { x86::weighted_sum(w, v, stride, out) },
+        }
+    }
+}
+
+fn check_rows(rows: &[f16], n: usize, stride: usize, width: usize) {
+    assert!(
+        n == 0 || (n - 1) * stride + width <= rows.len(),
+        "KV rows out of bounds"
+    );
+}
+
+fn scores_portable(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    let mut row = vec![0.0f32; q.len()];
+    for (p, s) in out.iter_mut().enumerate() {
+        k[p * stride..p * stride + q.len()].convert_to_f32_slice(&mut row);
+        *s = dot(q, &row) * scale;
+    }
+}
+
+fn weighted_sum_portable(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+    let mut row = vec![0.0f32; out.len()];
+    out.fill(0.0);
+    for (p, &wp) in w.iter().enumerate() {
+        v[p * stride..p * stride + out.len()].convert_to_f32_slice(&mut row);
+        for (o, &x) in out.iter_mut().zip(&row) {
+            *o += wp * x;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// Eight halves from `p`, widened.
+    ///
+    /// # Safety
+    /// `p..p + 8` must be readable.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn load8(p: *const f16) -> __m256 {
+        // SAFETY: the caller guarantees eight readable halves; `loadu` needs no alignment.
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+    }
+
+    /// The lanes of `acc` added in [`super::dot`]'s order, plus the leftover products.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn finish(acc: __m256, q_tail: &[f32], k_tail: &[f16]) -> f32 {
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` holds eight f32.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let tail: f32 = q_tail.iter().zip(k_tail).map(|(x, y)| x * y.to_f32()).sum();
+        lanes.iter().sum::<f32>() + tail
+    }
+
+    /// See [`super::Isa::scores`]: four positions per pass, four independent sums in flight
+    /// (one sum alone would wait on the add latency).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C, and `k` holds `out.len()` rows of `stride` (`q.len()` wide).
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn scores(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+        let hd = q.len();
+        let body = hd / 8 * 8;
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let mut p = 0;
+        while p + 4 <= out.len() {
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < body {
+                // SAFETY: `i + 8 <= hd`, so q and the four rows (in bounds by the caller's
+                // guarantee) have eight values at `i`.
+                unsafe {
+                    let qv = _mm256_loadu_ps(qp.add(i));
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let kv = load8(kp.add((p + r) * stride + i));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, kv));
+                    }
+                }
+                i += 8;
+            }
+            for (r, a) in acc.into_iter().enumerate() {
+                let row = (p + r) * stride;
+                out[p + r] = finish(a, &q[body..], &k[row + body..row + hd]) * scale;
+            }
+            p += 4;
+        }
+        while p < out.len() {
+            let mut acc = _mm256_setzero_ps();
+            let mut i = 0;
+            while i < body {
+                // SAFETY: as above, for one row.
+                unsafe {
+                    let kv = load8(kp.add(p * stride + i));
+                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(qp.add(i)), kv));
+                }
+                i += 8;
+            }
+            let row = p * stride;
+            out[p] = finish(acc, &q[body..], &k[row + body..row + hd]) * scale;
+            p += 1;
+        }
+    }
+
+    /// See [`super::Isa::weighted_sum`]: 64 outputs per pass over the rows stay in eight
+    /// registers, then 8 at a time, then the leftovers one by one.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C, and `v` holds `w.len()` rows of `stride` (`out.len()` wide).
+    #[target_feature(enable = "avx2,f16c")]
+    pub unsafe fn weighted_sum(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+        let hd = out.len();
+        let vp = v.as_ptr();
+        let mut d = 0;
+        while d + 64 <= hd {
+            let mut acc = [_mm256_setzero_ps(); 8];
+            for (p, &wp) in w.iter().enumerate() {
+                let wv = _mm256_set1_ps(wp);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `d + 8 * j + 8 <= hd`, inside row `p`.
+                    let x = unsafe { load8(vp.add(p * stride + d + 8 * j)) };
+                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, x));
+                }
+            }
+            for (j, a) in acc.into_iter().enumerate() {
+                // SAFETY: `out[d + 8 * j..d + 8 * j + 8]` is in bounds.
+                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(d + 8 * j), a) };
+            }
+            d += 64;
+        }
+        while d + 8 <= hd {
+            let mut acc = _mm256_setzero_ps();
+            for (p, &wp) in w.iter().enumerate() {
+                // SAFETY: `d + 8 <= hd`, inside row `p`.
+                let x = unsafe { load8(vp.add(p * stride + d)) };
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(wp), x));
+            }
+            // SAFETY: `out[d..d + 8]` is in bounds.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(d), acc) };
+            d += 8;
+        }
+        for (dd, o) in out.iter_mut().enumerate().skip(d) {
+            let mut s = 0.0f32;
+            for (p, &wp) in w.iter().enumerate() {
+                s += wp * v[p * stride + dd].to_f32();
+            }
+            *o = s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Halves over the whole range that matters (subnormals to thousands, both signs).
+    fn halves(n: usize, seed: u64) -> Vec<f16> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let mag = ((x >> 8) % 1000) as f32 / 100.0 - 6.0; // 1e-6 .. 1e4
+                let sign = if x & 1 == 0 { 1.0 } else { -1.0 };
+                f16::from_f32(sign * 10f32.powf(mag) * ((x >> 20) % 997) as f32 / 997.0)
+            })
+            .collect()
+    }
+
+    fn floats(n: usize, seed: u64) -> Vec<f32> {
+        halves(n, seed)
+            .iter()
+            .enumerate()
+            .map(|(i, h)| h.to_f32() * (1.0 + i as f32 * 1e-3))
+            .collect()
+    }
+
+    /// Every path gives the portable path's bits, for head widths with and without leftovers
+    /// and position counts on and off the four-row blocks.
+    #[test]
+    fn every_path_matches_the_portable_one_bit_for_bit() {
+        let paths = Isa::available();
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+            assert!(paths.len() == 2, "the AVX2+F16C path must be tested here");
+        }
+        for (hd, extra) in [
+            (1, 0),
+            (7, 3),
+            (8, 0),
+            (13, 5),
+            (64, 0),
+            (72, 8),
+            (128, 128),
+            (200, 1),
+        ] {
+            let stride = hd + extra;
+            for len in [1, 3, 4, 5, 9, 33] {
+                let seed = (hd * 1000 + len) as u64;
+                let q = floats(hd, seed);
+                let k = halves(len * stride, seed + 1);
+                let w = floats(len, seed + 2);
+                let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
+                Isa::Portable.scores(&q, &k, stride, 0.125, &mut s0);
+                Isa::Portable.weighted_sum(&w, &k, stride, &mut o0);
+                // The portable path is the f32 expression of the cache's values.
+                let row: Vec<f32> = k[..hd].iter().map(|h| h.to_f32()).collect();
+                assert_eq!(s0[0].to_bits(), (dot(&q, &row) * 0.125).to_bits());
+                for isa in &paths[1..] {
+                    let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
+                    isa.scores(&q, &k, stride, 0.125, &mut s);
+                    isa.weighted_sum(&w, &k, stride, &mut o);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&s), bits(&s0), "{isa:?} scores hd {hd} len {len}");
+                    assert_eq!(bits(&o), bits(&o0), "{isa:?} sum hd {hd} len {len}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_sum_of_one_hot_weights_is_the_row() {
+        let v = halves(3 * 16, 9);
+        for isa in Isa::available() {
+            let mut o = vec![0.0; 16];
+            isa.weighted_sum(&[0.0, 1.0, 0.0], &v, 16, &mut o);
+            assert!(o.iter().zip(&v[16..32]).all(|(a, b)| *a == b.to_f32()));
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn short_rows_are_refused() {
+        Isa::detect().scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
+    }
+}
