@@ -11,7 +11,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::error::{GgufError, Result};
-use super::types::GgmlType;
+use crate::format::GgmlType;
 
 /// `general.alignment` when the key is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;

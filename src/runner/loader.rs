@@ -15,27 +15,13 @@ use bytemuck::{Pod, Zeroable};
 
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
-use super::types::GgmlType;
 use crate::format::{
-    BlockPq2_0, BlockPtq1_0, BlockT2p, BlockTq1_0, BlockTq2_0, QK_PQ2_0, ROWS_PER_T2P,
-    TernaryBlock, f16_to_f32, repack_to_t2p, t2p_block_count, t2p_row_groups,
+    BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
+    repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
 use crate::matmul::T2pMatrix;
 
-/// Weights per Q8_0 block.
-pub const QK8_0: usize = 32;
-
-/// One ggml Q8_0 block: `{ ggml_half d; int8_t qs[32]; }`, value `qs[i] * d`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct BlockQ8_0 {
-    /// Scale, IEEE fp16 bits.
-    pub d: u16,
-    /// Quantized values.
-    pub qs: [i8; QK8_0],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+pub use crate::format::{BlockQ8_0, QK8_0};
 
 /// A tensor's data as held in memory.
 #[derive(Clone, Debug)]
@@ -69,10 +55,6 @@ pub struct Tensor {
     pub source_type: GgmlType,
     /// The data.
     pub data: TensorData,
-}
-
-fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits((bits as u32) << 16)
 }
 
 impl Tensor {
@@ -161,10 +143,7 @@ impl Tensor {
                 let nb = k / QK8_0;
                 let blocks = v.get(row * nb..(row + 1) * nb).ok_or_else(short)?;
                 for (chunk, b) in out.chunks_exact_mut(QK8_0).zip(blocks) {
-                    let d = f16_to_f32(b.d);
-                    for (o, &q) in chunk.iter_mut().zip(&b.qs) {
-                        *o = q as f32 * d;
-                    }
+                    b.dequantize_into(chunk);
                 }
             }
             TensorData::Pq2_0(v) => {
@@ -421,13 +400,9 @@ fn load_one<R: Read + Seek>(
     gguf.seek_to(src, t)?;
     let n = t.n_elements() as usize;
     let data = match t.ggml_type {
-        GgmlType::TQ2_0 => load_ternary::<BlockTq2_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::TQ1_0 => load_ternary::<BlockTq1_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::PTQ1_0 => load_ternary::<BlockPtq1_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::PQ2_0 if opts.uses_t2p(t) => {
-            load_ternary::<BlockPq2_0, R>(gguf, src, t, opts, bar)?
+        GgmlType::PQ2_0 if !opts.uses_t2p(t) => {
+            TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, bar)?)
         }
-        GgmlType::PQ2_0 => TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, bar)?),
         GgmlType::F32 => {
             let mut v: Vec<f32> = read_vec(src, n, t, gguf, opts, bar)?;
             if cfg!(target_endian = "big") {
@@ -448,12 +423,16 @@ fn load_one<R: Read + Seek>(
             }
         }
         GgmlType::Q8_0 => TensorData::Q8_0(read_vec(src, n / QK8_0, t, gguf, opts, bar)?),
-        other => {
-            return Err(GgufError::UnsupportedTensorType {
-                name: t.name.clone(),
-                type_name: other.name(),
-            });
-        }
+        other => with_ternary_block!(
+            other,
+            B => load_ternary::<B, R>(gguf, src, t, opts, bar)?,
+            _ => {
+                return Err(GgufError::UnsupportedTensorType {
+                    name: t.name.clone(),
+                    type_name: other.name(),
+                });
+            }
+        ),
     };
     Ok(Tensor {
         name: t.name.clone(),
@@ -480,7 +459,7 @@ fn matrix_dims(t: &TensorInfo) -> Result<(usize, usize)> {
     Ok((dim(0)?, dim(1)?))
 }
 
-/// Loads a tq2_0 / tq1_0 / ptq1_0 tensor: repacked into T2P when [`LoadOptions::uses_t2p`],
+/// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when [`LoadOptions::uses_t2p`],
 /// else converted to pq2_0 blocks. Reads whole row groups (or, for pq2_0 blocks, whole source
 /// blocks) a chunk at a time into one reused buffer, so memory is the result plus one chunk.
 fn load_ternary<B: TernaryBlock, R: Read>(

@@ -32,8 +32,8 @@ pub mod speculative;
 pub mod synth;
 pub mod synth_qwen35;
 pub mod tokenizer;
-mod types;
 
+pub use crate::format::GgmlType;
 pub use error::{GgufError, Result};
 pub use gguf::{
     Array, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo, Value,
@@ -43,4 +43,3 @@ pub use loader::{
     peak_rss_bytes,
 };
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};
-pub use types::GgmlType;

@@ -174,8 +174,8 @@ impl SynthType {
     pub fn ggml_type(self) -> u32 {
         match self {
             SynthType::Pq2_0 => 142,
-            SynthType::Tq2_0 => BlockTq2_0::GGML_TYPE,
-            SynthType::Tq1_0 => BlockTq1_0::GGML_TYPE,
+            SynthType::Tq2_0 => BlockTq2_0::GGML_TYPE.0,
+            SynthType::Tq1_0 => BlockTq1_0::GGML_TYPE.0,
             SynthType::F32 => 0,
             SynthType::Q2_0Legacy => 42,
         }
