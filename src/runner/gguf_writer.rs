@@ -34,24 +34,6 @@ fn put_str<W: Write>(w: &mut W, s: &str) -> io::Result<()> {
     w.write_all(s.as_bytes())
 }
 
-fn type_id(v: &Value) -> u32 {
-    match v {
-        Value::U8(_) => 0,
-        Value::I8(_) => 1,
-        Value::U16(_) => 2,
-        Value::I16(_) => 3,
-        Value::U32(_) => 4,
-        Value::I32(_) => 5,
-        Value::F32(_) => 6,
-        Value::Bool(_) => 7,
-        Value::String(_) => 8,
-        Value::Array(_) => 9,
-        Value::U64(_) => 10,
-        Value::I64(_) => 11,
-        Value::F64(_) => 12,
-    }
-}
-
 fn put_value<W: Write>(w: &mut W, v: &Value) -> io::Result<()> {
     match v {
         Value::U8(x) => w.write_all(&[*x]),
@@ -113,7 +95,7 @@ impl<W: Write + Seek> GgufWriter<W> {
         out.write_all(&(kv.len() as u64).to_le_bytes())?;
         for (k, v) in kv {
             put_str(&mut out, k)?;
-            out.write_all(&type_id(v).to_le_bytes())?;
+            out.write_all(&v.type_id().to_le_bytes())?;
             put_value(&mut out, v)?;
         }
         let mut offset = 0u64;
