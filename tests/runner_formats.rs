@@ -12,12 +12,12 @@ use std::path::Path;
 
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
-use t2p::runner::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::runner::model::{Exec, Model};
-use t2p::runner::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 use t2p::runner::{
     GgmlType, GgufError, GgufFile, LoadOptions, Progress, TensorData, TensorStore, Value,
 };
+use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
+use t2p::testkit::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 
 fn quiet() -> LoadOptions {
     LoadOptions {

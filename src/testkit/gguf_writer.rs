@@ -3,7 +3,8 @@
 
 use std::io::{self, Seek, Write};
 
-use super::gguf::{Array, Value};
+use crate::format::GgmlType;
+use crate::runner::{Array, Value};
 
 /// Data alignment of the files written (GGUF's default).
 pub const ALIGNMENT: u64 = 32;
@@ -19,6 +20,21 @@ pub struct TensorSpec {
     pub ggml_type: u32,
     /// Bytes of data.
     pub bytes: u64,
+}
+
+impl TensorSpec {
+    /// A tensor of `dims` in type `ty`, its byte size from the type table (`dims[0]` a
+    /// multiple of the type's block; a type outside the table gives 0 bytes).
+    pub fn new(name: impl Into<String>, dims: &[usize], ty: GgmlType) -> TensorSpec {
+        let n: u64 = dims.iter().map(|&d| d as u64).product();
+        let bytes = ty.block().map_or(0, |(w, b)| n / w * b);
+        TensorSpec {
+            name: name.into(),
+            dims: dims.iter().map(|&d| d as u64).collect(),
+            ggml_type: ty.0,
+            bytes,
+        }
+    }
 }
 
 /// Writes a GGUF file: [`GgufWriter::begin`] writes the header, then [`GgufWriter::tensor_data`]
