@@ -36,8 +36,8 @@ pub use gguf::{
     Array, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo, Value,
 };
 pub use loader::{
-    BlockQ8_0, LoadOptions, Progress, QK8_0, Tensor, TensorData, TensorStore, current_rss_bytes,
-    peak_rss_bytes,
+    BlockQ8_0, LoadOptions, LoadProgress, ProgressFn, QK8_0, Tensor, TensorData, TensorStore,
+    current_rss_bytes, peak_rss_bytes,
 };
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};
 

@@ -2,9 +2,7 @@
 
 use std::process::ExitCode;
 
-use t2p::runner::{
-    Array, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer, Value, peak_rss_bytes,
-};
+use t2p::runner::{Array, GgufFile, LoadOptions, TensorStore, Tokenizer, Value, peak_rss_bytes};
 
 /// Options of `libt2p info`.
 #[derive(clap::Args)]
@@ -77,7 +75,7 @@ fn short_array(a: &Array) -> String {
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let opts = LoadOptions {
-        progress: Progress::Auto,
+        progress: crate::progress::load_bar(false),
         ..LoadOptions::default()
     };
     // Load first, before anything else allocates, so that the peak RSS is the loader's.

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
 use t2p::matmul::ActQuant;
+use t2p::runner::LoadOptions;
 use t2p::runner::generate::{GenStats, generate};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
 use t2p::runner::speculative::{DraftStats, LookupConfig, generate_lookup};
-use t2p::runner::{LoadOptions, Progress};
 
 /// Options shared by every command that loads a model.
 #[derive(clap::Args, Clone)]
@@ -57,11 +57,7 @@ impl ModelArgs {
         let path = crate::shape_model::resolve(&self.model)?;
         let t = Instant::now();
         let opts = LoadOptions {
-            progress: if quiet {
-                Progress::Never
-            } else {
-                Progress::Auto
-            },
+            progress: crate::progress::load_bar(quiet),
             ..Default::default()
         };
         let loaded = Model::load(&path, &opts)?;
