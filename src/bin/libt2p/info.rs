@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<ExitCode, BoxError> {
 /// Loads every tensor and says how long it took and how much memory it held at the peak.
 fn load_report(args: &Args, opts: &LoadOptions) -> Result<String, BoxError> {
     let start = std::time::Instant::now();
-    let (_, store) = TensorStore::load_file(&args.model, &opts)?;
+    let (_, store) = TensorStore::load_file(&args.model, opts)?;
     let secs = start.elapsed().as_secs_f64();
     let file_len = std::fs::metadata(&args.model)?.len();
     let line = format!(

@@ -359,7 +359,7 @@ fn print_json(
     let obj = serde_json::json!({
         "prompt_ids": ids,
         "ids": generated,
-        "text": String::from_utf8_lossy(&text),
+        "text": String::from_utf8_lossy(text),
         "timings": {
             "load_s": load_secs,
             "prompt_tokens": stats.prompt_tokens,
