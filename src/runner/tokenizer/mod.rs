@@ -3,6 +3,7 @@
 //! pre-tokenizer named by `tokenizer.ggml.pre`) and its detokenizer.
 
 mod bpe;
+mod merge;
 mod pretokenize;
 mod spm;
 
