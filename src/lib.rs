@@ -5,13 +5,14 @@
 //! layout** ([`format::BlockT2p`]), where a single AND extracts 16 weights pre-multiplied by
 //! `4^slot`, and runs exact integer kernels on it:
 //!
-//! * [`format`](mod@format): the byte layouts (the ternary formats, q8_K, q8_K x4, q8_0, T2P) and the repacks;
+//! * [`format`](mod@format): the GGML type table and the byte layouts (the ternary formats, q8_K, q8_K x4, q8_0, T2P) and the repacks;
 //! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
 //! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers, and its
 //!   parallel entry point on [`pool`], the persistent thread pool;
 //! * [`bandwidth`]: the memory-read probe that gives the ceiling kernels are measured against;
 //! * [`ffi`]: the C ABI (`include/t2p.h`);
-//! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers.
+//! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers;
+//! * `testkit` (feature `testkit`, on with `cli`): fixture writers (GGUF files, synthetic models).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -24,5 +25,7 @@ pub mod matmul;
 pub mod pool;
 #[cfg(feature = "runner")]
 pub mod runner;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 pub use error::{Error, Result};

@@ -4,11 +4,11 @@
 use std::io::Cursor;
 use std::path::PathBuf;
 
-use t2p::runner::{GgufError, GgufFile, LoadOptions, Progress, TensorData, TensorStore, Tokenizer};
+use t2p::runner::{GgufError, GgufFile, LoadOptions, TensorData, TensorStore, Tokenizer};
 
 fn load_all(path: &std::path::Path) -> Result<(GgufFile, TensorStore), GgufError> {
     let opts = LoadOptions {
-        progress: Progress::Never,
+        progress: None,
         ..LoadOptions::default()
     };
     let (gguf, store) = TensorStore::load_file(path, &opts)?;

@@ -6,11 +6,11 @@ mod runner_data;
 use std::io::Cursor;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use t2p::runner::{GgufError, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer};
+use t2p::runner::{GgufError, GgufFile, LoadOptions, TensorStore, Tokenizer};
 
 fn quiet() -> LoadOptions {
     LoadOptions {
-        progress: Progress::Never,
+        progress: None,
         ..LoadOptions::default()
     }
 }

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use t2p::format::{BlockPq2_0, dequantize_row_pq2_0, f16_to_f32};
 use t2p::runner::{
-    GgmlType, GgufFile, LoadOptions, Progress, TensorData, TensorInfo, TensorStore,
-    current_rss_bytes, peak_rss_bytes,
+    GgmlType, GgufFile, LoadOptions, TensorData, TensorInfo, TensorStore, current_rss_bytes,
+    peak_rss_bytes,
 };
 
 /// The tests of this file run one at a time so that the RSS measurement sees only its own load.
@@ -22,7 +22,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn quiet() -> LoadOptions {
     LoadOptions {
-        progress: Progress::Never,
+        progress: None,
         ..LoadOptions::default()
     }
 }

@@ -12,16 +12,16 @@ use std::path::Path;
 
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
-use t2p::runner::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::runner::model::{Exec, Model};
-use t2p::runner::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 use t2p::runner::{
-    GgmlType, GgufError, GgufFile, LoadOptions, Progress, TensorData, TensorStore, Value,
+    GgmlType, GgufError, GgufFile, LoadOptions, LoadProgress, TensorData, TensorStore, Value,
 };
+use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
+use t2p::testkit::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 
 fn quiet() -> LoadOptions {
     LoadOptions {
-        progress: Progress::Never,
+        progress: None,
         ..LoadOptions::default()
     }
 }
@@ -343,4 +343,30 @@ fn odd_shapes_load_exactly() {
         store.require("tq1.t2p").unwrap().data,
         TensorData::Pq2_0(_)
     ));
+    // The progress callback sees the bytes grow to the file's tensor bytes, chunk by chunk.
+    let reports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = reports.clone();
+    let opts = LoadOptions {
+        chunk_bytes: 100,
+        progress: Some(std::sync::Arc::new(move |p: LoadProgress| {
+            sink.lock().unwrap().push(p)
+        })),
+        ..quiet()
+    };
+    let (gguf, _) = TensorStore::load_file(&path, &opts).unwrap();
+    let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
+    let reports = reports.lock().unwrap();
+    assert!(reports.len() > tensors.len(), "{} reports", reports.len());
+    assert!(reports.iter().all(|p| p.total_bytes == total));
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].done_bytes <= w[1].done_bytes)
+    );
+    assert_eq!(reports.last().unwrap().done_bytes, total);
+    assert_eq!(
+        reports[reports.len() - 2].done_bytes,
+        total,
+        "every byte counted"
+    );
 }

@@ -7,8 +7,8 @@ mod reference;
 mod runner_data;
 
 use reference::*;
-use t2p::runner::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 use t2p::runner::{GgmlType, GgufFile, LoadOptions, TensorStore};
+use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 
 /// `llama-perplexity -m qwen35-odd.gguf -f qwen35-tiny/ppl-text.txt -c 128 -b 128 -t 2
 /// --no-repack` (the fork at ff6b68f38, stock pq2_0 x q8_0 CPU path, AVX2 machine) on the file

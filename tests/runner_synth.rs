@@ -4,8 +4,8 @@
 mod runner_data;
 
 use t2p::runner::model::{Exec, Model};
-use t2p::runner::synth::{QWEN3_SHAPES, write_qwen3};
 use t2p::runner::{GgufFile, LoadOptions, TensorStore};
+use t2p::testkit::synth::{QWEN3_SHAPES, write_qwen3};
 
 #[test]
 fn synthetic_qwen3_loads_into_t2p_and_runs() {

@@ -7,8 +7,8 @@ mod runner_data;
 
 use t2p::runner::model::{Exec, Model};
 use t2p::runner::sample::argmax;
-use t2p::runner::synth_qwen35::{QWEN35_SHAPES, hadamard_weight_names, write_qwen35};
 use t2p::runner::{GgmlType, GgufFile, LoadOptions, TensorStore};
+use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, hadamard_weight_names, write_qwen35};
 
 /// Batched vs token-by-token prompt processing: max |difference| of a logit row relative to
 /// the row's largest |logit|. Measured (AVX2): 0, bit-identical: inside a batch the conv, the

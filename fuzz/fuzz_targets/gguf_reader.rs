@@ -5,14 +5,14 @@
 use std::io::Cursor;
 
 use libfuzzer_sys::fuzz_target;
-use t2p::runner::{GgufFile, LoadOptions, Progress, TensorStore, Tokenizer};
+use t2p::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(gguf) = GgufFile::from_bytes(data) else {
         return;
     };
     let opts = LoadOptions {
-        progress: Progress::Never,
+        progress: None,
         chunk_bytes: 4096,
         ..LoadOptions::default()
     };

@@ -6,8 +6,8 @@ use bytemuck::Pod;
 
 use super::status::{T2pStatus, guard};
 use crate::format::{
-    BlockPq2_0, BlockPtq1_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockTq1_0, BlockTq2_0, QK_K,
-    QK_PQ2_0, TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count,
+    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, GgmlType, QK_K, QK_PQ2_0, TernaryBlock,
+    repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_ternary_block,
 };
 use crate::kernels::{self, Isa, cpu};
 
@@ -77,7 +77,27 @@ const _: () = {
         T2P_Q8_K_BLOCK_BYTES == size_of::<BlockQ8K>()
             && T2P_Q8_K_X4_BLOCK_BYTES == size_of::<BlockQ8Kx4>()
     );
+    // The source types are the ids of the GGML type table.
+    assert!(T2P_TYPE_PQ2_0 == GgmlType::PQ2_0.0 && T2P_TYPE_PTQ1_0 == GgmlType::PTQ1_0.0);
+    assert!(T2P_TYPE_TQ1_0 == GgmlType::TQ1_0.0 && T2P_TYPE_TQ2_0 == GgmlType::TQ2_0.0);
+    assert!(T2P_TYPE_Q2_0_G128 == GgmlType::Q2_0_LEGACY.0);
 };
+
+/// The ternary format of a `T2P_TYPE_*` value (the legacy Q2_0 g128 id holds pq2_0 bytes), or
+/// `InvalidArgument`.
+pub(super) fn source_type(src_type: u32) -> Result<GgmlType, T2pStatus> {
+    match GgmlType(src_type) {
+        GgmlType::Q2_0_LEGACY => Ok(GgmlType::PQ2_0),
+        ty if ty.is_ternary() => Ok(ty),
+        _ => Err(T2pStatus::InvalidArgument),
+    }
+}
+
+/// Whether the byte ranges `[a, a + a_len)` and `[b, b + b_len)` overlap.
+pub(super) fn overlaps(a: *const c_void, a_len: usize, b: *const c_void, b_len: usize) -> bool {
+    let (a, b) = (a as usize, b as usize);
+    a < b.saturating_add(b_len) && b < a.saturating_add(a_len)
+}
 
 /// A byte view of a C buffer, or the status explaining why there is none.
 ///
@@ -251,13 +271,10 @@ pub unsafe extern "C" fn t2p_source_size(
 /// type, `InvalidShape` for a shape T2P cannot hold.
 pub(super) fn source_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
     shape(rows, k)?;
-    let (weights, bytes) = match src_type {
-        T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => (BlockPq2_0::WEIGHTS, size_of::<BlockPq2_0>()),
-        T2P_TYPE_TQ1_0 => (BlockTq1_0::WEIGHTS, size_of::<BlockTq1_0>()),
-        T2P_TYPE_TQ2_0 => (BlockTq2_0::WEIGHTS, size_of::<BlockTq2_0>()),
-        T2P_TYPE_PTQ1_0 => (BlockPtq1_0::WEIGHTS, size_of::<BlockPtq1_0>()),
-        _ => return Err(T2pStatus::InvalidArgument),
-    };
+    let (weights, bytes) = source_type(src_type)?
+        .block()
+        .ok_or(T2pStatus::InvalidArgument)?;
+    let (weights, bytes) = (weights as usize, bytes as usize);
     if !k.is_multiple_of(weights) {
         return Err(T2pStatus::InvalidShape);
     }
@@ -301,16 +318,15 @@ pub unsafe extern "C" fn t2p_repack(
     k: usize,
 ) -> T2pStatus {
     guard(|| {
-        let n = shape(rows, k)?;
-        let need = n * T2P_T2P_BLOCK_BYTES;
+        let need = shape(rows, k)? * T2P_T2P_BLOCK_BYTES;
         if src.is_null() || dst.is_null() {
             return Err(T2pStatus::NullPointer);
         }
         if dst_bytes < need || src_bytes < source_bytes(src_type, rows, k)? {
             return Err(T2pStatus::BufferTooSmall);
         }
-        let pq2_0 = matches!(src_type, T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128);
-        if pq2_0 && std::ptr::eq(src, dst) {
+        let ty = source_type(src_type)?;
+        if ty == GgmlType::PQ2_0 && std::ptr::eq(src, dst) {
             // SAFETY: src == dst is writable for dst_bytes by the caller's contract.
             let buf = unsafe { bytes_mut(dst, need) }?;
             if !(buf.as_ptr() as usize).is_multiple_of(2) {
@@ -318,21 +334,14 @@ pub unsafe extern "C" fn t2p_repack(
             }
             return Ok(repack_pq2_0_in_place(buf, rows, k)?);
         }
-        let (s, d) = (src as usize, dst as usize);
-        if s < d.saturating_add(dst_bytes) && d < s.saturating_add(src_bytes) {
+        if overlaps(src, src_bytes, dst, dst_bytes) {
             return Err(T2pStatus::InvalidArgument);
         }
         // SAFETY: readable for src_bytes by the caller's contract; disjoint from dst (checked).
         let src = unsafe { bytes(src, src_bytes) }?;
         // SAFETY: writable for dst_bytes by the caller's contract.
         let dst = unsafe { bytes_mut(dst, dst_bytes) }?;
-        match src_type {
-            T2P_TYPE_PQ2_0 | T2P_TYPE_Q2_0_G128 => repack_typed::<BlockPq2_0>(src, dst, rows, k),
-            T2P_TYPE_TQ1_0 => repack_typed::<BlockTq1_0>(src, dst, rows, k),
-            T2P_TYPE_TQ2_0 => repack_typed::<BlockTq2_0>(src, dst, rows, k),
-            T2P_TYPE_PTQ1_0 => repack_typed::<BlockPtq1_0>(src, dst, rows, k),
-            _ => Err(T2pStatus::InvalidArgument),
-        }
+        with_ternary_block!(ty, B => repack_typed::<B>(src, dst, rows, k), _ => Err(T2pStatus::InvalidArgument))
     })
 }
 

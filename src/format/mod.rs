@@ -1,9 +1,10 @@
-//! Byte layouts: the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`, `q8_0`) and the
+//! Byte layouts: the GGML type table ([`GgmlType`]), the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`, `q8_0`) and the
 //! T2P row-pair layout, with exact conversions between them.
 //!
 //! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
 //! against the size the C header and ggml use.
 
+mod ggml_type;
 mod pq2_0;
 mod q8_0;
 mod q8k;
@@ -12,8 +13,9 @@ mod t2p;
 mod ternary;
 mod trits;
 
+pub use ggml_type::GgmlType;
 pub use pq2_0::{BlockPq2_0, QK_PQ2_0, dequantize_row_pq2_0, quantize_row_pq2_0};
-pub use q8_0::{BlockQ8_0Quad, GGML_Q8_0_BLOCK_BYTES, QK8_0, quantize_row_q8_0};
+pub use q8_0::{BlockQ8_0, BlockQ8_0Quad, GGML_Q8_0_BLOCK_BYTES, QK8_0, quantize_row_q8_0};
 pub use q8k::{
     BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
     quantize_q8k_x4, quantize_row_q8k,
@@ -23,6 +25,7 @@ pub use repack::{
     t2p_row_groups, unpack_t2p_to_pq2_0,
 };
 pub use t2p::{BlockT2p, ROWS_PER_T2P, dequantize_t2p_row};
+pub(crate) use ternary::with_ternary_block;
 pub use ternary::{
     BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row, repack_to_t2p,
 };
@@ -38,4 +41,10 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 #[inline]
 pub fn f32_to_f16(x: f32) -> u16 {
     half::f16::from_f32(x).to_bits()
+}
+
+/// Converts bfloat16 bits to `f32` (exact: bf16 is the top half of an f32).
+#[inline]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    half::bf16::from_bits(bits).to_f32()
 }

@@ -20,8 +20,6 @@ pub struct BlockPq2_0 {
     pub qs: [u8; 32],
 }
 
-const _: () = assert!(std::mem::size_of::<BlockPq2_0>() == 34);
-
 impl BlockPq2_0 {
     /// The 2-bit code of weight `j` (0..128).
     #[inline]

@@ -8,10 +8,32 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::{QK_PQ2_0, f16_to_f32, f32_to_f16};
+use super::{GgmlType, QK_PQ2_0, f16_to_f32, f32_to_f16};
 
 /// Values per `q8_0` block (ggml's `QK8_0`).
 pub const QK8_0: usize = 32;
+
+/// One ggml `block_q8_0` as stored in files: `{ ggml_half d; int8_t qs[32]; }`, value `qs[i] * d`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    /// Scale, IEEE fp16 bits.
+    pub d: u16,
+    /// Quantized values.
+    pub qs: [i8; QK8_0],
+}
+
+const _: () = assert!(GgmlType::Q8_0.has_block(QK8_0, std::mem::size_of::<BlockQ8_0>()));
+
+impl BlockQ8_0 {
+    /// Dequantizes the block into `out` (32 values): `qs[i] * d`.
+    pub fn dequantize_into(&self, out: &mut [f32]) {
+        let d = f16_to_f32(self.d);
+        for (o, &q) in out[..QK8_0].iter_mut().zip(&self.qs) {
+            *o = q as f32 * d;
+        }
+    }
+}
 
 /// Four consecutive `q8_0` blocks: the 128 activations one T2P block multiplies (160 bytes).
 #[repr(C)]
@@ -77,8 +99,8 @@ fn round_half_even(x: f32) -> i32 {
     (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
 }
 
-/// Bytes of one ggml `block_q8_0`: `{ uint16_t d (fp16); int8_t qs[32]; }`.
-pub const GGML_Q8_0_BLOCK_BYTES: usize = 2 + QK8_0;
+/// Bytes of one ggml `block_q8_0` ([`BlockQ8_0`]).
+pub const GGML_Q8_0_BLOCK_BYTES: usize = std::mem::size_of::<BlockQ8_0>();
 
 impl BlockQ8_0Quad {
     /// Four ggml `block_q8_0` (as ggml's own quantizer wrote them, native byte order) as one
@@ -87,10 +109,10 @@ impl BlockQ8_0Quad {
         let mut qs = [0i8; QK_PQ2_0];
         let mut d = [0.0f32; 4];
         for (j, blk) in blocks.chunks_exact(GGML_Q8_0_BLOCK_BYTES).enumerate() {
-            d[j] = f16_to_f32(u16::from_ne_bytes([blk[0], blk[1]]));
-            for (q, &b) in qs[QK8_0 * j..QK8_0 * (j + 1)].iter_mut().zip(&blk[2..]) {
-                *q = b as i8;
-            }
+            // The caller's bytes need not be 2-byte aligned.
+            let blk: BlockQ8_0 = bytemuck::pod_read_unaligned(blk);
+            d[j] = f16_to_f32(blk.d);
+            qs[QK8_0 * j..QK8_0 * (j + 1)].copy_from_slice(&blk.qs);
         }
         Self::from_qs(qs, d)
     }

@@ -18,7 +18,7 @@ pub struct BlockQ8K {
     pub bsums: [i16; 16],
 }
 
-const _: () = assert!(std::mem::size_of::<BlockQ8K>() == 292);
+const _: () = assert!(super::GgmlType::Q8_K.has_block(QK_K, std::mem::size_of::<BlockQ8K>()));
 
 impl Default for BlockQ8K {
     fn default() -> Self {

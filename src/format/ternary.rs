@@ -9,17 +9,24 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::trits::{decode_trits, pack_trits};
-use super::{BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
+use super::{BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
 use crate::error::{Error, Result, check_len};
 
 /// A block format of ternary weights that can be repacked into T2P.
 pub trait TernaryBlock: Pod {
-    /// The GGML type id of the format (as stored in GGUF tensor infos).
-    const GGML_TYPE: u32;
+    /// The GGML type of the format (as stored in GGUF tensor infos); its name and block size
+    /// come from the type table.
+    const GGML_TYPE: GgmlType;
     /// The format's name as ggml prints it.
-    const NAME: &'static str;
+    const NAME: &'static str = match Self::GGML_TYPE.table_name() {
+        Some(name) => name,
+        None => panic!("a ternary block's type must be in the GGML type table"),
+    };
     /// Weights per block (128 or 256).
-    const WEIGHTS: usize;
+    const WEIGHTS: usize = match Self::GGML_TYPE.block() {
+        Some((weights, _)) => weights as usize,
+        None => panic!("a ternary block's type must be in the GGML type table"),
+    };
     /// Writes the `WEIGHTS` codes (0..=3) into `codes` and one fp16 scale per 128 weights.
     ///
     /// # Panics
@@ -30,6 +37,18 @@ pub trait TernaryBlock: Pod {
     /// (above 2 for the base-3 formats), and two different scales for a 256-weight format.
     fn encode(codes: &[u8], scales: &[u16]) -> Result<Self>;
 }
+
+/// Whether `B`'s struct is the block the type table gives for its type.
+const fn matches_table<B: TernaryBlock>() -> bool {
+    B::GGML_TYPE.has_block(B::WEIGHTS, std::mem::size_of::<B>())
+}
+
+const _: () = assert!(
+    matches_table::<BlockPq2_0>()
+        && matches_table::<BlockTq2_0>()
+        && matches_table::<BlockTq1_0>()
+        && matches_table::<BlockPtq1_0>()
+);
 
 /// Checks the arguments of [`TernaryBlock::encode`] (every code at most `max_code`, one scale per
 /// 128 weights, all of them equal) and returns the block's scale.
@@ -63,9 +82,7 @@ fn check_encode<B: TernaryBlock>(codes: &[u8], scales: &[u16], max_code: u8) -> 
 }
 
 impl TernaryBlock for BlockPq2_0 {
-    const GGML_TYPE: u32 = 142;
-    const NAME: &'static str = "pq2_0";
-    const WEIGHTS: usize = QK_PQ2_0;
+    const GGML_TYPE: GgmlType = GgmlType::PQ2_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         for (c, &q) in codes[..QK_PQ2_0].chunks_exact_mut(4).zip(&self.qs) {
             c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
@@ -92,12 +109,9 @@ pub struct BlockTq2_0 {
     /// Scale, fp16 bits.
     pub d: u16,
 }
-const _: () = assert!(std::mem::size_of::<BlockTq2_0>() == 66);
 
 impl TernaryBlock for BlockTq2_0 {
-    const GGML_TYPE: u32 = 35;
-    const NAME: &'static str = "tq2_0";
-    const WEIGHTS: usize = 256;
+    const GGML_TYPE: GgmlType = GgmlType::TQ2_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         // Byte 32h + m holds element 128h + 32l + m in bits 2l: 32 contiguous codes per (h, l).
         for (half, qs) in codes[..256]
@@ -138,12 +152,9 @@ pub struct BlockTq1_0 {
     /// Scale, fp16 bits.
     pub d: u16,
 }
-const _: () = assert!(std::mem::size_of::<BlockTq1_0>() == 54);
 
 impl TernaryBlock for BlockTq1_0 {
-    const GGML_TYPE: u32 = 34;
-    const NAME: &'static str = "tq1_0";
-    const WEIGHTS: usize = 256;
+    const GGML_TYPE: GgmlType = GgmlType::TQ1_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         let codes = &mut codes[..256];
         for n in 0..5 {
@@ -192,12 +203,9 @@ pub struct BlockPtq1_0 {
     /// Scale, fp16 bits.
     pub d: u16,
 }
-const _: () = assert!(std::mem::size_of::<BlockPtq1_0>() == 28);
 
 impl TernaryBlock for BlockPtq1_0 {
-    const GGML_TYPE: u32 = 143;
-    const NAME: &'static str = "ptq1_0";
-    const WEIGHTS: usize = 128;
+    const GGML_TYPE: GgmlType = GgmlType::PTQ1_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         let codes = &mut codes[..128];
         for n in 0..5 {
@@ -229,6 +237,34 @@ impl TernaryBlock for BlockPtq1_0 {
         Ok(b)
     }
 }
+
+/// Evaluates `$body` with the type name `$B` bound to the block struct of the ternary
+/// [`GgmlType`] `$ty` (pq2_0, tq2_0, tq1_0, ptq1_0), or `$other` for any other type: the one
+/// place that turns a type id into a [`TernaryBlock`] for the generic code.
+macro_rules! with_ternary_block {
+    ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
+        match $ty {
+            $crate::format::GgmlType::PQ2_0 => {
+                type $B = $crate::format::BlockPq2_0;
+                $body
+            }
+            $crate::format::GgmlType::TQ2_0 => {
+                type $B = $crate::format::BlockTq2_0;
+                $body
+            }
+            $crate::format::GgmlType::TQ1_0 => {
+                type $B = $crate::format::BlockTq1_0;
+                $body
+            }
+            $crate::format::GgmlType::PTQ1_0 => {
+                type $B = $crate::format::BlockPtq1_0;
+                $body
+            }
+            _ => $other,
+        }
+    };
+}
+pub(crate) use with_ternary_block;
 
 /// Dequantizes one row of any ternary format (`blocks` covering the row) into `out`.
 pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<()> {

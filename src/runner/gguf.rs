@@ -11,7 +11,7 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::error::{GgufError, Result};
-use super::types::GgmlType;
+use crate::format::GgmlType;
 
 /// `general.alignment` when the key is absent.
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -84,23 +84,46 @@ pub enum Array {
     F64(Vec<f64>),
 }
 
+/// GGUF's metadata value types by id (0..=12): the names messages use.
+const VALUE_TYPE_NAMES: [&str; 13] = [
+    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
+];
+/// The largest metadata value type id.
+const MAX_VALUE_TYPE: u32 = VALUE_TYPE_NAMES.len() as u32 - 1;
+
+/// The GGUF type id of each variant, for a value (`$v` is `Value`) or an array's elements
+/// (`Array`): the variants have the same names and order in both enums.
+macro_rules! value_type_id {
+    ($enum:ident, $x:expr) => {
+        match $x {
+            $enum::U8(_) => 0,
+            $enum::I8(_) => 1,
+            $enum::U16(_) => 2,
+            $enum::I16(_) => 3,
+            $enum::U32(_) => 4,
+            $enum::I32(_) => 5,
+            $enum::F32(_) => 6,
+            $enum::Bool(_) => 7,
+            $enum::String(_) => 8,
+            $enum::Array(_) => 9,
+            $enum::U64(_) => 10,
+            $enum::I64(_) => 11,
+            $enum::F64(_) => 12,
+        }
+    };
+}
+
 impl Value {
+    /// The GGUF type id of the value (0..=12), as stored before it in a file.
+    pub fn type_id(&self) -> u32 {
+        value_type_id!(Value, self)
+    }
+
     /// The GGUF type name of the value (for messages).
     pub fn type_name(&self) -> String {
         match self {
-            Value::U8(_) => "u8".into(),
-            Value::I8(_) => "i8".into(),
-            Value::U16(_) => "u16".into(),
-            Value::I16(_) => "i16".into(),
-            Value::U32(_) => "u32".into(),
-            Value::I32(_) => "i32".into(),
-            Value::F32(_) => "f32".into(),
-            Value::Bool(_) => "bool".into(),
-            Value::String(_) => "string".into(),
             Value::Array(a) => format!("array of {} {}", a.len(), a.elem_type_name()),
-            Value::U64(_) => "u64".into(),
-            Value::I64(_) => "i64".into(),
-            Value::F64(_) => "f64".into(),
+            v => VALUE_TYPE_NAMES[v.type_id() as usize].into(),
         }
     }
 
@@ -169,23 +192,14 @@ impl Array {
         self.len() == 0
     }
 
+    /// The GGUF type id of the elements (0..=12).
+    pub fn elem_type_id(&self) -> u32 {
+        value_type_id!(Array, self)
+    }
+
     /// The element type name.
     pub fn elem_type_name(&self) -> &'static str {
-        match self {
-            Array::U8(_) => "u8",
-            Array::I8(_) => "i8",
-            Array::U16(_) => "u16",
-            Array::I16(_) => "i16",
-            Array::U32(_) => "u32",
-            Array::I32(_) => "i32",
-            Array::F32(_) => "f32",
-            Array::Bool(_) => "bool",
-            Array::String(_) => "string",
-            Array::Array(_) => "array",
-            Array::U64(_) => "u64",
-            Array::I64(_) => "i64",
-            Array::F64(_) => "f64",
-        }
+        VALUE_TYPE_NAMES[self.elem_type_id() as usize]
     }
 
     /// Integer elements as `i64` (None for non-integer arrays or u64 values above `i64::MAX`).
@@ -379,7 +393,7 @@ impl<R: Read> Reader<R> {
     fn array_value(&mut self, key: &str, depth: u32) -> Result<Array> {
         let type_offset = self.pos;
         let elem = self.u32(&|| format!("array type of {key:?}"))?;
-        if elem > 12 || depth >= MAX_ARRAY_DEPTH {
+        if elem > MAX_VALUE_TYPE || depth >= MAX_ARRAY_DEPTH {
             return Err(GgufError::BadValueType {
                 key: key.to_string(),
                 offset: type_offset,
@@ -440,6 +454,166 @@ impl<R: Read> Reader<R> {
     }
 }
 
+impl<R: Read> Reader<R> {
+    /// Magic, version, tensor count and metadata count.
+    fn preamble(&mut self) -> Result<(u32, u64, u64)> {
+        let magic: [u8; 4] = self.array(&|| "magic".into())?;
+        if &magic != b"GGUF" {
+            return Err(GgufError::BadMagic { found: magic });
+        }
+        let version = self.u32(&|| "version".into())?;
+        if version != 2 && version != 3 {
+            return Err(GgufError::UnsupportedVersion { version });
+        }
+        // Smallest tensor info: name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8.
+        let n_tensors = self.count(32, &|| "tensor count".into())?;
+        // Smallest key/value: key length 8 + type 4 + a one-byte value.
+        let n_kv = self.count(13, &|| "metadata key count".into())?;
+        Ok((version, n_tensors, n_kv))
+    }
+
+    /// Metadata entry `i`: its byte offset, key and value.
+    fn metadata_entry(&mut self, i: u64) -> Result<(u64, String, Value)> {
+        let key_offset = self.pos;
+        let key = self.string(&|| format!("key of metadata entry {i}"))?;
+        let type_offset = self.pos;
+        let type_id = self.u32(&|| format!("value type of {key:?}"))?;
+        if type_id > MAX_VALUE_TYPE {
+            return Err(GgufError::BadValueType {
+                key,
+                offset: type_offset,
+                type_id,
+            });
+        }
+        let value = self.value(type_id, &key, 0)?;
+        Ok((key_offset, key, value))
+    }
+
+    /// Tensor info `i`, its shape and data offset checked (the byte size of legacy id 42 is
+    /// left 0 for [`GgufFile::check_tensor_ranges`] to resolve).
+    fn tensor_info(&mut self, i: u64, alignment: u64) -> Result<TensorInfo> {
+        let info_offset = self.pos;
+        let name = self.string(&|| format!("name of tensor {i}"))?;
+        let bad = |reason: String| GgufError::BadTensor {
+            name: name.clone(),
+            offset: info_offset,
+            reason,
+        };
+        let n_dims = self.u32(&|| format!("dimension count of tensor {name:?}"))?;
+        if n_dims == 0 || n_dims > MAX_DIMS {
+            return Err(bad(format!(
+                "{n_dims} dimensions (1 to {MAX_DIMS} allowed)"
+            )));
+        }
+        let mut shape = Vec::with_capacity(n_dims as usize);
+        for d in 0..n_dims {
+            shape.push(self.u64(&|| format!("dimension {d} of tensor {name:?}"))?);
+        }
+        let type_id = self.u32(&|| format!("type of tensor {name:?}"))?;
+        let offset = self.u64(&|| format!("data offset of tensor {name:?}"))?;
+        let n_elements = shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| bad(format!("element count of shape {shape:?} overflows")))?;
+        let ggml_type = GgmlType(type_id);
+        let n_bytes = match ggml_type.block() {
+            Some((block, bytes)) => {
+                if !shape[0].is_multiple_of(block) {
+                    return Err(bad(format!(
+                        "row length (first dimension) {} is not a multiple of the {} block \
+                         size {block}",
+                        shape[0], ggml_type
+                    )));
+                }
+                (n_elements / block)
+                    .checked_mul(bytes)
+                    .ok_or_else(|| bad("byte size overflows".into()))?
+            }
+            // Resolved once every offset is known.
+            None if ggml_type == GgmlType::Q2_0_LEGACY => 0,
+            None => {
+                return Err(GgufError::UnknownTensorType {
+                    name,
+                    offset: info_offset,
+                    type_id,
+                });
+            }
+        };
+        if !offset.is_multiple_of(alignment) {
+            return Err(bad(format!(
+                "data offset {offset} is not a multiple of the alignment {alignment}"
+            )));
+        }
+        Ok(TensorInfo {
+            name,
+            shape,
+            ggml_type,
+            stored_type_id: type_id,
+            offset,
+            n_bytes,
+            info_offset,
+        })
+    }
+}
+
+/// Metadata as read: the entries in file order, the index by key, and the data alignment.
+type Metadata = (Vec<(String, Value)>, HashMap<String, usize>, u64);
+
+/// The `n_kv` metadata entries; refuses duplicate keys and a bad `general.alignment`.
+fn read_metadata<R: Read>(r: &mut Reader<R>, n_kv: u64) -> Result<Metadata> {
+    let mut metadata = Vec::with_capacity(prealloc(n_kv));
+    let mut index = HashMap::with_capacity(prealloc(n_kv));
+    let mut alignment = DEFAULT_ALIGNMENT;
+    for i in 0..n_kv {
+        let (key_offset, key, value) = r.metadata_entry(i)?;
+        if key == "general.alignment" {
+            let a = match value {
+                Value::U32(a) => a as u64,
+                _ => 0,
+            };
+            if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
+                return Err(GgufError::BadAlignment {
+                    offset: key_offset,
+                    value: a,
+                });
+            }
+            alignment = a;
+        }
+        if index.contains_key(&key) {
+            return Err(GgufError::DuplicateKey {
+                key,
+                offset: key_offset,
+            });
+        }
+        index.insert(key.clone(), metadata.len());
+        metadata.push((key, value));
+    }
+    Ok((metadata, index, alignment))
+}
+
+/// The `n_tensors` tensor infos and the index by name; refuses duplicate names.
+fn read_tensor_infos<R: Read>(
+    r: &mut Reader<R>,
+    n_tensors: u64,
+    alignment: u64,
+) -> Result<(Vec<TensorInfo>, HashMap<String, usize>)> {
+    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(prealloc(n_tensors));
+    let mut tensor_index = HashMap::with_capacity(prealloc(n_tensors));
+    for i in 0..n_tensors {
+        let t = r.tensor_info(i, alignment)?;
+        if tensor_index.contains_key(&t.name) {
+            return Err(GgufError::DuplicateTensor {
+                name: t.name,
+                offset: t.info_offset,
+            });
+        }
+        tensor_index.insert(t.name.clone(), tensors.len());
+        tensors.push(t);
+    }
+    Ok((tensors, tensor_index))
+}
+
 /// Capacity to reserve for `n` items announced by a count field: the count is already bounded
 /// by the file size, but the in-memory item is larger than its smallest encoding, so beyond
 /// this the vector grows only as items are actually parsed.
@@ -478,134 +652,10 @@ impl GgufFile {
             pos: 0,
             len,
         };
-        let magic: [u8; 4] = r.array(&|| "magic".into())?;
-        if &magic != b"GGUF" {
-            return Err(GgufError::BadMagic { found: magic });
-        }
-        let version = r.u32(&|| "version".into())?;
-        if version != 2 && version != 3 {
-            return Err(GgufError::UnsupportedVersion { version });
-        }
-        // Smallest tensor info: name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8.
-        let n_tensors = r.count(32, &|| "tensor count".into())?;
-        // Smallest key/value: key length 8 + type 4 + a one-byte value.
-        let n_kv = r.count(13, &|| "metadata key count".into())?;
-
-        let mut metadata = Vec::with_capacity(prealloc(n_kv));
-        let mut index = HashMap::with_capacity(prealloc(n_kv));
-        let mut alignment = DEFAULT_ALIGNMENT;
-        for i in 0..n_kv {
-            let key_offset = r.pos;
-            let key = r.string(&|| format!("key of metadata entry {i}"))?;
-            let type_offset = r.pos;
-            let type_id = r.u32(&|| format!("value type of {key:?}"))?;
-            if type_id > 12 {
-                return Err(GgufError::BadValueType {
-                    key,
-                    offset: type_offset,
-                    type_id,
-                });
-            }
-            let value = r.value(type_id, &key, 0)?;
-            if key == "general.alignment" {
-                let a = match value {
-                    Value::U32(a) => a as u64,
-                    _ => 0,
-                };
-                if a == 0 || !a.is_power_of_two() || a > MAX_ALIGNMENT {
-                    return Err(GgufError::BadAlignment {
-                        offset: key_offset,
-                        value: a,
-                    });
-                }
-                alignment = a;
-            }
-            if index.contains_key(&key) {
-                return Err(GgufError::DuplicateKey {
-                    key,
-                    offset: key_offset,
-                });
-            }
-            index.insert(key.clone(), metadata.len());
-            metadata.push((key, value));
-        }
-
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(prealloc(n_tensors));
-        let mut tensor_index = HashMap::with_capacity(prealloc(n_tensors));
-        for i in 0..n_tensors {
-            let info_offset = r.pos;
-            let name = r.string(&|| format!("name of tensor {i}"))?;
-            let bad = |reason: String| GgufError::BadTensor {
-                name: name.clone(),
-                offset: info_offset,
-                reason,
-            };
-            let n_dims = r.u32(&|| format!("dimension count of tensor {name:?}"))?;
-            if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(bad(format!(
-                    "{n_dims} dimensions (1 to {MAX_DIMS} allowed)"
-                )));
-            }
-            let mut shape = Vec::with_capacity(n_dims as usize);
-            for d in 0..n_dims {
-                shape.push(r.u64(&|| format!("dimension {d} of tensor {name:?}"))?);
-            }
-            let type_id = r.u32(&|| format!("type of tensor {name:?}"))?;
-            let offset = r.u64(&|| format!("data offset of tensor {name:?}"))?;
-            let n_elements = shape
-                .iter()
-                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-                .filter(|&n| n <= i64::MAX as u64)
-                .ok_or_else(|| bad(format!("element count of shape {shape:?} overflows")))?;
-            let ggml_type = GgmlType(type_id);
-            let n_bytes = match ggml_type.block() {
-                Some((block, bytes)) => {
-                    if !shape[0].is_multiple_of(block) {
-                        return Err(bad(format!(
-                            "row length (first dimension) {} is not a multiple of the {} block \
-                             size {block}",
-                            shape[0], ggml_type
-                        )));
-                    }
-                    (n_elements / block)
-                        .checked_mul(bytes)
-                        .ok_or_else(|| bad("byte size overflows".into()))?
-                }
-                // Resolved below, once every offset is known.
-                None if ggml_type == GgmlType::Q2_0_LEGACY => 0,
-                None => {
-                    return Err(GgufError::UnknownTensorType {
-                        name,
-                        offset: info_offset,
-                        type_id,
-                    });
-                }
-            };
-            if !offset.is_multiple_of(alignment) {
-                return Err(bad(format!(
-                    "data offset {offset} is not a multiple of the alignment {alignment}"
-                )));
-            }
-            if tensor_index.contains_key(&name) {
-                return Err(GgufError::DuplicateTensor {
-                    name,
-                    offset: info_offset,
-                });
-            }
-            tensor_index.insert(name.clone(), tensors.len());
-            tensors.push(TensorInfo {
-                name,
-                shape,
-                ggml_type,
-                stored_type_id: type_id,
-                offset,
-                n_bytes,
-                info_offset,
-            });
-        }
-
-        let header_end = r.pos;
-        let data_offset = align_up(header_end, alignment).unwrap_or(u64::MAX);
+        let (version, n_tensors, n_kv) = r.preamble()?;
+        let (metadata, index, alignment) = read_metadata(&mut r, n_kv)?;
+        let (tensors, tensor_index) = read_tensor_infos(&mut r, n_tensors, alignment)?;
+        let data_offset = align_up(r.pos, alignment).unwrap_or(u64::MAX);
         let mut file = GgufFile {
             version,
             metadata,
@@ -660,8 +710,10 @@ impl GgufFile {
             if t.ggml_type == GgmlType::Q2_0_LEGACY {
                 let room = next.saturating_sub(t.offset);
                 let n = t.n_elements();
-                let s34 = n.is_multiple_of(128).then(|| n / 128 * 34);
-                let s18 = n.is_multiple_of(64).then(|| n / 64 * 18);
+                // Bytes of `n` weights in a layout of `(weights, bytes)` blocks.
+                let size_in = |(w, b): (u64, u64)| n.is_multiple_of(w).then(|| n / w * b);
+                let s34 = GgmlType::PQ2_0.block().and_then(size_in);
+                let s18 = size_in(GgmlType::Q2_0_G64_BLOCK);
                 let fits = |s: u64| s <= room && room < s + self.alignment.max(1);
                 match (s34, s18) {
                     (Some(s), _) if fits(s) => {

@@ -6,36 +6,24 @@
 //! of whole row groups is read into one reused buffer and repacked from there into the final
 //! buffer. Either way the model is never held twice: peak memory is the model plus one chunk.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{IsTerminal, Read, Seek};
+use std::io::{Read, Seek};
 use std::path::Path;
+use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
-use super::types::GgmlType;
 use crate::format::{
-    BlockPq2_0, BlockPtq1_0, BlockT2p, BlockTq1_0, BlockTq2_0, QK_PQ2_0, ROWS_PER_T2P,
-    TernaryBlock, f16_to_f32, repack_to_t2p, t2p_block_count, t2p_row_groups,
+    BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
+    repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
 use crate::matmul::T2pMatrix;
 
-/// Weights per Q8_0 block.
-pub const QK8_0: usize = 32;
-
-/// One ggml Q8_0 block: `{ ggml_half d; int8_t qs[32]; }`, value `qs[i] * d`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-pub struct BlockQ8_0 {
-    /// Scale, IEEE fp16 bits.
-    pub d: u16,
-    /// Quantized values.
-    pub qs: [i8; QK8_0],
-}
-
-const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
+pub use crate::format::{BlockQ8_0, QK8_0};
 
 /// A tensor's data as held in memory.
 #[derive(Clone, Debug)]
@@ -69,10 +57,6 @@ pub struct Tensor {
     pub source_type: GgmlType,
     /// The data.
     pub data: TensorData,
-}
-
-fn bf16_to_f32(bits: u16) -> f32 {
-    f32::from_bits((bits as u32) << 16)
 }
 
 impl Tensor {
@@ -161,10 +145,7 @@ impl Tensor {
                 let nb = k / QK8_0;
                 let blocks = v.get(row * nb..(row + 1) * nb).ok_or_else(short)?;
                 for (chunk, b) in out.chunks_exact_mut(QK8_0).zip(blocks) {
-                    let d = f16_to_f32(b.d);
-                    for (o, &q) in chunk.iter_mut().zip(&b.qs) {
-                        *o = q as f32 * d;
-                    }
+                    b.dequantize_into(chunk);
                 }
             }
             TensorData::Pq2_0(v) => {
@@ -197,26 +178,28 @@ impl Tensor {
     }
 }
 
-/// When to draw a progress bar on stderr.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Progress {
-    /// Only when stderr is a terminal.
-    #[default]
-    Auto,
-    /// Never.
-    Never,
+/// How far a load has come: bytes of tensor data read so far, of the file's total.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadProgress {
+    /// Bytes read so far.
+    pub done_bytes: u64,
+    /// Bytes of tensor data in the file; the last report of a load has `done_bytes == total_bytes`.
+    pub total_bytes: u64,
 }
 
+/// A receiver of [`LoadProgress`] reports, called after every chunk read (the CLI draws a progress).
+pub type ProgressFn = Arc<dyn Fn(LoadProgress) + Send + Sync>;
+
 /// How [`TensorStore::load`] treats tensors.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LoadOptions {
     /// Repack eligible ternary matrices into T2P (default true); when false they are held as
     /// pq2_0 blocks ([`TensorData::Pq2_0`]).
     pub repack_t2p: bool,
     /// Names of ternary tensors to keep as pq2_0 blocks even when T2P could hold them.
     pub keep_pq2_0: Vec<String>,
-    /// Progress bar policy.
-    pub progress: Progress,
+    /// Called with the progress after every chunk read; `None` (the default) reports nothing.
+    pub progress: Option<ProgressFn>,
     /// Bytes read per `read` call (rounded to whole T2P row groups), default 4 MiB.
     pub chunk_bytes: usize,
 }
@@ -226,9 +209,20 @@ impl Default for LoadOptions {
         LoadOptions {
             repack_t2p: true,
             keep_pq2_0: Vec::new(),
-            progress: Progress::Auto,
+            progress: None,
             chunk_bytes: 4 << 20,
         }
+    }
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("repack_t2p", &self.repack_t2p)
+            .field("keep_pq2_0", &self.keep_pq2_0)
+            .field("progress", &self.progress.as_ref().map(|_| "callback"))
+            .field("chunk_bytes", &self.chunk_bytes)
+            .finish()
     }
 }
 
@@ -246,40 +240,49 @@ pub struct TensorStore {
     order: Vec<String>,
 }
 
-struct Bar(Option<indicatif::ProgressBar>);
+/// Counts the bytes read and passes them to [`LoadOptions::progress`].
+struct Counter<'a> {
+    report: Option<&'a ProgressFn>,
+    done: Cell<u64>,
+    total: u64,
+}
 
-impl Bar {
-    fn new(policy: Progress, total: u64) -> Bar {
-        if policy == Progress::Auto && std::io::stderr().is_terminal() {
-            let pb = indicatif::ProgressBar::new(total);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "loading {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}) {msg}",
-            ) {
-                pb.set_style(style);
-            }
-            Bar(Some(pb))
-        } else {
-            Bar(None)
+impl<'a> Counter<'a> {
+    fn new(report: Option<&'a ProgressFn>, total: u64) -> Self {
+        Counter {
+            report,
+            done: Cell::new(0),
+            total,
         }
     }
+
     fn inc(&self, n: usize) {
-        if let Some(pb) = &self.0 {
-            pb.inc(n as u64);
-        }
+        self.done.set(self.done.get() + n as u64);
+        self.report_now();
     }
+
+    /// Reports the end of the load, so the last report always has `done == total`.
     fn finish(&self) {
-        if let Some(pb) = &self.0 {
-            pb.finish_and_clear();
+        self.done.set(self.total);
+        self.report_now();
+    }
+
+    fn report_now(&self) {
+        if let Some(f) = self.report {
+            f(LoadProgress {
+                done_bytes: self.done.get(),
+                total_bytes: self.total,
+            });
         }
     }
 }
 
-/// Reads `dst.len()` bytes in chunks of `chunk`, advancing the bar.
+/// Reads `dst.len()` bytes in chunks of `chunk`, counting them in `progress`.
 fn read_chunked<R: Read>(
     src: &mut R,
     dst: &mut [u8],
     chunk: usize,
-    bar: &Bar,
+    progress: &Counter,
     what: &dyn Fn() -> String,
     offset: u64,
 ) -> Result<()> {
@@ -291,7 +294,7 @@ fn read_chunked<R: Read>(
             message: e.to_string(),
         })?;
         done += part.len() as u64;
-        bar.inc(part.len());
+        progress.inc(part.len());
     }
     Ok(())
 }
@@ -329,14 +332,14 @@ impl TensorStore {
             }
         }
         let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
-        let bar = Bar::new(opts.progress, total);
+        let progress = Counter::new(opts.progress.as_ref(), total);
         let mut store = TensorStore::default();
         for t in gguf.tensors() {
-            let tensor = load_one(gguf, src, t, opts, &bar)?;
+            let tensor = load_one(gguf, src, t, opts, &progress)?;
             store.order.push(t.name.clone());
             store.tensors.insert(t.name.clone(), tensor);
         }
-        bar.finish();
+        progress.finish();
         Ok(store)
     }
 
@@ -390,7 +393,7 @@ fn read_vec<T: Pod, R: Read>(
     t: &TensorInfo,
     gguf: &GgufFile,
     opts: &LoadOptions,
-    bar: &Bar,
+    progress: &Counter,
 ) -> Result<Vec<T>> {
     let mut v = vec![T::zeroed(); n];
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
@@ -404,7 +407,7 @@ fn read_vec<T: Pod, R: Read>(
         src,
         bytes,
         opts.chunk_bytes,
-        bar,
+        progress,
         &|| format!("data of tensor {:?}", t.name),
         gguf.tensor_file_range(t).start,
     )?;
@@ -416,20 +419,16 @@ fn load_one<R: Read + Seek>(
     src: &mut R,
     t: &TensorInfo,
     opts: &LoadOptions,
-    bar: &Bar,
+    progress: &Counter,
 ) -> Result<Tensor> {
     gguf.seek_to(src, t)?;
     let n = t.n_elements() as usize;
     let data = match t.ggml_type {
-        GgmlType::TQ2_0 => load_ternary::<BlockTq2_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::TQ1_0 => load_ternary::<BlockTq1_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::PTQ1_0 => load_ternary::<BlockPtq1_0, R>(gguf, src, t, opts, bar)?,
-        GgmlType::PQ2_0 if opts.uses_t2p(t) => {
-            load_ternary::<BlockPq2_0, R>(gguf, src, t, opts, bar)?
+        GgmlType::PQ2_0 if !opts.uses_t2p(t) => {
+            TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, progress)?)
         }
-        GgmlType::PQ2_0 => TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, bar)?),
         GgmlType::F32 => {
-            let mut v: Vec<f32> = read_vec(src, n, t, gguf, opts, bar)?;
+            let mut v: Vec<f32> = read_vec(src, n, t, gguf, opts, progress)?;
             if cfg!(target_endian = "big") {
                 v.iter_mut()
                     .for_each(|x| *x = f32::from_bits(u32::from_le(x.to_bits())));
@@ -437,7 +436,7 @@ fn load_one<R: Read + Seek>(
             TensorData::F32(v)
         }
         GgmlType::F16 | GgmlType::BF16 => {
-            let mut v: Vec<u16> = read_vec(src, n, t, gguf, opts, bar)?;
+            let mut v: Vec<u16> = read_vec(src, n, t, gguf, opts, progress)?;
             if cfg!(target_endian = "big") {
                 v.iter_mut().for_each(|x| *x = u16::from_le(*x));
             }
@@ -447,13 +446,17 @@ fn load_one<R: Read + Seek>(
                 TensorData::Bf16(v)
             }
         }
-        GgmlType::Q8_0 => TensorData::Q8_0(read_vec(src, n / QK8_0, t, gguf, opts, bar)?),
-        other => {
-            return Err(GgufError::UnsupportedTensorType {
-                name: t.name.clone(),
-                type_name: other.name(),
-            });
-        }
+        GgmlType::Q8_0 => TensorData::Q8_0(read_vec(src, n / QK8_0, t, gguf, opts, progress)?),
+        other => with_ternary_block!(
+            other,
+            B => load_ternary::<B, R>(gguf, src, t, opts, progress)?,
+            _ => {
+                return Err(GgufError::UnsupportedTensorType {
+                    name: t.name.clone(),
+                    type_name: other.name(),
+                });
+            }
+        ),
     };
     Ok(Tensor {
         name: t.name.clone(),
@@ -480,7 +483,7 @@ fn matrix_dims(t: &TensorInfo) -> Result<(usize, usize)> {
     Ok((dim(0)?, dim(1)?))
 }
 
-/// Loads a tq2_0 / tq1_0 / ptq1_0 tensor: repacked into T2P when [`LoadOptions::uses_t2p`],
+/// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when [`LoadOptions::uses_t2p`],
 /// else converted to pq2_0 blocks. Reads whole row groups (or, for pq2_0 blocks, whole source
 /// blocks) a chunk at a time into one reused buffer, so memory is the result plus one chunk.
 fn load_ternary<B: TernaryBlock, R: Read>(
@@ -488,7 +491,7 @@ fn load_ternary<B: TernaryBlock, R: Read>(
     src: &mut R,
     t: &TensorInfo,
     opts: &LoadOptions,
-    bar: &Bar,
+    progress: &Counter,
 ) -> Result<TensorData> {
     let name = &t.name;
     let bad = |reason: String| GgufError::Shape {
@@ -538,7 +541,7 @@ fn load_ternary<B: TernaryBlock, R: Read>(
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
             let len = bytes.len();
             let offset = start + (r0 * row_bytes) as u64;
-            read_chunked(src, bytes, len, bar, &what, offset)?;
+            read_chunked(src, bytes, len, progress, &what, offset)?;
             repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
         }
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
@@ -561,7 +564,7 @@ fn load_ternary<B: TernaryBlock, R: Read>(
             src,
             bytes,
             len,
-            bar,
+            progress,
             &what,
             start + (done * src_size) as u64,
         )?;

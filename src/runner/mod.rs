@@ -21,7 +21,6 @@ pub mod chat;
 mod error;
 pub mod generate;
 mod gguf;
-pub mod gguf_writer;
 mod loader;
 pub mod model;
 pub mod perplexity;
@@ -29,18 +28,21 @@ pub mod sample;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod speculative;
-pub mod synth;
-pub mod synth_qwen35;
 pub mod tokenizer;
-mod types;
 
+pub use crate::format::GgmlType;
 pub use error::{GgufError, Result};
 pub use gguf::{
     Array, DEFAULT_ALIGNMENT, GgufFile, MAX_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, TensorInfo, Value,
 };
 pub use loader::{
-    BlockQ8_0, LoadOptions, Progress, QK8_0, Tensor, TensorData, TensorStore, current_rss_bytes,
-    peak_rss_bytes,
+    BlockQ8_0, LoadOptions, LoadProgress, ProgressFn, QK8_0, Tensor, TensorData, TensorStore,
+    current_rss_bytes, peak_rss_bytes,
 };
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};
-pub use types::GgmlType;
+
+/// The fixture writers' old paths (`runner::synth`, ...), kept for callers not yet moved to
+/// [`crate::testkit`]; not part of the runner's API.
+#[cfg(feature = "testkit")]
+#[doc(hidden)]
+pub use crate::testkit::{gguf_writer, synth, synth_qwen35};

@@ -267,41 +267,128 @@ fn json_num(x: f64) -> String {
     }
 }
 
+/// The kernel shapes measured: decode gemv and its verify tile, gemvs that fit L3 and L2, and
+/// prefill gemms at three batch sizes.
+const SHAPES: [Shape; 7] = [
+    Shape {
+        label: "decode",
+        rows: 32768,
+        k: 8192,
+        batch: 1,
+    },
+    // Verifying 4 draft tokens: the same weights as the decode gemv, 4 columns at once
+    // (the table's "vs gemv" column is this tile's time over the gemv's).
+    Shape {
+        label: "decode",
+        rows: 32768,
+        k: 8192,
+        batch: 4,
+    },
+    Shape {
+        label: "L3",
+        rows: 4096,
+        k: 14336,
+        batch: 1,
+    },
+    Shape {
+        label: "L2",
+        rows: 1024,
+        k: 1024,
+        batch: 1,
+    },
+    Shape {
+        label: "prefill",
+        rows: 17408,
+        k: 5120,
+        batch: 4,
+    },
+    Shape {
+        label: "prefill",
+        rows: 17408,
+        k: 5120,
+        batch: 64,
+    },
+    Shape {
+        label: "prefill",
+        rows: 17408,
+        k: 5120,
+        batch: 512,
+    },
+];
+
+/// What one `libt2p bench` run measured: ceilings and pool overheads per thread count, then one
+/// row per (shape, thread count, layout, path).
+struct Report {
+    isa: Isa,
+    threads: Vec<usize>,
+    ceilings: Vec<f64>,
+    overheads: Vec<Overhead>,
+    results: Vec<Row>,
+}
+
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(model) = &args.model {
-        if args.threads.len() > 1 {
-            return Err("a model benchmark runs at one thread count (--threads N)".into());
-        }
-        if let Some(name) = &args.isa {
-            t2p::kernels::set_active(Isa::from_name(name)?)?;
-        }
-        let margs = crate::run::ModelArgs {
-            model: model.clone(),
-            threads: args.threads.first().copied(),
-            ctx_size: None,
-            batch: 512,
-            act: args.act,
-        };
-        return crate::model_bench::run(&margs, &args.model_bench, args.json);
+        return run_model(&args, model);
     }
     let isa = match &args.isa {
         Some(name) => Isa::from_name(name)?,
         None => Isa::best(),
     };
     let kern = Kernels::for_isa(isa)?;
+    let threads = thread_counts(&args.threads);
+    let pools: Vec<ThreadPool> = threads.iter().map(|&t| ThreadPool::new(t)).collect();
+    let ceilings = measure_ceilings(&args, isa, &threads, &pools);
+    let overheads = measure_overheads(&pools, kern)?;
+    let results = measure_kernels(&args, isa, kern, &pools, &ceilings)?;
+    let report = Report {
+        isa,
+        threads,
+        ceilings,
+        overheads,
+        results,
+    };
+    if args.json {
+        println!("{}", report.json()?);
+    } else {
+        report.print_table();
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `bench -m`: the model benchmark at one thread count.
+fn run_model(args: &Args, model: &std::path::Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if args.threads.len() > 1 {
+        return Err("a model benchmark runs at one thread count (--threads N)".into());
+    }
+    if let Some(name) = &args.isa {
+        t2p::kernels::set_active(Isa::from_name(name)?)?;
+    }
+    let margs = crate::run::ModelArgs {
+        model: model.to_path_buf(),
+        threads: args.threads.first().copied(),
+        ctx_size: None,
+        batch: 512,
+        act: args.act,
+    };
+    crate::model_bench::run(&margs, &args.model_bench, args.json)
+}
+
+/// The thread counts asked for (default 1 and every CPU), positive, ascending, distinct.
+fn thread_counts(asked: &[usize]) -> Vec<usize> {
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut threads = if args.threads.is_empty() {
+    let mut threads = if asked.is_empty() {
         vec![1, all]
     } else {
-        args.threads.clone()
+        asked.to_vec()
     };
     threads.retain(|&t| t > 0);
     threads.sort_unstable();
     threads.dedup();
-    let pools: Vec<ThreadPool> = threads.iter().map(|&t| ThreadPool::new(t)).collect();
-    let budget = Duration::from_millis(if args.full { 2000 } else { 400 });
-    let (min_reps, max_reps) = if args.full { (5, 50) } else { (3, 15) };
+    threads
+}
 
+/// The read-bandwidth ceiling at each pool's thread count (GB/s), on one probe buffer.
+fn measure_ceilings(args: &Args, isa: Isa, threads: &[usize], pools: &[ThreadPool]) -> Vec<f64> {
     eprintln!(
         "bench: isa {isa}, threads {threads:?}, probing bandwidth over {} MiB ...",
         args.ceiling_mib
@@ -311,11 +398,14 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         .iter()
         .map(|p| probe.measure(p, if args.full { 7 } else { 3 }).median_gbps)
         .collect();
-    drop(probe);
     for (t, c) in threads.iter().zip(&ceilings) {
         eprintln!("bench: ceiling at {t} thread(s): {c:.2} GB/s");
     }
+    ceilings
+}
 
+/// Each pool's per-call overhead.
+fn measure_overheads(pools: &[ThreadPool], kern: &Kernels) -> Result<Vec<Overhead>, t2p::Error> {
     let overheads: Vec<Overhead> = pools
         .iter()
         .map(|p| pool_overhead(p, kern))
@@ -326,55 +416,49 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
         );
     }
+    Ok(overheads)
+}
 
-    // Larger than the LLC (32 MiB here), read between decode runs to evict the weights.
-    let flush: Vec<u64> = (0..(96usize << 20) / 8).map(|i| i as u64).collect();
-    let shapes = [
-        Shape {
-            label: "decode",
-            rows: 32768,
-            k: 8192,
-            batch: 1,
-        },
-        // Verifying 4 draft tokens: the same weights as the decode gemv, 4 columns at once
-        // (the table's "vs gemv" column is this tile's time over the gemv's).
-        Shape {
-            label: "decode",
-            rows: 32768,
-            k: 8192,
-            batch: 4,
-        },
-        Shape {
-            label: "L3",
-            rows: 4096,
-            k: 14336,
-            batch: 1,
-        },
-        Shape {
-            label: "L2",
-            rows: 1024,
-            k: 1024,
-            batch: 1,
-        },
-        Shape {
-            label: "prefill",
-            rows: 17408,
-            k: 5120,
-            batch: 4,
-        },
-        Shape {
-            label: "prefill",
-            rows: 17408,
-            k: 5120,
-            batch: 64,
-        },
-        Shape {
-            label: "prefill",
-            rows: 17408,
-            k: 5120,
-            batch: 512,
-        },
-    ];
+/// The inputs of one shape: the same random weights in both layouts, and the columns quantized
+/// every way a layout needs them.
+struct Inputs {
+    w: T2pMatrix,
+    pq: Vec<BlockPq2_0>,
+    act: QuantizedBatch,
+    act_q8_0: QuantizedBatch,
+    yq: Vec<BlockQ8K>,
+}
+
+impl Inputs {
+    fn new(shape: &Shape, seed: u64) -> Result<Inputs, t2p::Error> {
+        let (rows, k, batch) = (shape.rows, shape.k, shape.batch);
+        let nblk = rows * k / QK_PQ2_0;
+        let w = T2pMatrix::from_t2p_blocks(t2p_blocks(nblk / 4, seed + 1), rows, k)?;
+        let pq = pq2_0_blocks(nblk, seed + 100);
+        let x = columns(k, batch, seed + 200);
+        let act = QuantizedBatch::new(&x, k, batch, ActQuant::Q8K)?;
+        let act_q8_0 = QuantizedBatch::new(&x, k, batch, ActQuant::Q8_0)?;
+        let mut yq = vec![BlockQ8K::default(); batch * k / QK_K];
+        quantize_row_q8k(&x, &mut yq);
+        Ok(Inputs {
+            w,
+            pq,
+            act,
+            act_q8_0,
+            yq,
+        })
+    }
+}
+
+/// Times every shape at every thread count in every layout (T2P with q8_K and q8_0, stock on
+/// the chosen path and on the scalar oracle), skipping the stock runs that take too long.
+fn measure_kernels(
+    args: &Args,
+    isa: Isa,
+    kern: &'static Kernels,
+    pools: &[ThreadPool],
+    ceilings: &[f64],
+) -> Result<Vec<Row>, t2p::Error> {
     let oracle = Kernels::for_isa(Isa::Scalar)?;
     let mut variants = vec![
         (Layout::T2p, kern),
@@ -384,23 +468,16 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if isa != Isa::Scalar {
         variants.push((Layout::Stock, oracle));
     }
-    let total_runs = shapes.len() * threads.len() * variants.len();
+    // Larger than the LLC (32 MiB here), read between decode runs to evict the weights.
+    let flush: Vec<u64> = (0..(96usize << 20) / 8).map(|i| i as u64).collect();
+    let total_runs = SHAPES.len() * pools.len() * variants.len();
     let mut results: Vec<Row> = Vec::new();
     let mut done = 0;
-    for (si, shape) in shapes.iter().enumerate() {
+    for (si, shape) in SHAPES.iter().enumerate() {
         let (rows, k, batch) = (shape.rows, shape.k, shape.batch);
-        let nblk = rows * k / QK_PQ2_0;
-        let w = T2pMatrix::from_t2p_blocks(t2p_blocks(nblk / 4, si as u64 + 1), rows, k)?;
-        let pq = pq2_0_blocks(nblk, si as u64 + 100);
-        let x = columns(k, batch, si as u64 + 200);
-        let act = QuantizedBatch::new(&x, k, batch, ActQuant::Q8K)?;
-        let act_q8_0 = QuantizedBatch::new(&x, k, batch, ActQuant::Q8_0)?;
-        let mut yq = vec![BlockQ8K::default(); batch * k / QK_K];
-        quantize_row_q8k(&x, &mut yq);
+        let inputs = Inputs::new(shape, si as u64)?;
         let mut out = vec![0.0f32; rows * batch];
-        let bytes = w.size_bytes() as f64;
-        let macs = (rows * k * batch) as f64;
-        for (pi, pool) in pools.iter().enumerate() {
+        for (pool, &ceiling) in pools.iter().zip(ceilings) {
             for &(layout, vkern) in &variants {
                 done += 1;
                 // The stock baselines at many columns take tens of seconds: only with --full.
@@ -428,62 +505,108 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     pool.threads()
                 );
                 let _ = std::io::stderr().flush();
-                // Big gemm runs: fewer repetitions, but never a single one.
-                let (lo, hi) = if macs * 2.0 > 2e10 {
-                    (2, max_reps)
-                } else {
-                    (min_reps, max_reps)
-                };
-                // Decode streams weights that were not read recently (a token touches gigabytes):
-                // evict the matrix from the caches before each decode run (untimed).
-                let evict = || {
-                    if shape.label == "decode" {
-                        let s = flush.iter().fold(0u64, |a, &x| a.wrapping_add(x));
-                        std::hint::black_box(s);
-                    }
-                };
-                let times = match layout {
-                    Layout::T2p => time_reps(budget, lo, hi, evict, || {
-                        matmul_parallel(pool, vkern, &w, &act, &mut out, rows).expect("shape");
-                    }),
-                    Layout::T2pQ8_0 => time_reps(budget, lo, hi, evict, || {
-                        matmul_parallel(pool, vkern, &w, &act_q8_0, &mut out, rows).expect("shape");
-                    }),
-                    Layout::Stock => time_reps(budget, lo, hi, evict, || {
-                        stock_parallel(pool, vkern, &pq, rows, k, &yq, &mut out);
-                    }),
-                };
-                let median = times[times.len() / 2];
-                let spread = (times[times.len() - 1] - times[0]) / median;
-                eprintln!(" {:.3} ms (x{})", median * 1e3, times.len());
-                let gbps = bytes / median / 1e9;
-                results.push(Row {
-                    label: shape.label,
+                let run = Run {
+                    shape,
                     layout,
-                    isa: vkern.isa(),
-                    rows,
-                    k,
-                    batch,
-                    threads: pool.threads(),
-                    median_s: median,
-                    spread,
-                    reps: times.len(),
-                    gbps,
-                    pct: 100.0 * gbps / ceilings[pi],
-                    gflops: 2.0 * macs / median / 1e9,
-                });
+                    kern: vkern,
+                    pool,
+                    ceiling,
+                };
+                results.push(run.measure(args, &inputs, &mut out, &flush));
             }
         }
     }
+    Ok(results)
+}
 
-    if args.json {
+/// One measurement: a shape in one layout on one path and pool.
+struct Run<'a> {
+    shape: &'a Shape,
+    layout: Layout,
+    kern: &'static Kernels,
+    pool: &'a ThreadPool,
+    ceiling: f64,
+}
+
+impl Run<'_> {
+    /// Times the run within the repetition budget of `args` and makes its table row.
+    fn measure(&self, args: &Args, inputs: &Inputs, out: &mut [f32], flush: &[u64]) -> Row {
+        let (shape, layout, vkern, pool) = (self.shape, self.layout, self.kern, self.pool);
+        let (rows, k, batch) = (shape.rows, shape.k, shape.batch);
+        let Inputs {
+            w,
+            pq,
+            act,
+            act_q8_0,
+            yq,
+        } = inputs;
+        let budget = Duration::from_millis(if args.full { 2000 } else { 400 });
+        let (min_reps, max_reps) = if args.full { (5, 50) } else { (3, 15) };
+        let bytes = w.size_bytes() as f64;
+        let macs = (rows * k * batch) as f64;
+        // Big gemm runs: fewer repetitions, but never a single one.
+        let (lo, hi) = if macs * 2.0 > 2e10 {
+            (2, max_reps)
+        } else {
+            (min_reps, max_reps)
+        };
+        // Decode streams weights that were not read recently (a token touches gigabytes):
+        // evict the matrix from the caches before each decode run (untimed).
+        let evict = || {
+            if shape.label == "decode" {
+                let s = flush.iter().fold(0u64, |a, &x| a.wrapping_add(x));
+                std::hint::black_box(s);
+            }
+        };
+        let times = match layout {
+            Layout::T2p => time_reps(budget, lo, hi, evict, || {
+                matmul_parallel(pool, vkern, w, act, out, rows).expect("shape");
+            }),
+            Layout::T2pQ8_0 => time_reps(budget, lo, hi, evict, || {
+                matmul_parallel(pool, vkern, w, act_q8_0, out, rows).expect("shape");
+            }),
+            Layout::Stock => time_reps(budget, lo, hi, evict, || {
+                stock_parallel(pool, vkern, pq, rows, k, yq, out);
+            }),
+        };
+        let median = times[times.len() / 2];
+        let spread = (times[times.len() - 1] - times[0]) / median;
+        eprintln!(" {:.3} ms (x{})", median * 1e3, times.len());
+        let gbps = bytes / median / 1e9;
+        Row {
+            label: shape.label,
+            layout,
+            isa: vkern.isa(),
+            rows,
+            k,
+            batch,
+            threads: pool.threads(),
+            median_s: median,
+            spread,
+            reps: times.len(),
+            gbps,
+            pct: 100.0 * gbps / self.ceiling,
+            gflops: 2.0 * macs / median / 1e9,
+        }
+    }
+}
+
+impl Report {
+    /// The report as one JSON object.
+    fn json(&self) -> Result<String, std::fmt::Error> {
+        let (threads, ceilings, results, overheads) = (
+            &self.threads[..],
+            &self.ceilings[..],
+            &self.results[..],
+            &self.overheads[..],
+        );
         let mut s = String::new();
         write!(
             s,
             "{{\"ceiling_gbps\": {}, \"ceiling_gbps_by_threads\": {{",
             json_num(*ceilings.last().expect("one ceiling"))
         )?;
-        for (i, (t, c)) in threads.iter().zip(&ceilings).enumerate() {
+        for (i, (t, c)) in threads.iter().zip(ceilings).enumerate() {
             write!(
                 s,
                 "{}\"{t}\": {}",
@@ -531,96 +654,104 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             )?;
         }
         s.push_str("]}");
-        println!("{s}");
-        return Ok(ExitCode::SUCCESS);
+        Ok(s)
     }
 
-    println!("t2p bench: isa {isa}, weights {} bytes per 128", 34);
-    for (t, c) in threads.iter().zip(&ceilings) {
-        println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
-    }
-    for o in &overheads {
-        println!(
-            "pool per-call overhead, {} thread(s): empty call {:.2} us; 64x1024 gemv split over the pool {:.2} us, on one thread {:.2} us",
-            o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
+    /// The report as a table on stdout.
+    fn print_table(&self) {
+        let (isa, threads, ceilings, results, overheads) = (
+            self.isa,
+            &self.threads[..],
+            &self.ceilings[..],
+            &self.results[..],
+            &self.overheads[..],
         );
-    }
-    println!(
-        "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8}",
-        "kern",
-        "shape",
-        "lay",
-        "isa",
-        "rows x k",
-        "batch",
-        "thr",
-        "median ms",
-        "spread",
-        "GB/s",
-        "%ceil",
-        "GMAC/s",
-        "GFLOPS",
-        "vs stock",
-        "vs scalar",
-        "vs gemv"
-    );
-    let ratio = |r: &Row, isa: Isa| {
-        results
-            .iter()
-            .find(|o| {
-                o.layout == Layout::Stock
-                    && o.isa == isa
-                    && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
-            })
-            .map_or("-".to_string(), |o| {
-                format!("{:.1}x", o.median_s / r.median_s)
-            })
-    };
-    // A gemm's time over the gemv's on the same matrix, layout, path and thread count.
-    let vs_gemv = |r: &Row| {
-        results
-            .iter()
-            .find(|o| {
-                r.batch > 1
-                    && o.batch == 1
-                    && o.layout == r.layout
-                    && o.isa == r.isa
-                    && (o.rows, o.k, o.threads) == (r.rows, r.k, r.threads)
-            })
-            .map_or(String::new(), |o| {
-                format!("{:.2}x", r.median_s / o.median_s)
-            })
-    };
-    for r in &results {
-        let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
-            (ratio(r, r.isa), ratio(r, Isa::Scalar))
-        } else {
-            (String::new(), String::new())
+        println!("t2p bench: isa {isa}, weights {} bytes per 128", 34);
+        for (t, c) in threads.iter().zip(ceilings) {
+            println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
+        }
+        for o in overheads {
+            println!(
+                "pool per-call overhead, {} thread(s): empty call {:.2} us; 64x1024 gemv split over the pool {:.2} us, on one thread {:.2} us",
+                o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
+            );
+        }
+        println!(
+            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8}",
+            "kern",
+            "shape",
+            "lay",
+            "isa",
+            "rows x k",
+            "batch",
+            "thr",
+            "median ms",
+            "spread",
+            "GB/s",
+            "%ceil",
+            "GMAC/s",
+            "GFLOPS",
+            "vs stock",
+            "vs scalar",
+            "vs gemv"
+        );
+        let ratio = |r: &Row, isa: Isa| {
+            results
+                .iter()
+                .find(|o| {
+                    o.layout == Layout::Stock
+                        && o.isa == isa
+                        && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
+                })
+                .map_or("-".to_string(), |o| {
+                    format!("{:.1}x", o.median_s / r.median_s)
+                })
         };
+        // A gemm's time over the gemv's on the same matrix, layout, path and thread count.
+        let vs_gemv = |r: &Row| {
+            results
+                .iter()
+                .find(|o| {
+                    r.batch > 1
+                        && o.batch == 1
+                        && o.layout == r.layout
+                        && o.isa == r.isa
+                        && (o.rows, o.k, o.threads) == (r.rows, r.k, r.threads)
+                })
+                .map_or(String::new(), |o| {
+                    format!("{:.2}x", r.median_s / o.median_s)
+                })
+        };
+        for r in results {
+            let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
+                (ratio(r, r.isa), ratio(r, Isa::Scalar))
+            } else {
+                (String::new(), String::new())
+            };
+            println!(
+                "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9} {:>8}",
+                r.kernel(),
+                r.label,
+                r.layout.name(),
+                r.isa.name(),
+                format!("{}x{}", r.rows, r.k),
+                r.batch,
+                r.threads,
+                r.median_s * 1e3,
+                100.0 * r.spread,
+                r.gbps,
+                r.pct,
+                r.gflops / 2.0,
+                r.gflops,
+                vs_stock,
+                vs_scalar,
+                vs_gemv(r)
+            );
+        }
         println!(
-            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9} {:>8}",
-            r.kernel(),
-            r.label,
-            r.layout.name(),
-            r.isa.name(),
-            format!("{}x{}", r.rows, r.k),
-            r.batch,
-            r.threads,
-            r.median_s * 1e3,
-            100.0 * r.spread,
-            r.gbps,
-            r.pct,
-            r.gflops / 2.0,
-            r.gflops,
-            vs_stock,
-            vs_scalar,
-            vs_gemv(r)
+            "(median of {}..{} repetitions after a warm-up; spread = (max - min) / median; GB/s counts weight bytes; % of the ceiling at the same thread count)",
+            results.iter().map(|r| r.reps).min().unwrap_or(0),
+            results.iter().map(|r| r.reps).max().unwrap_or(0)
         );
     }
-    println!(
-        "(median of {}..{} repetitions after a warm-up; spread = (max - min) / median; GB/s counts weight bytes; % of the ceiling at the same thread count)",
-        results.iter().map(|r| r.reps).min().unwrap_or(0),
-        results.iter().map(|r| r.reps).max().unwrap_or(0)
-    );
-    Ok(ExitCode::SUCCESS)
 }

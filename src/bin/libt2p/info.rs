@@ -2,9 +2,7 @@
 
 use std::process::ExitCode;
 
-use t2p::runner::{
-    Array, GgufFile, LoadOptions, Progress, TensorStore, Tokenizer, Value, peak_rss_bytes,
-};
+use t2p::runner::{Array, GgufFile, LoadOptions, TensorStore, Tokenizer, Value, peak_rss_bytes};
 
 /// Options of `libt2p info`.
 #[derive(clap::Args)]
@@ -75,35 +73,59 @@ fn short_array(a: &Array) -> String {
     )
 }
 
-pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+type BoxError = Box<dyn std::error::Error>;
+
+pub fn run(args: Args) -> Result<ExitCode, BoxError> {
     let opts = LoadOptions {
-        progress: Progress::Auto,
+        progress: crate::progress::load_bar(false),
         ..LoadOptions::default()
     };
     // Load first, before anything else allocates, so that the peak RSS is the loader's.
     let loaded = if args.load {
-        let start = std::time::Instant::now();
-        let (_, store) = TensorStore::load_file(&args.model, &opts)?;
-        let secs = start.elapsed().as_secs_f64();
-        let file_len = std::fs::metadata(&args.model)?.len();
-        let line = format!(
-            "loaded {} tensors ({}) in {secs:.3} s ({:.0} MB/s of file, {:.3} s/GB); peak RSS {} \
-             (header, tensors and process) vs file {}",
-            store.len(),
-            mib(store.total_bytes() as u64),
-            file_len as f64 / 1e6 / secs,
-            secs / (file_len as f64 / 1e9),
-            peak_rss_bytes()
-                .map(mib)
-                .unwrap_or_else(|| "unknown".into()),
-            mib(file_len)
-        );
-        drop(store);
-        Some(line)
+        Some(load_report(&args, &opts)?)
     } else {
         None
     };
     let gguf = GgufFile::open(&args.model)?;
+    let arch = print_header(&args, &gguf);
+    print_hyper_parameters(&gguf, arch);
+    print_tokenizer(&gguf);
+    print_tensors(&args, &gguf, &opts);
+    if args.keys {
+        println!("\nmetadata:");
+        for (k, v) in gguf.metadata() {
+            println!("  {k:<45} {}", short(v));
+        }
+    }
+    if let Some(line) = loaded {
+        println!("\n{line}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads every tensor and says how long it took and how much memory it held at the peak.
+fn load_report(args: &Args, opts: &LoadOptions) -> Result<String, BoxError> {
+    let start = std::time::Instant::now();
+    let (_, store) = TensorStore::load_file(&args.model, opts)?;
+    let secs = start.elapsed().as_secs_f64();
+    let file_len = std::fs::metadata(&args.model)?.len();
+    let line = format!(
+        "loaded {} tensors ({}) in {secs:.3} s ({:.0} MB/s of file, {:.3} s/GB); peak RSS {} \
+         (header, tensors and process) vs file {}",
+        store.len(),
+        mib(store.total_bytes() as u64),
+        file_len as f64 / 1e6 / secs,
+        secs / (file_len as f64 / 1e9),
+        peak_rss_bytes()
+            .map(mib)
+            .unwrap_or_else(|| "unknown".into()),
+        mib(file_len)
+    );
+    Ok(line)
+}
+
+/// File, size, version, architecture, name and file type; returns the architecture.
+fn print_header<'a>(args: &Args, gguf: &'a GgufFile) -> &'a str {
     println!("file:          {}", args.model.display());
     println!(
         "size:          {} bytes ({}), GGUF v{}, alignment {}, data at byte {}",
@@ -123,6 +145,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     println!("metadata keys: {}", gguf.metadata().len());
 
+    arch
+}
+
+/// The `<arch>.*` keys and the Hadamard fold's keys.
+fn print_hyper_parameters(gguf: &GgufFile, arch: &str) {
     println!("\nhyper-parameters ({arch}.*):");
     let prefix = format!("{arch}.");
     for (k, v) in gguf.metadata() {
@@ -143,12 +170,15 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             hadamard.join(", ")
         );
     }
+}
 
+/// The tokenizer the metadata describes, or why it cannot be built.
+fn print_tokenizer(gguf: &GgufFile) {
     println!("\ntokenizer:");
     if gguf.get("tokenizer.ggml.model").is_none() {
         println!("  (none)");
     } else {
-        match Tokenizer::from_gguf(&gguf) {
+        match Tokenizer::from_gguf(gguf) {
             Ok(t) => {
                 println!(
                     "  kind {:?} (tokenizer.ggml.model {:?}), pre {:?}, {} tokens, {} merges",
@@ -176,7 +206,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             Err(e) => println!("  cannot be built: {e}"),
         }
     }
+}
 
+/// Bytes per type, what goes to T2P, and (unless `--no-tensors`) every tensor and how it runs.
+fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
     println!("\ntensors: {}", gguf.tensors().len());
     for (ty, n, bytes) in gguf.bytes_by_type() {
         let load = if ty.is_loadable() {
@@ -229,14 +262,4 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             );
         }
     }
-    if args.keys {
-        println!("\nmetadata:");
-        for (k, v) in gguf.metadata() {
-            println!("  {k:<45} {}", short(v));
-        }
-    }
-    if let Some(line) = loaded {
-        println!("\n{line}");
-    }
-    Ok(ExitCode::SUCCESS)
 }

@@ -40,6 +40,7 @@ mod info;
 mod logits;
 mod model_bench;
 mod perplexity;
+mod progress;
 mod run;
 mod serve;
 mod shape_model;

@@ -7,11 +7,11 @@ use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
 use t2p::matmul::ActQuant;
+use t2p::runner::LoadOptions;
 use t2p::runner::generate::{GenStats, generate};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
 use t2p::runner::speculative::{DraftStats, LookupConfig, generate_lookup};
-use t2p::runner::{LoadOptions, Progress};
 
 /// Options shared by every command that loads a model.
 #[derive(clap::Args, Clone)]
@@ -57,11 +57,7 @@ impl ModelArgs {
         let path = crate::shape_model::resolve(&self.model)?;
         let t = Instant::now();
         let opts = LoadOptions {
-            progress: if quiet {
-                Progress::Never
-            } else {
-                Progress::Auto
-            },
+            progress: crate::progress::load_bar(quiet),
             ..Default::default()
         };
         let loaded = Model::load(&path, &opts)?;
@@ -155,25 +151,50 @@ pub struct Args {
     draft_always: bool,
 }
 
-pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let prompt = match (&args.prompt, &args.file) {
+type BoxError = Box<dyn std::error::Error>;
+
+pub fn run(args: Args) -> Result<ExitCode, BoxError> {
+    let prompt = read_prompt(&args)?;
+    let (loaded, load_secs) = args.model.load(args.json)?;
+    let exec = args.model.exec();
+    let n_ctx = args.model.n_ctx(&loaded);
+    let ids = prompt_ids(&args, &loaded, &prompt, n_ctx)?;
+    let out = generate_streaming(&args, &loaded, &exec, &ids, n_ctx)?;
+    let mem = Memory::measure(&args, &loaded, &exec, &out.stats);
+    if args.json {
+        print_json(&args, &exec, &ids, &out, &mem, load_secs);
+    } else {
+        print_summary(&args, &exec, &out, &mem, load_secs);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The prompt of `-p`, or the contents of `-f`, or nothing.
+fn read_prompt(args: &Args) -> Result<String, BoxError> {
+    Ok(match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => {
             std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?
         }
         (None, None) => String::new(),
-    };
-    let (loaded, load_secs) = args.model.load(args.json)?;
-    let exec = args.model.exec();
+    })
+}
+
+/// The prompt's tokens (BOS alone for an empty prompt), refused if they fill the context.
+fn prompt_ids(
+    args: &Args,
+    loaded: &Loaded,
+    prompt: &str,
+    n_ctx: usize,
+) -> Result<Vec<u32>, BoxError> {
     let tok = &loaded.tokenizer;
-    let mut ids = tok.encode(&prompt, !args.no_bos, true);
+    let mut ids = tok.encode(prompt, !args.no_bos, true);
     if ids.is_empty() {
         ids.extend(tok.bos());
     }
     if ids.is_empty() {
         return Err("the prompt is empty and the model has no BOS token".into());
     }
-    let n_ctx = args.model.n_ctx(&loaded);
     if ids.len() >= n_ctx {
         return Err(format!(
             "the prompt has {} tokens, more than the context of {n_ctx}",
@@ -181,21 +202,45 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         )
         .into());
     }
+    Ok(ids)
+}
+
+/// What a generation produced.
+struct Generated {
+    stats: GenStats,
+    draft: Option<DraftStats>,
+    /// Every generated id, end-of-generation included.
+    ids: Vec<u32>,
+    /// The text of the generated ids, `tail` included.
+    text: Vec<u8>,
+    /// The bytes the stream decoder held back until the end.
+    tail: String,
+}
+
+/// Generates up to `-n` tokens after `ids` (plainly or with lookup drafts), streaming the
+/// prompt and each piece to stdout unless `--json`.
+fn generate_streaming(
+    args: &Args,
+    loaded: &Loaded,
+    exec: &Exec,
+    ids: &[u32],
+    n_ctx: usize,
+) -> Result<Generated, BoxError> {
+    let tok = &loaded.tokenizer;
+    let drafting = args.draft == "lookup";
+    if drafting && args.sample.temperature > 0.0 {
+        return Err("--draft lookup needs greedy sampling (--temp 0)".into());
+    }
     let n = args.n_predict.min(n_ctx - ids.len());
     let mut session = loaded.model.new_session(n_ctx);
-    let mut sampler = args.sample.sampler();
     let mut generated = Vec::new();
     let mut text = Vec::new();
     let mut stream = tok.stream_decoder(false);
     let stdout = std::io::stdout();
     if !args.json {
         let mut out = stdout.lock();
-        out.write_all(&tok.decode(&ids, false))?;
+        out.write_all(&tok.decode(ids, false))?;
         out.flush()?;
-    }
-    let drafting = args.draft == "lookup";
-    if drafting && args.sample.temperature > 0.0 {
-        return Err("--draft lookup needs greedy sampling (--temp 0)".into());
     }
     let mut on_token = |id: u32| {
         generated.push(id);
@@ -210,7 +255,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         true
     };
-    let (stats, draft): (GenStats, Option<DraftStats>) = if drafting {
+    let (stats, draft) = if drafting {
         let cfg = LookupConfig {
             max_draft: args.draft_max.max(1),
             adaptive: !args.draft_always,
@@ -218,9 +263,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         };
         let (s, d) = generate_lookup(
             &loaded.model,
-            &exec,
+            exec,
             &mut session,
-            &ids,
+            ids,
             n,
             args.model.batch,
             &cfg,
@@ -231,12 +276,12 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     } else {
         let s = generate(
             &loaded.model,
-            &exec,
+            exec,
             &mut session,
-            &ids,
+            ids,
             n,
             args.model.batch,
-            &mut sampler,
+            &mut args.sample.sampler(),
             |id| tok.is_eog(id),
             &mut on_token,
         )?;
@@ -244,137 +289,197 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let tail = stream.finish();
     text.extend_from_slice(tail.as_bytes());
-    let weights_per_token = loaded.model.bytes_per_token() as f64;
-    // Hybrid models also read and write their recurrent state once per token (as `bench -m`
-    // counts it; the KV cache read, small at these lengths, is left out here).
-    let state_per_token = loaded
-        .model
-        .new_session(1)
-        .recurrent
-        .as_ref()
-        .map_or(0, |r| 2 * r.state_bytes()) as f64;
-    let bytes_per_token = weights_per_token + state_per_token;
-    let ceiling = (!args.no_ceiling).then(|| {
-        let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
-        probe.measure(&exec.pool, 3).median_gbps
-    });
-    let gen_gbps = stats.gen_tps() * bytes_per_token / 1e9;
-    let pct = ceiling.map(|c| 100.0 * gen_gbps / c);
-    if args.json {
-        let obj = serde_json::json!({
-            "prompt_ids": ids,
-            "ids": generated,
-            "text": String::from_utf8_lossy(&text),
-            "timings": {
-                "load_s": load_secs,
-                "prompt_tokens": stats.prompt_tokens,
-                "prompt_s": stats.prompt_secs,
-                "prompt_tps": stats.prompt_tps(),
-                "gen_tokens": stats.gen_tokens,
-                "gen_s": stats.gen_secs,
-                "gen_tps": stats.gen_tps(),
-                "weights_bytes_per_token": weights_per_token,
-                "state_bytes_per_token": state_per_token,
-                "bytes_per_token": bytes_per_token,
-                "gen_gbps": gen_gbps,
-                "ceiling_gbps": ceiling,
-                "pct_of_ceiling": pct,
-                "threads": exec.pool.threads(),
-                "isa": exec.kern.isa().name(),
-            },
-            "draft": draft.map(|d| serde_json::json!({
-                "kind": "lookup",
-                "drafted": d.drafted,
-                "accepted": d.accepted,
-                "verifications": d.verifications,
-                "acceptance": d.acceptance(),
-                "adaptive": !args.draft_always,
-                "plain_steps": d.plain_steps,
-                "shadow_drafted": d.shadow_drafted,
-                "shadow_accepted": d.shadow_accepted,
-                "estimate": d.estimate.map(|e| serde_json::json!({
-                    "decode_s": e.decode_secs,
-                    "best_len": e.best_len,
-                    "verify_s": e.verify_secs,
-                    "acceptance": e.acceptance,
-                    "tokens_per_verify": e.tokens_per_verify,
-                    "gain": e.gain,
-                    "drafting_tps": e.drafting_tps(),
-                    "plain_tps": e.plain_tps(),
-                    "expected_tps": e.expected_tps,
-                })),
-            })),
+    Ok(Generated {
+        stats,
+        draft,
+        ids: generated,
+        text,
+        tail,
+    })
+}
+
+/// Memory traffic of the generation: bytes per token, the rate they were read at, and that
+/// rate against the measured ceiling (unless `--no-ceiling`).
+struct Memory {
+    weights_per_token: f64,
+    state_per_token: f64,
+    bytes_per_token: f64,
+    gen_gbps: f64,
+    ceiling: Option<f64>,
+    pct: Option<f64>,
+}
+
+impl Memory {
+    fn measure(args: &Args, loaded: &Loaded, exec: &Exec, stats: &GenStats) -> Memory {
+        let weights_per_token = loaded.model.bytes_per_token() as f64;
+        // Hybrid models also read and write their recurrent state once per token (as `bench -m`
+        // counts it; the KV cache read, small at these lengths, is left out here).
+        let state_per_token = loaded
+            .model
+            .new_session(1)
+            .recurrent
+            .as_ref()
+            .map_or(0, |r| 2 * r.state_bytes()) as f64;
+        let bytes_per_token = weights_per_token + state_per_token;
+        let ceiling = (!args.no_ceiling).then(|| {
+            let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
+            probe.measure(&exec.pool, 3).median_gbps
         });
-        println!("{obj}");
-    } else {
-        print!("{tail}");
-        println!();
-        eprintln!();
-        eprintln!(
-            "load: {load_secs:.2} s | threads {} | kernels {}",
-            exec.pool.threads(),
-            exec.kern.isa()
-        );
-        eprintln!(
-            "prompt: {} tokens in {:.3} s = {:.1} tok/s",
-            stats.prompt_tokens,
-            stats.prompt_secs,
-            stats.prompt_tps()
-        );
-        eprintln!(
-            "generation: {} tokens in {:.3} s = {:.2} tok/s",
-            stats.gen_tokens,
-            stats.gen_secs,
-            stats.gen_tps()
-        );
-        if let Some(d) = draft {
-            eprintln!(
-                "drafting: {} of {} drafted tokens accepted ({:.0}%) in {} verifications, {} plain steps{}",
-                d.accepted,
-                d.drafted,
-                100.0 * d.acceptance(),
-                d.verifications,
-                d.plain_steps,
-                if args.draft_always {
-                    String::new()
-                } else {
-                    format!(
-                        " (declined drafts: {} of {} tokens would have been accepted)",
-                        d.shadow_accepted, d.shadow_drafted
-                    )
-                }
-            );
-            if let Some(e) = d.estimate {
-                eprintln!(
-                    "drafting model: decode {:.2} ms, verify of {} {:.2} ms ({:.2}x), acceptance {:.2}: {:.2} tokens per verify, {:.2} tok/s drafting vs {:.2} plain (gain {:.2}x); expected for the steps taken {:.2} tok/s, measured {:.2} tok/s",
-                    1e3 * e.decode_secs,
-                    e.best_len,
-                    1e3 * e.verify_secs,
-                    e.verify_secs / e.decode_secs,
-                    e.acceptance,
-                    e.tokens_per_verify,
-                    e.drafting_tps(),
-                    e.plain_tps(),
-                    e.gain,
-                    e.expected_tps,
-                    stats.gen_tps()
-                );
-            }
-        }
-        match (ceiling, pct) {
-            (Some(c), Some(p)) => eprintln!(
-                "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
-                bytes_per_token / 1e6,
-                weights_per_token / 1e6,
-                state_per_token / 1e6
-            ),
-            _ => eprintln!(
-                "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s",
-                bytes_per_token / 1e6,
-                weights_per_token / 1e6,
-                state_per_token / 1e6
-            ),
+        let gen_gbps = stats.gen_tps() * bytes_per_token / 1e9;
+        Memory {
+            weights_per_token,
+            state_per_token,
+            bytes_per_token,
+            gen_gbps,
+            ceiling,
+            pct: ceiling.map(|c| 100.0 * gen_gbps / c),
         }
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `--json`: one object with the ids, the text and every timing.
+fn print_json(
+    args: &Args,
+    exec: &Exec,
+    ids: &[u32],
+    out: &Generated,
+    mem: &Memory,
+    load_secs: f64,
+) {
+    let (stats, generated, text) = (&out.stats, &out.ids, &out.text);
+    let Memory {
+        weights_per_token,
+        state_per_token,
+        bytes_per_token,
+        gen_gbps,
+        ceiling,
+        pct,
+    } = *mem;
+    let draft = out.draft;
+    let obj = serde_json::json!({
+        "prompt_ids": ids,
+        "ids": generated,
+        "text": String::from_utf8_lossy(text),
+        "timings": {
+            "load_s": load_secs,
+            "prompt_tokens": stats.prompt_tokens,
+            "prompt_s": stats.prompt_secs,
+            "prompt_tps": stats.prompt_tps(),
+            "gen_tokens": stats.gen_tokens,
+            "gen_s": stats.gen_secs,
+            "gen_tps": stats.gen_tps(),
+            "weights_bytes_per_token": weights_per_token,
+            "state_bytes_per_token": state_per_token,
+            "bytes_per_token": bytes_per_token,
+            "gen_gbps": gen_gbps,
+            "ceiling_gbps": ceiling,
+            "pct_of_ceiling": pct,
+            "threads": exec.pool.threads(),
+            "isa": exec.kern.isa().name(),
+        },
+        "draft": draft.map(|d| serde_json::json!({
+            "kind": "lookup",
+            "drafted": d.drafted,
+            "accepted": d.accepted,
+            "verifications": d.verifications,
+            "acceptance": d.acceptance(),
+            "adaptive": !args.draft_always,
+            "plain_steps": d.plain_steps,
+            "shadow_drafted": d.shadow_drafted,
+            "shadow_accepted": d.shadow_accepted,
+            "estimate": d.estimate.map(|e| serde_json::json!({
+                "decode_s": e.decode_secs,
+                "best_len": e.best_len,
+                "verify_s": e.verify_secs,
+                "acceptance": e.acceptance,
+                "tokens_per_verify": e.tokens_per_verify,
+                "gain": e.gain,
+                "drafting_tps": e.drafting_tps(),
+                "plain_tps": e.plain_tps(),
+                "expected_tps": e.expected_tps,
+            })),
+        })),
+    });
+    println!("{obj}");
+}
+
+/// The streamed text's end, then the timings on stderr.
+fn print_summary(args: &Args, exec: &Exec, out: &Generated, mem: &Memory, load_secs: f64) {
+    let (stats, draft, tail) = (&out.stats, out.draft, &out.tail);
+    let Memory {
+        weights_per_token,
+        state_per_token,
+        bytes_per_token,
+        gen_gbps,
+        ceiling,
+        pct,
+    } = *mem;
+    print!("{tail}");
+    println!();
+    eprintln!();
+    eprintln!(
+        "load: {load_secs:.2} s | threads {} | kernels {}",
+        exec.pool.threads(),
+        exec.kern.isa()
+    );
+    eprintln!(
+        "prompt: {} tokens in {:.3} s = {:.1} tok/s",
+        stats.prompt_tokens,
+        stats.prompt_secs,
+        stats.prompt_tps()
+    );
+    eprintln!(
+        "generation: {} tokens in {:.3} s = {:.2} tok/s",
+        stats.gen_tokens,
+        stats.gen_secs,
+        stats.gen_tps()
+    );
+    if let Some(d) = draft {
+        eprintln!(
+            "drafting: {} of {} drafted tokens accepted ({:.0}%) in {} verifications, {} plain steps{}",
+            d.accepted,
+            d.drafted,
+            100.0 * d.acceptance(),
+            d.verifications,
+            d.plain_steps,
+            if args.draft_always {
+                String::new()
+            } else {
+                format!(
+                    " (declined drafts: {} of {} tokens would have been accepted)",
+                    d.shadow_accepted, d.shadow_drafted
+                )
+            }
+        );
+        if let Some(e) = d.estimate {
+            eprintln!(
+                "drafting model: decode {:.2} ms, verify of {} {:.2} ms ({:.2}x), acceptance {:.2}: {:.2} tokens per verify, {:.2} tok/s drafting vs {:.2} plain (gain {:.2}x); expected for the steps taken {:.2} tok/s, measured {:.2} tok/s",
+                1e3 * e.decode_secs,
+                e.best_len,
+                1e3 * e.verify_secs,
+                e.verify_secs / e.decode_secs,
+                e.acceptance,
+                e.tokens_per_verify,
+                e.drafting_tps(),
+                e.plain_tps(),
+                e.gain,
+                e.expected_tps,
+                stats.gen_tps()
+            );
+        }
+    }
+    match (ceiling, pct) {
+        (Some(c), Some(p)) => eprintln!(
+            "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s = {p:.1}% of the measured ceiling {c:.2} GB/s",
+            bytes_per_token / 1e6,
+            weights_per_token / 1e6,
+            state_per_token / 1e6
+        ),
+        _ => eprintln!(
+            "memory: {:.1} MB per token (weights {:.1} + recurrent state {:.1}), {gen_gbps:.2} GB/s",
+            bytes_per_token / 1e6,
+            weights_per_token / 1e6,
+            state_per_token / 1e6
+        ),
+    }
 }

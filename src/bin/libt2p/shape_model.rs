@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use t2p::runner::GgufFile;
-use t2p::runner::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
-use t2p::runner::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
+use t2p::testkit::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
+use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 
 /// Seed of the weights of a shape model (the `synth` default).
 const SEED: u64 = 1;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::runner::GgufFile;
-use t2p::runner::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
-use t2p::runner::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
+use t2p::testkit::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
+use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 
 /// Every `--shape` name: the qwen3 shapes, then the qwen35 ones.
 fn shape_names() -> Vec<&'static str> {

@@ -2,10 +2,10 @@
 //! to GPT-2's visible characters, then the adjacent pair with the lowest merge rank is merged
 //! until no ranked pair is left (ties: leftmost), as llama.cpp does.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
-use super::Vocab;
+use super::{Vocab, merge};
 
 /// Merge ranks keyed by interned piece ids, so a lookup needs no allocation.
 #[derive(Debug, Clone, Default)]
@@ -53,39 +53,6 @@ impl Merges {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-struct Bigram {
-    left: usize,
-    right: usize,
-    rank: u32,
-    size: usize,
-}
-
-impl PartialEq for Bigram {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Bigram {
-    /// Max-heap order that pops the lowest rank first, then the leftmost pair.
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.rank.cmp(&self.rank).then_with(|| o.left.cmp(&self.left))
-    }
-}
-
 /// Tokenizes one byte-level-encoded word and appends the ids to `out`.
 pub(super) fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, out: &mut Vec<u32>) {
     if word.is_empty() {
@@ -97,54 +64,11 @@ pub(super) fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, out: &mu
         out.push(id);
         return;
     }
-    let mut symbols: Vec<Symbol> = Vec::new();
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        let len = c.len_utf8();
-        symbols.push(Symbol {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: (start + len < word.len()).then_some(i + 1),
-        });
-    }
-    let text = |s: &Symbol| &word[s.start..s.start + s.len];
-    let mut queue = BinaryHeap::new();
-    let add =
-        |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], l: Option<usize>, r: Option<usize>| {
-            let (Some(l), Some(r)) = (l, r) else { return };
-            let (a, b) = (&symbols[l], &symbols[r]);
-            if let Some(rank) = merges.rank(text(a), text(b)) {
-                queue.push(Bigram {
-                    left: l,
-                    right: r,
-                    rank,
-                    size: a.len + b.len,
-                });
-            }
-        };
-    for i in 1..symbols.len() {
-        add(&mut queue, &symbols, Some(i - 1), Some(i));
-    }
-    while let Some(bg) = queue.pop() {
-        let (l, r) = (symbols[bg.left], symbols[bg.right]);
-        // Stale entry: a side was merged away or changed since the pair was queued (symbols
-        // only grow rightwards and stay adjacent, so adjacency plus size identifies the text).
-        if l.len == 0 || r.len == 0 || l.next != Some(bg.right) || l.len + r.len != bg.size {
-            continue;
-        }
-        symbols[bg.left].len += r.len;
-        symbols[bg.right].len = 0;
-        symbols[bg.left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(bg.left);
-        }
-        let left = symbols[bg.left];
-        add(&mut queue, &symbols, left.prev, Some(bg.left));
-        add(&mut queue, &symbols, Some(bg.left), left.next);
-    }
-    let mut i = Some(0);
-    while let Some(s) = i {
-        let sym = symbols[s];
+    let symbols = merge::symbols(word.char_indices().map(|(start, c)| (start, c.len_utf8())));
+    let text = |s: &merge::Symbol| &word[s.start..s.start + s.len];
+    // The lowest rank is the best pair.
+    let pieces = merge::merge(symbols, |a, b| merges.rank(text(a), text(b)).map(Reverse));
+    for sym in pieces {
         let piece = text(&sym);
         match vocab.token_id(piece) {
             Some(id) => out.push(id),
@@ -160,6 +84,5 @@ pub(super) fn tokenize_word(vocab: &Vocab, merges: &Merges, word: &str, out: &mu
                 }
             }
         }
-        i = sym.next;
     }
 }

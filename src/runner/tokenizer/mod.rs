@@ -3,6 +3,7 @@
 //! pre-tokenizer named by `tokenizer.ggml.pre`) and its detokenizer.
 
 mod bpe;
+mod merge;
 mod pretokenize;
 mod spm;
 
@@ -134,101 +135,16 @@ enum Fragment<'a> {
 impl Tokenizer {
     /// Builds the tokenizer described by `tokenizer.ggml.*` in `gguf`.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer> {
-        let model = gguf.get_str("tokenizer.ggml.model")?;
-        let kind = match model {
-            "llama" => TokenizerKind::Spm,
-            "gpt2" => TokenizerKind::Bpe,
-            other => {
-                return Err(GgufError::Tokenizer {
-                    reason: format!(
-                        "tokenizer.ggml.model {other:?} is not supported (llama, gpt2)"
-                    ),
-                });
-            }
-        };
+        let kind = read_kind(gguf)?;
+        let spm = kind == TokenizerKind::Spm;
         let pre_name = gguf
             .opt_str("tokenizer.ggml.pre")?
             .unwrap_or("default")
             .to_string();
-        let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?.to_vec();
-        let n = tokens.len();
-        if n == 0 || n > u32::MAX as usize {
-            return Err(GgufError::Tokenizer {
-                reason: format!("{n} tokens in tokenizer.ggml.tokens"),
-            });
-        }
-        let scores = match gguf.get("tokenizer.ggml.scores") {
-            Some(_) => gguf.get_f32_array("tokenizer.ggml.scores")?,
-            None => Vec::new(),
-        };
-        let types: Vec<TokenType> = match gguf.get("tokenizer.ggml.token_type") {
-            Some(_) => gguf
-                .get_i64_array("tokenizer.ggml.token_type")?
-                .into_iter()
-                .map(TokenType::from_i64)
-                .collect(),
-            None => Vec::new(),
-        };
-        for (key, len) in [("scores", scores.len()), ("token_type", types.len())] {
-            if len != 0 && len != n {
-                return Err(GgufError::Tokenizer {
-                    reason: format!("tokenizer.ggml.{key} has {len} entries for {n} tokens"),
-                });
-            }
-        }
-        let mut token_to_id = HashMap::with_capacity(n);
-        for (i, t) in tokens.iter().enumerate() {
-            // Later duplicates win, as in llama.cpp's map insertion.
-            token_to_id.insert(t.clone(), i as u32);
-        }
-        let mut byte_tokens = vec![None; 256];
-        for (b, slot) in byte_tokens.iter_mut().enumerate() {
-            *slot = token_to_id
-                .get(&format!("<0x{b:02X}>"))
-                .copied()
-                .or_else(|| {
-                    let c = char::from_u32(b as u32).filter(|_| b < 0x80)?;
-                    token_to_id.get(c.to_string().as_str()).copied()
-                });
-        }
-        let merges = match kind {
-            TokenizerKind::Bpe => match gguf.get("tokenizer.ggml.merges") {
-                Some(_) => bpe::Merges::new(gguf.get_str_array("tokenizer.ggml.merges")?),
-                None => {
-                    return Err(GgufError::MissingKey {
-                        key: "tokenizer.ggml.merges".into(),
-                    });
-                }
-            },
-            TokenizerKind::Spm => bpe::Merges::default(),
-        };
-        let id_key = |key: &str| -> Result<Option<u32>> {
-            Ok(gguf
-                .get(key)
-                .and_then(|v| v.as_u64())
-                .filter(|&id| id < n as u64)
-                .map(|id| id as u32))
-        };
-        let spm = kind == TokenizerKind::Spm;
-        let default_id = |id: u32| (spm && (id as usize) < n).then_some(id);
-        let bos = if gguf.get("tokenizer.ggml.bos_token_id").is_some() {
-            id_key("tokenizer.ggml.bos_token_id")?
-        } else {
-            default_id(1)
-        };
-        let eos = if gguf.get("tokenizer.ggml.eos_token_id").is_some() {
-            id_key("tokenizer.ggml.eos_token_id")?
-        } else {
-            default_id(2)
-        };
-        let unk = if gguf.get("tokenizer.ggml.unknown_token_id").is_some() {
-            id_key("tokenizer.ggml.unknown_token_id")?
-        } else {
-            default_id(0)
-        };
-        let eot = id_key("tokenizer.ggml.eot_token_id")?;
-        let eom = id_key("tokenizer.ggml.eom_token_id")?;
         let llama3 = matches!(pre_name.as_str(), "llama3" | "llama-v3" | "llama-bpe");
+        let vocab = Vocab::from_gguf(gguf, llama3)?;
+        let merges = read_merges(gguf, kind)?;
+        let ids = SpecialIds::read(gguf, kind, vocab.tokens.len())?;
         let add_bos = gguf
             .opt_bool("tokenizer.ggml.add_bos_token")?
             .unwrap_or(spm || llama3);
@@ -238,38 +154,9 @@ impl Tokenizer {
         let add_space_prefix = gguf
             .opt_bool("tokenizer.ggml.add_space_prefix")?
             .unwrap_or(spm);
-        let pre = match kind {
-            TokenizerKind::Bpe => Some(PreTokenizer::new(&pre_name).ok_or_else(|| {
-                GgufError::Tokenizer {
-                    reason: format!(
-                        "unknown pre-tokenizer tokenizer.ggml.pre = {pre_name:?} (known: gpt-2, \
-                         llama-bpe/llama3, qwen2, qwen35, smollm/starcoder, default, ...)"
-                    ),
-                }
-            })?),
-            TokenizerKind::Spm => None,
-        };
-
-        let vocab = Vocab {
-            tokens,
-            token_to_id,
-            scores,
-            types,
-            byte_tokens,
-            ignore_merges: llama3,
-        };
-        // Tokens matched in raw text before the model sees it: longest first.
-        let mut special: Vec<u32> = (0..n as u32)
-            .filter(|&id| {
-                matches!(
-                    vocab.token_type(id),
-                    TokenType::Control | TokenType::UserDefined | TokenType::Unknown
-                ) && !vocab.tokens[id as usize].is_empty()
-            })
-            .collect();
-        special.sort_by_key(|&id| std::cmp::Reverse(vocab.tokens[id as usize].len()));
-
-        let mut eog: HashSet<u32> = [eos, eot, eom].into_iter().flatten().collect();
+        let pre = pre_tokenizer(kind, &pre_name)?;
+        let special = special_tokens(&vocab);
+        let mut eog: HashSet<u32> = [ids.eos, ids.eot, ids.eom].into_iter().flatten().collect();
         for t in EOG_TEXTS {
             if let Some(id) = vocab.token_id(t) {
                 eog.insert(id);
@@ -290,10 +177,10 @@ impl Tokenizer {
             byte_to_char,
             char_to_byte,
             special,
-            bos,
-            eos,
-            eot,
-            unk,
+            bos: ids.bos,
+            eos: ids.eos,
+            eot: ids.eot,
+            unk: ids.unk,
             add_bos,
             add_eos,
             add_space_prefix,
@@ -602,4 +489,169 @@ impl StreamDecoder<'_> {
     pub fn pending(&self) -> &[u8] {
         &self.pending
     }
+}
+
+/// The tokenizer family `tokenizer.ggml.model` names.
+fn read_kind(gguf: &GgufFile) -> Result<TokenizerKind> {
+    let model = gguf.get_str("tokenizer.ggml.model")?;
+    Ok(match model {
+        "llama" => TokenizerKind::Spm,
+        "gpt2" => TokenizerKind::Bpe,
+        other => {
+            return Err(GgufError::Tokenizer {
+                reason: format!("tokenizer.ggml.model {other:?} is not supported (llama, gpt2)"),
+            });
+        }
+    })
+}
+
+impl Vocab {
+    /// Tokens, scores and types (each list either absent or one entry per token), the reverse
+    /// map, and the token of each byte (`<0xAB>`, or the ASCII character itself).
+    fn from_gguf(gguf: &GgufFile, ignore_merges: bool) -> Result<Vocab> {
+        let tokens = gguf.get_str_array("tokenizer.ggml.tokens")?.to_vec();
+        let n = tokens.len();
+        if n == 0 || n > u32::MAX as usize {
+            return Err(GgufError::Tokenizer {
+                reason: format!("{n} tokens in tokenizer.ggml.tokens"),
+            });
+        }
+        let scores = match gguf.get("tokenizer.ggml.scores") {
+            Some(_) => gguf.get_f32_array("tokenizer.ggml.scores")?,
+            None => Vec::new(),
+        };
+        let types: Vec<TokenType> = match gguf.get("tokenizer.ggml.token_type") {
+            Some(_) => gguf
+                .get_i64_array("tokenizer.ggml.token_type")?
+                .into_iter()
+                .map(TokenType::from_i64)
+                .collect(),
+            None => Vec::new(),
+        };
+        for (key, len) in [("scores", scores.len()), ("token_type", types.len())] {
+            if len != 0 && len != n {
+                return Err(GgufError::Tokenizer {
+                    reason: format!("tokenizer.ggml.{key} has {len} entries for {n} tokens"),
+                });
+            }
+        }
+        let mut token_to_id = HashMap::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            // Later duplicates win, as in llama.cpp's map insertion.
+            token_to_id.insert(t.clone(), i as u32);
+        }
+        let mut byte_tokens = vec![None; 256];
+        for (b, slot) in byte_tokens.iter_mut().enumerate() {
+            *slot = token_to_id
+                .get(&format!("<0x{b:02X}>"))
+                .copied()
+                .or_else(|| {
+                    let c = char::from_u32(b as u32).filter(|_| b < 0x80)?;
+                    token_to_id.get(c.to_string().as_str()).copied()
+                });
+        }
+        Ok(Vocab {
+            tokens,
+            token_to_id,
+            scores,
+            types,
+            byte_tokens,
+            ignore_merges,
+        })
+    }
+}
+
+/// The BPE merges (required for BPE, none for SentencePiece).
+fn read_merges(gguf: &GgufFile, kind: TokenizerKind) -> Result<bpe::Merges> {
+    Ok(match kind {
+        TokenizerKind::Bpe => match gguf.get("tokenizer.ggml.merges") {
+            Some(_) => bpe::Merges::new(gguf.get_str_array("tokenizer.ggml.merges")?),
+            None => {
+                return Err(GgufError::MissingKey {
+                    key: "tokenizer.ggml.merges".into(),
+                });
+            }
+        },
+        TokenizerKind::Spm => bpe::Merges::default(),
+    })
+}
+
+/// The special token ids the metadata names (out-of-range ids are none); SentencePiece files
+/// without the keys get its defaults (unk 0, bos 1, eos 2).
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    unk: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+}
+
+impl SpecialIds {
+    fn read(gguf: &GgufFile, kind: TokenizerKind, n: usize) -> Result<SpecialIds> {
+        let id_key = |key: &str| -> Result<Option<u32>> {
+            Ok(gguf
+                .get(key)
+                .and_then(|v| v.as_u64())
+                .filter(|&id| id < n as u64)
+                .map(|id| id as u32))
+        };
+        let spm = kind == TokenizerKind::Spm;
+        let default_id = |id: u32| (spm && (id as usize) < n).then_some(id);
+        let bos = if gguf.get("tokenizer.ggml.bos_token_id").is_some() {
+            id_key("tokenizer.ggml.bos_token_id")?
+        } else {
+            default_id(1)
+        };
+        let eos = if gguf.get("tokenizer.ggml.eos_token_id").is_some() {
+            id_key("tokenizer.ggml.eos_token_id")?
+        } else {
+            default_id(2)
+        };
+        let unk = if gguf.get("tokenizer.ggml.unknown_token_id").is_some() {
+            id_key("tokenizer.ggml.unknown_token_id")?
+        } else {
+            default_id(0)
+        };
+        let eot = id_key("tokenizer.ggml.eot_token_id")?;
+        let eom = id_key("tokenizer.ggml.eom_token_id")?;
+        Ok(SpecialIds {
+            bos,
+            eos,
+            unk,
+            eot,
+            eom,
+        })
+    }
+}
+
+/// The pre-tokenizer `tokenizer.ggml.pre` names (BPE only).
+fn pre_tokenizer(kind: TokenizerKind, pre_name: &str) -> Result<Option<PreTokenizer>> {
+    Ok(match kind {
+        TokenizerKind::Bpe => {
+            Some(
+                PreTokenizer::new(pre_name).ok_or_else(|| GgufError::Tokenizer {
+                    reason: format!(
+                        "unknown pre-tokenizer tokenizer.ggml.pre = {pre_name:?} (known: gpt-2, \
+                     llama-bpe/llama3, qwen2, qwen35, smollm/starcoder, default, ...)"
+                    ),
+                })?,
+            )
+        }
+        TokenizerKind::Spm => None,
+    })
+}
+
+/// The tokens matched in raw text before the model sees it (control, user-defined, unknown),
+/// longest first.
+fn special_tokens(vocab: &Vocab) -> Vec<u32> {
+    let mut special: Vec<u32> = (0..vocab.tokens.len() as u32)
+        .filter(|&id| {
+            matches!(
+                vocab.token_type(id),
+                TokenType::Control | TokenType::UserDefined | TokenType::Unknown
+            ) && !vocab.tokens[id as usize].is_empty()
+        })
+        .collect();
+    special.sort_by_key(|&id| std::cmp::Reverse(vocab.tokens[id as usize].len()));
+    special
 }

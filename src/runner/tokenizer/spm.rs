@@ -3,44 +3,25 @@
 //! concatenation is the highest-scoring vocabulary token (ties: leftmost), and emit each final
 //! piece as its token or, when it is not in the vocabulary, as byte tokens `<0xNN>`.
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use super::{Vocab, merge};
 
-use super::Vocab;
+/// A token score ordered by `total_cmp`, so hostile NaN scores cannot break the heap.
+struct Score(f32);
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-struct Bigram {
-    left: usize,
-    right: usize,
-    score: f32,
-    size: usize,
-}
-
-impl PartialEq for Bigram {
+impl PartialEq for Score {
     fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
+        self.cmp(o).is_eq()
     }
 }
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Bigram {
-    /// Max-heap order: higher score first, then the leftmost pair. `total_cmp` keeps hostile
-    /// NaN scores from breaking the heap invariants.
-    fn cmp(&self, o: &Self) -> Ordering {
-        self.score
-            .total_cmp(&o.score)
-            .then_with(|| o.left.cmp(&self.left))
+impl Ord for Score {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&o.0)
     }
 }
 
@@ -52,58 +33,18 @@ fn utf8_len(first: u8) -> usize {
 /// Tokenizes `text` (spaces already replaced by `▁`) and appends the ids to `out`.
 pub(super) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
     let bytes = text.as_bytes();
-    let mut symbols: Vec<Symbol> = Vec::new();
     let mut offs = 0;
-    while offs < bytes.len() {
-        let len = utf8_len(bytes[offs]).min(bytes.len() - offs);
-        let i = symbols.len();
-        symbols.push(Symbol {
-            start: offs,
-            len,
-            prev: i.checked_sub(1),
-            next: (offs + len < bytes.len()).then_some(i + 1),
-        });
+    let chars = std::iter::from_fn(|| {
+        let len = utf8_len(*bytes.get(offs)?).min(bytes.len() - offs);
         offs += len;
-    }
-    let mut queue = BinaryHeap::new();
-    let try_add =
-        |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], l: Option<usize>, r: Option<usize>| {
-            let (Some(l), Some(r)) = (l, r) else { return };
-            let (a, b) = (symbols[l], symbols[r]);
-            let Some(piece) = text.get(a.start..b.start + b.len) else {
-                return;
-            };
-            if let Some(id) = vocab.token_id(piece) {
-                queue.push(Bigram {
-                    left: l,
-                    right: r,
-                    score: vocab.score(id),
-                    size: piece.len(),
-                });
-            }
-        };
-    for i in 1..symbols.len() {
-        try_add(&mut queue, &symbols, Some(i - 1), Some(i));
-    }
-    while let Some(bg) = queue.pop() {
-        let (l, r) = (symbols[bg.left], symbols[bg.right]);
-        // Stale entry: one side was merged away or grew since the pair was queued.
-        if l.len == 0 || r.len == 0 || l.len + r.len != bg.size {
-            continue;
-        }
-        symbols[bg.left].len += r.len;
-        symbols[bg.right].len = 0;
-        symbols[bg.left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(bg.left);
-        }
-        let left = symbols[bg.left];
-        try_add(&mut queue, &symbols, left.prev, Some(bg.left));
-        try_add(&mut queue, &symbols, Some(bg.left), left.next);
-    }
-    let mut i = if symbols.is_empty() { None } else { Some(0) };
-    while let Some(s) = i {
-        let sym = symbols[s];
+        Some((offs - len, len))
+    });
+    // The merged token with the highest score is the best pair.
+    let pieces = merge::merge(merge::symbols(chars), |a, b| {
+        let piece = text.get(a.start..b.start + b.len)?;
+        vocab.token_id(piece).map(|id| Score(vocab.score(id)))
+    });
+    for sym in pieces {
         let piece = text.get(sym.start..sym.start + sym.len).unwrap_or("");
         // Every merged piece is a vocabulary token by construction, so only unmerged
         // characters can miss: those fall back to their bytes.
@@ -117,6 +58,5 @@ pub(super) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
                 }
             }
         }
-        i = sym.next;
     }
 }

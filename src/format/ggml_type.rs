@@ -1,4 +1,11 @@
-//! The GGML tensor type table: ids, names, block sizes and bytes per block.
+//! The GGML tensor type table: ids, names, block sizes and bytes per block, the one place t2p
+//! writes them down.
+//!
+//! Everything else derives from it: the runner's loader and header reader, the block structs
+//! ([`crate::format::TernaryBlock::GGML_TYPE`] with its name and block size, checked at compile
+//! time against `size_of` the struct), the C ABI's `T2P_TYPE_*` values (asserted equal at compile
+//! time) and the fixture writers. The llama.cpp patch maps ggml's own `GGML_TYPE_*` enum to
+//! `T2P_TYPE_*`, whose values are these ids.
 //!
 //! Only a few types can be loaded ([`GgmlType::is_loadable`]): the dense ones and every ternary
 //! format ([`GgmlType::is_ternary`], repacked into T2P at load); the others are known by name and
@@ -70,6 +77,9 @@ impl GgmlType {
     pub const F16: GgmlType = GgmlType(1);
     /// 32 int8 with one fp16 scale (34 bytes).
     pub const Q8_0: GgmlType = GgmlType(8);
+    /// 256 int8 with an f32 scale and 16 partial sums (292 bytes): llama.cpp's activations for
+    /// `tq*` weights.
+    pub const Q8_K: GgmlType = GgmlType(15);
     /// bfloat16.
     pub const BF16: GgmlType = GgmlType(30);
     /// llama.cpp's base-3 ternary format: 256 weights in 54 bytes.
@@ -88,25 +98,54 @@ impl GgmlType {
     /// Mainline's group-64 Q2_0 (18 bytes per 64 weights), known only to be refused.
     pub const Q2_0_G64_BLOCK: (u64, u64) = (64, 18);
 
-    fn info(self) -> Option<&'static TypeInfo> {
-        TABLE.iter().find(|t| t.id == self.0)
+    const fn info(self) -> Option<&'static TypeInfo> {
+        // A loop rather than an iterator so that the block structs can check themselves
+        // against the table at compile time.
+        let mut i = 0;
+        while i < TABLE.len() {
+            if TABLE[i].id == self.0 {
+                return Some(&TABLE[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The type's name as ggml prints it, when the id is in the table.
+    pub const fn table_name(self) -> Option<&'static str> {
+        match self.info() {
+            Some(i) => Some(i.name),
+            None => None,
+        }
     }
 
     /// The type's name as ggml prints it, or `type<id>` when unknown.
     pub fn name(self) -> String {
-        match self.info() {
-            Some(i) => i.name.to_string(),
+        match self.table_name() {
+            Some(n) => n.to_string(),
             None if self == Self::Q2_0_LEGACY => "q2_0".to_string(),
             None => format!("type{}", self.0),
         }
     }
 
     /// `(weights per block, bytes per block)`, when the id is in the table.
-    pub fn block(self) -> Option<(u64, u64)> {
-        self.info().map(|i| (i.block as u64, i.bytes as u64))
+    pub const fn block(self) -> Option<(u64, u64)> {
+        match self.info() {
+            Some(i) => Some((i.block as u64, i.bytes as u64)),
+            None => None,
+        }
     }
 
-    /// Whether [`crate::runner::TensorStore`] can load tensors of this type.
+    /// Whether a block of `weights` values in `bytes` bytes is this type's block (false for an id
+    /// outside the table): how each block struct checks itself against the table at compile time.
+    pub const fn has_block(self, weights: usize, bytes: usize) -> bool {
+        match self.block() {
+            Some((w, b)) => w == weights as u64 && b == bytes as u64,
+            None => false,
+        }
+    }
+
+    /// Whether the runner's `TensorStore` can load tensors of this type.
     pub fn is_loadable(self) -> bool {
         self.is_ternary() || matches!(self, Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0)
     }

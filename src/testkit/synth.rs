@@ -5,14 +5,14 @@
 //! legacy id 42 ([`SynthType`]). With one scale per 256 weights ([`SynthOptions::scale_group`])
 //! every one of them holds exactly the same weights, so the files differ only in their bytes.
 
-use std::fs::File;
-use std::io::{self, BufWriter};
 use std::path::Path;
 
-use super::gguf::Value;
-use super::gguf_writer::{GgufWriter, TensorSpec};
-use super::{GgufError, GgufFile};
-use crate::format::{BlockPq2_0, BlockTq1_0, BlockTq2_0, QK_PQ2_0, TernaryBlock, f32_to_f16};
+use super::gguf_writer::TensorSpec;
+use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use crate::format::{
+    BlockPq2_0, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock, f32_to_f16,
+};
+use crate::runner::{GgufError, GgufFile};
 
 /// A qwen3 (Ternary Bonsai) shape.
 #[derive(Clone, Copy, Debug)]
@@ -79,19 +79,6 @@ pub const QWEN3_SHAPES: [Qwen3Shape; 4] = [
     },
 ];
 
-/// A fast deterministic generator for weights.
-pub(crate) struct Rng(pub(crate) u64);
-
-impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// `rows x k` random ternary weights as pq2_0 bytes: codes -1/0/+1 with probabilities 1/4, 1/2,
 /// 1/4 and one scale per block around `gain / sqrt(k / 2)` (activations keep their size).
 pub(crate) fn ternary_pq2_0(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<u8> {
@@ -122,10 +109,6 @@ fn ternary_blocks(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<BlockP
             b
         })
         .collect()
-}
-
-pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// The type `synth` writes the matrices in (1-D tensors are always F32).
@@ -172,12 +155,25 @@ impl SynthType {
 
     /// The GGML type id written in the tensor infos.
     pub fn ggml_type(self) -> u32 {
+        self.stored_type().0
+    }
+
+    /// The GGML type written in the tensor infos.
+    fn stored_type(self) -> GgmlType {
         match self {
-            SynthType::Pq2_0 => 142,
+            SynthType::Pq2_0 => BlockPq2_0::GGML_TYPE,
             SynthType::Tq2_0 => BlockTq2_0::GGML_TYPE,
             SynthType::Tq1_0 => BlockTq1_0::GGML_TYPE,
-            SynthType::F32 => 0,
-            SynthType::Q2_0Legacy => 42,
+            SynthType::F32 => GgmlType::F32,
+            SynthType::Q2_0Legacy => GgmlType::Q2_0_LEGACY,
+        }
+    }
+
+    /// The type the bytes are in (the legacy id holds pq2_0 bytes).
+    fn layout(self) -> GgmlType {
+        match self {
+            SynthType::Q2_0Legacy => GgmlType::PQ2_0,
+            t => t.stored_type(),
         }
     }
 
@@ -189,16 +185,6 @@ impl SynthType {
             SynthType::Tq2_0 => 37,
             SynthType::Tq1_0 => 36,
             SynthType::F32 => 0,
-        }
-    }
-
-    /// `(weights, bytes)` per block of the matrices.
-    fn block(self) -> (usize, usize) {
-        match self {
-            SynthType::Pq2_0 | SynthType::Q2_0Legacy => (128, 34),
-            SynthType::Tq2_0 => (256, 66),
-            SynthType::Tq1_0 => (256, 54),
-            SynthType::F32 => (1, 4),
         }
     }
 }
@@ -308,30 +294,7 @@ pub fn write_qwen3_with(
     seed: u64,
     opts: &SynthOptions,
 ) -> Result<(), GgufError> {
-    let io_err = |e: io::Error| GgufError::Io {
-        what: path.display().to_string(),
-        offset: 0,
-        message: e.to_string(),
-    };
-    let (d, hd, ff) = (shape.n_embd, shape.head_dim, shape.n_ff);
-    let (block, block_bytes) = opts.ty.block();
-    let group_ok = match opts.scale_group {
-        128 => block <= 128,
-        256 => [d, ff, shape.n_head * hd]
-            .iter()
-            .all(|k| k.is_multiple_of(256)),
-        _ => false,
-    };
-    if !group_ok {
-        return Err(GgufError::Shape {
-            name: shape.name.into(),
-            reason: format!(
-                "one scale per {} weights cannot be written as {} (tq2_0 and tq1_0 need 256, \
-                 and 256 needs every row length a multiple of 256)",
-                opts.scale_group, opts.ty
-            ),
-        });
-    }
+    check_scale_group(shape, opts)?;
     let n_vocab = vocab.get_str_array("tokenizer.ggml.tokens")?.len();
     if n_vocab % 4 != 0 {
         return Err(GgufError::Shape {
@@ -340,26 +303,20 @@ pub fn write_qwen3_with(
         });
     }
     let s = shape;
-    let a = |k: &str| format!("qwen3.{k}");
-    let mut kv: Vec<(String, Value)> = vec![
-        ("general.architecture".into(), Value::String("qwen3".into())),
-        (
-            "general.name".into(),
-            Value::String(format!("t2p synthetic {}", s.name)),
-        ),
-        ("general.file_type".into(), Value::U32(opts.ty.file_type())),
-        ("general.quantization_version".into(), Value::U32(2)),
-        (a("context_length"), Value::U32(40960)),
-        (a("embedding_length"), Value::U32(s.n_embd as u32)),
-        (a("block_count"), Value::U32(s.n_layer as u32)),
-        (a("feed_forward_length"), Value::U32(s.n_ff as u32)),
-        (a("attention.head_count"), Value::U32(s.n_head as u32)),
-        (a("attention.head_count_kv"), Value::U32(s.n_head_kv as u32)),
-        (a("attention.key_length"), Value::U32(s.head_dim as u32)),
-        (a("attention.value_length"), Value::U32(s.head_dim as u32)),
-        (a("rope.freq_base"), Value::F32(1e6)),
-        (a("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
-    ];
+    let mut kv = DecoderKv {
+        arch: "qwen3",
+        name: s.name,
+        file_type: opts.ty.file_type(),
+        n_ctx_train: 40960,
+        n_embd: s.n_embd,
+        n_layer: s.n_layer,
+        n_ff: s.n_ff,
+        n_head: s.n_head,
+        n_head_kv: s.n_head_kv,
+        head_dim: s.head_dim,
+        rope_base: 1e6,
+    }
+    .kv();
     kv.extend(
         vocab
             .metadata()
@@ -367,62 +324,79 @@ pub fn write_qwen3_with(
             .filter(|(k, _)| k.starts_with("tokenizer."))
             .cloned(),
     );
+    let mut rng = Rng(seed | 1);
+    write_gguf(path, &kv, qwen3_tensor_specs(s, n_vocab, opts), |spec| {
+        if spec.dims.len() == 1 {
+            return Ok(f32_bytes(&vec![1.0; spec.dims[0] as usize]));
+        }
+        let gain = if spec.name.starts_with("token_embd") {
+            4.0
+        } else {
+            1.0
+        };
+        let (rows, k) = (spec.dims[1] as usize, spec.dims[0] as usize);
+        ternary_matrix(rows, k, gain, &mut rng, opts).map_err(|e| GgufError::Shape {
+            name: spec.name.clone(),
+            reason: e.to_string(),
+        })
+    })
+}
 
-    let pq = |name: String, k: usize, rows: usize| TensorSpec {
-        name,
-        dims: vec![k as u64, rows as u64],
-        ggml_type: opts.ty.ggml_type(),
-        bytes: (rows * k / block * block_bytes) as u64,
+/// Refuses a scale group the type or the shape cannot hold.
+fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), GgufError> {
+    let (block, _) = opts.ty.layout().block().unwrap_or((1, 4));
+    let group_ok = match opts.scale_group {
+        128 => block <= 128,
+        256 => [shape.n_embd, shape.n_ff, shape.n_head * shape.head_dim]
+            .iter()
+            .all(|k| k.is_multiple_of(256)),
+        _ => false,
     };
-    let vec = |name: String, n: usize| TensorSpec {
-        name,
-        dims: vec![n as u64],
-        ggml_type: 0,
-        bytes: 4 * n as u64,
+    if group_ok {
+        return Ok(());
+    }
+    Err(GgufError::Shape {
+        name: shape.name.into(),
+        reason: format!(
+            "one scale per {} weights cannot be written as {} (tq2_0 and tq1_0 need 256, \
+             and 256 needs every row length a multiple of 256)",
+            opts.scale_group, opts.ty
+        ),
+    })
+}
+
+/// The tensors of a qwen3 `shape` with `n_vocab` tokens, in file order: matrices in the type of
+/// `opts`, vectors F32.
+fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Vec<TensorSpec> {
+    let (d, hd, ff) = (s.n_embd, s.head_dim, s.n_ff);
+    let mat = |name: String, k: usize, rows: usize| {
+        let mut spec = TensorSpec::new(name, &[k, rows], opts.ty.layout());
+        spec.ggml_type = opts.ty.ggml_type();
+        spec
     };
+    let vec = |name: String, n: usize| TensorSpec::new(name, &[n], GgmlType::F32);
     let mut specs = vec![
-        pq("token_embd.weight".into(), d, n_vocab),
+        mat("token_embd.weight".into(), d, n_vocab),
         vec("output_norm.weight".into(), d),
     ];
     if !s.tied {
-        specs.push(pq("output.weight".into(), d, n_vocab));
+        specs.push(mat("output.weight".into(), d, n_vocab));
     }
     for i in 0..s.n_layer {
         let p = |t: &str| format!("blk.{i}.{t}.weight");
         specs.extend([
             vec(p("attn_norm"), d),
-            pq(p("attn_q"), d, s.n_head * hd),
-            pq(p("attn_k"), d, s.n_head_kv * hd),
-            pq(p("attn_v"), d, s.n_head_kv * hd),
+            mat(p("attn_q"), d, s.n_head * hd),
+            mat(p("attn_k"), d, s.n_head_kv * hd),
+            mat(p("attn_v"), d, s.n_head_kv * hd),
             vec(p("attn_q_norm"), hd),
             vec(p("attn_k_norm"), hd),
-            pq(p("attn_output"), s.n_head * hd, d),
+            mat(p("attn_output"), s.n_head * hd, d),
             vec(p("ffn_norm"), d),
-            pq(p("ffn_gate"), d, ff),
-            pq(p("ffn_up"), d, ff),
-            pq(p("ffn_down"), ff, d),
+            mat(p("ffn_gate"), d, ff),
+            mat(p("ffn_up"), d, ff),
+            mat(p("ffn_down"), ff, d),
         ]);
     }
-    let file = BufWriter::with_capacity(8 << 20, File::create(path).map_err(io_err)?);
-    let mut w = GgufWriter::begin(file, &kv, specs.clone()).map_err(io_err)?;
-    let mut rng = Rng(seed | 1);
-    for spec in &specs {
-        let data = if spec.dims.len() == 1 {
-            f32_bytes(&vec![1.0; spec.dims[0] as usize])
-        } else {
-            let gain = if spec.name.starts_with("token_embd") {
-                4.0
-            } else {
-                1.0
-            };
-            let (rows, k) = (spec.dims[1] as usize, spec.dims[0] as usize);
-            ternary_matrix(rows, k, gain, &mut rng, opts).map_err(|e| GgufError::Shape {
-                name: spec.name.clone(),
-                reason: e.to_string(),
-            })?
-        };
-        w.tensor_data(&data).map_err(io_err)?;
-    }
-    w.finish().map_err(io_err)?;
-    Ok(())
+    specs
 }

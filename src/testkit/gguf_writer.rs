@@ -3,7 +3,8 @@
 
 use std::io::{self, Seek, Write};
 
-use super::gguf::{Array, Value};
+use crate::format::GgmlType;
+use crate::runner::{Array, Value};
 
 /// Data alignment of the files written (GGUF's default).
 pub const ALIGNMENT: u64 = 32;
@@ -21,6 +22,21 @@ pub struct TensorSpec {
     pub bytes: u64,
 }
 
+impl TensorSpec {
+    /// A tensor of `dims` in type `ty`, its byte size from the type table (`dims[0]` a
+    /// multiple of the type's block; a type outside the table gives 0 bytes).
+    pub fn new(name: impl Into<String>, dims: &[usize], ty: GgmlType) -> TensorSpec {
+        let n: u64 = dims.iter().map(|&d| d as u64).product();
+        let bytes = ty.block().map_or(0, |(w, b)| n / w * b);
+        TensorSpec {
+            name: name.into(),
+            dims: dims.iter().map(|&d| d as u64).collect(),
+            ggml_type: ty.0,
+            bytes,
+        }
+    }
+}
+
 /// Writes a GGUF file: [`GgufWriter::begin`] writes the header, then [`GgufWriter::tensor_data`]
 /// once per tensor in the order given.
 pub struct GgufWriter<W: Write + Seek> {
@@ -32,24 +48,6 @@ pub struct GgufWriter<W: Write + Seek> {
 fn put_str<W: Write>(w: &mut W, s: &str) -> io::Result<()> {
     w.write_all(&(s.len() as u64).to_le_bytes())?;
     w.write_all(s.as_bytes())
-}
-
-fn type_id(v: &Value) -> u32 {
-    match v {
-        Value::U8(_) => 0,
-        Value::I8(_) => 1,
-        Value::U16(_) => 2,
-        Value::I16(_) => 3,
-        Value::U32(_) => 4,
-        Value::I32(_) => 5,
-        Value::F32(_) => 6,
-        Value::Bool(_) => 7,
-        Value::String(_) => 8,
-        Value::Array(_) => 9,
-        Value::U64(_) => 10,
-        Value::I64(_) => 11,
-        Value::F64(_) => 12,
-    }
 }
 
 fn put_value<W: Write>(w: &mut W, v: &Value) -> io::Result<()> {
@@ -113,7 +111,7 @@ impl<W: Write + Seek> GgufWriter<W> {
         out.write_all(&(kv.len() as u64).to_le_bytes())?;
         for (k, v) in kv {
             put_str(&mut out, k)?;
-            out.write_all(&type_id(v).to_le_bytes())?;
+            out.write_all(&v.type_id().to_le_bytes())?;
             put_value(&mut out, v)?;
         }
         let mut offset = 0u64;

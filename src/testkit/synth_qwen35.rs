@@ -13,19 +13,13 @@
 //! `ssm_a = -uniform(0.05, 2)`, every norm in (0.8, 1.2). Activations stay finite over 64
 //! layers: each block is pre-normed, the DeltaNet decay is <= 1 and its keys are L2-normed.
 
-use std::fs::File;
-use std::io::{self, BufWriter};
 use std::path::Path;
 
-use super::gguf::{Array, Value};
-use super::gguf_writer::{GgufWriter, TensorSpec};
-use super::synth::{Rng, f32_bytes, ternary_pq2_0};
-use super::{GgufError, GgufFile};
-
-/// GGML type ids written here.
-const F32: u32 = 0;
-const BF16: u32 = 30;
-const PQ2_0: u32 = 142;
+use super::gguf_writer::TensorSpec;
+use super::synth::ternary_pq2_0;
+use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use crate::format::GgmlType;
+use crate::runner::{Array, GgufError, GgufFile, Value};
 
 /// A `qwen35` shape: the hyper-parameters a synthetic file is written with.
 #[derive(Clone, Copy, Debug)]
@@ -237,7 +231,7 @@ fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
     // pq2_0 blocks are 128 wide: every matrix's k must be a multiple of 128.
     for t in plan(s, n_vocab) {
         let k = t.0.dims[0];
-        if t.0.ggml_type == PQ2_0 && (k == 0 || !k.is_multiple_of(128)) {
+        if t.0.ggml_type == GgmlType::PQ2_0.0 && (k == 0 || !k.is_multiple_of(128)) {
             return bad(format!(
                 "{} has k = {k}: pq2_0 needs k % 128 == 0",
                 t.0.name
@@ -261,31 +255,15 @@ fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
 fn plan(s: &Qwen35Shape, n_vocab: usize) -> Vec<(TensorSpec, Init)> {
     let d = s.n_embd;
     let pq = |name: String, k: usize, rows: usize, gain: f32| {
-        let spec = TensorSpec {
-            name,
-            dims: vec![k as u64, rows as u64],
-            ggml_type: PQ2_0,
-            bytes: (rows * k / 128 * 34) as u64,
-        };
+        let spec = TensorSpec::new(name, &[k, rows], GgmlType::PQ2_0);
         (spec, Init::Ternary(gain))
     };
     let bf16 = |name: String, k: usize, rows: usize| {
-        let spec = TensorSpec {
-            name,
-            dims: vec![k as u64, rows as u64],
-            ggml_type: BF16,
-            bytes: (2 * rows * k) as u64,
-        };
+        let spec = TensorSpec::new(name, &[k, rows], GgmlType::BF16);
         (spec, Init::Bf16(1.0))
     };
     let f32v = |name: String, dims: Vec<usize>, lo: f32, hi: f32| {
-        let n: usize = dims.iter().product();
-        let spec = TensorSpec {
-            name,
-            dims: dims.iter().map(|&x| x as u64).collect(),
-            ggml_type: F32,
-            bytes: 4 * n as u64,
-        };
+        let spec = TensorSpec::new(name, &dims, GgmlType::F32);
         (spec, Init::Uniform(lo, hi))
     };
     let norm = |name: String, n: usize| f32v(name, vec![n], 0.8, 1.2);
@@ -350,7 +328,7 @@ pub fn qwen35_tensor_specs(shape: &Qwen35Shape, n_vocab: usize) -> Vec<TensorSpe
 pub fn hadamard_weight_names(shape: &Qwen35Shape, n_vocab: usize) -> Vec<String> {
     qwen35_tensor_specs(shape, n_vocab)
         .into_iter()
-        .filter(|t| t.ggml_type == PQ2_0 && t.name != "token_embd.weight")
+        .filter(|t| t.ggml_type == GgmlType::PQ2_0.0 && t.name != "token_embd.weight")
         .map(|t| t.name)
         .collect()
 }
@@ -405,27 +383,21 @@ fn tokenizer_kv(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String, Value)>
 fn model_kv(s: &Qwen35Shape, n_vocab: usize, rng: &mut Rng) -> Vec<(String, Value)> {
     let a = |k: &str| format!("qwen35.{k}");
     let u = |v: usize| Value::U32(v as u32);
-    let mut kv: Vec<(String, Value)> = vec![
-        (
-            "general.architecture".into(),
-            Value::String("qwen35".into()),
-        ),
-        (
-            "general.name".into(),
-            Value::String(format!("t2p synthetic {}", s.name)),
-        ),
-        ("general.file_type".into(), Value::U32(141)),
-        ("general.quantization_version".into(), Value::U32(2)),
-        (a("context_length"), u(s.n_ctx_train)),
-        (a("embedding_length"), u(s.n_embd)),
-        (a("block_count"), u(s.n_layer)),
-        (a("feed_forward_length"), u(s.n_ff)),
-        (a("attention.head_count"), u(s.n_head)),
-        (a("attention.head_count_kv"), u(s.n_head_kv)),
-        (a("attention.key_length"), u(s.head_dim)),
-        (a("attention.value_length"), u(s.head_dim)),
-        (a("rope.freq_base"), Value::F32(s.rope_base)),
-        (a("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
+    let mut kv = DecoderKv {
+        arch: "qwen35",
+        name: s.name,
+        file_type: 141,
+        n_ctx_train: s.n_ctx_train,
+        n_embd: s.n_embd,
+        n_layer: s.n_layer,
+        n_ff: s.n_ff,
+        n_head: s.n_head,
+        n_head_kv: s.n_head_kv,
+        head_dim: s.head_dim,
+        rope_base: s.rope_base,
+    }
+    .kv();
+    kv.extend([
         (a("rope.dimension_count"), u(s.rope_dims)),
         (
             a("rope.dimension_sections"),
@@ -437,7 +409,7 @@ fn model_kv(s: &Qwen35Shape, n_vocab: usize, rng: &mut Rng) -> Vec<(String, Valu
         (a("ssm.time_step_rank"), u(s.n_v_heads)),
         (a("ssm.inner_size"), u(s.value_dim())),
         (a("full_attention_interval"), u(s.full_attention_interval)),
-    ];
+    ]);
     if let Some(block) = s.hadamard_block {
         let h = |k: &str| format!("prism.hadamard.{k}");
         let widths = s.hadamard_widths();
@@ -472,10 +444,6 @@ fn model_kv(s: &Qwen35Shape, n_vocab: usize, rng: &mut Rng) -> Vec<(String, Valu
     kv
 }
 
-fn uniform(rng: &mut Rng, lo: f32, hi: f32) -> f32 {
-    lo + (hi - lo) * ((rng.next() >> 40) as f32 / (1u64 << 24) as f32)
-}
-
 /// Writes a `qwen35` GGUF of `shape` with random weights (see the module documentation) and
 /// the `tokenizer.*` metadata of `vocab`, padded to the shape's vocabulary size. The same
 /// `seed` gives the same file.
@@ -485,11 +453,6 @@ pub fn write_qwen35(
     vocab: &GgufFile,
     seed: u64,
 ) -> Result<(), GgufError> {
-    let io_err = |e: io::Error| GgufError::Io {
-        what: path.display().to_string(),
-        offset: 0,
-        message: e.to_string(),
-    };
     let n_vocab = match shape.n_vocab {
         Some(n) => n,
         None => vocab.get_str_array("tokenizer.ggml.tokens")?.len(),
@@ -500,29 +463,24 @@ pub fn write_qwen35(
     kv.extend(tokenizer_kv(vocab, n_vocab)?);
     let plan = plan(shape, n_vocab);
     let specs: Vec<TensorSpec> = plan.iter().map(|(s, _)| s.clone()).collect();
-    let file = BufWriter::with_capacity(8 << 20, File::create(path).map_err(io_err)?);
-    let mut w = GgufWriter::begin(file, &kv, specs).map_err(io_err)?;
-    for (spec, init) in &plan {
+    let mut inits = plan.iter().map(|&(_, init)| init);
+    write_gguf(path, &kv, specs, |spec| {
         let n: usize = spec.dims.iter().map(|&x| x as usize).product();
         let k = spec.dims[0] as usize;
-        let data = match *init {
+        // `write_gguf` asks for the tensors in plan order.
+        Ok(match inits.next().expect("one init per tensor") {
             Init::Ternary(gain) => ternary_pq2_0(n / k, k, gain, &mut rng),
             Init::Bf16(gain) => {
                 let a = gain * (3.0 / k as f32).sqrt();
                 (0..n)
-                    .flat_map(|_| half::bf16::from_f32(uniform(&mut rng, -a, a)).to_le_bytes())
+                    .flat_map(|_| half::bf16::from_f32(rng.uniform(-a, a)).to_le_bytes())
                     .collect()
             }
-            Init::Uniform(lo, hi) => f32_bytes(
-                &(0..n)
-                    .map(|_| uniform(&mut rng, lo, hi))
-                    .collect::<Vec<f32>>(),
-            ),
-        };
-        w.tensor_data(&data).map_err(io_err)?;
-    }
-    w.finish().map_err(io_err)?;
-    Ok(())
+            Init::Uniform(lo, hi) => {
+                f32_bytes(&(0..n).map(|_| rng.uniform(lo, hi)).collect::<Vec<f32>>())
+            }
+        })
+    })
 }
 
 #[cfg(test)]
