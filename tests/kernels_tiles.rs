@@ -105,7 +105,7 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
 fn q8_0_odd_and_even_group_counts_every_width() {
     let mut seed = 100;
     for rows in [4, 8, 12, 16, 20, 36] {
-        for ncols in 1..=9 {
+        for ncols in 1..=17 {
             seed += 1;
             check_q8_0(rows, 2048, ncols, Codes::Random, Acts::Random, seed);
         }
@@ -120,7 +120,7 @@ fn q8_0_extremes_in_tiles() {
         Acts::Constant(127),
         Acts::Constant(-127),
     ] {
-        for ncols in [1, 2, 3, 4, 6] {
+        for ncols in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16] {
             check_q8_0(20, 512, ncols, Codes::Constant(3), acts, 7);
             check_q8_0(12, 256, ncols, Codes::Random, acts, 8);
         }
@@ -131,13 +131,13 @@ fn q8_0_extremes_in_tiles() {
 fn q8k_tiles_every_width() {
     let mut seed = 200;
     for rows in [4, 12, 20] {
-        for ncols in 1..=9 {
+        for ncols in 1..=17 {
             seed += 1;
             check_q8k(rows, 1024, ncols, Acts::Random, seed);
         }
     }
     for acts in [Acts::Min, Acts::Extreme] {
-        for ncols in [2, 3, 4, 6] {
+        for ncols in [2, 3, 4, 5, 6, 7, 8, 9, 12, 16] {
             check_q8k(8, 512, ncols, acts, 9);
         }
     }

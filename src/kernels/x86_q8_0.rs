@@ -25,6 +25,10 @@ use std::arch::x86_64::*;
 
 use crate::format::{BlockQ8_0Quad, BlockT2p};
 
+/// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
+/// weight register stay in registers while every column multiplies them).
+pub(super) const MAX_TILE_COLS: usize = 8;
+
 /// Per-block activation operands of one `q8_0` column in the word-pair layout.
 pub(super) struct Q8_0Table {
     /// `ops[b][q][s]`: chunk `8q + s` of block `b` in the low lane, chunk `8q + 4 + s` in the
@@ -43,20 +47,30 @@ impl Q8_0Table {
         }
     }
 
-    /// Fills the table for the blocks of one column.
+    /// Fills the table for the blocks of one column, reusing its allocation. Per half `q` two
+    /// 256-bit loads hold chunks `8q .. 8q + 4` and `8q + 4 .. 8q + 8`; a lane permute and a
+    /// 64-bit unpack per slot give the operands, no scalar byte work.
     #[target_feature(enable = "avx2")]
     pub(super) fn fill(&mut self, y: &[BlockQ8_0Quad]) {
-        let chunk = |yb: &BlockQ8_0Quad, c: usize| {
-            let b: [i8; 8] = yb.qs[8 * c..8 * c + 8].try_into().expect("8 bytes");
-            i64::from_le_bytes(b.map(|v| v as u8))
-        };
         self.ops.clear();
         self.ops.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
-                std::array::from_fn(|s| {
-                    let (lo, hi) = (chunk(yb, 8 * q + s), chunk(yb, 8 * q + 4 + s));
-                    _mm256_setr_epi64x(lo, lo, hi, hi)
-                })
+                let half: &[i8; 64] = yb.qs[64 * q..64 * q + 64].try_into().expect("64 bytes");
+                // SAFETY: both loads read inside the 64 bytes of `half`, unaligned.
+                let (l, h) = unsafe {
+                    (
+                        _mm256_loadu_si256(half.as_ptr().cast()),
+                        _mm256_loadu_si256(half.as_ptr().add(32).cast()),
+                    )
+                };
+                let s01 = _mm256_permute2x128_si256::<0x20>(l, h);
+                let s23 = _mm256_permute2x128_si256::<0x31>(l, h);
+                [
+                    _mm256_unpacklo_epi64(s01, s01),
+                    _mm256_unpackhi_epi64(s01, s01),
+                    _mm256_unpacklo_epi64(s23, s23),
+                    _mm256_unpackhi_epi64(s23, s23),
+                ]
             })
         }));
         self.neg.clear();
@@ -67,6 +81,23 @@ impl Q8_0Table {
             })
         }));
     }
+}
+
+thread_local! {
+    /// Per-thread operand tables of the `q8_0` kernels: filled per call, allocated once per
+    /// thread (a decode calls these kernels thousands of times per token).
+    static TABLES: std::cell::RefCell<Vec<Q8_0Table>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `n` of this thread's operand tables (contents stale; the caller fills them).
+/// Not reentrant: `f` must not call it again.
+pub(super) fn with_tables<R>(n: usize, f: impl FnOnce(&mut [Q8_0Table]) -> R) -> R {
+    TABLES.with_borrow_mut(|t| {
+        while t.len() < n {
+            t.push(Q8_0Table::new());
+        }
+        f(&mut t[..n])
+    })
 }
 
 /// Words `2q` and `2q + 1` of row pair `p` (one 256-bit load, low lane = word `2q`).
@@ -139,10 +170,25 @@ macro_rules! q8_0_kernels {
     ($feat:literal) => {
         /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]).
         #[target_feature(enable = $feat)]
+        #[allow(dead_code)]
         unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-            use super::x86_q8_0::{Q8_0Table, scales_ab};
-            let mut table = Q8_0Table::new();
-            table.fill(y);
+            super::x86_q8_0::with_tables(1, |t| {
+                t[0].fill(y);
+                // SAFETY: same CPU features as this function.
+                unsafe { gemv_q8_0_table(x, nb, y, &t[0], out) }
+            })
+        }
+
+        /// [`gemv_q8_0_impl`] on a filled table.
+        #[target_feature(enable = $feat)]
+        unsafe fn gemv_q8_0_table(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[BlockQ8_0Quad],
+            table: &super::x86_q8_0::Q8_0Table,
+            out: &mut [f32],
+        ) {
+            use super::x86_q8_0::scales_ab;
             let groups = x.len() / nb;
             for g in (0..groups).step_by(2) {
                 let a = &x[g * nb..(g + 1) * nb];
@@ -187,8 +233,9 @@ macro_rules! q8_0_kernels {
             }
         }
 
-        /// The `q8_0` gemm, four columns per pass over the weights (a last group of two or three
-        /// columns runs as one or two column pairs, a single last column through the gemv).
+        /// The `q8_0` gemm: up to [`super::x86_q8_0::MAX_TILE_COLS`] columns per pass over the
+        /// weights, as column pairs (an odd last column is paired with itself and stored
+        /// once); a single column runs through the gemv.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_impl(
             x: &[BlockT2p],
@@ -198,40 +245,45 @@ macro_rules! q8_0_kernels {
             out: &mut [f32],
             ld: usize,
         ) {
-            use super::x86_q8_0::{Q8_0Table, pair_scales};
+            use super::x86_q8_0::{MAX_TILE_COLS, pair_scales, with_tables};
             let rows = x.len() / nb * ROWS_PER_T2P;
-            let mut tables: [Q8_0Table; 4] = std::array::from_fn(|_| Q8_0Table::new());
-            let mut scales: Vec<[[__m256; 4]; 2]> = Vec::with_capacity(nb);
-            for c0 in (0..ncols).step_by(4) {
-                let real = (ncols - c0).min(4);
-                if real == 1 {
-                    let o = &mut out[c0 * ld..c0 * ld + rows];
+            with_tables(MAX_TILE_COLS, |tables| {
+                let mut scales: Vec<[[__m256; 4]; 4]> = Vec::with_capacity(nb);
+                for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
+                    let real = (ncols - c0).min(MAX_TILE_COLS);
+                    let col = |i: usize| {
+                        let c = c0 + i.min(real - 1);
+                        &y[c * nb..(c + 1) * nb]
+                    };
+                    if real == 1 {
+                        tables[0].fill(col(0));
+                        let o = &mut out[c0 * ld..c0 * ld + rows];
+                        // SAFETY: same CPU features as this function.
+                        unsafe { gemv_q8_0_table(x, nb, col(0), &tables[0], o) };
+                        continue;
+                    }
+                    let np = real.div_ceil(2);
+                    for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
+                        t.fill(col(i));
+                    }
+                    scales.clear();
+                    scales.extend((0..nb).map(|b| {
+                        std::array::from_fn(|cp| {
+                            pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b])
+                        })
+                    }));
+                    let t = &tables[..2 * np];
                     // SAFETY: same CPU features as this function.
-                    unsafe { gemv_q8_0_impl(x, nb, &y[c0 * nb..(c0 + 1) * nb], o) };
-                    continue;
-                }
-                // Three columns: the fourth repeats the third and is not stored.
-                let col = |i: usize| {
-                    let c = c0 + i.min(real - 1);
-                    &y[c * nb..(c + 1) * nb]
-                };
-                let np = real.div_ceil(2);
-                for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
-                    t.fill(col(i));
-                }
-                scales.clear();
-                scales.extend((0..nb).map(|b| {
-                    std::array::from_fn(|cp| pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b]))
-                }));
-                // SAFETY: same CPU features as this function.
-                unsafe {
-                    if np == 1 {
-                        gemm_q8_0_tile::<1>(x, nb, &tables, &scales, out, ld, c0, real)
-                    } else {
-                        gemm_q8_0_tile::<2>(x, nb, &tables, &scales, out, ld, c0, real)
+                    unsafe {
+                        match np {
+                            1 => gemm_q8_0_tile::<1>(x, nb, t, &scales, out, ld, c0, real),
+                            2 => gemm_q8_0_tile::<2>(x, nb, t, &scales, out, ld, c0, real),
+                            3 => gemm_q8_0_tile::<3>(x, nb, t, &scales, out, ld, c0, real),
+                            _ => gemm_q8_0_tile::<4>(x, nb, t, &scales, out, ld, c0, real),
+                        }
                     }
                 }
-            }
+            })
         }
 
         /// One tile of `2 * NP` columns (`real` of them stored) over all row groups.
@@ -240,8 +292,8 @@ macro_rules! q8_0_kernels {
         unsafe fn gemm_q8_0_tile<const NP: usize>(
             x: &[BlockT2p],
             nb: usize,
-            tables: &[super::x86_q8_0::Q8_0Table; 4],
-            scales: &[[[__m256; 4]; 2]],
+            tables: &[super::x86_q8_0::Q8_0Table],
+            scales: &[[[__m256; 4]; 4]],
             out: &mut [f32],
             ld: usize,
             c0: usize,
@@ -250,7 +302,7 @@ macro_rules! q8_0_kernels {
             use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
             for (g, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
-                for (b, blk) in group.iter().enumerate() {
+                for (b, (blk, d)) in group.iter().zip(scales).enumerate() {
                     let mut s = [_mm256_setzero_ps(); NP];
                     for q in 0..2 {
                         let u = [
@@ -262,7 +314,7 @@ macro_rules! q8_0_kernels {
                                 let t = &tables[2 * cp + h];
                                 _mm256_add_epi32(slots_dot(&u, &t.ops[b][q]), t.neg[b][q])
                             });
-                            let d = &scales[b][cp];
+                            let d = &d[cp];
                             let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
                             let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
                             let p0 = _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo));
