@@ -1,7 +1,8 @@
 //! Small-batch tiles and row-group pairing against the oracle, bit for bit, on every path: the
 //! x86 `q8_0` gemv works on two row groups per pass (an odd last group runs alone) and the gemms
-//! on tiles of up to four columns (leftovers of 1-3 columns), so these cases cover odd and even
-//! group counts, every column count 1..=9 and the extreme activations.
+//! on tiles of up to eight columns per pass (column pairs, an odd last column, leftovers of 1-7
+//! columns after full passes), so these cases cover odd and even group counts, every column
+//! count 1..=17 and the extreme activations at widths 1-9, 12 and 16.
 
 mod common;
 
