@@ -25,8 +25,8 @@
 //! The tile's operands lie block by block for all its columns ([`TileBlock`]).
 //!
 //! **Cost (measured on Zen 3, one thread, L2/L3-resident runner shapes, min of 60).** The gemv
-//! runs ~72 instructions per block against ~125 for the per-block broadcast form it replaced on
-//! AVX2 (1.4-1.5x faster when compute-bound); a 4-column tile costs ~3.2x a gemv and an
+//! runs ~72 instructions per block against ~125 for AVX2's per-block broadcast form
+//! (1.4-1.5x faster when compute-bound, yet slower in the runner's decode); a 4-column tile costs ~3.2x a gemv and an
 //! 8-column one ~2x a 4-column one: per column and block the 16 `maddubs`, 12 int16 adds, the
 //! `hadd`/`madd` reduction and the float fold do not shrink with more columns, only the decode
 //! is shared. So a tile costs about one gemv only where the gemv waits for memory with that
@@ -228,11 +228,12 @@ pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
 /// is inlined.
 macro_rules! q8_0_kernels {
     ($feat:literal) => {
-        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]). On AVX2 it
-        /// replaced the per-block broadcast form: in the runner's shapes (2048x2048, 6144x2048,
-        /// 2048x6144 in chunks of 768 rows, one thread, min of 60) it ran 14.5 vs 9.9, 12.3
-        /// vs 8.8 and 12.3 vs 8.8 GB/s on Zen 3.
+        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]). AVX2 keeps its
+        /// per-block form for decode: this one is faster alone (runner shapes in chunks of 768
+        /// rows, one thread, min of 60, Zen 3: 14.5 vs 9.9 GB/s on 6144x2048), but the runner's
+        /// decode measured slower with it (31 % vs 40-44 % of the ceiling, two A/B pairs).
         #[target_feature(enable = $feat)]
+        #[allow(dead_code)]
         unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
             super::x86_q8_0::with_tables(1, |t| {
                 t[0].fill(y);
