@@ -191,7 +191,7 @@ fn check_q8_0(
 #[test]
 fn seed_matrix_random_codes_and_scales() {
     let mut seed = 1;
-    for ncols in [1, 2, 3, 4, 5, 7, 8] {
+    for ncols in [1, 2, 3, 4, 5, 7, 8, 9, 11, 16] {
         for rows in [4, 8, 12] {
             for k in [256, 512, 1024] {
                 seed += 1;
@@ -211,7 +211,7 @@ fn seed_matrix_random_codes_and_scales() {
 
 #[test]
 fn exact_integer_sums_with_unit_scales() {
-    for ncols in [1, 3, 4, 5] {
+    for ncols in [1, 3, 4, 5, 7, 8, 13] {
         for acts in [
             Acts::Random,
             Acts::Extreme,
@@ -226,7 +226,7 @@ fn exact_integer_sums_with_unit_scales() {
 
 #[test]
 fn code_three_everywhere_with_extreme_activations() {
-    for ncols in [1, 2, 4, 5] {
+    for ncols in [1, 2, 4, 5, 6, 8, 9] {
         for acts in [
             Acts::Constant(127),
             Acts::Constant(-127),
@@ -240,7 +240,7 @@ fn code_three_everywhere_with_extreme_activations() {
 
 #[test]
 fn zeros_and_constants() {
-    for ncols in [1, 2, 3, 4] {
+    for ncols in [1, 2, 3, 4, 7, 8] {
         check_case(
             8,
             256,

@@ -1,7 +1,8 @@
 //! Small-batch tiles and row-group pairing against the oracle, bit for bit, on every path: the
 //! x86 `q8_0` gemv works on two row groups per pass (an odd last group runs alone) and the gemms
-//! on tiles of up to four columns (leftovers of 1-3 columns), so these cases cover odd and even
-//! group counts, every column count 1..=9 and the extreme activations.
+//! on tiles of up to eight columns per pass (column pairs, an odd last column, leftovers of 1-7
+//! columns after full passes), so these cases cover odd and even group counts, every column
+//! count 1..=17 and the extreme activations at widths 1-9, 12 and 16.
 
 mod common;
 
@@ -105,7 +106,7 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
 fn q8_0_odd_and_even_group_counts_every_width() {
     let mut seed = 100;
     for rows in [4, 8, 12, 16, 20, 36] {
-        for ncols in 1..=9 {
+        for ncols in 1..=17 {
             seed += 1;
             check_q8_0(rows, 2048, ncols, Codes::Random, Acts::Random, seed);
         }
@@ -120,7 +121,7 @@ fn q8_0_extremes_in_tiles() {
         Acts::Constant(127),
         Acts::Constant(-127),
     ] {
-        for ncols in [1, 2, 3, 4, 6] {
+        for ncols in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16] {
             check_q8_0(20, 512, ncols, Codes::Constant(3), acts, 7);
             check_q8_0(12, 256, ncols, Codes::Random, acts, 8);
         }
@@ -131,13 +132,13 @@ fn q8_0_extremes_in_tiles() {
 fn q8k_tiles_every_width() {
     let mut seed = 200;
     for rows in [4, 12, 20] {
-        for ncols in 1..=9 {
+        for ncols in 1..=17 {
             seed += 1;
             check_q8k(rows, 1024, ncols, Acts::Random, seed);
         }
     }
     for acts in [Acts::Min, Acts::Extreme] {
-        for ncols in [2, 3, 4, 6] {
+        for ncols in [2, 3, 4, 5, 6, 7, 8, 9, 12, 16] {
             check_q8k(8, 512, ncols, acts, 9);
         }
     }

@@ -222,8 +222,9 @@ fn block_u4(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
 /// the `hadd` of the two row pairs `<= 24576` (no saturation, no wrap). `madd` by ones gives
 /// `[words 0, 2: r0..r3 | words 1, 3: r0..r3]` per column; a lane permute and an add per column
 /// pair give `[c: r0..r3 | c': r0..r3]`, then `- sum(y)` and the oracle's float step
-/// `acc + (d_w * d_y) * isum`. Loop order: tile, then row group, so a tile's operands stay in
-/// cache while the weights stream.
+/// `acc + (d_w * d_y) * isum`. Two tiles (8 columns) share one pass over the weights, so a
+/// verification of up to 8 tokens reads each weight byte once; loop order: tile pair, then row
+/// group, so the operands stay in cache while the weights stream.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemm_avx2(
     x: &[BlockT2p],
@@ -233,45 +234,61 @@ unsafe fn gemm_avx2(
     out: &mut [f32],
     ld: usize,
 ) {
+    use super::x86_q8_0::MAX_TILE_COLS;
     let half_n = nb / 2;
-    let mut tile_ops: Vec<[[[__m256i; 4]; 2]; 4]> = Vec::with_capacity(nb);
-    let mut pair_f: Vec<[(__m256i, __m256); 2]> = Vec::with_capacity(nb);
-    for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
-        let real = (ncols - 4 * t).min(4);
+    let mut tile_ops: Vec<[[[__m256i; 4]; 2]; MAX_TILE_COLS]> = Vec::with_capacity(nb);
+    let mut pair_f: Vec<[(__m256i, __m256); MAX_TILE_COLS / 2]> = Vec::with_capacity(nb);
+    let tiles_per_pass = MAX_TILE_COLS / 4;
+    let ntiles = ncols.div_ceil(4);
+    for t0 in (0..ntiles).step_by(tiles_per_pass) {
+        let real = (ncols - 4 * t0).min(MAX_TILE_COLS);
+        // Columns past the last real tile read that tile's zero-padded column 3 and are not
+        // stored.
+        let last = ntiles - 1;
+        let at = |c: usize| {
+            let t = (t0 + c / 4).min(last);
+            let col = if t0 + c / 4 > last { 3 } else { c % 4 };
+            (&y[t * half_n..(t + 1) * half_n], col)
+        };
         tile_ops.clear();
         pair_f.clear();
         for b in 0..nb {
-            let yb = &tile[b / 2];
             let h = b % 2;
-            let chunk = |col: usize, c: usize| {
-                let off = 32 * (16 * h + c) + 8 * col;
-                let v: [i8; 8] = yb.qs[off..off + 8].try_into().expect("8 bytes");
+            let chunk = |c: usize, ch: usize| {
+                let (tile, col) = at(c);
+                let off = 32 * (16 * h + ch) + 8 * col;
+                let v: [i8; 8] = tile[b / 2].qs[off..off + 8].try_into().expect("8 bytes");
                 i64::from_le_bytes(v.map(|v| v as u8))
             };
-            tile_ops.push(std::array::from_fn(|col| {
+            tile_ops.push(std::array::from_fn(|c| {
                 std::array::from_fn(|q| {
                     std::array::from_fn(|s| {
-                        let (lo, hi) = (chunk(col, 8 * q + s), chunk(col, 8 * q + 4 + s));
+                        let (lo, hi) = (chunk(c, 8 * q + s), chunk(c, 8 * q + 4 + s));
                         _mm256_setr_epi64x(lo, lo, hi, hi)
                     })
                 })
             }));
             pair_f.push(std::array::from_fn(|cp| {
-                let (a, z) = (2 * cp, 2 * cp + 1);
-                let (sa, sz) = (-yb.half_sum(a, h), -yb.half_sum(z, h));
-                let (da, dz) = (yb.d[a], yb.d[z]);
+                let f = |c: usize| {
+                    let (tile, col) = at(c);
+                    let yb = &tile[b / 2];
+                    (-yb.half_sum(col, h), yb.d[col])
+                };
+                let ((sa, da), (sz, dz)) = (f(2 * cp), f(2 * cp + 1));
                 (
                     _mm256_setr_epi32(sa, sa, sa, sa, sz, sz, sz, sz),
                     _mm256_setr_ps(da, da, da, da, dz, dz, dz, dz),
                 )
             }));
         }
+        let c0 = 4 * t0;
         // SAFETY: same CPU features as this function.
         unsafe {
-            if real <= 2 {
-                gemm_q8k_tile::<1>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
-            } else {
-                gemm_q8k_tile::<2>(x, nb, &tile_ops, &pair_f, out, ld, 4 * t, real)
+            match real.div_ceil(2) {
+                1 => gemm_q8k_tile::<1>(x, nb, &tile_ops, &pair_f, out, ld, c0, real),
+                2 => gemm_q8k_tile::<2>(x, nb, &tile_ops, &pair_f, out, ld, c0, real),
+                3 => gemm_q8k_tile::<3>(x, nb, &tile_ops, &pair_f, out, ld, c0, real),
+                _ => gemm_q8k_tile::<4>(x, nb, &tile_ops, &pair_f, out, ld, c0, real),
             }
         }
     }
@@ -284,8 +301,8 @@ unsafe fn gemm_avx2(
 unsafe fn gemm_q8k_tile<const NP: usize>(
     x: &[BlockT2p],
     nb: usize,
-    tile_ops: &[[[[__m256i; 4]; 2]; 4]],
-    pair_f: &[[(__m256i, __m256); 2]],
+    tile_ops: &[[[[__m256i; 4]; 2]; super::x86_q8_0::MAX_TILE_COLS]],
+    pair_f: &[[(__m256i, __m256); super::x86_q8_0::MAX_TILE_COLS / 2]],
     out: &mut [f32],
     ld: usize,
     c0: usize,
@@ -298,7 +315,7 @@ unsafe fn gemm_q8k_tile<const NP: usize>(
         for ((blk, ops), pf) in group.iter().zip(tile_ops).zip(pair_f) {
             // Per word pair: decode both row pairs once, then per column the 8 `maddubs` and
             // their reduction (keeps 8 decoded + 4 accumulator registers live).
-            let mut m = [_mm256_setzero_si256(); 4];
+            let mut m = [_mm256_setzero_si256(); super::x86_q8_0::MAX_TILE_COLS];
             for q in 0..2 {
                 let u = [
                     slots_u(load_word_pair(blk, 0, q)),

@@ -6,8 +6,9 @@
 //! (weights `32wd .. 32wd + 32`), so a lane never mixes activation scales, and the weights need
 //! no insert. Slot `s` of that register multiplies activation chunk `8q + s` (low lane) and
 //! `8q + 4 + s` (high lane), each 8 bytes repeated in both halves of its lane: that operand is
-//! precomputed once per call ([`Q8_0Table`], 256 bytes per block) and serves both row pairs of
-//! every row group.
+//! precomputed once per call ([`Q8_0Table`], 256 bytes per block, built with vector loads and
+//! permutes into a per-thread buffer: a decode makes thousands of calls per token) and serves
+//! both row pairs of every row group.
 //!
 //! **Reduction.** A path's `pair_dot(blk, q, ops)` returns `dot(u, y)` (`u = w + 1`, the code) per
 //! row and word as int32 `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]`. Adding the table's
@@ -19,11 +20,25 @@
 //! ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to it.
 //!
 //! The gemm pairs columns instead of row groups: `[c: r0..r3 | c': r0..r3]`, with the scales of
-//! the two columns in the two lanes; each decoded register serves the four columns of a tile.
+//! the two columns in the two lanes; each decoded register serves every column of a tile of up
+//! to [`MAX_TILE_COLS`] columns, so a verification of up to 8 tokens reads each weight once.
+//! The tile's operands lie block by block for all its columns ([`TileBlock`]).
+//!
+//! **Cost (measured on Zen 3, one thread, L2/L3-resident runner shapes, min of 60).** The gemv
+//! runs ~72 instructions per block against ~125 for AVX2's per-block broadcast form
+//! (1.4-1.5x faster when compute-bound, yet slower in the runner's decode); a 4-column tile costs ~3.2x a gemv and an
+//! 8-column one ~2x a 4-column one: per column and block the 16 `maddubs`, 12 int16 adds, the
+//! `hadd`/`madd` reduction and the float fold do not shrink with more columns, only the decode
+//! is shared. So a tile costs about one gemv only where the gemv waits for memory with that
+//! much compute to spare.
 
 use std::arch::x86_64::*;
 
 use crate::format::{BlockQ8_0Quad, BlockT2p};
+
+/// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
+/// weight register stay in registers while every column multiplies them).
+pub(super) const MAX_TILE_COLS: usize = 8;
 
 /// Per-block activation operands of one `q8_0` column in the word-pair layout.
 pub(super) struct Q8_0Table {
@@ -43,20 +58,30 @@ impl Q8_0Table {
         }
     }
 
-    /// Fills the table for the blocks of one column.
+    /// Fills the table for the blocks of one column, reusing its allocation. Per half `q` two
+    /// 256-bit loads hold chunks `8q .. 8q + 4` and `8q + 4 .. 8q + 8`; a lane permute and a
+    /// 64-bit unpack per slot give the operands, no scalar byte work.
     #[target_feature(enable = "avx2")]
     pub(super) fn fill(&mut self, y: &[BlockQ8_0Quad]) {
-        let chunk = |yb: &BlockQ8_0Quad, c: usize| {
-            let b: [i8; 8] = yb.qs[8 * c..8 * c + 8].try_into().expect("8 bytes");
-            i64::from_le_bytes(b.map(|v| v as u8))
-        };
         self.ops.clear();
         self.ops.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
-                std::array::from_fn(|s| {
-                    let (lo, hi) = (chunk(yb, 8 * q + s), chunk(yb, 8 * q + 4 + s));
-                    _mm256_setr_epi64x(lo, lo, hi, hi)
-                })
+                let half: &[i8; 64] = yb.qs[64 * q..64 * q + 64].try_into().expect("64 bytes");
+                // SAFETY: both loads read inside the 64 bytes of `half`, unaligned.
+                let (l, h) = unsafe {
+                    (
+                        _mm256_loadu_si256(half.as_ptr().cast()),
+                        _mm256_loadu_si256(half.as_ptr().add(32).cast()),
+                    )
+                };
+                let s01 = _mm256_permute2x128_si256::<0x20>(l, h);
+                let s23 = _mm256_permute2x128_si256::<0x31>(l, h);
+                [
+                    _mm256_unpacklo_epi64(s01, s01),
+                    _mm256_unpackhi_epi64(s01, s01),
+                    _mm256_unpacklo_epi64(s23, s23),
+                    _mm256_unpackhi_epi64(s23, s23),
+                ]
             })
         }));
         self.neg.clear();
@@ -67,6 +92,72 @@ impl Q8_0Table {
             })
         }));
     }
+}
+
+thread_local! {
+    /// Per-thread operand tables of the `q8_0` kernels: filled per call, allocated once per
+    /// thread (a decode calls these kernels thousands of times per token).
+    static TABLES: std::cell::RefCell<Vec<Q8_0Table>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with `n` of this thread's operand tables (contents stale; the caller fills them).
+/// Not reentrant: `f` must not call it again.
+pub(super) fn with_tables<R>(n: usize, f: impl FnOnce(&mut [Q8_0Table]) -> R) -> R {
+    TABLES.with_borrow_mut(|t| {
+        while t.len() < n {
+            t.push(Q8_0Table::new());
+        }
+        f(&mut t[..n])
+    })
+}
+
+/// The operands of one block for every column of a gemm tile, side by side (one bounds check
+/// and one cache stream per block): `ops`/`neg` as in [`Q8_0Table`] per column, `d[cp][j]` the
+/// scale of sub-block `j` of column `2cp` in the low lane and of `2cp + 1` in the high lane.
+pub(super) struct TileBlock {
+    pub(super) ops: [[[__m256i; 4]; 2]; MAX_TILE_COLS],
+    pub(super) neg: [[__m256i; 2]; MAX_TILE_COLS],
+    pub(super) d: [[__m256; 4]; MAX_TILE_COLS / 2],
+}
+
+thread_local! {
+    /// Per-thread gemm tile operands, allocated once per thread.
+    static TILE: std::cell::RefCell<Vec<TileBlock>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the operands of the `real` columns `cols` (`real * nb` blocks, column after
+/// column; `2 <= real <= MAX_TILE_COLS`), an odd last column repeated in the unused slot.
+#[target_feature(enable = "avx2")]
+pub(super) fn with_tile<R>(
+    cols: &[BlockQ8_0Quad],
+    nb: usize,
+    real: usize,
+    f: impl FnOnce(&[TileBlock]) -> R,
+) -> R {
+    with_tables(MAX_TILE_COLS, |tables| {
+        let np = real.div_ceil(2);
+        let col = |i: usize| &cols[i.min(real - 1) * nb..(i.min(real - 1) + 1) * nb];
+        for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
+            t.fill(col(i));
+        }
+        TILE.with_borrow_mut(|tile| {
+            tile.resize_with(nb, || TileBlock {
+                ops: [[[_mm256_setzero_si256(); 4]; 2]; MAX_TILE_COLS],
+                neg: [[_mm256_setzero_si256(); 2]; MAX_TILE_COLS],
+                d: [[_mm256_setzero_ps(); 4]; MAX_TILE_COLS / 2],
+            });
+            for (b, tb) in tile.iter_mut().enumerate() {
+                for (i, t) in tables.iter().enumerate().take(2 * np) {
+                    tb.ops[i] = t.ops[b];
+                    tb.neg[i] = t.neg[b];
+                }
+                for cp in 0..np {
+                    tb.d[cp] = pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b]);
+                }
+            }
+            f(&tile[..nb])
+        })
+    })
 }
 
 /// Words `2q` and `2q + 1` of row pair `p` (one 256-bit load, low lane = word `2q`).
@@ -137,12 +228,30 @@ pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
 /// is inlined.
 macro_rules! q8_0_kernels {
     ($feat:literal) => {
-        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]).
+        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]). AVX2 keeps its
+        /// per-block form for decode: this one is faster alone (runner shapes in chunks of 768
+        /// rows, one thread, min of 60, Zen 3: 14.5 vs 9.9 GB/s on 6144x2048), but the runner's
+        /// decode measured slower with it (31 % vs 40-44 % of the ceiling, two A/B pairs).
         #[target_feature(enable = $feat)]
+        #[allow(dead_code)]
         unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-            use super::x86_q8_0::{Q8_0Table, scales_ab};
-            let mut table = Q8_0Table::new();
-            table.fill(y);
+            super::x86_q8_0::with_tables(1, |t| {
+                t[0].fill(y);
+                // SAFETY: same CPU features as this function.
+                unsafe { gemv_q8_0_table(x, nb, y, &t[0], out) }
+            })
+        }
+
+        /// [`gemv_q8_0_impl`] on a filled table.
+        #[target_feature(enable = $feat)]
+        unsafe fn gemv_q8_0_table(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[BlockQ8_0Quad],
+            table: &super::x86_q8_0::Q8_0Table,
+            out: &mut [f32],
+        ) {
+            use super::x86_q8_0::scales_ab;
             let groups = x.len() / nb;
             for g in (0..groups).step_by(2) {
                 let a = &x[g * nb..(g + 1) * nb];
@@ -187,8 +296,9 @@ macro_rules! q8_0_kernels {
             }
         }
 
-        /// The `q8_0` gemm, four columns per pass over the weights (a last group of two or three
-        /// columns runs as one or two column pairs, a single last column through the gemv).
+        /// The `q8_0` gemm: up to [`super::x86_q8_0::MAX_TILE_COLS`] columns per pass over the
+        /// weights, as column pairs (an odd last column is paired with itself and stored
+        /// once); a single column runs through the gemv.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_impl(
             x: &[BlockT2p],
@@ -198,50 +308,43 @@ macro_rules! q8_0_kernels {
             out: &mut [f32],
             ld: usize,
         ) {
-            use super::x86_q8_0::{Q8_0Table, pair_scales};
+            use super::x86_q8_0::{MAX_TILE_COLS, with_tables, with_tile};
             let rows = x.len() / nb * ROWS_PER_T2P;
-            let mut tables: [Q8_0Table; 4] = std::array::from_fn(|_| Q8_0Table::new());
-            let mut scales: Vec<[[__m256; 4]; 2]> = Vec::with_capacity(nb);
-            for c0 in (0..ncols).step_by(4) {
-                let real = (ncols - c0).min(4);
+            for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
+                let real = (ncols - c0).min(MAX_TILE_COLS);
+                let cols = &y[c0 * nb..(c0 + real) * nb];
                 if real == 1 {
                     let o = &mut out[c0 * ld..c0 * ld + rows];
-                    // SAFETY: same CPU features as this function.
-                    unsafe { gemv_q8_0_impl(x, nb, &y[c0 * nb..(c0 + 1) * nb], o) };
+                    with_tables(1, |t| {
+                        t[0].fill(cols);
+                        // SAFETY: same CPU features as this function.
+                        unsafe { gemv_q8_0_table(x, nb, cols, &t[0], o) }
+                    });
                     continue;
                 }
-                // Three columns: the fourth repeats the third and is not stored.
-                let col = |i: usize| {
-                    let c = c0 + i.min(real - 1);
-                    &y[c * nb..(c + 1) * nb]
-                };
-                let np = real.div_ceil(2);
-                for (i, t) in tables.iter_mut().enumerate().take(2 * np) {
-                    t.fill(col(i));
-                }
-                scales.clear();
-                scales.extend((0..nb).map(|b| {
-                    std::array::from_fn(|cp| pair_scales(&col(2 * cp)[b], &col(2 * cp + 1)[b]))
-                }));
-                // SAFETY: same CPU features as this function.
-                unsafe {
-                    if np == 1 {
-                        gemm_q8_0_tile::<1>(x, nb, &tables, &scales, out, ld, c0, real)
-                    } else {
-                        gemm_q8_0_tile::<2>(x, nb, &tables, &scales, out, ld, c0, real)
+                with_tile(cols, nb, real, |tile| {
+                    // SAFETY: same CPU features as this function.
+                    unsafe {
+                        match real.div_ceil(2) {
+                            1 => gemm_q8_0_tile::<1>(x, nb, tile, out, ld, c0, real),
+                            2 => gemm_q8_0_tile::<2>(x, nb, tile, out, ld, c0, real),
+                            3 => gemm_q8_0_tile::<3>(x, nb, tile, out, ld, c0, real),
+                            _ => gemm_q8_0_tile::<4>(x, nb, tile, out, ld, c0, real),
+                        }
                     }
-                }
+                });
             }
         }
 
-        /// One tile of `2 * NP` columns (`real` of them stored) over all row groups.
+        /// One tile of `2 * NP` columns (`real` of them stored) over all row groups: per block
+        /// and word pair `q`, both row pairs are decoded once and serve every column; the two
+        /// halves `q` are written out so that the float fold of each column pair stays in
+        /// registers.
         #[target_feature(enable = $feat)]
-        #[allow(clippy::too_many_arguments)]
         unsafe fn gemm_q8_0_tile<const NP: usize>(
             x: &[BlockT2p],
             nb: usize,
-            tables: &[super::x86_q8_0::Q8_0Table; 4],
-            scales: &[[[__m256; 4]; 2]],
+            tile: &[super::x86_q8_0::TileBlock],
             out: &mut [f32],
             ld: usize,
             c0: usize,
@@ -250,29 +353,36 @@ macro_rules! q8_0_kernels {
             use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
             for (g, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
-                for (b, blk) in group.iter().enumerate() {
-                    let mut s = [_mm256_setzero_ps(); NP];
-                    for q in 0..2 {
-                        let u = [
-                            slots_u(load_word_pair(blk, 0, q)),
-                            slots_u(load_word_pair(blk, 1, q)),
-                        ];
-                        for (cp, s) in s.iter_mut().enumerate() {
-                            let m: [__m256i; 2] = std::array::from_fn(|h| {
-                                let t = &tables[2 * cp + h];
-                                _mm256_add_epi32(slots_dot(&u, &t.ops[b][q]), t.neg[b][q])
-                            });
-                            let d = &scales[b][cp];
-                            let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
-                            let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
-                            let p0 = _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo));
-                            let p1 = _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi));
-                            *s = if q == 0 {
-                                _mm256_add_ps(p0, p1)
-                            } else {
-                                _mm256_add_ps(_mm256_add_ps(*s, p0), p1)
-                            };
-                        }
+                for (blk, tb) in group.iter().zip(tile) {
+                    // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
+                    let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
+                        let m: [__m256i; 2] = std::array::from_fn(|h| {
+                            let c = 2 * cp + h;
+                            _mm256_add_epi32(slots_dot(u, &tb.ops[c][q]), tb.neg[c][q])
+                        });
+                        let d = &tb.d[cp];
+                        let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
+                        let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
+                        (
+                            _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo)),
+                            _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi)),
+                        )
+                    };
+                    let u0 = [
+                        slots_u(load_word_pair(blk, 0, 0)),
+                        slots_u(load_word_pair(blk, 1, 0)),
+                    ];
+                    let mut s: [__m256; NP] = std::array::from_fn(|cp| {
+                        let (p0, p1) = half(0, cp, &u0);
+                        _mm256_add_ps(p0, p1)
+                    });
+                    let u1 = [
+                        slots_u(load_word_pair(blk, 0, 1)),
+                        slots_u(load_word_pair(blk, 1, 1)),
+                    ];
+                    for (cp, s) in s.iter_mut().enumerate() {
+                        let (p2, p3) = half(1, cp, &u1);
+                        *s = _mm256_add_ps(_mm256_add_ps(*s, p2), p3);
                     }
                     let dw = scales_twice(blk);
                     for (acc, s) in acc.iter_mut().zip(s) {
