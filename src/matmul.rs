@@ -318,10 +318,12 @@ impl ActLayout {
                     if u < self.tiles() {
                         let tile: &mut [BlockQ8Kx4] =
                             bytemuck::cast_slice_mut(&mut out[at..at + per_col * Q8KX4_WORDS]);
-                        let cols: Vec<&[f32]> = (4 * u..(4 * u + 4).min(self.tile_cols()))
-                            .map(col)
-                            .collect();
-                        quantize_q8k_x4(&cols, self.k, tile);
+                        let c = 4 * u..(4 * u + 4).min(self.tile_cols());
+                        let mut cols: [&[f32]; 4] = [&[]; 4];
+                        for (slot, c) in cols.iter_mut().zip(c.clone()) {
+                            *slot = col(c);
+                        }
+                        quantize_q8k_x4(&cols[..c.len()], self.k, tile);
                     } else {
                         let b = u - self.tiles();
                         let block: &mut [BlockQ8K] =

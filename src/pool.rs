@@ -27,7 +27,6 @@
 
 mod sync;
 
-use std::cell::UnsafeCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Duration;
 use sync::{
@@ -313,42 +312,47 @@ impl ThreadPool {
 }
 
 impl ThreadPool {
-    /// Runs `f(i, part)` once for every part, each part handed to exactly one job: the safe way
-    /// to give parallel jobs disjoint `&mut` pieces of one buffer (see
-    /// [`ThreadPool::for_each_chunk_mut`]) or any other owned, `Send` work item.
-    pub fn run_parts<P: Send, F: Fn(usize, P) + Sync>(&self, parts: Vec<P>, f: F) {
-        let slots: Vec<PartSlot<P>> = parts
-            .into_iter()
-            .map(|p| PartSlot(UnsafeCell::new(Some(p))))
-            .collect();
-        self.run(slots.len(), |i| {
-            // SAFETY: `run` calls this closure exactly once per index, so slot `i` is reached
-            // by one thread only, and no other reference to it exists during the call.
-            let part = unsafe { (*slots[i].0.get()).take() };
-            if let Some(part) = part {
-                f(i, part);
+    /// Runs `f(item)` once for each of the `n` items `items` yields, spread over the pool: each
+    /// job takes the next item from the shared iterator (under a lock held only for `next`), so
+    /// items can be disjoint `&mut` pieces of one buffer, handed out without `unsafe` and
+    /// without allocating. Items past the `n`th are not taken.
+    pub fn for_each_item<I, F>(&self, n: usize, items: I, f: F)
+    where
+        I: Iterator + Send,
+        I::Item: Send,
+        F: Fn(I::Item) + Sync,
+    {
+        let items = std::sync::Mutex::new(items);
+        self.run(n, |_| {
+            let item = items
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .next();
+            if let Some(item) = item {
+                f(item);
             }
         });
     }
 
+    /// Runs `f(i, part)` once for every part, each part handed to exactly one job.
+    pub fn run_parts<P: Send, F: Fn(usize, P) + Sync>(&self, parts: Vec<P>, f: F) {
+        let n = parts.len();
+        self.for_each_item(n, parts.into_iter().enumerate(), |(i, p)| f(i, p));
+    }
+
     /// Runs `f(j, chunk)` for every `chunk_len`-element chunk of `data` (the last may be
-    /// shorter), in parallel, like rayon's `par_chunks_mut`.
+    /// shorter), in parallel, like rayon's `par_chunks_mut`; allocates nothing.
     pub fn for_each_chunk_mut<T: Send, F: Fn(usize, &mut [T]) + Sync>(
         &self,
         data: &mut [T],
         chunk_len: usize,
         f: F,
     ) {
-        self.run_parts(data.chunks_mut(chunk_len.max(1)).collect(), f);
+        let chunk_len = chunk_len.max(1);
+        let n = data.len().div_ceil(chunk_len);
+        self.for_each_item(n, data.chunks_mut(chunk_len).enumerate(), |(j, c)| f(j, c));
     }
 }
-
-/// One part of [`ThreadPool::run_parts`], taken by the one job of its index.
-struct PartSlot<P>(UnsafeCell<Option<P>>);
-
-// SAFETY: each slot is taken by exactly one job (`run` runs every index once), so sharing the
-// slots between threads only ever moves a `P` to one thread, which `P: Send` allows.
-unsafe impl<P: Send> Sync for PartSlot<P> {}
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {

@@ -209,6 +209,19 @@ fn seed_matrix_random_codes_and_scales() {
     }
 }
 
+/// Rows longer than the AVX2 gemvs hold on the stack at once (64 blocks for q8_0, 256 for
+/// q8_K): the sums resume across chunks and must still match the oracle bit for bit.
+#[test]
+fn long_rows_cross_the_gemv_stack_chunks() {
+    for (k, seed) in [(8192 + 256, 91), (32768 + 512, 92)] {
+        for ncols in [1, 3] {
+            for acts in [Acts::Random, Acts::Extreme] {
+                check_case(8, k, ncols, Codes::Random, Scales::Random, acts, seed);
+            }
+        }
+    }
+}
+
 #[test]
 fn exact_integer_sums_with_unit_scales() {
     for ncols in [1, 3, 4, 5, 7, 8, 13] {

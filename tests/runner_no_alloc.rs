@@ -2,11 +2,8 @@
 //! this test binary only) sees every allocation on every thread while later decode steps and
 //! batches run on real tiny models (attention-only qwen3, hybrid qwen35, dense f32 llama).
 //!
-//! Each counted allocation is attributed by its backtrace to the innermost `t2p` function that
-//! made it. Code outside the model layer that still allocates per call (listed in `FOREIGN`:
-//! the kernels, the attention kernel, the pool, the matmul driver; each owned and being
-//! reworked apart from the model layer) is counted and printed separately; everything else
-//! must allocate zero times. With `FOREIGN` empty the test asserts zero allocations in all.
+//! Every allocation counts, whichever module makes it (model layer, kernels, attention, pool,
+//! matmul driver); the first one's backtrace is printed when the count is not zero.
 
 mod reference;
 mod runner_data;
@@ -18,24 +15,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use reference::load;
 use t2p::runner::model::{Exec, Loaded, Session};
 
-/// Modules outside the model layer whose allocations are reported, not failed on.
-const FOREIGN: [&str; 4] = [
-    "t2p::kernels::",
-    "t2p::runner::model::attention::",
-    "t2p::pool::",
-    "t2p::matmul::",
-];
-
 struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
-/// Allocations attributed to the model layer (or to nothing in `FOREIGN`).
-static OWN: AtomicUsize = AtomicUsize::new(0);
-/// Allocations per `FOREIGN` entry.
-static FOREIGN_ALLOCS: [AtomicUsize; FOREIGN.len()] =
-    [const { AtomicUsize::new(0) }; FOREIGN.len()];
-/// The first allocation attributed to the model layer, for the failure message.
-static FIRST_OWN: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+/// Allocations counted while `COUNTING` is set.
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// The backtrace of the first counted allocation, for the failure message.
+static FIRST: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
 thread_local! {
     /// Set while this thread attributes an allocation (whose own allocations are not counted).
@@ -46,21 +32,9 @@ fn count() {
     if !COUNTING.load(Ordering::Relaxed) || INSIDE.with(|c| c.replace(true)) {
         return;
     }
-    let bt = std::backtrace::Backtrace::force_capture().to_string();
-    let innermost = bt
-        .lines()
-        .map(str::trim)
-        .find(|l| l.contains("t2p::"))
-        .unwrap_or("");
-    match FOREIGN.iter().position(|m| innermost.contains(m)) {
-        Some(i) => {
-            FOREIGN_ALLOCS[i].fetch_add(1, Ordering::Relaxed);
-        }
-        None => {
-            if OWN.fetch_add(1, Ordering::Relaxed) == 0 {
-                *FIRST_OWN.lock().unwrap_or_else(|e| e.into_inner()) = bt;
-            }
-        }
+    if ALLOCS.fetch_add(1, Ordering::Relaxed) == 0 {
+        let bt = std::backtrace::Backtrace::force_capture().to_string();
+        *FIRST.lock().unwrap_or_else(|e| e.into_inner()) = bt;
     }
     INSIDE.with(|c| c.set(false));
 }
@@ -95,34 +69,18 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Allocations made while `f` runs (on any thread) outside `FOREIGN`; prints those inside.
+/// Allocations made while `f` runs, on any thread; prints the first one's backtrace.
 fn allocations(what: &str, f: impl FnOnce()) -> usize {
-    OWN.store(0, Ordering::SeqCst);
-    FOREIGN_ALLOCS
-        .iter()
-        .for_each(|a| a.store(0, Ordering::SeqCst));
+    ALLOCS.store(0, Ordering::SeqCst);
     COUNTING.store(true, Ordering::SeqCst);
     f();
     COUNTING.store(false, Ordering::SeqCst);
-    let foreign: Vec<String> = FOREIGN
-        .iter()
-        .zip(&FOREIGN_ALLOCS)
-        .map(|(m, a)| (m, a.load(Ordering::SeqCst)))
-        .filter(|(_, a)| *a > 0)
-        .map(|(m, a)| format!("{a} in {m}"))
-        .collect();
-    if !foreign.is_empty() {
-        println!(
-            "{what}: allocations outside the model layer: {}",
-            foreign.join(", ")
-        );
+    let n = ALLOCS.load(Ordering::SeqCst);
+    if n > 0 {
+        let first = FIRST.lock().unwrap_or_else(|e| e.into_inner());
+        println!("{what}: first of {n} allocations:\n{first}");
     }
-    let own = OWN.load(Ordering::SeqCst);
-    if own > 0 {
-        let first = FIRST_OWN.lock().unwrap_or_else(|e| e.into_inner());
-        println!("{what}: first of {own} allocations in the model layer:\n{first}");
-    }
-    own
+    n
 }
 
 fn tokens(l: &Loaded, n: usize, seed: u32) -> Vec<u32> {
@@ -140,7 +98,11 @@ fn check(l: &Loaded, what: &str) {
     let prompt = tokens(l, 8, 1);
     let mut s = m.new_session(64);
     m.eval(&exec, &mut s, &prompt, true).unwrap();
-    m.eval(&exec, &mut s, &prompt[..1], false).unwrap();
+    // Two warm-up decode steps: per-thread kernel buffers are made on a thread's first call,
+    // and jobs are claimed dynamically, so each thread should have met a decode once.
+    for &id in &prompt[..2] {
+        m.eval(&exec, &mut s, &[id], false).unwrap();
+    }
     let decode = allocations(&format!("{what}, 4 decode steps"), || {
         for &id in &prompt[1..5] {
             let logits = m.eval(&exec, &mut s, &[id], false).unwrap();

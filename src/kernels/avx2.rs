@@ -128,23 +128,41 @@ pub(super) fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
 /// from `bsums`; the division by 4 is an exact arithmetic shift.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
-    // -4 * sum(y) per 128-value half, once per call rather than once per block and row group.
-    let neg_ysum4: Vec<i32> = (0..nb).map(|b| -4 * y[b / 2].half_sum(b % 2)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
-        // reductions and float steps share 256-bit instructions; the two float additions into
-        // `acc` stay separate and in block order.
-        for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum4.chunks_exact(2)) {
-            let s0 = block_u4(&pair[0], half(yb, 0));
-            let s1 = block_u4(&pair[1], half(yb, 1));
-            acc = fold_block_pair::<2>(acc, pair, yb.d, s0, s1, nys);
+    // -4 * sum(y) per 128-value half, once per call rather than once per block and row group,
+    // for up to SUM_CHUNK blocks at a time on the stack (as in `gemv_q8_0_avx2`: longer rows
+    // resume each row group's sum from `out`, so the float order is the same).
+    let mut neg_ysum4 = [0i32; SUM_CHUNK];
+    for c0 in (0..nb).step_by(SUM_CHUNK) {
+        let blocks = c0..(c0 + SUM_CHUNK).min(nb);
+        for (n, b) in neg_ysum4.iter_mut().zip(blocks.clone()) {
+            *n = -4 * y[b / 2].half_sum(b % 2);
         }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+        let ys = &y[c0 / 2..blocks.end / 2];
+        for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+            let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+            let mut acc = if c0 == 0 {
+                _mm_setzero_ps()
+            } else {
+                // SAFETY: reads exactly the 4 floats of `o`, unaligned.
+                unsafe { _mm_loadu_ps(o.as_ptr()) }
+            };
+            // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
+            // reductions and float steps share 256-bit instructions; the two float additions
+            // into `acc` stay separate and in block order.
+            let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
+            for ((pair, yb), nys) in pairs.zip(neg_ysum4.chunks_exact(2)) {
+                let s0 = block_u4(&pair[0], half(yb, 0));
+                let s1 = block_u4(&pair[1], half(yb, 1));
+                acc = fold_block_pair::<2>(acc, pair, yb.d, s0, s1, nys);
+            }
+            // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+            unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+        }
     }
 }
+
+/// Blocks (even) whose activation sums [`gemv_avx2`] holds at once.
+const SUM_CHUNK: usize = 256;
 
 /// The float steps of blocks `2i` and `2i + 1` of a gemv row group (the two halves of one
 /// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^SHIFT * dot(u, y)` of the two blocks as
@@ -236,8 +254,9 @@ unsafe fn gemm_avx2(
 ) {
     use super::x86_q8_0::MAX_TILE_COLS;
     let half_n = nb / 2;
-    let mut tile_ops: Vec<[[[__m256i; 4]; 2]; MAX_TILE_COLS]> = Vec::with_capacity(nb);
-    let mut pair_f: Vec<[(__m256i, __m256); MAX_TILE_COLS / 2]> = Vec::with_capacity(nb);
+    let (mut tile_ops, mut pair_f) = (TILE_OPS.take(), PAIR_F.take());
+    tile_ops.reserve(nb.max(MIN_BLOCKS));
+    pair_f.reserve(nb.max(MIN_BLOCKS));
     let tiles_per_pass = MAX_TILE_COLS / 4;
     let ntiles = ncols.div_ceil(4);
     for t0 in (0..ntiles).step_by(tiles_per_pass) {
@@ -292,6 +311,8 @@ unsafe fn gemm_avx2(
             }
         }
     }
+    TILE_OPS.set(tile_ops);
+    PAIR_F.set(pair_f);
 }
 
 /// One `q8_K x4` tile (`2 * NP` columns computed, `real` stored) over all row groups; see
@@ -474,6 +495,7 @@ unsafe fn vec_dot_stock_avx2(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
 /// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
 /// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
 /// group.
+#[derive(Clone, Copy)]
 struct Q8_0Lanes {
     neg_sums: [__m256i; 2],
     d: [__m256; 2],
@@ -551,17 +573,53 @@ fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
 /// one is faster on the kernel bench's big matrices.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    let lanes: Vec<Q8_0Lanes> = y.iter().map(|yb| q8_0_lanes(yb, 4)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
-            let s = block_q8_0(blk, &yb.qs, l);
-            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
+    // Activation lanes for up to LANE_CHUNK blocks at a time, on the stack (no allocation per
+    // call): rows of k <= 8192 take one pass; longer ones resume each row group's sum from `out`
+    // (an exact f32 round trip), so the float order is the same.
+    let zero = Q8_0Lanes {
+        neg_sums: [_mm256_setzero_si256(); 2],
+        d: [_mm256_setzero_ps(); 2],
+    };
+    let mut lanes = [zero; LANE_CHUNK];
+    for c0 in (0..nb).step_by(LANE_CHUNK) {
+        let blocks = c0..(c0 + LANE_CHUNK).min(nb);
+        for (l, yb) in lanes.iter_mut().zip(&y[blocks.clone()]) {
+            *l = q8_0_lanes(yb, 4);
         }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+        for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+            let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+            let mut acc = if c0 == 0 {
+                _mm_setzero_ps()
+            } else {
+                // SAFETY: reads exactly the 4 floats of `o`, unaligned.
+                unsafe { _mm_loadu_ps(o.as_ptr()) }
+            };
+            let ys = &y[blocks.clone()];
+            for ((blk, yb), l) in group[blocks.clone()].iter().zip(ys).zip(&lanes) {
+                let s = block_q8_0(blk, &yb.qs, l);
+                acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
+            }
+            // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+            unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+        }
     }
+}
+
+/// Blocks whose activation lanes [`gemv_q8_0_avx2`] holds at once (8 KiB of stack).
+const LANE_CHUNK: usize = 64;
+
+/// Blocks per row the per-thread buffers below hold from their first use (k = 32768), so that
+/// which thread first meets which matrix does not decide when a buffer grows.
+const MIN_BLOCKS: usize = 256;
+
+thread_local! {
+    // Per-call operand buffers, allocated once per thread: a decode calls these kernels
+    // hundreds of times per token, and the forward pass must not allocate after its first call.
+    // Each kernel takes its buffer out and puts it back (a panic in between only loses it).
+    static TILE_OPS: std::cell::Cell<Vec<[[[__m256i; 4]; 2]; super::x86_q8_0::MAX_TILE_COLS]>> =
+        const { std::cell::Cell::new(Vec::new()) };
+    static PAIR_F: std::cell::Cell<Vec<[(__m256i, __m256); super::x86_q8_0::MAX_TILE_COLS / 2]>> =
+        const { std::cell::Cell::new(Vec::new()) };
 }
 
 #[cfg(test)]

@@ -44,9 +44,19 @@ pub fn attend(
             let (t, h) = (j / s.n_head, j % s.n_head);
             let kvh = h / group;
             let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-            let mut scores = vec![0.0f32; pos0 + t + 1];
+            let mut scores = SCORES.take();
+            scores.clear();
+            scores.reserve(cache.n_ctx());
+            scores.resize(pos0 + t + 1, 0.0);
             isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores);
             softmax(&mut scores);
             isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o);
+            SCORES.set(scores);
         });
+}
+
+thread_local! {
+    /// One head's scores, per thread: allocated once per context size (reserved to the cache's `n_ctx`), so a
+    /// forward pass does not allocate after its first one.
+    static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }

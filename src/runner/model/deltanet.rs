@@ -24,7 +24,6 @@
 use super::error::{ModelError, Result};
 use super::linear::Exec;
 use super::ops::{dot, silu};
-use super::par::for_each_part;
 
 /// The dimensions of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,7 +308,7 @@ impl RecurrentState {
             .chunks_mut(dv * dk)
             .zip(heads.chunks_mut(n * dv))
             .enumerate();
-        for_each_part(&exec.pool, nv, parts, |(h, (st, outs))| {
+        exec.pool.for_each_item(nv, parts, |(h, (st, outs))| {
             if let Some(src) = src_ssm {
                 st.copy_from_slice(&src[h * dv * dk..(h + 1) * dv * dk]);
             }

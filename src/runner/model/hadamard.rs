@@ -16,7 +16,6 @@ use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
 use super::linear::Exec;
-use super::par::for_each_part;
 use crate::runner::{Array, GgufFile, Value};
 
 const PREFIX: &str = "prism.hadamard.";
@@ -281,7 +280,7 @@ impl HadamardFold {
         let n = x.len() / k;
         let per = n.div_ceil(exec.pool.threads() * 2).max(1);
         let chunks = out.chunks_mut(per * k);
-        for_each_part(&exec.pool, chunks.len(), chunks, |chunk| {
+        exec.pool.for_each_item(chunks.len(), chunks, |chunk| {
             PERMUTE_TMP.with_borrow_mut(|tmp| {
                 for v in chunk.chunks_exact_mut(k) {
                     if let FoldKind::PermuteRotate(g) = kind {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::error::{ModelError, Result};
-use super::par::{for_each_part, pieces};
+use super::par::pieces;
 use super::profile::{Phase, Profile};
 use crate::kernels::Kernels;
 use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix};
@@ -85,7 +85,7 @@ impl ActBuffer {
         let nth = (layout.work_words() / (32 * 36)).clamp(1, exec.pool.threads());
         let failed = AtomicBool::new(false);
         let shares = pieces(&mut self.work, nth, |i| layout.share(i, nth).len());
-        for_each_part(&exec.pool, nth, shares, |(i, share)| {
+        exec.pool.for_each_item(nth, shares, |(i, share)| {
             if layout.quantize_share(x, k, i, nth, share).is_err() {
                 failed.store(true, Ordering::Relaxed);
             }
@@ -245,7 +245,7 @@ fn t2p_forward(
     };
     if ncols == 1 {
         let chunks = pieces(out, n, |i| plan.chunk_rows(i, n).len());
-        for_each_part(&exec.pool, n, chunks, |(i, piece)| {
+        exec.pool.for_each_item(n, chunks, |(i, piece)| {
             timed(&mut || {
                 plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0)
             });
@@ -255,23 +255,19 @@ fn t2p_forward(
         // `chunk_rows(i).start * ncols`), then each column gathers its pieces.
         tiles.resize(rows * ncols, 0.0);
         let chunks = pieces(tiles, n, |i| plan.chunk_rows(i, n).len() * ncols);
-        for_each_part(&exec.pool, n, chunks, |(i, tile)| {
+        exec.pool.for_each_item(n, chunks, |(i, tile)| {
             let r = plan.chunk_rows(i, n);
             timed(&mut || plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
         });
         let tiles = &tiles[..];
-        for_each_part(
-            &exec.pool,
-            ncols,
-            out.chunks_mut(rows).enumerate(),
-            |(c, col)| {
+        exec.pool
+            .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
                 for i in 0..n {
                     let r = plan.chunk_rows(i, n);
                     let tile = &tiles[r.start * ncols..r.end * ncols];
                     col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
                 }
-            },
-        );
+            });
     }
     if let Some(t0) = t0 {
         let threads = exec.pool.threads().min(n);
@@ -290,16 +286,12 @@ fn t2p_forward(
 fn dense_forward(exec: &Exec, w: &[f32], k: usize, rows: usize, x: &[f32], out: &mut [f32]) {
     let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
     let n = out.len().div_ceil(per);
-    for_each_part(
-        &exec.pool,
-        n,
-        out.chunks_mut(per).enumerate(),
-        |(j, piece)| {
+    exec.pool
+        .for_each_item(n, out.chunks_mut(per).enumerate(), |(j, piece)| {
             for (i, o) in piece.iter_mut().enumerate() {
                 let e = j * per + i;
                 let (t, row) = (e / rows, e % rows);
                 *o = super::ops::dot(&w[row * k..(row + 1) * k], &x[t * k..(t + 1) * k]);
             }
-        },
-    );
+        });
 }

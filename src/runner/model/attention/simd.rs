@@ -80,15 +80,22 @@ fn check_rows(rows: &[f16], n: usize, stride: usize, width: usize) {
 }
 
 fn scores_portable(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    let mut row = vec![0.0f32; q.len()];
+    let mut row = ROW.take();
+    row.clear();
+    row.reserve(q.len().max(MIN_ROW));
+    row.resize(q.len(), 0.0);
     for (p, s) in out.iter_mut().enumerate() {
         k[p * stride..p * stride + q.len()].convert_to_f32_slice(&mut row);
         *s = dot(q, &row) * scale;
     }
+    ROW.set(row);
 }
 
 fn weighted_sum_portable(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-    let mut row = vec![0.0f32; out.len()];
+    let mut row = ROW.take();
+    row.clear();
+    row.reserve(out.len().max(MIN_ROW));
+    row.resize(out.len(), 0.0);
     out.fill(0.0);
     for (p, &wp) in w.iter().enumerate() {
         v[p * stride..p * stride + out.len()].convert_to_f32_slice(&mut row);
@@ -96,6 +103,15 @@ fn weighted_sum_portable(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
             *o += wp * x;
         }
     }
+    ROW.set(row);
+}
+
+/// Values the row buffer holds from its first use (every head width in use is at most this).
+const MIN_ROW: usize = 512;
+
+thread_local! {
+    /// One K or V row converted to f32, per thread, for the portable loops (allocated once).
+    static ROW: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 #[cfg(target_arch = "x86_64")]
