@@ -93,7 +93,10 @@ fn tokens(l: &Loaded, n: usize, seed: u32) -> Vec<u32> {
 /// A prompt and a first decode step, then decode steps and a prompt-sized pass with every
 /// position's logits; two sessions' first batch, then a batch of the same sizes.
 fn check(l: &Loaded, what: &str) {
-    let exec = Exec::new(2);
+    // One thread: every job then runs on this thread, which the warm-up has taken through
+    // every kernel. With more threads, jobs are claimed dynamically, and a worker's first call
+    // of a kernel makes its per-thread buffer once (not asserted here).
+    let exec = Exec::new(1);
     let m = &l.model;
     let prompt = tokens(l, 8, 1);
     let mut s = m.new_session(64);
@@ -143,7 +146,8 @@ fn forward_passes_after_the_first_do_not_allocate() {
     let n = allocations("the counter's own check", || {
         drop(std::hint::black_box(vec![1u8; 100]))
     });
-    assert_eq!(n, 1, "the counting allocator must see a Vec");
+    // At least: the test harness's own threads may allocate in the window too.
+    assert!(n >= 1, "the counting allocator must see a Vec");
     let Some(dir) = runner_data::testdata() else {
         return;
     };

@@ -140,12 +140,7 @@ unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
         let ys = &y[c0 / 2..blocks.end / 2];
         for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
             let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            let mut acc = if c0 == 0 {
-                _mm_setzero_ps()
-            } else {
-                // SAFETY: reads exactly the 4 floats of `o`, unaligned.
-                unsafe { _mm_loadu_ps(o.as_ptr()) }
-            };
+            let mut acc = resume_rows(o, c0 == 0);
             // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
             // reductions and float steps share 256-bit instructions; the two float additions
             // into `acc` stay separate and in block order.
@@ -163,6 +158,19 @@ unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
 
 /// Blocks (even) whose activation sums [`gemv_avx2`] holds at once.
 const SUM_CHUNK: usize = 256;
+
+/// The running sums of one row group: zero for the first chunk of blocks, else what the
+/// previous chunk stored in `o` (f32 in and out, so the float order is that of one pass).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn resume_rows(o: &[f32; 4], first: bool) -> __m128 {
+    if first {
+        _mm_setzero_ps()
+    } else {
+        // SAFETY: reads exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_loadu_ps(o.as_ptr()) }
+    }
+}
 
 /// The float steps of blocks `2i` and `2i + 1` of a gemv row group (the two halves of one
 /// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^SHIFT * dot(u, y)` of the two blocks as
@@ -588,12 +596,7 @@ unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &m
         }
         for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
             let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            let mut acc = if c0 == 0 {
-                _mm_setzero_ps()
-            } else {
-                // SAFETY: reads exactly the 4 floats of `o`, unaligned.
-                unsafe { _mm_loadu_ps(o.as_ptr()) }
-            };
+            let mut acc = resume_rows(o, c0 == 0);
             let ys = &y[blocks.clone()];
             for ((blk, yb), l) in group[blocks.clone()].iter().zip(ys).zip(&lanes) {
                 let s = block_q8_0(blk, &yb.qs, l);
