@@ -209,8 +209,8 @@ fn seed_matrix_random_codes_and_scales() {
     }
 }
 
-/// Rows longer than the AVX2 gemvs hold on the stack at once (64 blocks for q8_0, 256 for
-/// q8_K): the sums resume across chunks and must still match the oracle bit for bit.
+/// Long rows: past the 256 blocks the AVX2 q8_K gemv holds on the stack at once (its sums
+/// resume across chunks) and past 64 blocks, and still bit for bit with the oracle.
 #[test]
 fn long_rows_cross_the_gemv_stack_chunks() {
     for (k, seed) in [(8192 + 256, 91), (32768 + 512, 92)] {

@@ -129,7 +129,7 @@ pub(super) fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     // -4 * sum(y) per 128-value half, once per call rather than once per block and row group,
-    // for up to SUM_CHUNK blocks at a time on the stack (as in `gemv_q8_0_avx2`: longer rows
+    // for up to SUM_CHUNK blocks at a time on the stack (longer rows
     // resume each row group's sum from `out`, so the float order is the same).
     let mut neg_ysum4 = [0i32; SUM_CHUNK];
     for c0 in (0..nb).step_by(SUM_CHUNK) {
@@ -503,7 +503,6 @@ unsafe fn vec_dot_stock_avx2(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
 /// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
 /// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
 /// group.
-#[derive(Clone, Copy)]
 struct Q8_0Lanes {
     neg_sums: [__m256i; 2],
     d: [__m256; 2],
@@ -581,35 +580,24 @@ fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
 /// one is faster on the kernel bench's big matrices.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    // Activation lanes for up to LANE_CHUNK blocks at a time, on the stack (no allocation per
-    // call): rows of k <= 8192 take one pass; longer ones resume each row group's sum from `out`
-    // (an exact f32 round trip), so the float order is the same.
-    let zero = Q8_0Lanes {
-        neg_sums: [_mm256_setzero_si256(); 2],
-        d: [_mm256_setzero_ps(); 2],
-    };
-    let mut lanes = [zero; LANE_CHUNK];
-    for c0 in (0..nb).step_by(LANE_CHUNK) {
-        let blocks = c0..(c0 + LANE_CHUNK).min(nb);
-        for (l, yb) in lanes.iter_mut().zip(&y[blocks.clone()]) {
-            *l = q8_0_lanes(yb, 4);
+    // Per-thread lanes, allocated once per thread: a stack-chunked form (as `gemv_avx2` has)
+    // made this gemv 12-40 % slower relative to the q8_K one on the kernel bench.
+    let mut lanes = LANES.take();
+    lanes.clear();
+    lanes.reserve(nb.max(MIN_BLOCKS));
+    lanes.extend(y.iter().map(|yb| q8_0_lanes(yb, 4)));
+    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let mut acc = _mm_setzero_ps();
+        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
+            let s = block_q8_0(blk, &yb.qs, l);
+            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
         }
-        for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-            let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            let mut acc = resume_rows(o, c0 == 0);
-            let ys = &y[blocks.clone()];
-            for ((blk, yb), l) in group[blocks.clone()].iter().zip(ys).zip(&lanes) {
-                let s = block_q8_0(blk, &yb.qs, l);
-                acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
-            }
-            // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-            unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-        }
+        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
     }
+    LANES.set(lanes);
 }
-
-/// Blocks whose activation lanes [`gemv_q8_0_avx2`] holds at once (8 KiB of stack).
-const LANE_CHUNK: usize = 64;
 
 /// Blocks per row the per-thread buffers below hold from their first use (k = 32768), so that
 /// which thread first meets which matrix does not decide when a buffer grows.
@@ -619,6 +607,7 @@ thread_local! {
     // Per-call operand buffers, allocated once per thread: a decode calls these kernels
     // hundreds of times per token, and the forward pass must not allocate after its first call.
     // Each kernel takes its buffer out and puts it back (a panic in between only loses it).
+    static LANES: std::cell::Cell<Vec<Q8_0Lanes>> = const { std::cell::Cell::new(Vec::new()) };
     static TILE_OPS: std::cell::Cell<Vec<[[[__m256i; 4]; 2]; super::x86_q8_0::MAX_TILE_COLS]>> =
         const { std::cell::Cell::new(Vec::new()) };
     static PAIR_F: std::cell::Cell<Vec<[(__m256i, __m256); super::x86_q8_0::MAX_TILE_COLS / 2]>> =
