@@ -56,7 +56,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // SAFETY: as in `gemv`, the CPU features were detected before KERNELS could be reached.
-    unsafe { gemv_q8_0_avx2(x, nb, y, out) }
+    unsafe { gemv_q8_0_impl(x, nb, y, out) }
 }
 
 fn gemm_q8_0(
@@ -138,14 +138,16 @@ unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
             *n = -4 * y[b / 2].half_sum(b % 2);
         }
         let ys = &y[c0 / 2..blocks.end / 2];
-        for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+        let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
+        for (g, (group, o)) in groups.enumerate() {
             let o: &mut [f32; 4] = o.try_into().expect("4 rows");
             let mut acc = resume_rows(o, c0 == 0);
             // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
             // reductions and float steps share 256-bit instructions; the two float additions
             // into `acc` stay separate and in block order.
             let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
-            for ((pair, yb), nys) in pairs.zip(neg_ysum4.chunks_exact(2)) {
+            for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum4.chunks_exact(2)).enumerate() {
+                super::prefetch::blocks::<2>(x, (g + 1) * nb + c0 + 2 * i);
                 let s0 = block_u4(&pair[0], half(yb, 0));
                 let s1 = block_u4(&pair[1], half(yb, 1));
                 acc = fold_block_pair::<2>(acc, pair, yb.d, s0, s1, nys);
@@ -263,8 +265,8 @@ unsafe fn gemm_avx2(
     use super::x86_q8_0::MAX_TILE_COLS;
     let half_n = nb / 2;
     let (mut tile_ops, mut pair_f) = (TILE_OPS.take(), PAIR_F.take());
-    tile_ops.reserve(nb.max(MIN_BLOCKS));
-    pair_f.reserve(nb.max(MIN_BLOCKS));
+    tile_ops.reserve(nb.max(super::x86_q8_0::MIN_BLOCKS));
+    pair_f.reserve(nb.max(super::x86_q8_0::MIN_BLOCKS));
     let tiles_per_pass = MAX_TILE_COLS / 4;
     let ntiles = ncols.div_ceil(4);
     for t0 in (0..ntiles).step_by(tiles_per_pass) {
@@ -341,7 +343,8 @@ unsafe fn gemm_q8k_tile<const NP: usize>(
     let ones = _mm256_set1_epi16(1);
     for (g, group) in x.chunks_exact(nb).enumerate() {
         let mut acc = [_mm256_setzero_ps(); NP];
-        for ((blk, ops), pf) in group.iter().zip(tile_ops).zip(pair_f) {
+        for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
+            super::prefetch::blocks::<1>(x, (g + 1) * nb + i);
             // Per word pair: decode both row pairs once, then per column the 8 `maddubs` and
             // their reduction (keeps 8 decoded + 4 accumulator registers live).
             let mut m = [_mm256_setzero_si256(); super::x86_q8_0::MAX_TILE_COLS];
@@ -499,115 +502,10 @@ unsafe fn vec_dot_stock_avx2(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// Per-block factors of one `q8_0` column in the lane order of a word-pair reduction
-/// `[w r0, w r1, w' r0, w' r1 | w r2, w r3, w' r2, w' r3]` (words `w, w'` = 0, 1 and 2, 3):
-/// `-sum_scale * sum` and the scale of each word, computed once per call instead of per row
-/// group.
-struct Q8_0Lanes {
-    neg_sums: [__m256i; 2],
-    d: [__m256; 2],
-}
-
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn q8_0_lanes(yb: &BlockQ8_0Quad, sum_scale: i32) -> Q8_0Lanes {
-    let (s, d) = (yb.sums.map(|v| -sum_scale * v), yb.d);
-    Q8_0Lanes {
-        neg_sums: [
-            _mm256_setr_epi32(s[0], s[0], s[1], s[1], s[0], s[0], s[1], s[1]),
-            _mm256_setr_epi32(s[2], s[2], s[3], s[3], s[2], s[2], s[3], s[3]),
-        ],
-        d: [
-            _mm256_setr_ps(d[0], d[0], d[1], d[1], d[0], d[0], d[1], d[1]),
-            _mm256_setr_ps(d[2], d[2], d[3], d[3], d[2], d[2], d[3], d[3]),
-        ],
-    }
-}
-
-/// `[w r0, w r1, w r2, w r3 | w' r0, ... w' r3]` from a word-pair reduction (64-bit chunks
-/// 0, 2, 1, 3).
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn rows_by_word(v: __m256) -> __m256 {
-    _mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(_mm256_castps_pd(v)))
-}
-
-/// `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3` per row of one T2P block against four `q8_0`
-/// blocks, `i_j` the exact sum of 32-weight quarter `j`.
-///
-/// Per word the slot split and `maddubs` are [`block_u4`]'s (same bounds, one word at a time:
-/// `a <= 1536`, `b <= 6144` per int16 lane), widened per word to `4 * dot(u, y)`; two `hadd`s
-/// gather the four words per row, `-4 * sum(y)` and an exact `>> 2` give `dot(w, y)`.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-fn block_q8_0(blk: &BlockT2p, ys: &[i8; 128], l: &Q8_0Lanes) -> __m128 {
-    let m03 = _mm256_set1_epi8(0x03);
-    let m0c = _mm256_set1_epi8(0x0C);
-    let four = _mm256_set1_epi16(4);
-    let one = _mm256_set1_epi16(1);
-    let mut w = [_mm256_setzero_si256(); 4];
-    for (wd, w) in w.iter_mut().enumerate() {
-        let v = load_word(blk, wd);
-        let t = _mm256_srli_epi16::<4>(v);
-        let c = 4 * wd;
-        let p0 = _mm256_maddubs_epi16(_mm256_and_si256(v, m03), bcast8(chunk8(ys, c)));
-        let p1 = _mm256_maddubs_epi16(_mm256_and_si256(v, m0c), bcast8(chunk8(ys, c + 1)));
-        let p2 = _mm256_maddubs_epi16(_mm256_and_si256(t, m03), bcast8(chunk8(ys, c + 2)));
-        let p3 = _mm256_maddubs_epi16(_mm256_and_si256(t, m0c), bcast8(chunk8(ys, c + 3)));
-        *w = _mm256_add_epi32(
-            _mm256_madd_epi16(_mm256_add_epi16(p0, p2), four),
-            _mm256_madd_epi16(_mm256_add_epi16(p1, p3), one),
-        );
-    }
-    let i01 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[0], w[1]),
-        l.neg_sums[0],
-    ));
-    let i23 = _mm256_srai_epi32::<2>(_mm256_add_epi32(
-        _mm256_hadd_epi32(w[2], w[3]),
-        l.neg_sums[1],
-    ));
-    let p01 = rows_by_word(_mm256_mul_ps(l.d[0], _mm256_cvtepi32_ps(i01)));
-    let p23 = rows_by_word(_mm256_mul_ps(l.d[1], _mm256_cvtepi32_ps(i23)));
-    let s = _mm_add_ps(_mm256_castps256_ps128(p01), _mm256_extractf128_ps::<1>(p01));
-    let s = _mm_add_ps(s, _mm256_castps256_ps128(p23));
-    _mm_add_ps(s, _mm256_extractf128_ps::<1>(p23))
-}
-
-/// T2P gemv on `q8_0` activations: [`block_q8_0`] per block, then `acc + d_w * s`. Kept
-/// over the shared word-pair gemv of `x86_q8_0` for AVX2: in the runner's decode (k of
-/// 2048-6144, chunks of 128-4096 rows) it measured ~25 % faster on Zen 3, although the shared
-/// one is faster on the kernel bench's big matrices.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn gemv_q8_0_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-    // Per-thread lanes, allocated once per thread: a stack-chunked form (as `gemv_avx2` has)
-    // made this gemv 12-40 % slower relative to the q8_K one on the kernel bench.
-    let mut lanes = LANES.take();
-    lanes.clear();
-    lanes.reserve(nb.max(MIN_BLOCKS));
-    lanes.extend(y.iter().map(|yb| q8_0_lanes(yb, 4)));
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
-        let mut acc = _mm_setzero_ps();
-        for ((blk, yb), l) in group.iter().zip(y).zip(&lanes) {
-            let s = block_q8_0(blk, &yb.qs, l);
-            acc = _mm_add_ps(acc, _mm_mul_ps(scales(blk), s));
-        }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-    }
-    LANES.set(lanes);
-}
-
-/// Blocks per row the per-thread buffers below hold from their first use (k = 32768), so that
-/// which thread first meets which matrix does not decide when a buffer grows.
-const MIN_BLOCKS: usize = 256;
-
 thread_local! {
     // Per-call operand buffers, allocated once per thread: a decode calls these kernels
     // hundreds of times per token, and the forward pass must not allocate after its first call.
     // Each kernel takes its buffer out and puts it back (a panic in between only loses it).
-    static LANES: std::cell::Cell<Vec<Q8_0Lanes>> = const { std::cell::Cell::new(Vec::new()) };
     static TILE_OPS: std::cell::Cell<Vec<[[[__m256i; 4]; 2]; super::x86_q8_0::MAX_TILE_COLS]>> =
         const { std::cell::Cell::new(Vec::new()) };
     static PAIR_F: std::cell::Cell<Vec<[(__m256i, __m256); super::x86_q8_0::MAX_TILE_COLS / 2]>> =

@@ -105,9 +105,12 @@ fn block_u64(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
 #[target_feature(enable = "avx2,f16c,avxvnni")]
 unsafe fn gemv_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     let neg_ysum64: Vec<i32> = (0..nb).map(|b| -64 * y[b / 2].half_sum(b % 2)).collect();
-    for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
+    let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
+    for (g, (group, o)) in groups.enumerate() {
         let mut acc = _mm_setzero_ps();
-        for ((pair, yb), nys) in group.chunks_exact(2).zip(y).zip(neg_ysum64.chunks_exact(2)) {
+        let pairs = group.chunks_exact(2).zip(y).zip(neg_ysum64.chunks_exact(2));
+        for (i, ((pair, yb), nys)) in pairs.enumerate() {
+            super::prefetch::blocks::<2>(x, (g + 1) * nb + 2 * i);
             let s0 = block_u64(&pair[0], half(yb, 0));
             let s1 = block_u64(&pair[1], half(yb, 1));
             acc = fold_block_pair::<6>(acc, pair, yb.d, s0, s1, nys);
@@ -144,6 +147,7 @@ unsafe fn gemm_vnni(
             let mut acc01 = _mm256_setzero_ps();
             let mut acc23 = _mm256_setzero_ps();
             for (b, blk) in group.iter().enumerate() {
+                super::prefetch::blocks::<1>(x, (g + 1) * nb + b);
                 let yb = &tile[b / 2];
                 let ys: &[i8; 512] = yb.qs[512 * (b % 2)..512 * (b % 2) + 512]
                     .try_into()

@@ -32,6 +32,8 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx_vnni;
 pub mod cpu;
+#[cfg(target_arch = "x86_64")]
+mod prefetch;
 pub mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod x86_q8_0;

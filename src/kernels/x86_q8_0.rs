@@ -25,9 +25,9 @@
 //! The tile's operands lie block by block for all its columns ([`TileBlock`]).
 //!
 //! **Cost (measured on Zen 3, one thread, L2/L3-resident runner shapes, min of 60).** The gemv
-//! runs ~72 instructions per block against ~125 for AVX2's per-block broadcast form
-//! (1.4-1.5x faster when compute-bound, yet slower in the runner's decode); a 4-column tile costs ~3.2x a gemv and an
-//! 8-column one ~2x a 4-column one: per column and block the 16 `maddubs`, 12 int16 adds, the
+//! runs ~72 instructions per block against ~125 for a per-block broadcast form (1.4-1.5x
+//! faster when compute-bound; it lost in the runner's decode until the next pass's weights were
+//! prefetched, [`super::prefetch`]); a 4-column tile costs ~3.2x a gemv and an 8-column one ~2x a 4-column one: per column and block the 16 `maddubs`, 12 int16 adds, the
 //! `hadd`/`madd` reduction and the float fold do not shrink with more columns, only the decode
 //! is shared. So a tile costs about one gemv only where the gemv waits for memory with that
 //! much compute to spare.
@@ -39,6 +39,9 @@ use crate::format::{BlockQ8_0Quad, BlockT2p};
 /// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
 /// weight register stay in registers while every column multiplies them).
 pub(super) const MAX_TILE_COLS: usize = 8;
+
+/// Blocks per row the per-thread buffers of the x86 kernels hold from their first use.
+pub(super) const MIN_BLOCKS: usize = 256;
 
 /// Per-block activation operands of one `q8_0` column in the word-pair layout.
 pub(super) struct Q8_0Table {
@@ -64,6 +67,9 @@ impl Q8_0Table {
     #[target_feature(enable = "avx2")]
     pub(super) fn fill(&mut self, y: &[BlockQ8_0Quad]) {
         self.ops.clear();
+        // Sized for k = 32768 from the first call, so which thread first meets which matrix
+        // does not decide when a table grows (a forward pass must not allocate).
+        self.ops.reserve(y.len().max(MIN_BLOCKS));
         self.ops.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
                 let half: &[i8; 64] = yb.qs[64 * q..64 * q + 64].try_into().expect("64 bytes");
@@ -85,6 +91,7 @@ impl Q8_0Table {
             })
         }));
         self.neg.clear();
+        self.neg.reserve(y.len().max(MIN_BLOCKS));
         self.neg.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
                 let (lo, hi) = (-yb.sums[2 * q], -yb.sums[2 * q + 1]);
@@ -228,12 +235,8 @@ pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
 /// is inlined.
 macro_rules! q8_0_kernels {
     ($feat:literal) => {
-        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]). AVX2 keeps its
-        /// per-block form for decode: this one is faster alone (runner shapes in chunks of 768
-        /// rows, one thread, min of 60, Zen 3: 14.5 vs 9.9 GB/s on 6144x2048), but the runner's
-        /// decode measured slower with it (31 % vs 40-44 % of the ceiling, two A/B pairs).
+        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]).
         #[target_feature(enable = $feat)]
-        #[allow(dead_code)]
         unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
             super::x86_q8_0::with_tables(1, |t| {
                 t[0].fill(y);
@@ -263,9 +266,10 @@ macro_rules! q8_0_kernels {
                     a
                 };
                 let mut acc = _mm256_setzero_ps();
-                for (((ba, bb), yb), (ops, neg)) in
-                    a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg))
-                {
+                let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
+                for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
+                    // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
+                    super::prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
                     let ma0 = _mm256_add_epi32(pair_dot(ba, 0, &ops[0]), neg[0]);
                     let mb0 = _mm256_add_epi32(pair_dot(bb, 0, &ops[0]), neg[0]);
                     let ma1 = _mm256_add_epi32(pair_dot(ba, 1, &ops[1]), neg[1]);
@@ -353,7 +357,8 @@ macro_rules! q8_0_kernels {
             use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
             for (g, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
-                for (blk, tb) in group.iter().zip(tile) {
+                for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
+                    super::prefetch::blocks::<1>(x, (g + 1) * nb + i);
                     // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
                     let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
                         let m: [__m256i; 2] = std::array::from_fn(|h| {
