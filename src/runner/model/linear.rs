@@ -103,6 +103,18 @@ impl ActBuffer {
     }
 }
 
+impl Activations<'_> {
+    /// Vectors held.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the vectors are quantized (a T2P matrix can read them).
+    pub fn is_quantized(&self) -> bool {
+        self.quant.is_some()
+    }
+}
+
 /// A `rows x k` weight matrix.
 pub enum Linear {
     /// Ternary weights in the T2P layout.
@@ -204,7 +216,11 @@ impl Linear {
                 let quant = input.quant.ok_or_else(|| {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
-                t2p_forward(exec, m, quant, out, tiles, phase)
+                if input.n == 1 {
+                    gemv_many(exec, input, &mut [(m, out)], Some, phase)
+                } else {
+                    gemm_forward(exec, m, quant, out, tiles, phase)
+                }
             }
             Linear::Dense { w, k, .. } => {
                 let t = exec.profile.start();
@@ -216,10 +232,112 @@ impl Linear {
     }
 }
 
-/// `m` times the quantized columns in `work` into `out` (`ncols x rows`), row chunks spread
-/// over the pool: a single column is written in place, several go through `tiles` (as in
-/// `matmul_parallel`, without its per-call allocations).
-fn t2p_forward(
+/// Counts the time of a parallel matmul step (wall time split into compute and pool waits when
+/// profiling) and whether any of its chunks failed.
+struct ChunkTimer<'a> {
+    exec: &'a Exec,
+    failed: AtomicBool,
+    busy: AtomicU64,
+    start: Option<Instant>,
+}
+
+impl<'a> ChunkTimer<'a> {
+    fn new(exec: &'a Exec) -> Self {
+        ChunkTimer {
+            exec,
+            failed: AtomicBool::new(false),
+            busy: AtomicU64::new(0),
+            start: exec.profile.is_on().then(Instant::now),
+        }
+    }
+
+    /// Runs one chunk, timing it when profiling.
+    fn run(&self, f: impl FnOnce() -> crate::Result<()>) {
+        let t = self.start.is_some().then(Instant::now);
+        if f().is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        if let Some(t) = t {
+            self.busy
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Books the step as `phase` over `chunks` chunks.
+    fn finish(self, phase: Phase, chunks: usize) -> Result<()> {
+        if let Some(t0) = self.start {
+            let threads = self.exec.pool.threads().min(chunks);
+            let wall = t0.elapsed().as_nanos() as u64;
+            self.exec
+                .profile
+                .add_parallel(phase, wall, self.busy.into_inner(), threads);
+        }
+        if self.failed.into_inner() {
+            return Err(ModelError::BadShape("a matmul chunk failed".into()));
+        }
+        Ok(())
+    }
+}
+
+/// `out_j = m_j x` for the T2P matrices `pick` finds in `jobs`, all reading the one quantized
+/// column of `input`, in **one** pool call: the row chunks of every matrix are handed out
+/// together, so the matrices of a layer that share an input (q/k/v, gate/up) wake the pool once
+/// and wait for one last chunk instead of one per matrix. Jobs `pick` skips are left alone.
+pub fn gemv_many<'m, M: Sync>(
+    exec: &Exec,
+    input: &Activations,
+    jobs: &mut [(&'m M, &mut [f32])],
+    pick: impl Fn(&'m M) -> Option<&'m T2pMatrix> + Sync,
+    phase: Phase,
+) -> Result<()> {
+    let (layout, work) = input
+        .quant
+        .filter(|_| input.n == 1)
+        .ok_or_else(|| ModelError::BadShape("gemv_many needs one quantized column".into()))?;
+    let threads = exec.pool.threads();
+    let mut total = 0;
+    for (m, out) in jobs.iter() {
+        let Some(t) = pick(*m) else { continue };
+        if t.k() != input.k || out.len() < t.rows() {
+            return Err(ModelError::BadShape(format!(
+                "a {}x{} matrix for an input of {} and an output of {}",
+                t.rows(),
+                t.k(),
+                input.k,
+                out.len()
+            )));
+        }
+        total += MatmulPlan::new(t.rows(), t.k(), 1, layout.act())?.chunk_count(threads);
+    }
+    let chunks = jobs.iter_mut().flat_map(|(m, out)| {
+        let job = pick(*m).and_then(|t| {
+            let plan = MatmulPlan::new(t.rows(), t.k(), 1, layout.act()).ok()?;
+            Some((t, plan, plan.chunk_count(threads)))
+        });
+        let out = match job {
+            Some((t, _, _)) => &mut out[..t.rows()],
+            None => &mut [][..],
+        };
+        let n = job.map_or(0, |(_, _, n)| n);
+        pieces(out, n, move |i| {
+            job.map_or(0, |(_, p, n)| p.chunk_rows(i, n).len())
+        })
+        .filter_map(move |(i, piece)| job.map(|(t, plan, n)| (t, plan, n, i, piece)))
+    });
+    let timer = ChunkTimer::new(exec);
+    exec.pool
+        .for_each_item(total, chunks, |(t, plan, n, i, piece)| {
+            timer
+                .run(|| plan.compute(exec.kern, t.blocks(), work, plan.chunk_rows(i, n), piece, 0));
+        });
+    timer.finish(phase, total)
+}
+
+/// `m` times the `ncols > 1` quantized columns in `work` into `out` (`ncols x rows`), row
+/// chunks spread over the pool: each chunk computes its rows of every column into its own tile
+/// of `tiles` (`ncols x len`, at `chunk_rows(i).start * ncols`), then each column gathers its
+/// pieces (as `matmul_parallel` does, without its per-call allocations).
+fn gemm_forward(
     exec: &Exec,
     m: &T2pMatrix,
     (layout, work): (ActLayout, &[u32]),
@@ -230,55 +348,23 @@ fn t2p_forward(
     let (rows, ncols) = (m.rows(), layout.ncols());
     let plan = MatmulPlan::new(rows, m.k(), ncols, layout.act())?;
     let n = plan.chunk_count(exec.pool.threads());
-    let failed = AtomicBool::new(false);
-    let busy = AtomicU64::new(0);
-    let profiling = exec.profile.is_on();
-    let t0 = profiling.then(Instant::now);
-    let timed = |f: &mut dyn FnMut() -> crate::Result<()>| {
-        let t = profiling.then(Instant::now);
-        if f().is_err() {
-            failed.store(true, Ordering::Relaxed);
-        }
-        if let Some(t) = t {
-            busy.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        }
-    };
-    if ncols == 1 {
-        let chunks = pieces(out, n, |i| plan.chunk_rows(i, n).len());
-        exec.pool.for_each_item(n, chunks, |(i, piece)| {
-            timed(&mut || {
-                plan.compute(exec.kern, m.blocks(), work, plan.chunk_rows(i, n), piece, 0)
-            });
+    let timer = ChunkTimer::new(exec);
+    tiles.resize(rows * ncols, 0.0);
+    let chunks = pieces(tiles, n, |i| plan.chunk_rows(i, n).len() * ncols);
+    exec.pool.for_each_item(n, chunks, |(i, tile)| {
+        let r = plan.chunk_rows(i, n);
+        timer.run(|| plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
+    });
+    let tiles = &tiles[..];
+    exec.pool
+        .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
+            for i in 0..n {
+                let r = plan.chunk_rows(i, n);
+                let tile = &tiles[r.start * ncols..r.end * ncols];
+                col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
+            }
         });
-    } else {
-        // Chunk `i` computes its rows of every column into its own tile (`ncols x len`, at
-        // `chunk_rows(i).start * ncols`), then each column gathers its pieces.
-        tiles.resize(rows * ncols, 0.0);
-        let chunks = pieces(tiles, n, |i| plan.chunk_rows(i, n).len() * ncols);
-        exec.pool.for_each_item(n, chunks, |(i, tile)| {
-            let r = plan.chunk_rows(i, n);
-            timed(&mut || plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
-        });
-        let tiles = &tiles[..];
-        exec.pool
-            .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
-                for i in 0..n {
-                    let r = plan.chunk_rows(i, n);
-                    let tile = &tiles[r.start * ncols..r.end * ncols];
-                    col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
-                }
-            });
-    }
-    if let Some(t0) = t0 {
-        let threads = exec.pool.threads().min(n);
-        let wall = t0.elapsed().as_nanos() as u64;
-        exec.profile
-            .add_parallel(phase, wall, busy.into_inner(), threads);
-    }
-    if failed.into_inner() {
-        return Err(ModelError::BadShape("a matmul chunk failed".into()));
-    }
-    Ok(())
+    timer.finish(phase, n)
 }
 
 /// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token

@@ -13,10 +13,11 @@ use super::Session;
 use super::error::Result;
 use super::hadamard::{FoldKind, HadamardFold};
 use super::hparams::HParams;
-use super::linear::Exec;
+use super::linear::{Exec, Linear, gemv_many};
 use super::profile::Phase;
 use super::state::MatmulScratch;
 use super::weights::Mat;
+use crate::matmul::T2pMatrix;
 
 /// The sequences of a batch: each session with the tokens it runs.
 pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
@@ -89,13 +90,27 @@ pub(crate) fn project(
             .iter()
             .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind && m.lin.is_ternary());
         let acts = act.prepare(ctx.exec, input, k, quantize)?;
+        // One token: the ternary matrices of this input share one pool call.
+        let fused = acts.n() == 1 && acts.is_quantized();
+        if fused {
+            let pick = |m| ternary_of(m, ctx.round_bf16, kind);
+            gemv_many(ctx.exec, &acts, &mut jobs[i..], pick, phase)?;
+        }
         for (m, out) in jobs[i..].iter_mut() {
-            if m.input_kind(ctx.round_bf16) == kind {
+            if m.input_kind(ctx.round_bf16) == kind && !(fused && m.lin.is_ternary()) {
                 m.lin.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
     }
     Ok(())
+}
+
+/// `m`'s T2P weights if it reads input kind `kind`.
+fn ternary_of(m: &Mat, round_bf16: bool, kind: (FoldKind, bool)) -> Option<&T2pMatrix> {
+    match &m.lin {
+        Linear::T2p(t) if m.input_kind(round_bf16) == kind => Some(t),
+        _ => None,
+    }
 }
 
 /// `x` as a matmul of input kind `kind` reads it: itself, or rotated and/or rounded to bf16
