@@ -128,29 +128,48 @@ pub(super) fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
 /// from `bsums`; the division by 4 is an exact arithmetic shift.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
-    // -4 * sum(y) per 128-value half, once per call rather than once per block and row group,
-    // for up to SUM_CHUNK blocks at a time on the stack (longer rows
-    // resume each row group's sum from `out`, so the float order is the same).
-    let mut neg_ysum4 = [0i32; SUM_CHUNK];
+    // SAFETY: this function has the AVX2 and F16C features the loop needs.
+    unsafe { gemv_q8k_loop::<2>(x, nb, y, out, |blk, ys| block_u4(blk, ys)) }
+}
+
+/// The `q8_K` gemv of the x86 paths around a block dot `block(blk, ys)` =
+/// `2^SHIFT * dot(u, y)` as `[r0, r0, r1, r1 | r2, r2, r3, r3]`: `-2^SHIFT * sum(y)` per
+/// 128-value half once per call, for up to [`SUM_CHUNK`] blocks at a time on the stack (longer
+/// rows resume each row group's sum from `out`, so the float order is that of one pass), the
+/// next row group prefetched, and [`fold_block_pair`] per pair of blocks.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C (the callers are compiled for them and inline this loop).
+#[inline(always)]
+pub(super) unsafe fn gemv_q8k_loop<const SHIFT: i32>(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8K],
+    out: &mut [f32],
+    block: impl Fn(&BlockT2p, &[i8; 128]) -> __m256i,
+) {
+    let mut neg_ysum = [0i32; SUM_CHUNK];
     for c0 in (0..nb).step_by(SUM_CHUNK) {
         let blocks = c0..(c0 + SUM_CHUNK).min(nb);
-        for (n, b) in neg_ysum4.iter_mut().zip(blocks.clone()) {
-            *n = -4 * y[b / 2].half_sum(b % 2);
+        for (n, b) in neg_ysum.iter_mut().zip(blocks.clone()) {
+            *n = -(1 << SHIFT) * y[b / 2].half_sum(b % 2);
         }
         let ys = &y[c0 / 2..blocks.end / 2];
         let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
         for (g, (group, o)) in groups.enumerate() {
             let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            let mut acc = resume_rows(o, c0 == 0);
+            // SAFETY (this and the other calls below): the caller guarantees AVX2 and F16C.
+            let mut acc = unsafe { resume_rows(o, c0 == 0) };
             // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
             // reductions and float steps share 256-bit instructions; the two float additions
             // into `acc` stay separate and in block order.
             let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
-            for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum4.chunks_exact(2)).enumerate() {
+            for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum.chunks_exact(2)).enumerate() {
                 super::prefetch::blocks::<2>(x, (g + 1) * nb + c0 + 2 * i);
-                let s0 = block_u4(&pair[0], half(yb, 0));
-                let s1 = block_u4(&pair[1], half(yb, 1));
-                acc = fold_block_pair::<2>(acc, pair, yb.d, s0, s1, nys);
+                let s0 = block(&pair[0], half(yb, 0));
+                let s1 = block(&pair[1], half(yb, 1));
+                // SAFETY: as above.
+                acc = unsafe { fold_block_pair::<SHIFT>(acc, pair, yb.d, s0, s1, nys) };
             }
             // SAFETY: writes exactly the 4 floats of `o`, unaligned.
             unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
@@ -158,7 +177,7 @@ unsafe fn gemv_avx2(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) 
     }
 }
 
-/// Blocks (even) whose activation sums [`gemv_avx2`] holds at once.
+/// Blocks (even) whose activation sums [`gemv_q8k_loop`] holds at once.
 const SUM_CHUNK: usize = 256;
 
 /// The running sums of one row group: zero for the first chunk of blocks, else what the

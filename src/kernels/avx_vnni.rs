@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast8, chunk8, fold_block_pair, half, load_word, scales};
+use super::avx2::{bcast8, chunk8, gemv_q8k_loop, load_word, scales};
 use super::x86_q8_0::{load_word_pair, slots_u};
 use super::{Isa, Kernels};
 use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
@@ -101,24 +101,11 @@ fn block_u64(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
     )
 }
 
-/// T2P gemv: the AVX2 gemv's structure with [`block_u64`] (`>> 6` in the fold instead of `>> 2`).
+/// T2P gemv: the AVX2 gemv's loop with [`block_u64`] (`>> 6` in the fold instead of `>> 2`).
 #[target_feature(enable = "avx2,f16c,avxvnni")]
 unsafe fn gemv_vnni(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
-    let neg_ysum64: Vec<i32> = (0..nb).map(|b| -64 * y[b / 2].half_sum(b % 2)).collect();
-    let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
-    for (g, (group, o)) in groups.enumerate() {
-        let mut acc = _mm_setzero_ps();
-        let pairs = group.chunks_exact(2).zip(y).zip(neg_ysum64.chunks_exact(2));
-        for (i, ((pair, yb), nys)) in pairs.enumerate() {
-            super::prefetch::blocks::<2>(x, (g + 1) * nb + 2 * i);
-            let s0 = block_u64(&pair[0], half(yb, 0));
-            let s1 = block_u64(&pair[1], half(yb, 1));
-            acc = fold_block_pair::<6>(acc, pair, yb.d, s0, s1, nys);
-        }
-        let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
-    }
+    // SAFETY: this function has the AVX2 and F16C features the loop needs.
+    unsafe { gemv_q8k_loop::<6>(x, nb, y, out, |blk, ys| block_u64(blk, ys)) }
 }
 
 /// T2P gemm on `q8_K x4` tiles: the AVX2 gemm's loop order and float steps; per word the four

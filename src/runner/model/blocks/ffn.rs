@@ -1,6 +1,6 @@
 //! The SwiGLU feed-forward block: `down(silu(gate(x)) * up(x))`.
 
-use super::{Ctx, project};
+use super::{Ctx, par_zip, project};
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::silu;
@@ -43,10 +43,9 @@ impl Ffn {
         ];
         project(ctx, &mut st.mm, &st.xn, ctx.hp.n_embd, jobs, Phase::Matmul)?;
         let t = ctx.exec.profile.start();
-        st.ff_gate
-            .iter_mut()
-            .zip(&st.ff_up)
-            .for_each(|(g, u)| *g = silu(*g) * u);
+        par_zip(ctx, &mut st.ff_gate, &st.ff_up, 1, |gate, up| {
+            gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u)
+        });
         ctx.exec.profile.stop(Phase::Elementwise, t);
         let jobs = &mut [(&self.down, &mut st.out[..])];
         project(

@@ -141,13 +141,39 @@ fn transform<'a>(
     xt
 }
 
+/// Values an element-wise step hands to one pool job: below this a step runs on the calling
+/// thread (waking a worker costs about as much as 4096 `expf`).
+const PAR_MIN_VALUES: usize = 4096;
+
+/// `f(dst_piece, src_piece)` over matching pieces of `dst` and `src` of `piece` values each
+/// (the last may be shorter; `piece` is rounded up to a multiple of `row`, so rows stay whole),
+/// spread over the pool when there are several.
+pub(crate) fn par_zip(
+    ctx: &Ctx,
+    dst: &mut [f32],
+    src: &[f32],
+    row: usize,
+    f: impl Fn(&mut [f32], &[f32]) + Sync,
+) {
+    let piece = PAR_MIN_VALUES.div_ceil(row.max(1)) * row.max(1);
+    let n = dst.len().div_ceil(piece);
+    if n <= 1 {
+        f(dst, src);
+    } else {
+        let pieces = dst.chunks_mut(piece).zip(src.chunks(piece));
+        ctx.exec.pool.for_each_item(n, pieces, |(d, s)| f(d, s));
+    }
+}
+
 /// `dst[t] = rms_norm(src[t]) * w` for every token.
 pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
     let t = ctx.exec.profile.start();
     let d = w.len();
-    for (o, i) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)) {
-        super::ops::rms_norm_into(o, i, w, ctx.hp.eps);
-    }
+    par_zip(ctx, dst, src, d, |dst, src| {
+        for (o, i) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)) {
+            super::ops::rms_norm_into(o, i, w, ctx.hp.eps);
+        }
+    });
     ctx.exec.profile.stop(Phase::Elementwise, t);
 }
 
