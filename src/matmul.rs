@@ -514,10 +514,6 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// hold up the call.
 const CHUNKS_PER_THREAD: usize = 4;
 
-/// Row chunks per thread with several columns: a chunk of a gemm computes for much longer
-/// than it takes to start one, so finer chunks only shorten the wait for the last one.
-const GEMM_CHUNKS_PER_THREAD: usize = 16;
-
 /// One T2P matmul: `out[c * ld + r] = sum_k w[r][k] * x[c][k]`. See the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulPlan {
@@ -561,19 +557,14 @@ impl MatmulPlan {
         self.rows
     }
 
-    /// Row chunks to hand out to `threads` threads: 4 per thread for one column, 16 for
-    /// several, at most one per row group, one for a product too small to be worth splitting.
+    /// Row chunks to hand out to `threads` threads: 4 per thread, at most one per row group,
+    /// one for a product too small to be worth splitting.
     pub fn chunk_count(&self, threads: usize) -> usize {
         let groups = t2p_row_groups(self.rows);
         if self.rows * self.layout.k * self.layout.ncols < PARALLEL_MIN_MACS {
             return 1;
         }
-        let per_thread = if self.layout.ncols > 1 {
-            GEMM_CHUNKS_PER_THREAD
-        } else {
-            CHUNKS_PER_THREAD
-        };
-        (threads.max(1) * per_thread).clamp(1, groups)
+        (threads.max(1) * CHUNKS_PER_THREAD).clamp(1, groups)
     }
 
     /// Rows of chunk `i` of `n`: whole row groups, as even as possible (the last chunk ends at
