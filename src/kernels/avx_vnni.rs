@@ -124,7 +124,11 @@ unsafe fn gemm_vnni(
     let rows_idx = _mm256_setr_epi32(0, 1, 0, 1, 2, 3, 2, 3);
     let c01_idx = _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1);
     let c23_idx = _mm256_setr_epi32(2, 2, 3, 3, 2, 2, 3, 3);
-    let mut sums: Vec<[i32; 4]> = vec![[0; 4]; nb];
+    // Per-thread, allocated once per thread (a forward pass must not allocate).
+    let mut sums = SUMS.take();
+    sums.clear();
+    sums.reserve(nb.max(super::x86_q8_0::MIN_BLOCKS));
+    sums.resize(nb, [0; 4]);
     for (t, tile) in y.chunks_exact(half_n).enumerate().take(ncols.div_ceil(4)) {
         let real = (ncols - 4 * t).min(4);
         for (b, s) in sums.iter_mut().enumerate() {
@@ -174,6 +178,12 @@ unsafe fn gemm_vnni(
             store_tile(out, ld, 4 * t, real, g, [acc01, acc23]);
         }
     }
+    SUMS.set(sums);
+}
+
+thread_local! {
+    /// [`gemm_vnni`]'s per-block activation sums of one tile, reused from call to call.
+    static SUMS: std::cell::Cell<Vec<[i32; 4]>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Writes the `real` columns of a 4-column result `[c r0, c r1, c' r0, c' r1 | c r2, c r3, ...]`
