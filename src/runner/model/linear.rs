@@ -309,21 +309,17 @@ pub fn gemv_many<'m, M: Sync>(
         }
         total += MatmulPlan::new(t.rows(), t.k(), 1, layout.act())?.chunk_count(threads);
     }
-    let chunks = jobs.iter_mut().flat_map(|(m, out)| {
-        let job = pick(*m).and_then(|t| {
+    let chunks = jobs
+        .iter_mut()
+        .filter_map(|(m, out)| {
+            let t = pick(*m)?;
             let plan = MatmulPlan::new(t.rows(), t.k(), 1, layout.act()).ok()?;
-            Some((t, plan, plan.chunk_count(threads)))
-        });
-        let out = match job {
-            Some((t, _, _)) => &mut out[..t.rows()],
-            None => &mut [][..],
-        };
-        let n = job.map_or(0, |(_, _, n)| n);
-        pieces(out, n, move |i| {
-            job.map_or(0, |(_, p, n)| p.chunk_rows(i, n).len())
+            Some((t, plan, plan.chunk_count(threads), &mut out[..t.rows()]))
         })
-        .filter_map(move |(i, piece)| job.map(|(t, plan, n)| (t, plan, n, i, piece)))
-    });
+        .flat_map(|(t, plan, n, out)| {
+            pieces(out, n, move |i| plan.chunk_rows(i, n).len())
+                .map(move |(i, piece)| (t, plan, n, i, piece))
+        });
     let timer = ChunkTimer::new(exec);
     exec.pool
         .for_each_item(total, chunks, |(t, plan, n, i, piece)| {
