@@ -23,6 +23,7 @@ pub mod format;
 pub mod kernels;
 pub mod matmul;
 pub mod pool;
+pub mod quant_matrix;
 #[cfg(feature = "runner")]
 pub mod runner;
 #[cfg(feature = "testkit")]

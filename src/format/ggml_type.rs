@@ -7,7 +7,8 @@
 //! time) and the fixture writers. The llama.cpp patch maps ggml's own `GGML_TYPE_*` enum to
 //! `T2P_TYPE_*`, whose values are these ids.
 //!
-//! Only a few types can be loaded ([`GgmlType::is_loadable`]): the dense ones and every ternary
+//! Only some types can be loaded ([`GgmlType::is_loadable`]): the dense ones, ggml's standard
+//! block types ([`GgmlType::is_quant`], multiplied as the file holds them) and every ternary
 //! format ([`GgmlType::is_ternary`], repacked into T2P at load); the others are known by name and
 //! size so that `libt2p info` can describe any file and a loader can refuse them by name.
 
@@ -75,8 +76,24 @@ impl GgmlType {
     pub const F32: GgmlType = GgmlType(0);
     /// IEEE half.
     pub const F16: GgmlType = GgmlType(1);
+    /// 32 4-bit values with an fp16 scale (18 bytes).
+    pub const Q4_0: GgmlType = GgmlType(2);
+    /// 32 4-bit values with an fp16 scale and minimum (20 bytes).
+    pub const Q4_1: GgmlType = GgmlType(3);
+    /// 32 5-bit values with an fp16 scale (22 bytes).
+    pub const Q5_0: GgmlType = GgmlType(6);
+    /// 32 5-bit values with an fp16 scale and minimum (24 bytes).
+    pub const Q5_1: GgmlType = GgmlType(7);
     /// 32 int8 with one fp16 scale (34 bytes).
     pub const Q8_0: GgmlType = GgmlType(8);
+    /// 32 int8 with an fp16 scale and the scaled sum (36 bytes): activations of Q4_1 / Q5_1.
+    pub const Q8_1: GgmlType = GgmlType(9);
+    /// 256 4-bit values in 8 sub-blocks with 6-bit scales and minimums (144 bytes).
+    pub const Q4_K: GgmlType = GgmlType(12);
+    /// 256 5-bit values in 8 sub-blocks with 6-bit scales and minimums (176 bytes).
+    pub const Q5_K: GgmlType = GgmlType(13);
+    /// 256 6-bit values in 16 sub-blocks with int8 scales (210 bytes).
+    pub const Q6_K: GgmlType = GgmlType(14);
     /// 256 int8 with an f32 scale and 16 partial sums (292 bytes): llama.cpp's activations for
     /// `tq*` weights.
     pub const Q8_K: GgmlType = GgmlType(15);
@@ -147,7 +164,35 @@ impl GgmlType {
 
     /// Whether the runner's `TensorStore` can load tensors of this type.
     pub fn is_loadable(self) -> bool {
-        self.is_ternary() || matches!(self, Self::F32 | Self::F16 | Self::BF16 | Self::Q8_0)
+        self.is_ternary() || self.is_quant() || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+    }
+
+    /// Whether the type is one of ggml's standard block types the runner multiplies as the
+    /// file holds them ([`crate::format::QuantBlock`]): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+    /// Q5_K, Q6_K.
+    pub fn is_quant(self) -> bool {
+        matches!(
+            self,
+            Self::Q4_0
+                | Self::Q4_1
+                | Self::Q5_0
+                | Self::Q5_1
+                | Self::Q8_0
+                | Self::Q4_K
+                | Self::Q5_K
+                | Self::Q6_K
+        )
+    }
+
+    /// The names of every type [`is_loadable`](Self::is_loadable) accepts, for messages.
+    pub fn loadable_names() -> String {
+        TABLE
+            .iter()
+            .map(|t| GgmlType(t.id))
+            .filter(|t| t.is_loadable())
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Whether the type is a ternary block format the loader repacks into T2P: pq2_0 (and
@@ -181,7 +226,8 @@ mod tests {
         assert_eq!(GgmlType::TQ1_0.block(), Some((256, 54)));
         assert_eq!(GgmlType::TQ2_0.block(), Some((256, 66)));
         assert_eq!(GgmlType::PTQ1_0.block(), Some((128, 28)));
-        assert!(GgmlType::PTQ1_0.is_loadable() && !GgmlType(12).is_loadable());
+        assert!(GgmlType::PTQ1_0.is_loadable() && GgmlType(12).is_loadable());
+        assert!(!GgmlType(16).is_loadable() && !GgmlType(10).is_loadable());
         assert_eq!(GgmlType(42).block(), None);
         assert_eq!(GgmlType(999).name(), "type999");
     }

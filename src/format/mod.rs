@@ -1,4 +1,5 @@
-//! Byte layouts: the GGML type table ([`GgmlType`]), the file format (`pq2_0`), the activation formats (`q8_K`, `q8_K x4`, `q8_0`) and the
+//! Byte layouts: the GGML type table ([`GgmlType`]), the file format (`pq2_0`), ggml's standard
+//! block types ([`QuantBlock`]: Q4_0 ... Q6_K, each with its scalar reference), the activation formats (`q8_K`, `q8_K x4`, `q8_0`) and the
 //! T2P row-pair layout, with exact conversions between them.
 //!
 //! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
@@ -8,6 +9,7 @@ mod ggml_type;
 mod pq2_0;
 mod q8_0;
 mod q8k;
+mod quants;
 mod repack;
 mod t2p;
 mod ternary;
@@ -20,6 +22,11 @@ pub use q8k::{
     BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
     quantize_q8k_x4, quantize_row_q8k,
 };
+pub use quants::{
+    ActBlock, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_1,
+    QuantBlock, dequantize_blocks, quantize_act, quantize_q8_0_blocks, vec_dot,
+};
+pub(crate) use quants::{scale_min_k4, with_quant_block};
 pub use repack::{
     check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
     t2p_row_groups, unpack_t2p_to_pq2_0,

@@ -67,9 +67,8 @@ impl BlockQ8_0Quad {
         BlockQ8_0Quad { d, sums, qs }
     }
 
-    /// Quantizes 128 values exactly as ggml's x86 `quantize_row_q8_0` does per 32: `amax` sets
-    /// `d = amax / 127` (stored as fp16) and `q = round_half_even(x * (127 / amax))`; an
-    /// all-zero block gets `d = 0` and zero values.
+    /// Quantizes 128 values exactly as ggml's x86 `quantize_row_q8_0` does per 32 (see
+    /// [`BlockQ8_0::quantize`]).
     pub fn quantize(x: &[f32; QK_PQ2_0]) -> Self {
         let mut qs = [0i8; QK_PQ2_0];
         let mut d = [0.0f32; 4];
@@ -78,16 +77,35 @@ impl BlockQ8_0Quad {
             .zip(qs.chunks_exact_mut(QK8_0))
             .enumerate()
         {
-            let amax = chunk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            d[j] = f16_to_f32(f32_to_f16(amax / 127.0));
-            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-            for (q, &v) in q.iter_mut().zip(chunk) {
-                // |v * id| <= 127 up to rounding; the clamp mirrors ggml's saturating packs.
-                *q = round_half_even(v * id).clamp(-128, 127) as i8;
-            }
+            let (q32, dj) = quantize_32(chunk.try_into().expect("32 values"));
+            q.copy_from_slice(&q32);
+            d[j] = f16_to_f32(f32_to_f16(dj));
         }
         Self::from_qs(qs, d)
     }
+}
+
+impl BlockQ8_0 {
+    /// Quantizes 32 values exactly as ggml's x86 `quantize_row_q8_0`: `amax` sets
+    /// `d = amax / 127` (stored as fp16) and `q = round_half_even(x * (127 / amax))`; an
+    /// all-zero block gets `d = 0` and zero values.
+    pub fn quantize(x: &[f32; QK8_0]) -> Self {
+        let (qs, d) = quantize_32(x);
+        BlockQ8_0 {
+            d: f32_to_f16(d),
+            qs,
+        }
+    }
+}
+
+/// The values and the (not yet fp16-rounded) scale `amax / 127` of 32 values, as ggml's x86
+/// q8_0 / q8_1 quantizers compute them.
+pub(crate) fn quantize_32(x: &[f32; QK8_0]) -> ([i8; QK8_0], f32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    // |v * id| <= 127 up to rounding; the clamp mirrors ggml's saturating packs.
+    let qs = x.map(|v| round_half_even(v * id).clamp(-128, 127) as i8);
+    (qs, amax / 127.0)
 }
 
 /// Round half to even through the float mantissa: equal to `f32::round_ties_even` for

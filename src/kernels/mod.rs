@@ -34,7 +34,9 @@ mod avx_vnni;
 pub mod cpu;
 #[cfg(target_arch = "x86_64")]
 mod prefetch;
+mod quant;
 pub mod scalar;
+pub use quant::{QuantKernel, quant_path_name};
 #[cfg(target_arch = "x86_64")]
 mod x86_q8_0;
 

@@ -1,0 +1,278 @@
+//! ggml's 32-weight block types (Q4_0, Q4_1, Q5_0, Q5_1; Q8_0 lives in `q8_0.rs`) and the
+//! `q8_1` activations of Q4_1 / Q5_1, with ggml's scalar dot products.
+//!
+//! Integer sums are exact; each fold is the float expression of ggml's scalar
+//! `ggml_vec_dot_*_q8_*` for one block, evaluated in the same order.
+
+use bytemuck::{Pod, Zeroable};
+
+use super::super::{BlockQ8_0, GgmlType, QK8_0, f16_to_f32, f32_to_f16};
+use super::{ActBlock, QuantBlock, idot};
+
+/// `{ ggml_half d; uint8_t qs[16]; }`: weight `j` is `(nibble_j - 8) * d`, nibbles `j < 16` in
+/// the low halves of `qs`, `j >= 16` in the high halves.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ4_0 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// Packed nibbles.
+    pub qs: [u8; 16],
+}
+
+/// `{ ggml_half d, m; uint8_t qs[16]; }`: weight `j` is `nibble_j * d + m`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ4_1 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// Minimum, fp16 bits.
+    pub m: u16,
+    /// Packed nibbles.
+    pub qs: [u8; 16],
+}
+
+/// `{ ggml_half d; uint8_t qh[4]; uint8_t qs[16]; }`: weight `j` is `(q_j - 16) * d` with the
+/// fifth bit of `q_j` in bit `j` of the little-endian word `qh`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ5_0 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// Fifth bits, a little-endian `u32`.
+    pub qh: [u8; 4],
+    /// Packed low nibbles.
+    pub qs: [u8; 16],
+}
+
+/// `{ ggml_half d, m; uint8_t qh[4]; uint8_t qs[16]; }`: weight `j` is `q_j * d + m`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ5_1 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// Minimum, fp16 bits.
+    pub m: u16,
+    /// Fifth bits, a little-endian `u32`.
+    pub qh: [u8; 4],
+    /// Packed low nibbles.
+    pub qs: [u8; 16],
+}
+
+/// ggml's `block_q8_1`: `{ ggml_half d, s; int8_t qs[32]; }` with `s = d * sum(qs)`, the
+/// activations of Q4_1 / Q5_1.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_1 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// `d * sum(qs)` (with `d` before its fp16 rounding), fp16 bits.
+    pub s: u16,
+    /// Quantized values.
+    pub qs: [i8; QK8_0],
+}
+
+impl ActBlock for BlockQ8_1 {
+    const VALUES: usize = QK8_0;
+
+    /// As ggml's x86 `quantize_row_q8_1`: `d = amax / 127`, `q = round_half_even(x * 127 / amax)`,
+    /// `s = d * sum(q)`; an all-zero block is zeros.
+    fn quantize(x: &[f32]) -> Self {
+        let (qs, d) = super::super::q8_0::quantize_32(x.try_into().expect("32 values"));
+        let sum: i32 = qs.iter().map(|&q| q as i32).sum();
+        BlockQ8_1 {
+            d: f32_to_f16(d),
+            s: f32_to_f16(d * sum as f32),
+            qs,
+        }
+    }
+}
+
+/// Quantizes `x` into ggml `block_q8_0`s (`x.len() / 32` of them), as ggml's x86 quantizer.
+pub fn quantize_q8_0_blocks(x: &[f32], out: &mut [BlockQ8_0]) {
+    super::quantize_act(x, out);
+}
+
+/// The 32 values of packed nibbles: low halves then high halves.
+#[inline]
+fn nibbles(qs: &[u8; 16]) -> [u8; 32] {
+    std::array::from_fn(|j| if j < 16 { qs[j] & 0xF } else { qs[j - 16] >> 4 })
+}
+
+/// The 32 five-bit values of packed nibbles and the `qh` word.
+#[inline]
+fn fives(qs: &[u8; 16], qh: [u8; 4]) -> [u8; 32] {
+    let qh = u32::from_le_bytes(qh);
+    let lo = nibbles(qs);
+    std::array::from_fn(|j| lo[j] | (((qh >> j) & 1) << 4) as u8)
+}
+
+fn signed(u: [u8; 32], offset: u8) -> [i8; 32] {
+    u.map(|v| v as i8 - offset as i8)
+}
+
+impl QuantBlock for BlockQ4_0 {
+    const TYPE: GgmlType = GgmlType::Q4_0;
+    const WEIGHTS: usize = QK8_0;
+    type Act = BlockQ8_0;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let d = f16_to_f32(self.d);
+        for (o, q) in out.iter_mut().zip(signed(nibbles(&self.qs), 8)) {
+            *o = q as f32 * d;
+        }
+    }
+
+    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
+        [idot(&signed(nibbles(&self.qs), 8), &a.qs), 0]
+    }
+
+    /// `acc + isum * (d_w * d_a)`.
+    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite()
+    }
+}
+
+impl QuantBlock for BlockQ5_0 {
+    const TYPE: GgmlType = GgmlType::Q5_0;
+    const WEIGHTS: usize = QK8_0;
+    type Act = BlockQ8_0;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let d = f16_to_f32(self.d);
+        for (o, q) in out.iter_mut().zip(signed(fives(&self.qs, self.qh), 16)) {
+            *o = q as f32 * d;
+        }
+    }
+
+    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
+        [idot(&signed(fives(&self.qs, self.qh), 16), &a.qs), 0]
+    }
+
+    /// `acc + isum * (d_w * d_a)`.
+    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite()
+    }
+}
+
+impl QuantBlock for BlockQ4_1 {
+    const TYPE: GgmlType = GgmlType::Q4_1;
+    const WEIGHTS: usize = QK8_0;
+    type Act = BlockQ8_1;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let (d, m) = (f16_to_f32(self.d), f16_to_f32(self.m));
+        for (o, q) in out.iter_mut().zip(nibbles(&self.qs)) {
+            *o = q as f32 * d + m;
+        }
+    }
+
+    fn int_dot(&self, a: &BlockQ8_1) -> [i32; 2] {
+        [idot(&signed(nibbles(&self.qs), 0), &a.qs), 0]
+    }
+
+    /// `acc + ((d_w * d_a) * isum + m_w * s_a)`.
+    fn fold(&self, a: &BlockQ8_1, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        let dd = f16_to_f32(self.d) * f16_to_f32(a.d);
+        acc + (dd * isum as f32 + f16_to_f32(self.m) * f16_to_f32(a.s))
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite() && f16_to_f32(self.m).is_finite()
+    }
+}
+
+impl QuantBlock for BlockQ5_1 {
+    const TYPE: GgmlType = GgmlType::Q5_1;
+    const WEIGHTS: usize = QK8_0;
+    type Act = BlockQ8_1;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let (d, m) = (f16_to_f32(self.d), f16_to_f32(self.m));
+        for (o, q) in out.iter_mut().zip(fives(&self.qs, self.qh)) {
+            *o = q as f32 * d + m;
+        }
+    }
+
+    fn int_dot(&self, a: &BlockQ8_1) -> [i32; 2] {
+        [idot(&signed(fives(&self.qs, self.qh), 0), &a.qs), 0]
+    }
+
+    /// `acc + ((d_w * d_a) * isum + m_w * s_a)`.
+    fn fold(&self, a: &BlockQ8_1, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        let dd = f16_to_f32(self.d) * f16_to_f32(a.d);
+        acc + (dd * isum as f32 + f16_to_f32(self.m) * f16_to_f32(a.s))
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite() && f16_to_f32(self.m).is_finite()
+    }
+}
+
+impl QuantBlock for BlockQ8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+    const WEIGHTS: usize = QK8_0;
+    type Act = BlockQ8_0;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        self.dequantize_into(out);
+    }
+
+    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
+        [idot(&self.qs, &a.qs), 0]
+    }
+
+    /// `acc + isum * (d_w * d_a)`.
+    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q4_0_and_q5_0_decode_as_ggml() {
+        let mut b = BlockQ4_0 {
+            d: f32_to_f16(0.5),
+            qs: [0; 16],
+        };
+        b.qs[0] = 0xF3; // weight 0: 3 - 8, weight 16: 15 - 8
+        let mut out = [0.0; 32];
+        b.dequantize(&mut out);
+        assert_eq!((out[0], out[16], out[1]), (-2.5, 3.5, -4.0));
+        let mut c = BlockQ5_0 {
+            d: f32_to_f16(1.0),
+            qh: 0x0001_0001u32.to_le_bytes(),
+            qs: [0; 16],
+        };
+        c.qs[0] = 0x21;
+        c.dequantize(&mut out);
+        // weight 0: 1 | 16 -> 17 - 16; weight 16: 2 | 16 -> 18 - 16; weight 1: 0 - 16.
+        assert_eq!((out[0], out[16], out[1]), (1.0, 2.0, -16.0));
+    }
+
+    #[test]
+    fn q8_1_sum_is_scaled_by_the_unrounded_d() {
+        let mut x = [0.0f32; 32];
+        x[0] = 1.0;
+        x[1] = -0.5;
+        let b = BlockQ8_1::quantize(&x);
+        assert_eq!(b.qs[0], 127);
+        assert_eq!(b.qs[1], -64); // -63.5 rounds to even
+        assert_eq!(f16_to_f32(b.s), f16_to_f32(f32_to_f16(63.0 / 127.0)));
+    }
+}

@@ -1,0 +1,461 @@
+//! AVX2 + F16C kernels for ggml block types.
+//!
+//! Rows go in groups of four (a short last group repeats its last row and drops the copies):
+//! per block and column each row's exact integer sums come from its SIMD dot step as eight
+//! int32 lanes, one `hadd` tree reduces the four rows to one vector, and the fold runs on the
+//! four rows at once, lane = row, with the same separately rounded operations, in the same
+//! order, as [`QuantBlock::fold`]. So the results equal the scalar reference bit for bit.
+//!
+//! The int8 products use `maddubs(|y|, sign(w, y))`: weights decode to `|w| <= 32` (Q8_0,
+//! whose weights reach -128, widens to int16 instead), so the int16 pair sums stay below
+//! 2 * 128 * 32 and never saturate, whatever the activations, -128 included.
+
+use std::arch::x86_64::*;
+
+use super::QuantKernels;
+use crate::format::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K, QuantBlock,
+};
+
+macro_rules! safe_rows {
+    ($($name:ident: $B:ty),* $(,)?) => {
+        $(fn $name(w: &[$B], nb: usize, y: &[<$B as QuantBlock>::Act], ncols: usize, out: &mut [f32], ld: usize) {
+            // SAFETY: this table is only reachable through `Kernels` of the AVX2 / AVX-VNNI
+            // paths, which exist only after AVX2 and F16C were detected.
+            unsafe { rows::<$B>(w, nb, y, ncols, out, ld) }
+        })*
+    };
+}
+safe_rows!(
+    q4_0: BlockQ4_0, q4_1: BlockQ4_1, q5_0: BlockQ5_0, q5_1: BlockQ5_1, q8_0: BlockQ8_0,
+    q4_k: BlockQ4K, q5_k: BlockQ5K, q6_k: BlockQ6K,
+);
+
+pub(super) static KERNELS: QuantKernels = QuantKernels {
+    q4_0,
+    q4_1,
+    q5_0,
+    q5_1,
+    q8_0,
+    q4_k,
+    q5_k,
+    q6_k,
+};
+
+/// A block type's AVX2 steps.
+trait Avx2Block: QuantBlock {
+    /// The block's `isum` as eight int32 lanes and its `msum`.
+    unsafe fn dot(&self, a: &Self::Act) -> (__m256i, i32);
+    /// `acc + fold` for four rows' blocks `w` (lane = row), from their sums.
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &Self::Act,
+        isum: __m128i,
+        msum: __m128i,
+        acc: __m128,
+    ) -> __m128;
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn rows<B: Avx2Block>(
+    w: &[B],
+    nb: usize,
+    y: &[B::Act],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let rows = w.len() / nb;
+    for r0 in (0..rows).step_by(4) {
+        let row = |i: usize| &w[(r0 + i).min(rows - 1) * nb..][..nb];
+        let group = [row(0), row(1), row(2), row(3)];
+        for c in 0..ncols {
+            let col = &y[c * nb..(c + 1) * nb];
+            let mut acc = _mm_setzero_ps();
+            for (b, a) in col.iter().enumerate() {
+                // SAFETY (all calls below): the CPU has AVX2 and F16C (this fn's contract).
+                let (i0, m0) = unsafe { group[0][b].dot(a) };
+                let (i1, m1) = unsafe { group[1][b].dot(a) };
+                let (i2, m2) = unsafe { group[2][b].dot(a) };
+                let (i3, m3) = unsafe { group[3][b].dot(a) };
+                let isum = reduce4(i0, i1, i2, i3);
+                let msum = _mm_setr_epi32(m0, m1, m2, m3);
+                let ws = [&group[0][b], &group[1][b], &group[2][b], &group[3][b]];
+                acc = unsafe { B::fold4(ws, a, isum, msum, acc) };
+            }
+            let mut lanes = [0f32; 4];
+            // SAFETY: `lanes` holds four f32.
+            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
+            let n = (rows - r0).min(4);
+            out[c * ld + r0..][..n].copy_from_slice(&lanes[..n]);
+        }
+    }
+}
+
+/// The four totals of four int32x8 vectors.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn reduce4(v0: __m256i, v1: __m256i, v2: __m256i, v3: __m256i) -> __m128i {
+    let a = _mm256_hadd_epi32(v0, v1);
+    let b = _mm256_hadd_epi32(v2, v3);
+    let c = _mm256_hadd_epi32(a, b);
+    _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256::<1>(c))
+}
+
+/// Exact int16 pair sums of `w * y` for `|w| <= 64` and any int8 `y`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mul_pairs(w: __m256i, y: __m256i) -> __m256i {
+    _mm256_maddubs_epi16(_mm256_abs_epi8(y), _mm256_sign_epi8(w, y))
+}
+
+/// Exact int32 lanes of `w * y` (`|w| <= 64`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot32(w: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(mul_pairs(w, y), _mm256_set1_epi16(1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load32(p: &[i8; 32]) -> __m256i {
+    // SAFETY: `p` is 32 readable bytes; the load is unaligned.
+    unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
+}
+
+/// The 32 nibbles of `qs`: low halves in the low lane, high halves in the high lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibbles(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: `qs` is 16 readable bytes.
+    let q = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(q, m);
+    let hi = _mm_and_si128(_mm_srli_epi16::<4>(q), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// `0x10` in byte `j` where bit `j` of the little-endian word `qh` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fifth_bits(qh: [u8; 4]) -> __m256i {
+    let v = _mm256_set1_epi32(i32::from_le_bytes(qh));
+    let spread = _mm256_setr_epi8(
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
+        3, 3,
+    );
+    bit_bytes(
+        _mm256_shuffle_epi8(v, spread),
+        0x8040_2010_0804_0201u64 as i64,
+    )
+}
+
+/// `0x10` in each byte of `v` whose bit given by the byte's place in `masks` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bit_bytes(v: __m256i, masks: i64) -> __m256i {
+    let m = _mm256_set1_epi64x(masks);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+#[inline]
+#[target_feature(enable = "f16c")]
+fn half(bits: u16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+#[inline]
+#[target_feature(enable = "f16c")]
+fn half4(b: [u16; 4]) -> __m128 {
+    let v = _mm_setr_epi16(
+        b[0] as i16,
+        b[1] as i16,
+        b[2] as i16,
+        b[3] as i16,
+        0,
+        0,
+        0,
+        0,
+    );
+    _mm_cvtph_ps(v)
+}
+
+/// `acc + isum * (d_w * d_a)` on four rows.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn fold_scaled(d_w: [u16; 4], d_a: f32, isum: __m128i, acc: __m128) -> __m128 {
+    let dd = _mm_mul_ps(half4(d_w), _mm_set1_ps(d_a));
+    _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(isum), dd))
+}
+
+/// `acc + ((d_w * d_a) * isum + m_w * s_a)` on four rows.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn fold_offset(d_w: [u16; 4], m_w: [u16; 4], a: &BlockQ8_1, isum: __m128i, acc: __m128) -> __m128 {
+    let dd = _mm_mul_ps(half4(d_w), _mm_set1_ps(half(a.d)));
+    let ms = _mm_mul_ps(half4(m_w), _mm_set1_ps(half(a.s)));
+    _mm_add_ps(acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps(isum)), ms))
+}
+
+impl Avx2Block for BlockQ4_0 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
+        let w = _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8));
+        (dot32(w, load32(&a.qs)), 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_0,
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ5_0 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
+        let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
+        let w = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        (dot32(w, load32(&a.qs)), 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_0,
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ4_1 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
+        (dot32(nibbles(&self.qs), load32(&a.qs)), 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_1,
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ5_1 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
+        let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
+        (dot32(q, load32(&a.qs)), 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_1,
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ8_0 {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
+        // Weights reach -128: widen both to int16 (exact products, pair sums <= 2^15).
+        let (w, y) = (load32(&self.qs), load32(&a.qs));
+        let lo = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y)),
+        );
+        let hi = _mm256_madd_epi16(
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(y)),
+        );
+        (_mm256_add_epi32(lo, hi), 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_0,
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+    }
+}
+
+/// Activation bytes `32c .. 32c + 32` of a `q8_K` block.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q8k_chunk(a: &BlockQ8K, c: usize) -> __m256i {
+    load32(a.qs[32 * c..32 * c + 32].try_into().expect("32 bytes"))
+}
+
+/// `sum_j m_j * (bsums[2j] + bsums[2j + 1])`: the minimums' part of Q4_K / Q5_K.
+#[inline]
+fn min_sum(scales: &[u8; 12], a: &BlockQ8K) -> i32 {
+    (0..8)
+        .map(|j| {
+            let (_, m) = crate::format::scale_min_k4(j, scales);
+            m as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32)
+        })
+        .sum()
+}
+
+/// The Q4_K / Q5_K integer sums, the fifth bits from `qh` when given.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot_k4(
+    scales: &[u8; 12],
+    qs: &[u8; 128],
+    qh: Option<&[u8; 32]>,
+    a: &BlockQ8K,
+) -> (__m256i, i32) {
+    let low = _mm256_set1_epi8(0x0F);
+    // SAFETY: `qh` is 32 readable bytes.
+    let h = qh.map(|qh| unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) });
+    let mut acc = _mm256_setzero_si256();
+    for c in 0..4 {
+        // SAFETY: bytes `32c .. 32c + 32` of the 128 in `qs`.
+        let q = unsafe { _mm256_loadu_si256(qs.as_ptr().add(32 * c).cast()) };
+        for hi in 0..2 {
+            let j = 2 * c + hi;
+            let mut v =
+                _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * hi as i32)), low);
+            if let Some(h) = h {
+                v = _mm256_or_si256(v, bit_bytes(h, 0x0101_0101_0101_0101i64 << j));
+            }
+            let (sc, _) = crate::format::scale_min_k4(j, scales);
+            let p = mul_pairs(v, q8k_chunk(a, j));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(sc as i16)));
+        }
+    }
+    (acc, min_sum(scales, a))
+}
+
+/// `acc + ((d * d_a) * isum - (dmin * d_a) * msum)` on four rows.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn fold_k_min(
+    d: [u16; 4],
+    dmin: [u16; 4],
+    a: &BlockQ8K,
+    isum: __m128i,
+    msum: __m128i,
+    acc: __m128,
+) -> __m128 {
+    let da = _mm_set1_ps(a.d);
+    let dd = _mm_mul_ps(half4(d), da);
+    let dm = _mm_mul_ps(half4(dmin), da);
+    let sum = _mm_sub_ps(
+        _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)),
+        _mm_mul_ps(dm, _mm_cvtepi32_ps(msum)),
+    );
+    _mm_add_ps(acc, sum)
+}
+
+impl Avx2Block for BlockQ4K {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
+        dot_k4(&self.scales, &self.qs, None, a)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8K,
+        isum: __m128i,
+        msum: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_k_min(w.map(|b| b.d), w.map(|b| b.dmin), a, isum, msum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ5K {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
+        dot_k4(&self.scales, &self.qs, Some(&self.qh), a)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8K,
+        isum: __m128i,
+        msum: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        fold_k_min(w.map(|b| b.d), w.map(|b| b.dmin), a, isum, msum, acc)
+    }
+}
+
+impl Avx2Block for BlockQ6K {
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
+        let low = _mm256_set1_epi8(0x0F);
+        let two = _mm256_set1_epi8(0x30);
+        let off = _mm256_set1_epi8(32);
+        let mut acc = _mm256_setzero_si256();
+        for n in 0..2 {
+            // SAFETY: bytes `64n .. 64n + 64` of `ql` (128) and `32n .. 32n + 32` of `qh` (64).
+            let (qa, qb, h) = unsafe {
+                (
+                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * n).cast()),
+                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32).cast()),
+                    _mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast()),
+                )
+            };
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(qa, low),
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(h), two),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(qb, low),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(h), two),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), low),
+                    _mm256_and_si256(h, two),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), low),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(h), two),
+                ),
+            ];
+            for (i, q) in q.into_iter().enumerate() {
+                let s = &self.scales[8 * n + 2 * i..];
+                let sc = _mm256_set_m128i(_mm_set1_epi16(s[1] as i16), _mm_set1_epi16(s[0] as i16));
+                let p = mul_pairs(_mm256_sub_epi8(q, off), q8k_chunk(a, 4 * n + i));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+            }
+        }
+        (acc, 0)
+    }
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(w: [&Self; 4], a: &BlockQ8K, isum: __m128i, _: __m128i, acc: __m128) -> __m128 {
+        let dd = _mm_mul_ps(half4(w.map(|b| b.d)), _mm_set1_ps(a.d));
+        _mm_add_ps(acc, _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)))
+    }
+}

@@ -1,0 +1,100 @@
+//! Kernels for ggml's standard block types ([`QuantBlock`]: Q4_0 ... Q6_K), multiplied as the
+//! file holds them: the LM heads, token tables and fallback matrices of the files users have.
+//!
+//! One entry per type, [`Kernels::quant_rows`]: `rows` rows of `nb` blocks times `ncols`
+//! activation columns. Each row's blocks are read from memory once for all columns. Every path
+//! computes the block's exact integer sums and folds them with the float expression of
+//! [`QuantBlock::fold`], block after block, so all paths give bit-identical results.
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod scalar;
+
+use super::{Isa, Kernels};
+use crate::format::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, QuantBlock,
+};
+
+/// `w`: `rows * nb` blocks (row `r` at `r * nb`), `y`: `ncols * nb` activation blocks (column
+/// `c` at `c * nb`); writes `out[c * ld + r]`.
+pub(crate) type QuantRowsFn<B> =
+    fn(w: &[B], nb: usize, y: &[<B as QuantBlock>::Act], ncols: usize, out: &mut [f32], ld: usize);
+
+/// The kernels of one path for ggml block types, one per type (opaque: reached through
+/// [`Kernels::quant_rows`]).
+pub struct QuantKernels {
+    q4_0: QuantRowsFn<BlockQ4_0>,
+    q4_1: QuantRowsFn<BlockQ4_1>,
+    q5_0: QuantRowsFn<BlockQ5_0>,
+    q5_1: QuantRowsFn<BlockQ5_1>,
+    q8_0: QuantRowsFn<BlockQ8_0>,
+    q4_k: QuantRowsFn<BlockQ4K>,
+    q5_k: QuantRowsFn<BlockQ5K>,
+    q6_k: QuantRowsFn<BlockQ6K>,
+}
+
+/// A block type with kernels: picks its entry from a path's table.
+pub trait QuantKernel: QuantBlock {
+    #[doc(hidden)]
+    fn pick(k: &QuantKernels) -> QuantRowsFn<Self>;
+}
+
+macro_rules! quant_kernel {
+    ($($B:ty => $field:ident),* $(,)?) => {
+        $(impl QuantKernel for $B {
+            fn pick(k: &QuantKernels) -> QuantRowsFn<Self> {
+                k.$field
+            }
+        })*
+    };
+}
+quant_kernel!(
+    BlockQ4_0 => q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
+    BlockQ8_0 => q8_0, BlockQ4K => q4_k, BlockQ5K => q5_k, BlockQ6K => q6_k,
+);
+
+/// The table of `isa`: AVX2 for both x86 SIMD paths (AVX-VNNI CPUs have AVX2), the scalar
+/// reference elsewhere.
+fn table(isa: Isa) -> &'static QuantKernels {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => &avx2::KERNELS,
+        _ => &scalar::KERNELS,
+    }
+}
+
+/// Which implementation `isa` runs for ggml block types (for `libt2p check` / `info`).
+pub fn quant_path_name(isa: Isa) -> &'static str {
+    if std::ptr::eq(table(isa), &scalar::KERNELS) {
+        "scalar"
+    } else {
+        "avx2"
+    }
+}
+
+impl Kernels {
+    /// `out[c * ld + r] = dot(row r of w, column c of y)` for the `w.len() / nb` rows of ggml
+    /// blocks `w` and the `ncols` activation columns `y` (column `c` at `c * nb`).
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn quant_rows<B: QuantKernel>(
+        &self,
+        w: &[B],
+        nb: usize,
+        y: &[B::Act],
+        ncols: usize,
+        out: &mut [f32],
+        ld: usize,
+    ) {
+        assert!(nb > 0, "nb must be positive");
+        assert_eq!(w.len() % nb, 0, "weight blocks");
+        let rows = w.len() / nb;
+        assert_eq!(y.len(), ncols * nb, "activation blocks");
+        assert!(ld >= rows, "ld smaller than the rows");
+        if ncols > 0 && rows > 0 {
+            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
+            (B::pick(table(self.isa())))(w, nb, y, ncols, out, ld)
+        }
+    }
+}
