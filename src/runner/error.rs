@@ -211,7 +211,11 @@ impl fmt::Display for GgufError {
                 "tensor {name:?} (info at byte {offset}): unknown GGML type id {type_id}"
             ),
             UnsupportedTensorType { name, type_name } => {
-                write!(f, "tensor {name:?}: type {type_name} is not supported here")
+                write!(
+                    f,
+                    "tensor {name:?}: type {type_name} is not supported here (supported: {})",
+                    crate::format::GgmlType::loadable_names()
+                )
             }
             MissingKey { key } => write!(f, "missing metadata key {key:?}"),
             KeyType {

@@ -22,6 +22,7 @@ use crate::format::{
     repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
 use crate::matmul::T2pMatrix;
+use crate::quant_matrix::{QuantMatrix, quant_matrix_bytes};
 
 pub use crate::format::{BlockQ8_0, QK8_0};
 
@@ -41,8 +42,8 @@ pub enum TensorData {
     F16(Vec<u16>),
     /// bfloat16 bits.
     Bf16(Vec<u16>),
-    /// Q8_0 blocks.
-    Q8_0(Vec<BlockQ8_0>),
+    /// One of ggml's standard block types (Q4_0 ... Q6_K, Q8_0), in the file's bytes.
+    Quant(QuantMatrix),
 }
 
 /// A loaded tensor.
@@ -88,7 +89,7 @@ impl Tensor {
             TensorData::Pq2_0(v) => std::mem::size_of_val(v.as_slice()),
             TensorData::F32(v) => 4 * v.len(),
             TensorData::F16(v) | TensorData::Bf16(v) => 2 * v.len(),
-            TensorData::Q8_0(v) => std::mem::size_of_val(v.as_slice()),
+            TensorData::Quant(m) => m.size_bytes(),
         }
     }
 
@@ -141,12 +142,11 @@ impl Tensor {
                     *o = bf16_to_f32(b);
                 }
             }
-            TensorData::Q8_0(v) => {
-                let nb = k / QK8_0;
-                let blocks = v.get(row * nb..(row + 1) * nb).ok_or_else(short)?;
-                for (chunk, b) in out.chunks_exact_mut(QK8_0).zip(blocks) {
-                    b.dequantize_into(chunk);
+            TensorData::Quant(m) => {
+                if row >= m.rows() || m.k() != k {
+                    return Err(short());
                 }
+                m.dequantize_row(row, out);
             }
             TensorData::Pq2_0(v) => {
                 let nb = k / QK_PQ2_0;
@@ -446,7 +446,7 @@ fn load_one<R: Read + Seek>(
                 TensorData::Bf16(v)
             }
         }
-        GgmlType::Q8_0 => TensorData::Q8_0(read_vec(src, n / QK8_0, t, gguf, opts, progress)?),
+        ty if ty.is_quant() => load_quant(gguf, src, t, opts, progress)?,
         other => with_ternary_block!(
             other,
             B => load_ternary::<B, R>(gguf, src, t, opts, progress)?,
@@ -464,6 +464,42 @@ fn load_one<R: Read + Seek>(
         source_type: t.ggml_type,
         data,
     })
+}
+
+/// Loads a tensor of one of ggml's block types as the file holds it (checked: the byte size
+/// its shape needs, finite scales).
+fn load_quant<R: Read>(
+    gguf: &GgufFile,
+    src: &mut R,
+    t: &TensorInfo,
+    opts: &LoadOptions,
+    progress: &Counter,
+) -> Result<TensorData> {
+    let k = usize::try_from(t.shape.first().copied().unwrap_or(0)).ok();
+    let rows = usize::try_from(t.n_rows()).ok();
+    let (Some(k), Some(rows)) = (k, rows) else {
+        return Err(GgufError::Shape {
+            name: t.name.clone(),
+            reason: format!("shape {:?} does not fit in memory", t.shape),
+        });
+    };
+    let bytes = quant_matrix_bytes(t.ggml_type, rows, k).map_err(|e| shape_err(&t.name, e))?;
+    if bytes as u64 != t.n_bytes {
+        return Err(GgufError::Shape {
+            name: t.name.clone(),
+            reason: format!(
+                "{rows} rows of {k} {} take {bytes} bytes, the file gives {}",
+                t.ggml_type, t.n_bytes
+            ),
+        });
+    }
+    let mut words: Vec<u16> = read_vec(src, bytes / 2, t, gguf, opts, progress)?;
+    if cfg!(target_endian = "big") {
+        // Only the fp16 fields are multi-byte, and they sit at even offsets of every block.
+        words.iter_mut().for_each(|x| *x = u16::from_le(*x));
+    }
+    let m = QuantMatrix::new(t.ggml_type, rows, k, words).map_err(|e| shape_err(&t.name, e))?;
+    Ok(TensorData::Quant(m))
 }
 
 /// `(k, rows)` of a 2-D tensor, as `usize`.

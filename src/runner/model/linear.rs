@@ -11,6 +11,7 @@ use super::profile::{Phase, Profile};
 use crate::kernels::Kernels;
 use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix};
 use crate::pool::ThreadPool;
+use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
 
 /// Where matmuls run: the kernels and the one thread pool of the process.
@@ -119,7 +120,10 @@ impl Activations<'_> {
 pub enum Linear {
     /// Ternary weights in the T2P layout.
     T2p(T2pMatrix),
-    /// Any other type, dequantized to f32 at load (norm-sized or small models only).
+    /// One of ggml's block types (Q4_0 ... Q6_K), in the file's bytes: activations quantized
+    /// to its ggml `vec_dot_type`, as llama.cpp does.
+    Quant(QuantMatrix),
+    /// F32 / F16 / BF16, widened to f32 at load (norm-sized or small models only).
     Dense {
         /// Output rows.
         rows: usize,
@@ -143,6 +147,7 @@ impl Linear {
         let (k, rows) = (t.row_len(), t.n_rows());
         Ok(match t.data {
             TensorData::T2p(m) => Linear::T2p(m),
+            TensorData::Quant(m) => Linear::Quant(m),
             _ => Linear::Dense {
                 rows,
                 k,
@@ -155,6 +160,7 @@ impl Linear {
     pub fn rows(&self) -> usize {
         match self {
             Linear::T2p(m) => m.rows(),
+            Linear::Quant(m) => m.rows(),
             Linear::Dense { rows, .. } => *rows,
         }
     }
@@ -163,6 +169,7 @@ impl Linear {
     pub fn k(&self) -> usize {
         match self {
             Linear::T2p(m) => m.k(),
+            Linear::Quant(m) => m.k(),
             Linear::Dense { k, .. } => *k,
         }
     }
@@ -176,6 +183,7 @@ impl Linear {
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         match self {
             Linear::T2p(m) => m.dequantize_row(r, out),
+            Linear::Quant(m) => m.dequantize_row(r, out),
             Linear::Dense { k, w, .. } => out[..*k].copy_from_slice(&w[r * k..(r + 1) * k]),
         }
     }
@@ -184,6 +192,7 @@ impl Linear {
     pub fn size_bytes(&self) -> usize {
         match self {
             Linear::T2p(m) => m.size_bytes(),
+            Linear::Quant(m) => m.size_bytes(),
             Linear::Dense { w, .. } => 4 * w.len(),
         }
     }
@@ -222,6 +231,7 @@ impl Linear {
                     gemm_forward(exec, m, quant, out, tiles, phase)
                 }
             }
+            Linear::Quant(m) => quant_forward(exec, m, input, out, tiles, phase),
             Linear::Dense { w, k, .. } => {
                 let t = exec.profile.start();
                 dense_forward(exec, w, *k, rows, input.x, out);
@@ -361,6 +371,67 @@ fn gemm_forward(
             }
         });
     timer.finish(phase, n)
+}
+
+thread_local! {
+    /// The quantized activations of [`quant_forward`], grown to the largest batch once.
+    static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows `i` of `n` chunks of `rows`, in whole groups of four (the kernels' row groups).
+fn quant_chunk(rows: usize, i: usize, n: usize) -> std::ops::Range<usize> {
+    let groups = rows.div_ceil(4);
+    let at = |j: usize| (groups * j / n * 4).min(rows);
+    at(i)..at(i + 1)
+}
+
+/// `m` times the `input.n` columns: activations quantized once (as the matrix's ggml
+/// `vec_dot_type`), row chunks over the pool, each reading its rows once for every column.
+fn quant_forward(
+    exec: &Exec,
+    m: &QuantMatrix,
+    input: &Activations,
+    out: &mut [f32],
+    tiles: &mut Vec<f32>,
+    phase: Phase,
+) -> Result<()> {
+    let (rows, ncols) = (m.rows(), input.n);
+    QUANT_ACTS.with_borrow_mut(|work| {
+        let t = exec.profile.start();
+        work.resize(work.len().max(m.act_words(ncols)), 0);
+        m.quantize_acts(&input.x[..ncols * m.k()], work)
+            .map_err(|e| ModelError::BadShape(e.to_string()))?;
+        exec.profile.stop(Phase::Quantize, t);
+        let work = &work[..];
+        let n = (exec.pool.threads() * 4).min(rows.div_ceil(4)).max(1);
+        let timer = ChunkTimer::new(exec);
+        if ncols == 1 {
+            let chunks = pieces(out, n, |i| quant_chunk(rows, i, n).len());
+            exec.pool.for_each_item(n, chunks, |(i, piece)| {
+                let r = quant_chunk(rows, i, n);
+                timer.run(|| m.compute(exec.kern, work, 1, r.clone(), piece, r.len()));
+            });
+            return timer.finish(phase, n);
+        }
+        tiles.resize(tiles.len().max(rows * ncols), 0.0);
+        let chunks = pieces(&mut tiles[..rows * ncols], n, |i| {
+            quant_chunk(rows, i, n).len() * ncols
+        });
+        exec.pool.for_each_item(n, chunks, |(i, tile)| {
+            let r = quant_chunk(rows, i, n);
+            timer.run(|| m.compute(exec.kern, work, ncols, r.clone(), tile, r.len()));
+        });
+        let tiles = &tiles[..];
+        exec.pool
+            .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
+                for i in 0..n {
+                    let r = quant_chunk(rows, i, n);
+                    let tile = &tiles[r.start * ncols..r.end * ncols];
+                    col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
+                }
+            });
+        timer.finish(phase, n)
+    })
 }
 
 /// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token
