@@ -112,6 +112,19 @@ impl QuantMatrix {
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"))
     }
 
+    /// How many row chunks a product over `threads` threads is split into: four per thread
+    /// (so a slow thread leaves little behind), never smaller than one group of four rows.
+    pub fn chunk_count(&self, threads: usize) -> usize {
+        (threads * 4).min(self.rows.div_ceil(4)).max(1)
+    }
+
+    /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
+    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        let groups = self.rows.div_ceil(4);
+        let at = |j: usize| (groups * j.min(n) / n * 4).min(self.rows);
+        at(i)..at(i + 1)
+    }
+
     /// `u32` words of scratch [`quantize_acts`](Self::quantize_acts) needs for `ncols` columns.
     pub fn act_words(&self, ncols: usize) -> usize {
         with_quant_block!(self.ty, B => {

@@ -72,6 +72,7 @@ fn every_ternary_format_gives_the_same_logits() {
             let opts = SynthOptions {
                 ty: t,
                 scale_group: 256,
+                default_mix: false,
             };
             write_qwen3_with(&path(t), &shape, &vocab, 11, &opts).unwrap();
         }

@@ -6,6 +6,7 @@
 //! ternary weights, valid for both `libt2p` and llama.cpp.
 
 pub mod gguf_writer;
+pub mod quantize;
 pub mod synth;
 pub mod synth_qwen35;
 

@@ -205,6 +205,9 @@ pub struct SynthOptions {
     /// tq1_0 and F32 files of the same seed hold the same weights, and quantizing the F32 file
     /// with llama.cpp (`d = amax` per block) gives them back exactly.
     pub scale_group: usize,
+    /// Write `llama-quantize`'s default mix: `token_embd` as Q4_K and `output` as Q6_K
+    /// (rounded from the same ternary values), the rest in `ty`.
+    pub default_mix: bool,
 }
 
 impl SynthOptions {
@@ -215,7 +218,11 @@ impl SynthOptions {
             SynthType::Pq2_0 | SynthType::Q2_0Legacy => 128,
             SynthType::Tq2_0 | SynthType::Tq1_0 | SynthType::F32 => 256,
         };
-        SynthOptions { ty, scale_group }
+        SynthOptions {
+            ty,
+            scale_group,
+            default_mix: false,
+        }
     }
 }
 
@@ -335,11 +342,36 @@ pub fn write_qwen3_with(
             1.0
         };
         let (rows, k) = (spec.dims[1] as usize, spec.dims[0] as usize);
-        ternary_matrix(rows, k, gain, &mut rng, opts).map_err(|e| GgufError::Shape {
+        let err = |e: crate::Error| GgufError::Shape {
             name: spec.name.clone(),
             reason: e.to_string(),
+        };
+        let mix = mix_type(&spec.name, opts);
+        if mix == GgmlType::F32 {
+            return ternary_matrix(rows, k, gain, &mut rng, opts).map_err(err);
+        }
+        let f32_opts = SynthOptions::new(SynthType::F32);
+        let bytes = ternary_matrix(rows, k, gain, &mut rng, &f32_opts).map_err(err)?;
+        let x: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        Ok(if mix == GgmlType::Q6_K {
+            bytemuck::cast_slice(&super::quantize::quantize_q6_k(&x)).to_vec()
+        } else {
+            bytemuck::cast_slice(&super::quantize::quantize_q4_k(&x)).to_vec()
         })
     })
+}
+
+/// The type the default mix gives tensor `name` (Q6_K head, Q4_K table), or F32 for "the
+/// file's ternary type".
+fn mix_type(name: &str, opts: &SynthOptions) -> GgmlType {
+    match name {
+        "output.weight" if opts.default_mix => GgmlType::Q6_K,
+        "token_embd.weight" if opts.default_mix => GgmlType::Q4_K,
+        _ => GgmlType::F32,
+    }
 }
 
 /// Refuses a scale group the type or the shape cannot hold.
@@ -369,10 +401,13 @@ fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), Gguf
 /// `opts`, vectors F32.
 fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Vec<TensorSpec> {
     let (d, hd, ff) = (s.n_embd, s.head_dim, s.n_ff);
-    let mat = |name: String, k: usize, rows: usize| {
-        let mut spec = TensorSpec::new(name, &[k, rows], opts.ty.layout());
-        spec.ggml_type = opts.ty.ggml_type();
-        spec
+    let mat = |name: String, k: usize, rows: usize| match mix_type(&name, opts) {
+        GgmlType::F32 => {
+            let mut spec = TensorSpec::new(name, &[k, rows], opts.ty.layout());
+            spec.ggml_type = opts.ty.ggml_type();
+            spec
+        }
+        ty => TensorSpec::new(name, &[k, rows], ty),
     };
     let vec = |name: String, n: usize| TensorSpec::new(name, &[n], GgmlType::F32);
     let mut specs = vec![

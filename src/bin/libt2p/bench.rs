@@ -43,6 +43,9 @@ pub struct Args {
     /// Activation quantization of a model benchmark (q8_0 or q8_K).
     #[arg(long = "act", default_value = "q8_0", value_parser = crate::run::parse_act)]
     act: ActQuant,
+    /// Only the ggml block-type rows (Q6_K / Q4_0 / Q8_0 LM heads), not the ternary kernels.
+    #[arg(long)]
+    quant_only: bool,
     #[command(flatten)]
     model_bench: crate::model_bench::ModelBenchArgs,
 }
@@ -177,7 +180,7 @@ fn stock_parallel(
 /// Runs `f` once as warm-up (which also sizes the run), then repeats it within `budget`
 /// (at least `min_reps`, at most `max_reps` times), calling `before` untimed ahead of each
 /// run; returns the sorted times in seconds.
-fn time_reps(
+pub(crate) fn time_reps(
     budget: Duration,
     min_reps: usize,
     max_reps: usize,
@@ -339,7 +342,13 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let pools: Vec<ThreadPool> = threads.iter().map(|&t| ThreadPool::new(t)).collect();
     let ceilings = measure_ceilings(&args, isa, &threads, &pools);
     let overheads = measure_overheads(&pools, kern)?;
-    let results = measure_kernels(&args, isa, kern, &pools, &ceilings)?;
+    let results = if args.quant_only {
+        Vec::new()
+    } else {
+        measure_kernels(&args, isa, kern, &pools, &ceilings)?
+    };
+    let flush: Vec<u64> = (0..(96usize << 20) / 8).map(|i| i as u64).collect();
+    let quant = crate::bench_quant::measure(kern, &pools, &ceilings, &flush, args.full)?;
     let report = Report {
         isa,
         threads,
@@ -351,6 +360,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         println!("{}", report.json()?);
     } else {
         report.print_table();
+        crate::bench_quant::print_table(&quant);
     }
     Ok(ExitCode::SUCCESS)
 }

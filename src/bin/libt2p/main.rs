@@ -34,6 +34,7 @@ fn write_stdout(args: std::fmt::Arguments) {
 }
 
 mod bench;
+mod bench_quant;
 mod chat;
 mod check;
 mod info;

@@ -46,6 +46,10 @@ pub struct Args {
     /// seed hold exactly the same weights (and llama-quantize of the f32 file is lossless).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["128", "256"]))]
     scale_group: Option<String>,
+    /// Write `llama-quantize`'s default mix (qwen3 shapes): `token_embd` as Q4_K and `output`
+    /// as Q6_K, rounded from the same ternary values; the other matrices in `--type`.
+    #[arg(long)]
+    default_mix: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -56,6 +60,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     if let Some(g) = &args.scale_group {
         opts.scale_group = g.parse()?;
     }
+    opts.default_mix = args.default_mix;
     if let Some(shape) = QWEN3_SHAPES.iter().find(|s| s.name == args.shape) {
         write_qwen3_with(&args.output, shape, &vocab, args.seed, &opts)?;
     } else if opts != SynthOptions::new(SynthType::Pq2_0) {

@@ -6,9 +6,11 @@
 //! four rows at once, lane = row, with the same separately rounded operations, in the same
 //! order, as [`QuantBlock::fold`]. So the results equal the scalar reference bit for bit.
 //!
-//! The int8 products use `maddubs(|y|, sign(w, y))`: weights decode to `|w| <= 32` (Q8_0,
-//! whose weights reach -128, widens to int16 instead), so the int16 pair sums stay below
-//! 2 * 128 * 32 and never saturate, whatever the activations, -128 included.
+//! The int8 products go through `maddubs`, whose int16 pair sums saturate, so every weight
+//! operand is bounded: unsigned codes `<= 63` as they are (Q4_1, Q5_1, the K types; Q6_K adds
+//! its offset back once per block from the activation sums), signed weights `|w| <= 16` as
+//! `maddubs(|y|, sign(w, y))` (Q4_0, Q5_0), and Q8_0, whose weights reach -128, widened to
+//! int16. No pair sum exceeds 2 * 128 * 63, whatever the activations, -128 included.
 
 use std::arch::x86_64::*;
 
@@ -117,6 +119,13 @@ fn dot32(w: __m256i, y: __m256i) -> __m256i {
     _mm256_madd_epi16(mul_pairs(w, y), _mm256_set1_epi16(1))
 }
 
+/// Exact int32 lanes of `w * y` for unsigned `w <= 63` (the first operand of `maddubs`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot32_unsigned(w: __m256i, y: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, y), _mm256_set1_epi16(1))
+}
+
 #[inline]
 #[target_feature(enable = "avx2")]
 fn load32(p: &[i8; 32]) -> __m256i {
@@ -200,12 +209,14 @@ fn fold_offset(d_w: [u16; 4], m_w: [u16; 4], a: &BlockQ8_1, isum: __m128i, acc: 
 }
 
 impl Avx2Block for BlockQ4_0 {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
         let w = _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8));
         (dot32(w, load32(&a.qs)), 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -219,6 +230,7 @@ impl Avx2Block for BlockQ4_0 {
 }
 
 impl Avx2Block for BlockQ5_0 {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
         let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
@@ -226,6 +238,7 @@ impl Avx2Block for BlockQ5_0 {
         (dot32(w, load32(&a.qs)), 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -239,11 +252,13 @@ impl Avx2Block for BlockQ5_0 {
 }
 
 impl Avx2Block for BlockQ4_1 {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
-        (dot32(nibbles(&self.qs), load32(&a.qs)), 0)
+        (dot32_unsigned(nibbles(&self.qs), load32(&a.qs)), 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -257,12 +272,14 @@ impl Avx2Block for BlockQ4_1 {
 }
 
 impl Avx2Block for BlockQ5_1 {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
         let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
-        (dot32(q, load32(&a.qs)), 0)
+        (dot32_unsigned(q, load32(&a.qs)), 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -276,6 +293,7 @@ impl Avx2Block for BlockQ5_1 {
 }
 
 impl Avx2Block for BlockQ8_0 {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
         // Weights reach -128: widen both to int16 (exact products, pair sums <= 2^15).
@@ -291,6 +309,7 @@ impl Avx2Block for BlockQ8_0 {
         (_mm256_add_epi32(lo, hi), 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -345,7 +364,7 @@ fn dot_k4(
                 v = _mm256_or_si256(v, bit_bytes(h, 0x0101_0101_0101_0101i64 << j));
             }
             let (sc, _) = crate::format::scale_min_k4(j, scales);
-            let p = mul_pairs(v, q8k_chunk(a, j));
+            let p = _mm256_maddubs_epi16(v, q8k_chunk(a, j));
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(sc as i16)));
         }
     }
@@ -374,11 +393,13 @@ fn fold_k_min(
 }
 
 impl Avx2Block for BlockQ4K {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         dot_k4(&self.scales, &self.qs, None, a)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -392,11 +413,13 @@ impl Avx2Block for BlockQ4K {
 }
 
 impl Avx2Block for BlockQ5K {
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         dot_k4(&self.scales, &self.qs, Some(&self.qh), a)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
@@ -409,22 +432,52 @@ impl Avx2Block for BlockQ5K {
     }
 }
 
+/// `pshufb` masks that put int16 scale `2i` of a lane's eight in every word of the low lane and
+/// scale `2i + 1` in every word of the high lane.
+const Q6K_SCALE_PICK: [[i8; 32]; 4] = {
+    let mut m = [[0i8; 32]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let mut b = 0;
+        while b < 32 {
+            let word = if b < 16 { 2 * i } else { 2 * i + 1 };
+            m[i][b] = (2 * word + b % 2) as i8;
+            b += 1;
+        }
+        i += 1;
+    }
+    m
+};
+
 impl Avx2Block for BlockQ6K {
+    /// The six-bit codes `u = q + 32` go unsigned into `maddubs` (pairs <= 2 * 63 * 128); the
+    /// offset comes back once per block as `32 * sum_g sc_g * bsums_g`.
+    #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         let low = _mm256_set1_epi8(0x0F);
         let two = _mm256_set1_epi8(0x30);
-        let off = _mm256_set1_epi8(32);
-        let mut acc = _mm256_setzero_si256();
+        // SAFETY: `scales` is 16 bytes, `bsums` 16 int16.
+        let (sc_all, bsums) = unsafe {
+            (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(self.scales.as_ptr().cast())),
+                _mm256_loadu_si256(a.bsums.as_ptr().cast()),
+            )
+        };
+        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc_all, bsums));
+        let mut acc = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
         for n in 0..2 {
-            // SAFETY: bytes `64n .. 64n + 64` of `ql` (128) and `32n .. 32n + 32` of `qh` (64).
-            let (qa, qb, h) = unsafe {
+            // SAFETY: bytes `64n .. 64n + 64` of `ql` (128), `32n .. 32n + 32` of `qh` (64),
+            // `8n .. 8n + 8` of `scales` (16).
+            let (qa, qb, h, sc8) = unsafe {
                 (
                     _mm256_loadu_si256(self.ql.as_ptr().add(64 * n).cast()),
                     _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32).cast()),
                     _mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast()),
+                    _mm_loadl_epi64(self.scales.as_ptr().add(8 * n).cast()),
                 )
             };
+            let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
             let q = [
                 _mm256_or_si256(
                     _mm256_and_si256(qa, low),
@@ -444,15 +497,16 @@ impl Avx2Block for BlockQ6K {
                 ),
             ];
             for (i, q) in q.into_iter().enumerate() {
-                let s = &self.scales[8 * n + 2 * i..];
-                let sc = _mm256_set_m128i(_mm_set1_epi16(s[1] as i16), _mm_set1_epi16(s[0] as i16));
-                let p = mul_pairs(_mm256_sub_epi8(q, off), q8k_chunk(a, 4 * n + i));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+                // SAFETY: the mask is 32 bytes.
+                let pick = unsafe { _mm256_loadu_si256(Q6K_SCALE_PICK[i].as_ptr().cast()) };
+                let p = _mm256_maddubs_epi16(q, q8k_chunk(a, 4 * n + i));
+                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick)));
             }
         }
         (acc, 0)
     }
 
+    #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(w: [&Self; 4], a: &BlockQ8K, isum: __m128i, _: __m128i, acc: __m128) -> __m128 {
         let dd = _mm_mul_ps(half4(w.map(|b| b.d)), _mm_set1_ps(a.d));

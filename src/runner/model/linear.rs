@@ -378,13 +378,6 @@ thread_local! {
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rows `i` of `n` chunks of `rows`, in whole groups of four (the kernels' row groups).
-fn quant_chunk(rows: usize, i: usize, n: usize) -> std::ops::Range<usize> {
-    let groups = rows.div_ceil(4);
-    let at = |j: usize| (groups * j / n * 4).min(rows);
-    at(i)..at(i + 1)
-}
-
 /// `m` times the `input.n` columns: activations quantized once (as the matrix's ggml
 /// `vec_dot_type`), row chunks over the pool, each reading its rows once for every column.
 fn quant_forward(
@@ -403,29 +396,29 @@ fn quant_forward(
             .map_err(|e| ModelError::BadShape(e.to_string()))?;
         exec.profile.stop(Phase::Quantize, t);
         let work = &work[..];
-        let n = (exec.pool.threads() * 4).min(rows.div_ceil(4)).max(1);
+        let n = m.chunk_count(exec.pool.threads());
         let timer = ChunkTimer::new(exec);
         if ncols == 1 {
-            let chunks = pieces(out, n, |i| quant_chunk(rows, i, n).len());
+            let chunks = pieces(out, n, |i| m.chunk_rows(i, n).len());
             exec.pool.for_each_item(n, chunks, |(i, piece)| {
-                let r = quant_chunk(rows, i, n);
+                let r = m.chunk_rows(i, n);
                 timer.run(|| m.compute(exec.kern, work, 1, r.clone(), piece, r.len()));
             });
             return timer.finish(phase, n);
         }
         tiles.resize(tiles.len().max(rows * ncols), 0.0);
         let chunks = pieces(&mut tiles[..rows * ncols], n, |i| {
-            quant_chunk(rows, i, n).len() * ncols
+            m.chunk_rows(i, n).len() * ncols
         });
         exec.pool.for_each_item(n, chunks, |(i, tile)| {
-            let r = quant_chunk(rows, i, n);
+            let r = m.chunk_rows(i, n);
             timer.run(|| m.compute(exec.kern, work, ncols, r.clone(), tile, r.len()));
         });
         let tiles = &tiles[..];
         exec.pool
             .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
                 for i in 0..n {
-                    let r = quant_chunk(rows, i, n);
+                    let r = m.chunk_rows(i, n);
                     let tile = &tiles[r.start * ncols..r.end * ncols];
                     col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
                 }
