@@ -2,11 +2,12 @@
 # Runs the Rust test suite for aarch64 under qemu: every test target of the workspace (library
 # unit tests, kernels, runner references, drafting, batching, formats, GGUF loading, pool
 # stress, no-allocation, header, C ABI agreement, doc tests) and `libt2p check` on `-cpu max`,
-# then the kernel suites and `libt2p check` on the two other CPU models, each with the ISA paths
-# it must expose:
+# then the kernel suites, the no-allocation test (whose runner takes each model's best path, so
+# every aarch64 path's per-call buffers are checked) and `libt2p check` on the two other CPU
+# models, each with the ISA paths it must expose:
 #   -cpu max          dotprod + i8mm   scalar,neon,neon-dotprod,neon-i8mm   (everything)
-#   -cpu neoverse-n1  dotprod, no i8mm scalar,neon,neon-dotprod             (kernel suites)
-#   -cpu cortex-a53   neither          scalar,neon                          (kernel suites)
+#   -cpu neoverse-n1  dotprod, no i8mm scalar,neon,neon-dotprod             (kernel suites,
+#   -cpu cortex-a53   neither          scalar,neon                           no-allocation)
 # Extra arguments go to every `cargo test` (e.g. `-- --nocapture`).
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64-static,
 # libclang (bindgen, for the C ABI check) and the shared test data (`T2P_TESTDATA`, which
@@ -46,7 +47,7 @@ run_cpu() {
     else
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" T2P_EXPECT_ISAS="$expect" \
             timeout "$((limit / 3))" cargo test --target "$target" --workspace --lib \
-            --test kernels_matrix --test kernels_prop --test kernels_tiles "$@"
+            --test kernels_matrix --test kernels_prop --test kernels_tiles --test runner_no_alloc "$@"
     fi
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" \
         timeout "$limit" cargo run --quiet --target "$target" --release --bin libt2p -- check
