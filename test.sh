@@ -74,15 +74,19 @@ cc build/test-consumer/main.c -o "$prefix/consumer-pc" $(PKG_CONFIG_PATH="$prefi
 "$prefix/consumer-pc"
 rm -rf "$prefix"
 
-step "aarch64 under qemu: kernels, repack, dispatch, C ABI (three CPU models)"
+step "aarch64 under qemu: every Rust test on -cpu max, the kernel suites on neoverse-n1 and cortex-a53"
+arm_start=$SECONDS
 ./tests/aarch64-runs.sh
+echo "aarch64 Rust tests: $((SECONDS - arm_start)) s (build included)"
 
 step "aarch64 under qemu: C unit tests"
+arm_start=$SECONDS
 cargo build --release --lib --no-default-features --target aarch64-unknown-linux-gnu
 for cpu in max neoverse-n1 cortex-a53; do
     make -s -C tests/c CC=aarch64-linux-gnu-gcc BUILD="build-aarch64" \
         LIB=../../target/aarch64-unknown-linux-gnu/release/libt2p.a \
         RUN="qemu-aarch64-static -cpu $cpu -L /usr/aarch64-linux-gnu"
 done
+echo "aarch64 C unit tests: $((SECONDS - arm_start)) s (build included)"
 
 step "all tests passed"

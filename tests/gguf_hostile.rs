@@ -145,8 +145,15 @@ fn truncated_copies_fail_cleanly() {
         let bytes = std::fs::read(&path).unwrap();
         let need = required_len(&bytes);
         let g = GgufFile::from_bytes(&bytes).unwrap();
-        // Each cut re-parses up to 6 MB of vocabulary: fewer evenly spread cuts in big files.
-        let spread = if bytes.len() > 2 << 20 { 40 } else { 120 };
+        // Each cut re-parses up to 6 MB of vocabulary: fewer evenly spread cuts in big files,
+        // and fewer still under emulation (this test took 8 min of qemu's time in full; every
+        // file still gets its first 64 cuts, the header end and the tensor edges).
+        let big = bytes.len() > 2 << 20;
+        let spread = match (big, runner_data::emulated()) {
+            (false, _) => 120,
+            (true, false) => 40,
+            (true, true) => 8,
+        };
         let mut cuts: Vec<usize> = (0..64).collect();
         cuts.extend((1..=spread).map(|i| bytes.len() * i / (spread + 1)));
         let header_end = g.data_offset().min(bytes.len() as u64) as usize;
@@ -197,7 +204,9 @@ fn corrupted_fields_fail_cleanly() {
         for (fi, &(field, name)) in fields.iter().enumerate() {
             // Large files (a 6 MB vocabulary parsed per case): the first and last fields and
             // a sample in between, to keep the test under a minute on two cores.
-            if big && fi >= 12 && fi + 12 < n_fields && fi % 20 != 0 {
+            // Under emulation a sparser sample (every 80th) of the fields in between.
+            let every = if runner_data::emulated() { 80 } else { 20 };
+            if big && fi >= 12 && fi + 12 < n_fields && fi % every != 0 {
                 continue;
             }
             let (pos, size) = match field {
@@ -259,7 +268,12 @@ fn corrupted_fields_fail_cleanly() {
         // Random byte flips anywhere in the header.
         let header =
             (GgufFile::from_bytes(&bytes).unwrap().data_offset() as usize).min(bytes.len());
-        for _ in 0..if big { 20 } else { 300 } {
+        let flips = match (big, runner_data::emulated()) {
+            (false, _) => 300,
+            (true, false) => 20,
+            (true, true) => 5,
+        };
+        for _ in 0..flips {
             let pos = rng.next() as usize % header;
             work[pos] ^= 1 << (rng.next() % 8);
             let what = format!("{} byte flip at {pos}", path.display());

@@ -91,6 +91,15 @@ fn perplexity_matches_llama_perplexity() {
     let Some(dir) = runner_data::testdata() else {
         return;
     };
+    if runner_data::skip_when_emulated(
+        "perplexity_matches_llama_perplexity",
+        "the reference is llama-perplexity's final value over the whole text (46 + 22 chunks \
+         of 128 tokens), which cannot be cut short, and the run takes ~6 min under qemu; the \
+         same forward passes on the aarch64 kernels are checked against llama.cpp's logits by \
+         the other tests of this file",
+    ) {
+        return;
+    }
     let exec = Exec::new(2);
     let stories = dir.join("stories260K");
     let l = load(&stories.join("stories260K.gguf"));

@@ -50,6 +50,14 @@ fn odd_widths_run_in_t2p_and_match_the_fork() {
         );
     }
     drop(store);
+    if runner_data::skip_when_emulated(
+        "odd_widths_run_in_t2p_and_match_the_fork (its perplexity half)",
+        "the fork's value is over all 22 chunks of 128 tokens, which cannot be cut short, and \
+         the run takes ~5 min under qemu; the q8_0 kernels these widths take are checked bit \
+         for bit by kernels_matrix and kernels_prop on every aarch64 path",
+    ) {
+        return;
+    }
 
     let l = load(&path);
     check_perplexity(

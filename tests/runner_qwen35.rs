@@ -146,6 +146,15 @@ fn qwen35_tiny_seq64_logits_within_tolerance() {
 
 #[test]
 fn qwen35_tiny_perplexity_matches_llama_perplexity() {
+    if runner_data::skip_when_emulated(
+        "qwen35_tiny_perplexity_matches_llama_perplexity",
+        "the reference is llama-perplexity's final value over all 22 chunks of 128 tokens, \
+         which cannot be cut short, and the run takes minutes under qemu; the same forward \
+         pass on the aarch64 kernels is checked against llama.cpp's logits by the other \
+         qwen35-tiny tests of this file",
+    ) {
+        return;
+    }
     let Some((dir, l)) = tiny() else { return };
     check_perplexity(&l, &dir, "qwen35-tiny pq2_0", 62634011.1916, 22, 0.005);
 }

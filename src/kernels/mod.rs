@@ -40,6 +40,38 @@ pub use quant::{QuantKernel, quant_path_name};
 #[cfg(target_arch = "x86_64")]
 mod x86_q8_0;
 
+/// Blocks per row a per-thread operand buffer ([`with_per_call_buffer`]) holds from its first
+/// use (k = 32768), so which thread first meets which matrix does not decide when a buffer grows.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) const PER_CALL_MIN_BLOCKS: usize = 256;
+
+/// A kernel's per-call operand buffer: one per thread and layout, declared next to the kernel as
+/// `thread_local! { static BUF: Cell<Vec<T>> = const { Cell::new(Vec::new()) }; }` (the pattern
+/// of the x86 kernels' buffers, e.g. `avx2`'s `TILE_OPS` and `avx_vnni`'s `SUMS`).
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) type PerCallBuffer<T> = std::thread::LocalKey<std::cell::Cell<Vec<T>>>;
+
+/// Runs `f` on `items` collected into this thread's buffer `buf`, whose allocation (at least
+/// `min` items) is reused from call to call: a decode calls the kernels hundreds of times per
+/// token, and a forward pass must not allocate after its first one. The buffer is taken out of
+/// its cell for the call and put back after, so a nested call (none today) would only make its
+/// own, and a panic in between only loses it.
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub(crate) fn with_per_call_buffer<T: 'static, R>(
+    buf: &'static PerCallBuffer<T>,
+    min: usize,
+    items: impl IntoIterator<Item = T>,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    let mut v = buf.take();
+    v.clear();
+    v.reserve(min); // `clear` kept the capacity: allocates only on a first or larger call
+    v.extend(items);
+    let r = f(&v);
+    buf.set(v);
+    r
+}
+
 /// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -56,3 +56,20 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
         .collect()
 }
+
+/// Whether the tests run under an emulator: `T2P_EMULATED=1`, which `tests/aarch64-runs.sh`
+/// sets for its qemu runs (qemu runs this code 20-35x slower than native). The few tests that
+/// are too long for CI's time under emulation size themselves down or skip with
+/// [`skip_when_emulated`]; a plain `cargo test --target aarch64-unknown-linux-gnu` runs them all.
+pub fn emulated() -> bool {
+    std::env::var("T2P_EMULATED").as_deref() == Ok("1")
+}
+
+/// `true` (after printing a SKIPPED line with `why`) when [`emulated`]: the caller returns.
+pub fn skip_when_emulated(what: &str, why: &str) -> bool {
+    if emulated() {
+        eprintln!("SKIPPED under emulation (T2P_EMULATED=1): {what}: {why}");
+        println!("SKIPPED under emulation: {what}");
+    }
+    emulated()
+}

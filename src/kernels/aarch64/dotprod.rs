@@ -5,9 +5,9 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, interleave_q8_0, load_i8x16x2,
-    load_u8x16, mul_lane_f32, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots, stock,
-    store_f32x4,
+    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, load_i8x16x2, load_u8x16,
+    mul_lane_f32, per_call_layout, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots,
+    stock, store_f32x4, with_halves, with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -25,34 +25,31 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
 pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     // Once per call (amortised over every row group of the call, each of which reads the whole
     // column): the column in the layout the SDOT loop loads without `dup`s.
-    let ys: Vec<Q8KDup> = y
-        .iter()
-        .flat_map(|b| [Q8KDup::new(b, 0), Q8KDup::new(b, 1)])
-        .collect();
-    // SAFETY: this fn is reachable only through the dotprod and i8mm `KERNELS`, which
-    // `aarch64::kernels` hands out only after detecting dotprod.
-    unsafe { gemv_dotprod(x, nb, &ys, out) }
+    with_halves(y, Q8KDup::new, |ys| {
+        // SAFETY: this fn is reachable only through the dotprod and i8mm `KERNELS`, which
+        // `aarch64::kernels` hands out only after detecting dotprod.
+        unsafe { gemv_dotprod(x, nb, ys, out) }
+    })
 }
 
 fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
     // Once per call (amortised over every row group of the call): each tile's halves in the
     // layout the SDOT tile loads without `dup`s, `nb` per tile.
-    let tiles: Vec<Q8Kx4Dup> = y
-        .iter()
-        .flat_map(|b| [Q8Kx4Dup::new(b, 0), Q8Kx4Dup::new(b, 1)])
-        .collect();
-    // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
-    unsafe { gemm_dotprod(x, nb, &tiles, ncols, out, ld) }
+    with_halves(y, Q8Kx4Dup::new, |tiles| {
+        // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
+        unsafe { gemm_dotprod(x, nb, tiles, ncols, out, ld) }
+    })
 }
 
 /// `q8_0` gemv entry (also the i8mm path's).
 pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // Once per call (amortised over every row group of the call, each of which reads the whole
     // column): the column in the layout the SDOT loop loads without `dup`s.
-    let ys: Vec<Q8_0Dup> = y.iter().map(Q8_0Dup::new).collect();
-    // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
-    // detecting dotprod.
-    unsafe { gemv_q8_0_dotprod(x, nb, &ys, out) }
+    with_q8_0_dup(y, |ys| {
+        // SAFETY: reachable only through the dotprod and i8mm `KERNELS`, handed out only after
+        // detecting dotprod.
+        unsafe { gemv_q8_0_dotprod(x, nb, ys, out) }
+    })
 }
 
 /// The `q8_0` SDOT gemv. Per word (= quarter), the four unscaled slots of each row pair meet
@@ -87,9 +84,10 @@ fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
-    // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
-    unsafe { gemm_q8_0_dotprod(x, nb, &tiles, ncols, out, ld) }
+    with_q8_0_tiles(y, nb, ncols, Q8_0x4Dot::new, |tiles| {
+        // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
+        unsafe { gemm_q8_0_dotprod(x, nb, tiles, ncols, out, ld) }
+    })
 }
 
 /// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
@@ -166,6 +164,8 @@ struct Q8KDup {
     start: [[[i32; 4]; 3]; 2],
     d: f32,
 }
+
+per_call_layout!(Q8KDup);
 
 impl Q8KDup {
     fn new(b: &BlockQ8K, h: usize) -> Self {
@@ -252,6 +252,8 @@ struct Q8Kx4Dup {
     start: [[[[i32; 4]; 2]; 2]; 4],
     d: [f32; 4],
 }
+
+per_call_layout!(Q8Kx4Dup);
 
 impl Q8Kx4Dup {
     fn new(b: &BlockQ8Kx4, h: usize) -> Self {

@@ -5,8 +5,8 @@ use core::arch::aarch64::*;
 
 use super::asm::smmla;
 use super::{
-    dotprod, gemm_tiles, interleave_q8_0, load_i8x16x2, load_u8x16, row_scales, slot_scaled, slots,
-    store_f32x4,
+    dotprod, gemm_tiles, load_i8x16x2, load_u8x16, per_call_layout, row_scales, slot_scaled, slots,
+    store_f32x4, with_q8_0_tiles,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p};
 use crate::kernels::{Isa, Kernels};
@@ -96,13 +96,14 @@ fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x8Mmla::new);
-    // SAFETY: reachable only through `KERNELS`, handed out only after detecting i8mm.
-    unsafe { gemm_q8_0_i8mm(x, nb, &tiles, ncols, out, ld) }
+    with_q8_0_tiles(y, nb, ncols, Q8_0x8Mmla::new, |tiles| {
+        // SAFETY: reachable only through `KERNELS`, handed out only after detecting i8mm.
+        unsafe { gemm_q8_0_i8mm(x, nb, tiles, ncols, out, ld) }
+    })
 }
 
 /// `q8_0` activations of one 8-column tile for one T2P block, laid out for SMMLA (built by
-/// [`interleave_q8_0`] once per gemm call).
+/// [`with_q8_0_tiles`] once per gemm call).
 ///
 /// Eight columns, not four: the q8_0 sums are needed per 32-weight quarter, so the slots are
 /// decoded unscaled (six instructions per word and pair instead of four), and sharing each
@@ -119,6 +120,8 @@ struct Q8_0x8Mmla {
     neg: [[[[i32; 4]; 4]; 2]; 4],
     d: [[[f32; 4]; 4]; 4],
 }
+
+per_call_layout!(Q8_0x8Mmla);
 
 impl Q8_0x8Mmla {
     fn new(cols: [&BlockQ8_0Quad; 8]) -> Self {

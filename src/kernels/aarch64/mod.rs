@@ -5,8 +5,10 @@
 //! Activation layouts: the kernels keep the signatures of [`super::GemvFn`] & co. (plain `q8_K`,
 //! `q8_K x4` and per-column `q8_0`), and where a loop wants another layout (activations dup8'ed
 //! for SDOT, column pairs interleaved for SMMLA, `-sum(y)` as accumulator start values) the
-//! entry builds it once per call into a local buffer, which every row group of the call then
-//! reads: the cost is one pass over the activations, against `row groups` passes of work.
+//! entry builds it once per call ([`with_layout`], the one helper of all three paths) into a
+//! per-thread buffer reused from call to call, which every row group of the call then reads: the
+//! cost is one pass over the activations, against `row groups` passes of work, and no allocation
+//! after a thread's first call of a size.
 //! `tools/arm-throughput.sh` shows what each loop costs on LLVM's CPU models.
 //!
 //! Exactness: every integer sum of a 128-weight block is exact (int32 accumulators, int16 only
@@ -26,7 +28,7 @@
 
 use core::arch::aarch64::*;
 
-use super::{Isa, Kernels};
+use super::{Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, with_per_call_buffer};
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 
 mod asm;
@@ -47,6 +49,39 @@ pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
         }
         _ => None,
     }
+}
+
+/// A per-call activation layout (one value per T2P block, tile-major for a gemm), with the
+/// per-thread buffer it is built into ([`with_layout`]). Declared by [`per_call_layout!`].
+trait Layout: Sized + 'static {
+    /// This thread's buffer of the layout.
+    fn buffer() -> &'static PerCallBuffer<Self>;
+}
+
+/// Declares the per-thread buffer of a [`Layout`] type and implements the trait.
+macro_rules! per_call_layout {
+    ($t:ty) => {
+        impl $crate::kernels::aarch64::Layout for $t {
+            fn buffer() -> &'static $crate::kernels::PerCallBuffer<Self> {
+                thread_local! {
+                    static BUF: std::cell::Cell<Vec<$t>> =
+                        const { std::cell::Cell::new(Vec::new()) };
+                }
+                &BUF
+            }
+        }
+    };
+}
+pub(crate) use per_call_layout;
+
+/// The per-call layout helper of every aarch64 kernel that wants one: `item(0..n)` built into
+/// this thread's buffer for `T` (see [`with_per_call_buffer`]), then `f` on it.
+fn with_layout<T: Layout, R>(
+    n: usize,
+    item: impl FnMut(usize) -> T,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    with_per_call_buffer(T::buffer(), n.max(PER_CALL_MIN_BLOCKS), (0..n).map(item), f)
 }
 
 // Helpers shared by the paths. They need only base NEON; Rust still wants `#[target_feature]`
@@ -255,6 +290,8 @@ struct Q8_0Dup {
     d: [f32; 4],
 }
 
+per_call_layout!(Q8_0Dup);
+
 impl Q8_0Dup {
     fn new(b: &BlockQ8_0Quad) -> Self {
         let mut t = Q8_0Dup {
@@ -301,7 +338,7 @@ fn gemv_q8_0_dup(
 }
 
 /// `q8_0` activations of one 4-column tile for one T2P block, laid out for SDOT and `smlal`
-/// (built by [`interleave_q8_0`] once per gemm call).
+/// (built by [`with_q8_0_tiles`] once per gemm call).
 ///
 /// `qs[chunk][c]` is column `c`'s 8-value chunk twice ("dup8", the operand that meets both rows
 /// of a pair), stored so the tiles load it instead of spending a `dup` per column and slot.
@@ -315,6 +352,8 @@ struct Q8_0x4Dot {
     start: [[[[i32; 4]; 2]; 4]; 4],
     d: [[f32; 4]; 4],
 }
+
+per_call_layout!(Q8_0x4Dot);
 
 impl Q8_0x4Dot {
     fn new(cols: [&BlockQ8_0Quad; 4]) -> Self {
@@ -338,30 +377,44 @@ impl Q8_0x4Dot {
 }
 
 /// Rearranges the `ncols * nb` column-major `q8_0` blocks of a gemm call into tile-major
-/// `W`-column tiles (tile `t`, block `b` at `t * nb + b`; the last tile zero-padded, which adds
-/// nothing to any sum and is never stored).
+/// `W`-column tiles built by `tile` (tile `t`, block `b` at `t * nb + b`; the last tile
+/// zero-padded, which adds nothing to any sum and is never stored), then runs `f` on them.
 ///
-/// This is done inside the kernel, once per call, into a local buffer: the kernel signature
-/// (and so the driver and the C ABI) keeps the plain per-column `q8_0` layout, and the cost (one
-/// pass over the activations) is amortised over every row group of the call, each of which reads
-/// the whole buffer.
-fn interleave_q8_0<T, const W: usize>(
+/// This is done inside the kernel, once per call, into a per-thread buffer ([`with_layout`]):
+/// the kernel signature (and so the driver and the C ABI) keeps the plain per-column `q8_0`
+/// layout, and the cost (one pass over the activations) is amortised over every row group of the
+/// call, each of which reads the whole buffer.
+fn with_q8_0_tiles<T: Layout, R, const W: usize>(
     y: &[BlockQ8_0Quad],
     nb: usize,
     ncols: usize,
     tile: impl Fn([&BlockQ8_0Quad; W]) -> T,
-) -> Vec<T> {
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
     let zero = BlockQ8_0Quad::default();
-    let mut out = Vec::with_capacity(ncols.div_ceil(W) * nb);
-    for t in 0..ncols.div_ceil(W) {
-        for b in 0..nb {
-            out.push(tile(std::array::from_fn(|i| {
-                let c = W * t + i;
-                if c < ncols { &y[c * nb + b] } else { &zero }
-            })));
-        }
-    }
-    out
+    let item = |i: usize| {
+        let (t, b) = (i / nb, i % nb);
+        tile(std::array::from_fn(|j| {
+            let c = W * t + j;
+            if c < ncols { &y[c * nb + b] } else { &zero }
+        }))
+    };
+    with_layout(ncols.div_ceil(W) * nb, item, f)
+}
+
+/// Runs `f` on the `q8_0` gemv's column in the [`Q8_0Dup`] layout (one per block).
+fn with_q8_0_dup<R>(y: &[BlockQ8_0Quad], f: impl FnOnce(&[Q8_0Dup]) -> R) -> R {
+    with_layout(y.len(), |b| Q8_0Dup::new(&y[b]), f)
+}
+
+/// Runs `f` on the halves of `y` (the 128 activations of one T2P block each; `q8_K` or
+/// `q8_K x4` blocks) in the layout `half(block, h)` builds, `2 * y.len()` in block order.
+fn with_halves<B, T: Layout, R>(
+    y: &[B],
+    half: impl Fn(&B, usize) -> T,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    with_layout(2 * y.len(), |i| half(&y[i / 2], i % 2), f)
 }
 
 /// The tile loop over activations laid out by the kernel itself (one `T` per T2P block and

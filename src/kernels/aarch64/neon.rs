@@ -10,8 +10,8 @@ use core::arch::aarch64::*;
 
 use super::{
     Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_dup,
-    interleave_q8_0, load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales,
-    scale_f32, slots, stock, store_f32x4,
+    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
+    store_f32x4, with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Isa, Kernels};
@@ -74,9 +74,10 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 
 fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // Once per call: the column in the layout the loop loads without `dup`s.
-    let ys: Vec<Q8_0Dup> = y.iter().map(Q8_0Dup::new).collect();
-    // SAFETY: as for `gemv`.
-    unsafe { gemv_q8_0_neon(x, nb, &ys, out) }
+    with_q8_0_dup(y, |ys| {
+        // SAFETY: as for `gemv`.
+        unsafe { gemv_q8_0_neon(x, nb, ys, out) }
+    })
 }
 
 fn gemm_q8_0(
@@ -87,9 +88,10 @@ fn gemm_q8_0(
     out: &mut [f32],
     ld: usize,
 ) {
-    let tiles = interleave_q8_0(y, nb, ncols, Q8_0x4Dot::new);
-    // SAFETY: as for `gemv`.
-    unsafe { gemm_q8_0_neon(x, nb, &tiles, ncols, out, ld) }
+    with_q8_0_tiles(y, nb, ncols, Q8_0x4Dot::new, |tiles| {
+        // SAFETY: as for `gemv`.
+        unsafe { gemm_q8_0_neon(x, nb, tiles, ncols, out, ld) }
+    })
 }
 
 /// The `q8_0` gemv: per word (= quarter), each row's int16 lanes collect 4 products
