@@ -44,12 +44,6 @@ if(_t2p_mismatch)
 endif()
 unset(_t2p_mismatch)
 
-if(NOT WIN32)
-    include(CMakeFindDependencyMacro)
-    set(THREADS_PREFER_PTHREAD_FLAG ON)
-    find_dependency(Threads)
-endif()
-
 set(t2p_LIBRARY "${_t2p_prefix}/lib/${_t2p_library_file}")
 if(NOT TARGET t2p::t2p)
     if(NOT EXISTS "${t2p_LIBRARY}" OR NOT EXISTS "${_t2p_prefix}/include/t2p.h")
@@ -58,10 +52,8 @@ if(NOT TARGET t2p::t2p)
         return()
     endif()
 
+    # rustc's list is complete (pthread, dl, ... on Linux; System on macOS): no find_package(Threads)
     set(_t2p_link_deps ${_t2p_native_libs})
-    if(NOT WIN32)
-        list(APPEND _t2p_link_deps Threads::Threads)
-    endif()
     add_library(t2p::deps INTERFACE IMPORTED)
     set_target_properties(t2p::deps PROPERTIES
         INTERFACE_INCLUDE_DIRECTORIES "${_t2p_prefix}/include"
@@ -96,7 +88,7 @@ function(t2p_link_private target)
     target_link_options(${target} PRIVATE ${opts})
     set_property(TARGET ${target} PROPERTY T2P_LINK_KIND "${kind}")
     if(kind STREQUAL "NONE")
-        message(STATUS "t2p: ${target}: linker '${CMAKE_${lang}_COMPILER_LINKER_ID}' not known to t2pLink.cmake: "
+        message(STATUS "t2p: ${target}: linker '${T2P_LINKER_ID}${CMAKE_${lang}_COMPILER_LINKER_ID}' on ${CMAKE_SYSTEM_NAME} not known to t2pLink.cmake: "
                        "plain link (libt2p's symbols may be exported, its unused code kept)")
     else()
         message(STATUS "t2p: ${target}: ${kind} link options: ${opts}")
