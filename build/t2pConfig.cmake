@@ -68,7 +68,8 @@ if(NOT TARGET t2p::t2p)
 endif()
 
 # t2p_link_private(<target>): see the top of this file and t2pLink.cmake. Sets <target>'s
-# property T2P_LINK_KIND to the kind chosen (ELF, MACHO, PE-MSVC, PE-GNU, PE-LLD or NONE).
+# property T2P_LINK_KIND to the kind chosen (ELF, MACHO, PE-MSVC, PE-GNU, PE-LLD or NONE; STATIC
+# for a static or object library, which gets t2p::t2p as target_link_libraries gives it).
 function(t2p_link_private target)
     if(CMAKE_C_COMPILER_LOADED)
         set(lang C)
@@ -76,6 +77,12 @@ function(t2p_link_private target)
         set(lang CXX)
     endif()
     _t2p_link_kind(kind ${lang})
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "OBJECT_LIBRARY")
+        # no link step of its own: libt2p goes to whatever links <target> (and its link options
+        # belong there), as with target_link_libraries
+        set(kind STATIC)
+    endif()
     get_target_property(lib t2p::t2p IMPORTED_LOCATION)
     _t2p_link_options(opts "${kind}" "${lib}")
     if(kind STREQUAL "MACHO")
@@ -87,7 +94,9 @@ function(t2p_link_private target)
     endif()
     target_link_options(${target} PRIVATE ${opts})
     set_property(TARGET ${target} PROPERTY T2P_LINK_KIND "${kind}")
-    if(kind STREQUAL "NONE")
+    if(kind STREQUAL "STATIC")
+        message(STATUS "t2p: ${target}: a static library: libt2p links into what links it")
+    elseif(kind STREQUAL "NONE")
         message(STATUS "t2p: ${target}: linker '${T2P_LINKER_ID}${CMAKE_${lang}_COMPILER_LINKER_ID}' on ${CMAKE_SYSTEM_NAME} not known to t2pLink.cmake: "
                        "plain link (libt2p's symbols may be exported, its unused code kept)")
     else()
