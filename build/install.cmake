@@ -137,7 +137,7 @@ endif()
 # rustc's list -> CMake link items (t2pPlatform.cmake) and pkg-config -l flags (t2p.pc):
 # -lfoo and foo.lib become foo, -l:file and -framework X stay as they are, /defaultlib:X
 # (the MSVC C runtime the std objects were built for) becomes a link option.
-separate_arguments(_tokens NATIVE_COMMAND "${_native}")
+separate_arguments(_tokens UNIX_COMMAND "${_native}")
 set(_cmake_libs "")
 set(_cmake_opts "")
 set(_pc_libs "")
