@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of t2p: x86_64 natively, aarch64 under qemu (three CPU models, one per kernel
-# path), and the C unit tests on both. Installs what is missing first (aarch64 target, cross
-# linker, qemu-user-static, libclang for bindgen). Usage: ./test.sh [--no-install]
+# path), and the C unit tests on both; macOS and Windows checks (tests/platforms.sh: cargo check,
+# a mingw-w64 build tested under wine, link options per linker). Installs what is missing first
+# (rustup targets, cross linkers, qemu-user-static, libclang for bindgen, mingw-w64, wine,
+# clang, lld). Usage: ./test.sh [--no-install]
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -9,10 +11,13 @@ step() { printf '\n==== %s ====\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if [ "${1:-}" != "--no-install" ]; then
-    step "install: aarch64 target, cross linker, qemu, libclang, python3-venv"
-    rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+    step "install: rustup targets, cross linkers, qemu, libclang, python3-venv, mingw-w64, wine, clang, lld"
+    for t in aarch64-unknown-linux-gnu aarch64-apple-darwin x86_64-apple-darwin aarch64-pc-windows-msvc x86_64-pc-windows-gnu; do
+        rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+    done
     missing=()
-    for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config python3-venv; do
+    for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config python3-venv \
+               gcc-mingw-w64-x86-64 wine wine64 clang lld-15 llvm; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
@@ -70,9 +75,21 @@ T2P_SKIP_BUILD=1 ./build/install.sh "$prefix"
 cmake -S build/test-consumer -B "$prefix/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$prefix/consumer" >/dev/null
 "$prefix/consumer/t2p-consumer"
+"$prefix/consumer/t2p-consumer-dyn"
+# the shared library linked through t2p_link_private (ELF: --exclude-libs, --gc-sections)
+grep -qx 'kind ELF' "$prefix/consumer/t2p-link.txt" || { echo "consumer: $(head -1 "$prefix/consumer/t2p-link.txt"), expected ELF" >&2; exit 1; }
+exports=$(nm -D --defined-only "$prefix/consumer/libt2p-consumer-shared.so" | awk '{print $3}' | sort | tr '\n' ' ')
+if [ "$exports" != "consumer_t2p_check consumer_t2p_version " ]; then
+    echo "libt2p-consumer-shared.so must export its two functions only, got: $(echo "$exports" | cut -c1-300)" >&2
+    exit 1
+fi
+echo "libt2p-consumer-shared.so (t2p_link_private, ELF) exports only: $exports"
 cc build/test-consumer/main.c -o "$prefix/consumer-pc" $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs t2p)
 "$prefix/consumer-pc"
 rm -rf "$prefix"
+
+step "macOS and Windows: cargo check, mingw-w64 build under wine, link options per linker (tests/platforms.sh)"
+./tests/platforms.sh
 
 step "aarch64 under qemu: every Rust test on -cpu max, the kernel suites on neoverse-n1 and cortex-a53"
 arm_start=$SECONDS

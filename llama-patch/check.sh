@@ -8,7 +8,8 @@
 #      odd rows and k = 384 / 640 included, with q8_K activations (tq1_0/tq2_0) and q8_0 ones
 #      (pq2_0) from t2p's quantizer and from a C model of ggml's x86 quantize_row_q8_0);
 #   3. the patch is well formed: touches only the 3 ggml files, GGML_T2P defaults to OFF, a
-#      relative GGML_T2P_PREFIX is refused, libt2p.a is linked with --exclude-libs.
+#      relative GGML_T2P_PREFIX is refused, libt2p is linked with the package's
+#      t2p_link_private (per-linker options: --exclude-libs on ELF, ...) and no flag of its own.
 # With LLAMA_FORK_DIR=<checkout of prismml-eng/llama.cpp at ff6b68f3875a858c6b0849c6e17211f558f495b6>
 # it also runs `git apply --check` on that checkout and a syntax check of ggml-t2p.cpp against
 # its headers.
@@ -59,7 +60,15 @@ fi
 grep -q '^+option(GGML_T2P .* OFF)$' "$here/ggml-t2p.patch" || { echo "check.sh: GGML_T2P must default to OFF" >&2; exit 1; }
 grep -q 'if (NOT IS_ABSOLUTE "${GGML_T2P_PREFIX}")' "$here/ggml-t2p.patch"
 grep -q 'set(t2p_DIR "${GGML_T2P_PREFIX}/lib/cmake/t2p" CACHE PATH .* FORCE)' "$here/ggml-t2p.patch"
-grep -q 'LINKER:--exclude-libs,libt2p.a' "$here/ggml-t2p.patch"
+# the link options are chosen per linker by the package (build/t2pLink.cmake, checked for every
+# platform by tests/platforms.sh); the patch must link through it, with no linker flag of its own
+grep -q '^+        t2p_link_private(${GGML_CPU_NAME})$' "$here/ggml-t2p.patch" || { echo "check.sh: the patch must link libt2p with t2p_link_private" >&2; exit 1; }
+if grep -E '^\+.*(LINKER:|-Wl,|target_link_options)' "$here/ggml-t2p.patch"; then
+    echo "check.sh: the patch sets link options itself; they belong in build/t2pLink.cmake (per linker)" >&2
+    exit 1
+fi
+grep -q 'LINKER:--exclude-libs,${name}' "$root/build/t2pLink.cmake"
+grep -q 'function(t2p_link_private' "$root/build/t2pConfig.cmake"
 grep -q 't2p_GGML_SOURCES' "$here/ggml-t2p.patch"
 grep -q 't2p_GGML_SOURCES' "$root/build/t2pConfig.cmake"
 grep -q 'ggml_backend_cpu_t2p_buffer_type' "$here/ggml-t2p.cpp"

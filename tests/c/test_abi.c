@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef _WIN32
+#include <malloc.h> /* _aligned_malloc */
+#endif
 
 #include "t2p.h"
 
@@ -38,10 +41,24 @@ static uint32_t rnd(void) {
     return (uint32_t) (rng_state >> 33);
 }
 
-static void *xalloc(size_t n) { /* 64-byte aligned, never NULL */
-    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+/* 64-byte aligned, never NULL; freed with xfree. C11 aligned_alloc, or _aligned_malloc on
+ * Windows, whose C runtimes (msvcrt, ucrt) have no aligned_alloc. */
+static void *xalloc(size_t n) {
+    size_t bytes = (n + 63) / 64 * 64 + 64;
+#ifdef _WIN32
+    void *p = _aligned_malloc(bytes, 64);
+#else
+    void *p = aligned_alloc(64, bytes);
+#endif
     if (!p) abort();
     return p;
+}
+static void xfree(void *p) {
+#ifdef _WIN32
+    _aligned_free(p);
+#else
+    free(p);
+#endif
 }
 
 /* IEEE half to float, exact. */
@@ -260,9 +277,9 @@ static void test_repack(size_t rows, size_t k) {
     memcpy(back, pq, src);
     CHECK_STATUS(t2p_repack(T2P_TYPE_Q2_0_G128, back, bytes, back, bytes, rows, k), T2P_STATUS_OK);
     CHECK(memcmp(back, t, bytes) == 0, "in-place repack of legacy Q2_0 g128");
-    free(pq);
-    free(t);
-    free(back);
+    xfree(pq);
+    xfree(t);
+    xfree(back);
 }
 
 /* One matrix, one activation type, every column count: see the file comment. `from_float` is
@@ -311,7 +328,7 @@ static void test_plan(size_t rows, size_t k, uint32_t act, T2pQ8_0FromFloat from
             }
         }
         CHECK(bad == 0, "%s %zux%zu: %d one-column q8_K oracle outputs differ from the C reference", what, rows, k, bad);
-        free(work);
+        xfree(work);
     }
 
     for (size_t ncols = 1; ncols <= 9; ncols++) {
@@ -354,7 +371,7 @@ static void test_plan(size_t rows, size_t k, uint32_t act, T2pQ8_0FromFloat from
                 from_float(x + c * ld_x, g, (int64_t) k);
                 for (size_t r = 0; r < rows; r++) bad += !same_bits(ref[c * ld + r], ref_dot_q8_0(pq, k, r, g));
             }
-            free(g);
+            xfree(g);
         }
         /* Every column equals the same column computed alone (C-checked above for q8_K). */
         for (size_t c = 0; c < ncols; c++)
@@ -402,12 +419,12 @@ static void test_plan(size_t rows, size_t k, uint32_t act, T2pQ8_0FromFloat from
                 for (size_t r = 0; r < rows; r++) bad += !same_bits(out[c * ld + r], ref[c * ld + r]);
             CHECK(bad == 0, "%s active path %s: %d outputs differ", what, t2p_isa_name(isa), bad);
         }
-        free(work);
-        free(work1);
-        free(ref);
-        free(out);
+        xfree(work);
+        xfree(work1);
+        xfree(ref);
+        xfree(out);
     }
-    free(x);
+    xfree(x);
     /* The comparisons can fail: flip one weight code and the oracle's row 0 moves. */
     {
         T2pPlan plan;
@@ -425,14 +442,14 @@ static void test_plan(size_t rows, size_t k, uint32_t act, T2pQ8_0FromFloat from
         CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, bytes, work, plan.work_bytes, o4, 4, 4, 0, 4), T2P_STATUS_OK);
         b = o4[0];
         CHECK(!same_bits(a, b), "a changed weight must change the output (%g)", a);
-        free(x1);
-        free(work);
+        xfree(x1);
+        xfree(work);
     }
     CHECK_STATUS(t2p_set_isa(T2P_ISA_SCALAR), T2P_STATUS_OK);
     printf("  plan %-22s %2zu x %4zu, 1..9 columns: %s\n", what, rows, k, bad_total ? "FAILED" : "bit-exact on every path");
-    free(pq);
-    free(w);
-    free(single);
+    xfree(pq);
+    xfree(w);
+    xfree(single);
 }
 
 /* Every error status of the plan functions; nothing written on error. */
@@ -585,14 +602,14 @@ static void test_plan_misuse(void) {
         CHECK_STATUS(t2p_plan_compute(&odd, T2P_ISA_SCALAR, wo, ob, wk, odd.work_bytes, o, 6, 5, 0, 6), T2P_STATUS_BUFFER_TOO_SMALL);
         CHECK_STATUS(t2p_plan_compute(&odd, T2P_ISA_SCALAR, wo, ob, wk, odd.work_bytes, o, 6, 6, 0, 6), T2P_STATUS_OK);
         CHECK(o[6] == 42.0f && o[7] == 42.0f, "padded rows are not written");
-        free(wo);
-        free(wk);
-        free(po);
+        xfree(wo);
+        xfree(wk);
+        xfree(po);
     }
-    free(pq);
-    free(w);
-    free(x);
-    free(work);
+    xfree(pq);
+    xfree(w);
+    xfree(x);
+    xfree(work);
 }
 
 static void test_repack_misuse(void) {
@@ -675,10 +692,10 @@ static void test_repack_misuse(void) {
     t2p_vec_dot_pq2_0_q8_K(256, NULL, 0, pq, 0, y, 0, 1); /* must not crash */
     t2p_vec_dot_pq2_0_q8_K(256, &s, 0, pq, 0, y, 0, 1);
     CHECK(s == 0.0f, "vec_dot with a zero q8_K block: %g", s);
-    free(pq);
-    free(t);
-    free(t_copy);
-    free(back);
+    xfree(pq);
+    xfree(t);
+    xfree(t_copy);
+    xfree(back);
 }
 
 /* The same ternary weights (one scale per 256) as pq2_0, tq2_0 and tq1_0 give the same T2P bytes,
@@ -768,8 +785,8 @@ static void test_other_formats(size_t rows) {
         CHECK_STATUS(t2p_unpack(T2P_TYPE_PTQ1_0, want, bytes, p1, ptq, rows, k), T2P_STATUS_OK);
         CHECK_STATUS(t2p_repack(T2P_TYPE_PTQ1_0, p1, ptq, again, bytes, rows, k), T2P_STATUS_OK);
         CHECK(memcmp(again, want, bytes) == 0, "T2P -> ptq1_0 -> T2P round trip");
-        free(p1);
-        free(again);
+        xfree(p1);
+        xfree(again);
     }
     /* What a format cannot hold: nothing written. */
     memset(src_back, 0xEE, tq2);
@@ -786,14 +803,14 @@ static void test_other_formats(size_t rows) {
         for (size_t i = 0; i < tq2; i++) untouched &= src_back[i] == 0xEE;
         CHECK(untouched, "failed unpacks wrote output");
         CHECK_STATUS(t2p_unpack(T2P_TYPE_TQ2_0, odd, bytes, src_back, tq2, rows, k), T2P_STATUS_OK);
-        free(odd);
+        xfree(odd);
     }
-    free(src_back);
-    free(pq);
-    free(b2);
-    free(b1);
-    free(want);
-    free(got);
+    xfree(src_back);
+    xfree(pq);
+    xfree(b2);
+    xfree(b1);
+    xfree(want);
+    xfree(got);
 }
 
 int main(void) {
