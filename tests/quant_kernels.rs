@@ -7,8 +7,9 @@ mod common;
 
 use common::*;
 use t2p::format::{
-    ActBlock, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
-    BlockQ8_1, BlockQ8K, QuantBlock, dequantize_blocks, f16_to_f32, f32_to_f16, vec_dot,
+    ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
+    BlockQ6K, BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock, dequantize_blocks,
+    f16_to_f32, f32_to_f16, vec_dot,
 };
 use t2p::kernels::QuantKernel;
 use t2p::quant_matrix::QuantMatrix;
@@ -34,7 +35,7 @@ macro_rules! scales {
 }
 scales!(
     BlockQ4_0: d; BlockQ4_1: d, m; BlockQ5_0: d; BlockQ5_1: d, m; BlockQ8_0: d;
-    BlockQ4K: d, dmin; BlockQ5K: d, dmin; BlockQ6K: d;
+    BlockQ4K: d, dmin; BlockQ5K: d, dmin; BlockQ6K: d; BlockQ2_0g64: d;
 );
 
 fn random_blocks<B: TestBlock>(rng: &mut Lcg, n: usize, zero_every: usize) -> Vec<B> {
@@ -93,6 +94,17 @@ impl TestAct for BlockQ8_1 {
             .iter()
             .map(|&q| q as f32 * f16_to_f32(self.d))
             .collect()
+    }
+}
+
+impl TestAct for BlockQ8_0x2 {
+    fn constant(q: i8) -> Self {
+        BlockQ8_0x2 {
+            b: [BlockQ8_0::constant(q); 2],
+        }
+    }
+    fn values(&self) -> Vec<f32> {
+        self.b.iter().flat_map(|b| b.values()).collect()
     }
 }
 
@@ -183,6 +195,11 @@ fn q8_0_every_path_matches_the_reference() {
 }
 
 #[test]
+fn q2_0_g64_every_path_matches_the_reference() {
+    check_type::<BlockQ2_0g64>(&[64, 192, 384]);
+}
+
+#[test]
 fn q4_k_every_path_matches_the_reference() {
     check_type::<BlockQ4K>(&[256, 768]);
 }
@@ -238,6 +255,7 @@ fn reference_agrees_with_dequantization() {
     check_against_dequantized::<BlockQ4K>();
     check_against_dequantized::<BlockQ5K>();
     check_against_dequantized::<BlockQ6K>();
+    check_against_dequantized::<BlockQ2_0g64>();
 }
 
 #[test]

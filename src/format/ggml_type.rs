@@ -67,6 +67,7 @@ const TABLE: &[TypeInfo] = &[
     t(34, "tq1_0", 256, 54),
     t(35, "tq2_0", 256, 66),
     t(39, "mxfp4", 32, 17),
+    t(GgmlType::Q2_0_G64.0, "q2_0", 64, 18),
     t(142, "pq2_0", 128, 34),
     t(143, "ptq1_0", 128, 28),
 ];
@@ -112,7 +113,11 @@ impl GgmlType {
     /// llama.cpp reused it for an 18-byte group-64 layout. The reader tells them apart by the
     /// space the tensor occupies and reports the former as [`GgmlType::PQ2_0`].
     pub const Q2_0_LEGACY: GgmlType = GgmlType(42);
-    /// Mainline's group-64 Q2_0 (18 bytes per 64 weights), known only to be refused.
+    /// Mainline's group-64 Q2_0 (18 bytes per 64 weights, stored under id 42): the reader
+    /// reports a tensor of id 42 in that layout as this type. Its number is t2p's own (ggml
+    /// has none apart from the ambiguous 42), outside ggml's range.
+    pub const Q2_0_G64: GgmlType = GgmlType(1042);
+    /// `(weights, bytes)` of a [`GgmlType::Q2_0_G64`] block.
     pub const Q2_0_G64_BLOCK: (u64, u64) = (64, 18);
 
     const fn info(self) -> Option<&'static TypeInfo> {
@@ -169,7 +174,7 @@ impl GgmlType {
 
     /// Whether the type is one of ggml's standard block types the runner multiplies as the
     /// file holds them ([`crate::format::QuantBlock`]): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-    /// Q5_K, Q6_K.
+    /// Q5_K, Q6_K, and mainline's group-64 Q2_0 (ternary, but not in T2P yet).
     pub fn is_quant(self) -> bool {
         matches!(
             self,
@@ -181,6 +186,7 @@ impl GgmlType {
                 | Self::Q4_K
                 | Self::Q5_K
                 | Self::Q6_K
+                | Self::Q2_0_G64
         )
     }
 

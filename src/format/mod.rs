@@ -23,8 +23,9 @@ pub use q8k::{
     quantize_q8k_x4, quantize_row_q8k,
 };
 pub use quants::{
-    ActBlock, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_1,
-    QuantBlock, dequantize_blocks, quantize_act, quantize_q8_0_blocks, vec_dot,
+    ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
+    BlockQ6K, BlockQ8_0x2, BlockQ8_1, QuantBlock, dequantize_blocks, quantize_act,
+    quantize_q8_0_blocks, vec_dot,
 };
 pub(crate) use quants::{scale_min_k4, with_quant_block};
 pub use repack::{

@@ -86,6 +86,14 @@ impl BlockQ8_0Quad {
 }
 
 impl BlockQ8_0 {
+    /// [`BlockQ8_0::quantize`] of a slice of 32 values.
+    ///
+    /// # Panics
+    /// If `x` does not hold 32 values.
+    pub fn quantize_slice(x: &[f32]) -> Self {
+        Self::quantize(x.try_into().expect("32 values"))
+    }
+
     /// Quantizes 32 values exactly as ggml's x86 `quantize_row_q8_0`: `amax` sets
     /// `d = amax / 127` (stored as fp16) and `q = round_half_even(x * (127 / amax))`; an
     /// all-zero block gets `d = 0` and zero values.

@@ -721,10 +721,8 @@ impl GgufFile {
                         t.n_bytes = s;
                     }
                     (_, Some(s)) if fits(s) => {
-                        return Err(GgufError::UnsupportedTensorType {
-                            name: t.name.clone(),
-                            type_name: "q2_0 (id 42, mainline group-64 layout)".into(),
-                        });
+                        t.ggml_type = GgmlType::Q2_0_G64;
+                        t.n_bytes = s;
                     }
                     _ => {
                         return Err(bad(format!(

@@ -240,6 +240,73 @@ impl QuantBlock for BlockQ8_0 {
     }
 }
 
+/// Mainline llama.cpp's Q2_0 (id 42, group 64): `{ ggml_half d; uint8_t qs[16]; }`, weight `j`
+/// is `((qs[j / 4] >> 2 * (j % 4)) & 3) - 1` times `d`: pq2_0's codes with half the group.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ2_0g64 {
+    /// Scale, fp16 bits.
+    pub d: u16,
+    /// 2-bit codes `u = w + 1`, four per byte.
+    pub qs: [u8; 16],
+}
+
+/// The two `q8_0` blocks a [`BlockQ2_0g64`] multiplies (64 values).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct BlockQ8_0x2 {
+    /// Values 0..32 and 32..64.
+    pub b: [BlockQ8_0; 2],
+}
+
+impl ActBlock for BlockQ8_0x2 {
+    const VALUES: usize = 2 * QK8_0;
+    fn quantize(x: &[f32]) -> Self {
+        BlockQ8_0x2 {
+            b: [
+                BlockQ8_0::quantize_slice(&x[..32]),
+                BlockQ8_0::quantize_slice(&x[32..64]),
+            ],
+        }
+    }
+}
+
+impl BlockQ2_0g64 {
+    /// The 64 weights as integers `u - 1` (code 3 gives +2).
+    pub fn values(&self) -> [i8; 64] {
+        std::array::from_fn(|j| ((self.qs[j / 4] >> (2 * (j % 4))) & 3) as i8 - 1)
+    }
+}
+
+impl QuantBlock for BlockQ2_0g64 {
+    const TYPE: GgmlType = GgmlType::Q2_0_G64;
+    const WEIGHTS: usize = 64;
+    type Act = BlockQ8_0x2;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        let d = f16_to_f32(self.d);
+        for (o, q) in out.iter_mut().zip(self.values()) {
+            *o = q as f32 * d;
+        }
+    }
+
+    /// `[isum0, isum1]`: the two 32-weight halves.
+    fn int_dot(&self, a: &BlockQ8_0x2) -> [i32; 2] {
+        let v = self.values();
+        [idot(&v[..32], &a.b[0].qs), idot(&v[32..], &a.b[1].qs)]
+    }
+
+    /// `acc + d_w * (d_a0 * isum0 + d_a1 * isum1)`: ggml's `ggml_vec_dot_q2_0_q8_0`.
+    fn fold(&self, a: &BlockQ8_0x2, [i0, i1]: [i32; 2], acc: f32) -> f32 {
+        let (d0, d1) = (f16_to_f32(a.b[0].d), f16_to_f32(a.b[1].d));
+        acc + f16_to_f32(self.d) * (d0 * i0 as f32 + d1 * i1 as f32)
+    }
+
+    fn scales_finite(&self) -> bool {
+        f16_to_f32(self.d).is_finite()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

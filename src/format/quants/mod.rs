@@ -13,7 +13,10 @@ mod legacy;
 
 pub(crate) use kquants::scale_min_k4;
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K};
-pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_1, quantize_q8_0_blocks};
+pub use legacy::{
+    BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0x2, BlockQ8_1,
+    quantize_q8_0_blocks,
+};
 
 use bytemuck::Pod;
 
@@ -72,6 +75,7 @@ const _: () = {
     assert!(BlockQ5K::TYPE.has_block(256, size_of::<BlockQ5K>()));
     assert!(BlockQ6K::TYPE.has_block(256, size_of::<BlockQ6K>()));
     assert!(GgmlType(9).has_block(32, size_of::<BlockQ8_1>()));
+    assert!(BlockQ2_0g64::TYPE.has_block(64, size_of::<BlockQ2_0g64>()));
 };
 
 /// The scalar reference: the dot product of one row of weight blocks with its activation
@@ -140,6 +144,10 @@ macro_rules! with_quant_block {
             }
             $crate::format::GgmlType::Q6_K => {
                 type $B = $crate::format::BlockQ6K;
+                $body
+            }
+            $crate::format::GgmlType::Q2_0_G64 => {
+                type $B = $crate::format::BlockQ2_0g64;
                 $body
             }
             _ => $other,

@@ -16,8 +16,8 @@ use std::arch::x86_64::*;
 
 use super::QuantKernels;
 use crate::format::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
-    BlockQ8K, QuantBlock,
+    BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
 
 macro_rules! safe_rows {
@@ -31,7 +31,7 @@ macro_rules! safe_rows {
 }
 safe_rows!(
     q4_0: BlockQ4_0, q4_1: BlockQ4_1, q5_0: BlockQ5_0, q5_1: BlockQ5_1, q8_0: BlockQ8_0,
-    q4_k: BlockQ4K, q5_k: BlockQ5K, q6_k: BlockQ6K,
+    q4_k: BlockQ4K, q5_k: BlockQ5K, q6_k: BlockQ6K, q2_0_g64: BlockQ2_0g64,
 );
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
@@ -43,6 +43,7 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
     q4_k,
     q5_k,
     q6_k,
+    q2_0_g64,
 };
 
 /// A block type's AVX2 steps.
@@ -511,5 +512,61 @@ impl Avx2Block for BlockQ6K {
     unsafe fn fold4(w: [&Self; 4], a: &BlockQ8K, isum: __m128i, _: __m128i, acc: __m128) -> __m128 {
         let dd = _mm_mul_ps(half4(w.map(|b| b.d)), _mm_set1_ps(a.d));
         _mm_add_ps(acc, _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)))
+    }
+}
+
+impl Avx2Block for BlockQ2_0g64 {
+    /// Codes `u <= 3` unsigned into `maddubs`; `w = u - 1` comes back as `- sum(y)`, per half.
+    /// The two halves' sums travel as lanes 0..4 (half 0) and 4..8 (half 1) of `isum`'s
+    /// vector and as `msum = isum1` after the reduction.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot(&self, a: &BlockQ8_0x2) -> (__m256i, i32) {
+        // Both halves' integers, exactly, through the shared scalar-free path: the codes of
+        // half h are bytes 8h .. 8h + 8 of `qs`, spread to one byte per weight.
+        let spread = |h: usize| {
+            let mut c = [0u8; 32];
+            for (j, c) in c.iter_mut().enumerate() {
+                *c = (self.qs[8 * h + j / 4] >> (2 * (j % 4))) & 3;
+            }
+            // SAFETY: `c` is 32 bytes.
+            unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
+        };
+        let ones = _mm256_set1_epi8(1);
+        let half = |h: usize| {
+            let y = load32(&a.b[h].qs);
+            let dot = dot32_unsigned(spread(h), y);
+            _mm256_sub_epi32(dot, dot32_unsigned(ones, y))
+        };
+        let (h0, h1) = (half(0), half(1));
+        let total1 = {
+            let s = _mm_add_epi32(
+                _mm256_castsi256_si128(h1),
+                _mm256_extracti128_si256::<1>(h1),
+            );
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+            _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+        };
+        (h0, total1)
+    }
+
+    /// `acc + d_w * (d_a0 * isum0 + d_a1 * isum1)` on four rows (`isum` holds half 0, `msum`
+    /// half 1).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: &BlockQ8_0x2,
+        isum: __m128i,
+        msum: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        let d0 = _mm_set1_ps(half(a.b[0].d));
+        let d1 = _mm_set1_ps(half(a.b[1].d));
+        let inner = _mm_add_ps(
+            _mm_mul_ps(d0, _mm_cvtepi32_ps(isum)),
+            _mm_mul_ps(d1, _mm_cvtepi32_ps(msum)),
+        );
+        _mm_add_ps(acc, _mm_mul_ps(half4(w.map(|b| b.d)), inner))
     }
 }

@@ -12,7 +12,8 @@ mod scalar;
 
 use super::{Isa, Kernels};
 use crate::format::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, QuantBlock,
+    BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, QuantBlock,
 };
 
 /// `w`: `rows * nb` blocks (row `r` at `r * nb`), `y`: `ncols * nb` activation blocks (column
@@ -31,6 +32,7 @@ pub struct QuantKernels {
     q4_k: QuantRowsFn<BlockQ4K>,
     q5_k: QuantRowsFn<BlockQ5K>,
     q6_k: QuantRowsFn<BlockQ6K>,
+    q2_0_g64: QuantRowsFn<BlockQ2_0g64>,
 }
 
 /// A block type with kernels: picks its entry from a path's table.
@@ -51,6 +53,7 @@ macro_rules! quant_kernel {
 quant_kernel!(
     BlockQ4_0 => q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
     BlockQ8_0 => q8_0, BlockQ4K => q4_k, BlockQ5K => q5_k, BlockQ6K => q6_k,
+    BlockQ2_0g64 => q2_0_g64,
 );
 
 /// The table of `isa`: AVX2 for both x86 SIMD paths (AVX-VNNI CPUs have AVX2), the scalar

@@ -12,6 +12,7 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
     q4_k: rows,
     q5_k: rows,
     q6_k: rows,
+    q2_0_g64: rows,
 };
 
 fn rows<B: QuantBlock>(w: &[B], nb: usize, y: &[B::Act], ncols: usize, out: &mut [f32], ld: usize) {
