@@ -107,6 +107,19 @@ fn corpus_details() {
         .collect();
     assert_eq!(ids, want);
     assert_eq!(tok.decode(&ids, false), " \u{e9}".as_bytes());
-    let e = load_all(&dir.join("bad-q2_0-g64.gguf")).unwrap_err();
-    assert!(matches!(e, GgufError::UnsupportedTensorType { ref name, .. } if name == "legacy.g64"));
+    // Id 42 in mainline's group-64 layout (once refused, now a ggml block type).
+    let (g64, store) = load_all(&dir.join("ok-q2_0-g64.gguf")).unwrap();
+    let info = g64
+        .tensors()
+        .iter()
+        .find(|t| t.name == "legacy.g64")
+        .unwrap();
+    assert_eq!(
+        (info.ggml_type, info.stored_type_id),
+        (t2p::runner::GgmlType::Q2_0_G64, 42)
+    );
+    assert!(matches!(
+        store.require("legacy.g64").unwrap().data,
+        TensorData::Quant(_)
+    ));
 }

@@ -131,9 +131,9 @@ def with_tensors(parts, **kw):
 
 
 files['bad-tensor-type-77.gguf'] = with_tensors([('a', [4], 77, F32)])
-files['bad-unsupported-q4_K.gguf'] = with_tensors([('a', [256], 12, b'\0' * 144)])
+files['ok-q4_K.gguf'] = with_tensors([('a', [256], 12, b'\0' * 144)])
 # Below 2048 weights the two id-42 layouts pad to the same size and pq2_0 is assumed.
-files['bad-q2_0-g64.gguf'] = with_tensors([('legacy.g64', [2048, 4], 42, b'\0' * (8192 // 64 * 18))])
+files['ok-q2_0-g64.gguf'] = with_tensors([('legacy.g64', [2048, 4], 42, b'\0' * (8192 // 64 * 18))])
 files['bad-q2_0-odd-size.gguf'] = with_tensors([('legacy.odd', [256, 4], 42, b'\0' * 100)])
 files['bad-block-multiple.gguf'] = with_tensors([('a', [100, 4], 142, PQ2)])
 files['bad-dim-overflow.gguf'] = with_tensors([('a', [1 << 32, 1 << 32], 0, F32)])
