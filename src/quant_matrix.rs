@@ -79,11 +79,7 @@ impl QuantMatrix {
 
     /// The type the activations are quantized to (ggml's `vec_dot_type`).
     pub fn act_type(&self) -> GgmlType {
-        match self.ty {
-            GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => GgmlType::Q8_K,
-            _ => GgmlType::Q8_0,
-        }
+        self.ty.vec_dot_type()
     }
 
     /// Output rows.

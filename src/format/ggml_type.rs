@@ -190,6 +190,16 @@ impl GgmlType {
         )
     }
 
+    /// ggml's `vec_dot_type` of a block type: what its activations are quantized to (Q8_1 for
+    /// Q4_1 / Q5_1, Q8_K for the K types, Q8_0 otherwise).
+    pub fn vec_dot_type(self) -> GgmlType {
+        match self {
+            Self::Q4_1 | Self::Q5_1 => Self::Q8_1,
+            Self::Q4_K | Self::Q5_K | Self::Q6_K => Self::Q8_K,
+            _ => Self::Q8_0,
+        }
+    }
+
     /// The names of every type [`is_loadable`](Self::is_loadable) accepts, for messages.
     pub fn loadable_names() -> String {
         TABLE
