@@ -22,12 +22,14 @@ pub use q8k::{
     BlockQ8K, BlockQ8Kx4, QK_K, deinterleave_q8k_x4, dequantize_row_q8k, interleave_q8k_x4,
     quantize_q8k_x4, quantize_row_q8k,
 };
+#[cfg(target_arch = "x86_64")]
+pub(crate) use quants::scale_min_k4;
+pub(crate) use quants::with_quant_block;
 pub use quants::{
     ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
     BlockQ6K, BlockQ8_0x2, BlockQ8_1, QuantBlock, dequantize_blocks, quantize_act,
     quantize_q8_0_blocks, vec_dot,
 };
-pub(crate) use quants::{scale_min_k4, with_quant_block};
 pub use repack::{
     check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
     t2p_row_groups, unpack_t2p_to_pq2_0,

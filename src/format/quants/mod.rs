@@ -11,6 +11,7 @@
 mod kquants;
 mod legacy;
 
+#[cfg(target_arch = "x86_64")]
 pub(crate) use kquants::scale_min_k4;
 pub use kquants::{BlockQ4K, BlockQ5K, BlockQ6K};
 pub use legacy::{
