@@ -167,49 +167,33 @@ fn dequantize_with_min(d: u16, dmin: u16, v: &KValues, out: &mut [f32]) {
     }
 }
 
-impl QuantBlock for BlockQ4K {
-    const TYPE: GgmlType = GgmlType::Q4_K;
-    const WEIGHTS: usize = QK_K;
-    type Act = BlockQ8K;
+/// Q4_K and Q5_K differ only in their values: one implementation over both.
+macro_rules! k_with_min {
+    ($($B:ty => $ty:ident),*) => {
+        $(impl QuantBlock for $B {
+            const TYPE: GgmlType = GgmlType::$ty;
+            const WEIGHTS: usize = QK_K;
+            type Act = BlockQ8K;
 
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_with_min(self.d, self.dmin, &self.values(), out);
-    }
+            fn dequantize(&self, out: &mut [f32]) {
+                dequantize_with_min(self.d, self.dmin, &self.values(), out);
+            }
 
-    fn int_dot(&self, a: &BlockQ8K) -> [i32; 2] {
-        k_sums(&self.values(), a)
-    }
+            fn int_dot(&self, a: &BlockQ8K) -> [i32; 2] {
+                k_sums(&self.values(), a)
+            }
 
-    fn fold(&self, a: &BlockQ8K, sums: [i32; 2], acc: f32) -> f32 {
-        fold_with_min(self.d, self.dmin, a, sums, acc)
-    }
+            fn fold(&self, a: &BlockQ8K, sums: [i32; 2], acc: f32) -> f32 {
+                fold_with_min(self.d, self.dmin, a, sums, acc)
+            }
 
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite() && f16_to_f32(self.dmin).is_finite()
-    }
+            fn scales_finite(&self) -> bool {
+                f16_to_f32(self.d).is_finite() && f16_to_f32(self.dmin).is_finite()
+            }
+        })*
+    };
 }
-
-impl QuantBlock for BlockQ5K {
-    const TYPE: GgmlType = GgmlType::Q5_K;
-    const WEIGHTS: usize = QK_K;
-    type Act = BlockQ8K;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        dequantize_with_min(self.d, self.dmin, &self.values(), out);
-    }
-
-    fn int_dot(&self, a: &BlockQ8K) -> [i32; 2] {
-        k_sums(&self.values(), a)
-    }
-
-    fn fold(&self, a: &BlockQ8K, sums: [i32; 2], acc: f32) -> f32 {
-        fold_with_min(self.d, self.dmin, a, sums, acc)
-    }
-
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite() && f16_to_f32(self.dmin).is_finite()
-    }
-}
+k_with_min!(BlockQ4K => Q4_K, BlockQ5K => Q5_K);
 
 impl QuantBlock for BlockQ6K {
     const TYPE: GgmlType = GgmlType::Q6_K;
