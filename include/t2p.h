@@ -32,6 +32,9 @@
 // x86_64 AVX2 + F16C + AVX-VNNI path.
 #define T2P_ISA_AVX_VNNI 5
 
+// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI path.
+#define T2P_ISA_AVX512_VNNI 6
+
 // CPU feature bit: x86_64 AVX2.
 #define T2P_CPU_AVX2 (1 << 0)
 
@@ -41,8 +44,14 @@
 // CPU feature bit: x86_64 F16C.
 #define T2P_CPU_F16C (1 << 2)
 
-// CPU feature bit: x86_64 AVX-512F (reported only; no kernel uses it).
+// CPU feature bit: x86_64 AVX-512F.
 #define T2P_CPU_AVX512F (1 << 3)
+
+// CPU feature bit: x86_64 AVX-512 VNNI with BW and VL (what the `avx512-vnni` path needs).
+#define T2P_CPU_AVX512_VNNI (1 << 4)
+
+// CPU feature bit: x86_64 AVX-VNNI (the VEX-encoded `vpdpbusd`).
+#define T2P_CPU_AVX_VNNI (1 << 5)
 
 // CPU feature bit: aarch64 Advanced SIMD.
 #define T2P_CPU_NEON (1 << 8)
@@ -158,7 +167,7 @@ uint32_t t2p_cpu_features(void);
 // A static NUL-terminated description of a status code (any value is accepted). Cannot fail.
 const char *t2p_status_string(uint32_t status);
 
-// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"neon"`, `"neon-dotprod"`,
+// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"neon"`, `"neon-dotprod"`,
 // `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 const char *t2p_isa_name(uint32_t isa);
 

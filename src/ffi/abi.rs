@@ -23,6 +23,8 @@ pub const T2P_ISA_NEON_DOTPROD: u32 = 3;
 pub const T2P_ISA_NEON_I8MM: u32 = 4;
 /// x86_64 AVX2 + F16C + AVX-VNNI path.
 pub const T2P_ISA_AVX_VNNI: u32 = 5;
+/// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI path.
+pub const T2P_ISA_AVX512_VNNI: u32 = 6;
 
 /// CPU feature bit: x86_64 AVX2.
 pub const T2P_CPU_AVX2: u32 = 1 << 0;
@@ -30,8 +32,12 @@ pub const T2P_CPU_AVX2: u32 = 1 << 0;
 pub const T2P_CPU_FMA: u32 = 1 << 1;
 /// CPU feature bit: x86_64 F16C.
 pub const T2P_CPU_F16C: u32 = 1 << 2;
-/// CPU feature bit: x86_64 AVX-512F (reported only; no kernel uses it).
+/// CPU feature bit: x86_64 AVX-512F.
 pub const T2P_CPU_AVX512F: u32 = 1 << 3;
+/// CPU feature bit: x86_64 AVX-512 VNNI with BW and VL (what the `avx512-vnni` path needs).
+pub const T2P_CPU_AVX512_VNNI: u32 = 1 << 4;
+/// CPU feature bit: x86_64 AVX-VNNI (the VEX-encoded `vpdpbusd`).
+pub const T2P_CPU_AVX_VNNI: u32 = 1 << 5;
 /// CPU feature bit: aarch64 Advanced SIMD.
 pub const T2P_CPU_NEON: u32 = 1 << 8;
 /// CPU feature bit: aarch64 dot product.
@@ -68,6 +74,8 @@ const _: () = {
     assert!(T2P_ISA_NEON_I8MM == Isa::NeonI8mm as u32 && T2P_ISA_AVX_VNNI == Isa::AvxVnni as u32);
     assert!(T2P_CPU_AVX2 == cpu::AVX2 && T2P_CPU_FMA == cpu::FMA && T2P_CPU_F16C == cpu::F16C);
     assert!(T2P_CPU_AVX512F == cpu::AVX512F && T2P_CPU_NEON == cpu::NEON);
+    assert!(T2P_ISA_AVX512_VNNI == Isa::Avx512Vnni as u32);
+    assert!(T2P_CPU_AVX512_VNNI == cpu::AVX512_VNNI && T2P_CPU_AVX_VNNI == cpu::AVX_VNNI);
     assert!(T2P_CPU_DOTPROD == cpu::DOTPROD && T2P_CPU_I8MM == cpu::I8MM);
     assert!(
         T2P_PQ2_0_BLOCK_BYTES == size_of::<BlockPq2_0>()
@@ -197,7 +205,7 @@ pub extern "C" fn t2p_status_string(status: u32) -> *const c_char {
     T2pStatus::message(status).as_ptr().cast()
 }
 
-/// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"neon"`, `"neon-dotprod"`,
+/// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"neon"`, `"neon-dotprod"`,
 /// `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 #[unsafe(no_mangle)]
 pub extern "C" fn t2p_isa_name(isa: u32) -> *const c_char {
@@ -205,6 +213,7 @@ pub extern "C" fn t2p_isa_name(isa: u32) -> *const c_char {
         T2P_ISA_SCALAR => c"scalar".as_ptr(),
         T2P_ISA_AVX2 => c"avx2".as_ptr(),
         T2P_ISA_AVX_VNNI => c"avx-vnni".as_ptr(),
+        T2P_ISA_AVX512_VNNI => c"avx512-vnni".as_ptr(),
         T2P_ISA_NEON => c"neon".as_ptr(),
         T2P_ISA_NEON_DOTPROD => c"neon-dotprod".as_ptr(),
         T2P_ISA_NEON_I8MM => c"neon-i8mm".as_ptr(),

@@ -6,8 +6,12 @@ pub const AVX2: u32 = 1 << 0;
 pub const FMA: u32 = 1 << 1;
 /// x86_64 F16C (fp16 conversions).
 pub const F16C: u32 = 1 << 2;
-/// x86_64 AVX-512F (detected and reported only; no kernel uses it).
+/// x86_64 AVX-512F.
 pub const AVX512F: u32 = 1 << 3;
+/// x86_64 AVX-512 VNNI together with AVX-512 BW and VL (the `avx512-vnni` path's needs).
+pub const AVX512_VNNI: u32 = 1 << 4;
+/// x86_64 AVX-VNNI (VEX-encoded `vpdpbusd`).
+pub const AVX_VNNI: u32 = 1 << 5;
 /// aarch64 Advanced SIMD.
 pub const NEON: u32 = 1 << 8;
 /// aarch64 dot product (SDOT).
@@ -15,11 +19,13 @@ pub const DOTPROD: u32 = 1 << 9;
 /// aarch64 int8 matrix multiply (SMMLA).
 pub const I8MM: u32 = 1 << 10;
 
-const NAMES: [(u32, &str); 7] = [
+const NAMES: [(u32, &str); 9] = [
     (AVX2, "avx2"),
     (FMA, "fma"),
     (F16C, "f16c"),
     (AVX512F, "avx512f"),
+    (AVX512_VNNI, "avx512vnni"),
+    (AVX_VNNI, "avxvnni"),
     (NEON, "neon"),
     (DOTPROD, "dotprod"),
     (I8MM, "i8mm"),
@@ -35,6 +41,13 @@ pub fn features() -> u32 {
             (FMA, std::arch::is_x86_feature_detected!("fma")),
             (F16C, std::arch::is_x86_feature_detected!("f16c")),
             (AVX512F, std::arch::is_x86_feature_detected!("avx512f")),
+            (
+                AVX512_VNNI,
+                std::arch::is_x86_feature_detected!("avx512vnni")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vl"),
+            ),
+            (AVX_VNNI, std::arch::is_x86_feature_detected!("avxvnni")),
         ] {
             if on {
                 f |= bit;

@@ -16,7 +16,7 @@
 //! `acc = acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (q8_0), in block order, without fused
 //! multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
-//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|neon|neon-dotprod|neon-i8mm`
+//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|avx512-vnni|neon|neon-dotprod|neon-i8mm`
 //! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).
 
 use std::fmt;
@@ -27,18 +27,12 @@ use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, R
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "x86_64")]
-mod avx_vnni;
 pub mod cpu;
-#[cfg(target_arch = "x86_64")]
-mod prefetch;
 mod quant;
 pub mod scalar;
 pub use quant::{QuantKernel, quant_path_name};
 #[cfg(target_arch = "x86_64")]
-mod x86_q8_0;
+mod x86;
 
 /// Blocks per row a per-thread operand buffer ([`with_per_call_buffer`]) holds from its first
 /// use (k = 32768), so which thread first meets which matrix does not decide when a buffer grows.
@@ -47,7 +41,7 @@ pub(crate) const PER_CALL_MIN_BLOCKS: usize = 256;
 
 /// A kernel's per-call operand buffer: one per thread and layout, declared next to the kernel as
 /// `thread_local! { static BUF: Cell<Vec<T>> = const { Cell::new(Vec::new()) }; }` (the pattern
-/// of the x86 kernels' buffers, e.g. `avx2`'s `TILE_OPS` and `avx_vnni`'s `SUMS`).
+/// of the x86 kernels' buffers, e.g. `x86::q8k`'s `TILE_OPS`).
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 pub(crate) type PerCallBuffer<T> = std::thread::LocalKey<std::cell::Cell<Vec<T>>>;
 
@@ -86,16 +80,19 @@ pub enum Isa {
     NeonDotprod = 3,
     /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
     NeonI8mm = 4,
-    /// x86_64 AVX2 + F16C + AVX-VNNI (`vpdpbusd` on slot-masked words: no int16 saturation).
+    /// x86_64 AVX2 + F16C + AVX-VNNI (`vpdpbusd`, VEX: no int16 saturation).
     AvxVnni = 5,
+    /// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI (`vpdpbusd`, EVEX).
+    Avx512Vnni = 6,
 }
 
 impl Isa {
     /// Every path, in the order of preference within its architecture (best last).
-    pub const ALL: [Isa; 6] = [
+    pub const ALL: [Isa; 7] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
+        Isa::Avx512Vnni,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
@@ -107,6 +104,7 @@ impl Isa {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avx-vnni",
+            Isa::Avx512Vnni => "avx512-vnni",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::NeonI8mm => "neon-i8mm",
@@ -118,7 +116,7 @@ impl Isa {
         Isa::ALL
             .into_iter()
             .find(|isa| isa.name() == name.trim())
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, avx-vnni, neon, neon-dotprod, neon-i8mm)")))
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, avx-vnni, avx512-vnni, neon, neon-dotprod, neon-i8mm)")))
     }
 
     /// The ISA with the given stable number.
@@ -183,9 +181,7 @@ fn table(isa: Isa) -> Option<&'static Kernels> {
     match isa {
         Isa::Scalar => Some(&scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => avx2::kernels(),
-        #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => avx_vnni::kernels(),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::kernels(isa),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::kernels(isa),
         _ => None,

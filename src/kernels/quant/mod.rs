@@ -56,12 +56,12 @@ quant_kernel!(
     BlockQ2_0g64 => q2_0_g64,
 );
 
-/// The table of `isa`: AVX2 for both x86 SIMD paths (AVX-VNNI CPUs have AVX2), the scalar
+/// The table of `isa`: AVX2 for every x86 SIMD path (the VNNI CPUs have AVX2), the scalar
 /// reference elsewhere.
 fn table(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => &avx2::KERNELS,
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => &avx2::KERNELS,
         _ => &scalar::KERNELS,
     }
 }

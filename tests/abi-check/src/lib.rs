@@ -153,7 +153,8 @@ mod tests {
                 c::T2P_ISA_NEON,
                 c::T2P_ISA_NEON_DOTPROD,
                 c::T2P_ISA_NEON_I8MM,
-                c::T2P_ISA_AVX_VNNI
+                c::T2P_ISA_AVX_VNNI,
+                c::T2P_ISA_AVX512_VNNI
             ],
             [
                 r::T2P_ISA_SCALAR,
@@ -161,7 +162,8 @@ mod tests {
                 r::T2P_ISA_NEON,
                 r::T2P_ISA_NEON_DOTPROD,
                 r::T2P_ISA_NEON_I8MM,
-                r::T2P_ISA_AVX_VNNI
+                r::T2P_ISA_AVX_VNNI,
+                r::T2P_ISA_AVX512_VNNI
             ]
         );
         assert_eq!(
@@ -172,7 +174,9 @@ mod tests {
                 c::T2P_CPU_AVX512F,
                 c::T2P_CPU_NEON,
                 c::T2P_CPU_DOTPROD,
-                c::T2P_CPU_I8MM
+                c::T2P_CPU_I8MM,
+                c::T2P_CPU_AVX512_VNNI,
+                c::T2P_CPU_AVX_VNNI
             ],
             [
                 r::T2P_CPU_AVX2,
@@ -181,7 +185,9 @@ mod tests {
                 r::T2P_CPU_AVX512F,
                 r::T2P_CPU_NEON,
                 r::T2P_CPU_DOTPROD,
-                r::T2P_CPU_I8MM
+                r::T2P_CPU_I8MM,
+                r::T2P_CPU_AVX512_VNNI,
+                r::T2P_CPU_AVX_VNNI
             ]
         );
         // The status enumerators as clang numbers them.

@@ -1,5 +1,6 @@
-//! The x86 `q8_0` gemv and gemm, shared by the AVX2 and AVX-VNNI paths: everything but the
-//! integer dot of one weight register, which each path supplies ([`q8_0_kernels`]).
+//! The x86 `q8_0` gemv and gemm, shared by every x86 path: everything but the integer dot of
+//! one weight register, which each path supplies ([`q8_0_kernels`], called by
+//! [`super::x86_path!`]).
 //!
 //! **Register layout ("word pairs").** One 256-bit load of `qs[p][2q..2q + 2]` holds words `2q`
 //! (low lane) and `2q + 1` (high lane) of row pair `p`. Word `wd` is exactly `q8_0` sub-block `wd`
@@ -34,7 +35,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::format::{BlockQ8_0Quad, BlockT2p};
+use crate::format::BlockQ8_0Quad;
 
 /// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
 /// weight register stay in registers while every column multiplies them).
@@ -167,30 +168,6 @@ pub(super) fn with_tile<R>(
     })
 }
 
-/// Words `2q` and `2q + 1` of row pair `p` (one 256-bit load, low lane = word `2q`).
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(super) fn load_word_pair(blk: &BlockT2p, p: usize, q: usize) -> __m256i {
-    let w: &[[u8; 16]; 2] = blk.qs[p][2 * q..2 * q + 2].try_into().expect("two words");
-    // SAFETY: `w` is 32 contiguous bytes, and loadu has no alignment requirement.
-    unsafe { _mm256_loadu_si256(w.as_ptr().cast()) }
-}
-
-/// The 8 row scales `[a: d0..d3 | b: d0..d3]` of two blocks as f32 (F16C conversion is exact).
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn scales_ab(a: &BlockT2p, b: &BlockT2p) -> __m256 {
-    let (da, db): (&[u16; 4], &[u16; 4]) = (&a.d, &b.d);
-    // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
-    let h = unsafe {
-        _mm_unpacklo_epi64(
-            _mm_loadl_epi64(da.as_ptr().cast()),
-            _mm_loadl_epi64(db.as_ptr().cast()),
-        )
-    };
-    _mm256_cvtph_ps(h)
-}
-
 /// Column-pair factors of one block for the gemm: the scale `d_j` of column `c` in the low lane
 /// and of column `c'` in the high lane, per sub-block `j`.
 #[target_feature(enable = "avx2")]
@@ -202,43 +179,24 @@ pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
     })
 }
 
-/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the gemm decodes
-/// once per register and serves every column with it).
-#[target_feature(enable = "avx2")]
-#[inline]
-pub(super) fn slots_u(v: __m256i) -> [__m256i; 4] {
-    let m03 = _mm256_set1_epi8(0x03);
-    [
-        _mm256_and_si256(v, m03),
-        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-    ]
-}
-
-/// The 4 row scales of a block in both lanes, `[d0..d3 | d0..d3]` as f32.
-#[target_feature(enable = "avx2,f16c")]
-#[inline]
-pub(super) fn scales_twice(blk: &BlockT2p) -> __m256 {
-    let d: &[u16; 4] = &blk.d;
-    // SAFETY: reads the 8 bytes of `d`, unaligned.
-    let h = unsafe { _mm_loadl_epi64(d.as_ptr().cast()) };
-    _mm256_cvtph_ps(_mm_unpacklo_epi64(h, h))
-}
-
 /// Defines `gemv_q8_0_impl` and `gemm_q8_0_impl` in the calling module, compiled for
 /// `$feat`, around its `pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i`
 /// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs) and
 /// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (the same from the two
-/// row pairs' decoded slots, [`slots_u`]). A macro rather than
+/// row pairs' decoded slots, [`super::slots_u`]). A macro rather than
 /// a generic function so that the whole loop is compiled with the path's features and the dot
 /// is inlined.
 macro_rules! q8_0_kernels {
     ($feat:literal) => {
-        /// The `q8_0` gemv, two row groups per pass (see [`super::x86_q8_0`]).
+        /// The `q8_0` gemv, two row groups per pass (see `x86::q8_0`).
         #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8_0_impl(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
-            super::x86_q8_0::with_tables(1, |t| {
+        unsafe fn gemv_q8_0_impl(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[$crate::format::BlockQ8_0Quad],
+            out: &mut [f32],
+        ) {
+            $crate::kernels::x86::q8_0::with_tables(1, |t| {
                 t[0].fill(y);
                 // SAFETY: same CPU features as this function.
                 unsafe { gemv_q8_0_table(x, nb, y, &t[0], out) }
@@ -250,11 +208,11 @@ macro_rules! q8_0_kernels {
         unsafe fn gemv_q8_0_table(
             x: &[BlockT2p],
             nb: usize,
-            y: &[BlockQ8_0Quad],
-            table: &super::x86_q8_0::Q8_0Table,
+            y: &[$crate::format::BlockQ8_0Quad],
+            table: &$crate::kernels::x86::q8_0::Q8_0Table,
             out: &mut [f32],
         ) {
-            use super::x86_q8_0::scales_ab;
+            use $crate::kernels::x86::{prefetch, scales_ab};
             let groups = x.len() / nb;
             for g in (0..groups).step_by(2) {
                 let a = &x[g * nb..(g + 1) * nb];
@@ -269,7 +227,7 @@ macro_rules! q8_0_kernels {
                 let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
                 for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
                     // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
-                    super::prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
+                    prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
                     let ma0 = _mm256_add_epi32(pair_dot(ba, 0, &ops[0]), neg[0]);
                     let mb0 = _mm256_add_epi32(pair_dot(bb, 0, &ops[0]), neg[0]);
                     let ma1 = _mm256_add_epi32(pair_dot(ba, 1, &ops[1]), neg[1]);
@@ -300,20 +258,20 @@ macro_rules! q8_0_kernels {
             }
         }
 
-        /// The `q8_0` gemm: up to [`super::x86_q8_0::MAX_TILE_COLS`] columns per pass over the
+        /// The `q8_0` gemm: up to [`$crate::kernels::x86::q8_0::MAX_TILE_COLS`] columns per pass over the
         /// weights, as column pairs (an odd last column is paired with itself and stored
         /// once); a single column runs through the gemv.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_impl(
             x: &[BlockT2p],
             nb: usize,
-            y: &[BlockQ8_0Quad],
+            y: &[$crate::format::BlockQ8_0Quad],
             ncols: usize,
             out: &mut [f32],
             ld: usize,
         ) {
-            use super::x86_q8_0::{MAX_TILE_COLS, with_tables, with_tile};
-            let rows = x.len() / nb * ROWS_PER_T2P;
+            use $crate::kernels::x86::q8_0::{MAX_TILE_COLS, with_tables, with_tile};
+            let rows = x.len() / nb * $crate::format::ROWS_PER_T2P;
             for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
                 let real = (ncols - c0).min(MAX_TILE_COLS);
                 let cols = &y[c0 * nb..(c0 + real) * nb];
@@ -348,17 +306,17 @@ macro_rules! q8_0_kernels {
         unsafe fn gemm_q8_0_tile<const NP: usize>(
             x: &[BlockT2p],
             nb: usize,
-            tile: &[super::x86_q8_0::TileBlock],
+            tile: &[$crate::kernels::x86::q8_0::TileBlock],
             out: &mut [f32],
             ld: usize,
             c0: usize,
             real: usize,
         ) {
-            use super::x86_q8_0::{load_word_pair, scales_twice, slots_u};
+            use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
             for (g, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
                 for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-                    super::prefetch::blocks::<1>(x, (g + 1) * nb + i);
+                    prefetch::blocks::<1>(x, (g + 1) * nb + i);
                     // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
                     let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
                         let m: [__m256i; 2] = std::array::from_fn(|h| {
@@ -373,18 +331,12 @@ macro_rules! q8_0_kernels {
                             _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi)),
                         )
                     };
-                    let u0 = [
-                        slots_u(load_word_pair(blk, 0, 0)),
-                        slots_u(load_word_pair(blk, 1, 0)),
-                    ];
+                    let u0 = decode_pair(blk, 0);
                     let mut s: [__m256; NP] = std::array::from_fn(|cp| {
                         let (p0, p1) = half(0, cp, &u0);
                         _mm256_add_ps(p0, p1)
                     });
-                    let u1 = [
-                        slots_u(load_word_pair(blk, 0, 1)),
-                        slots_u(load_word_pair(blk, 1, 1)),
-                    ];
+                    let u1 = decode_pair(blk, 1);
                     for (cp, s) in s.iter_mut().enumerate() {
                         let (p2, p3) = half(1, cp, &u1);
                         *s = _mm256_add_ps(_mm256_add_ps(*s, p2), p3);
@@ -394,16 +346,7 @@ macro_rules! q8_0_kernels {
                         *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
                     }
                 }
-                let mut l = [[0.0f32; 8]; NP];
-                for (l, acc) in l.iter_mut().zip(acc) {
-                    // SAFETY: writes exactly the 8 floats of `l`, unaligned.
-                    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), acc) };
-                }
-                for c in 0..real {
-                    let base = (c0 + c) * ld + ROWS_PER_T2P * g;
-                    let h = 4 * (c % 2);
-                    out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
-                }
+                store_column_pairs(out, ld, c0, real, g, &acc);
             }
         }
     };

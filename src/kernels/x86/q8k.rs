@@ -1,0 +1,268 @@
+//! The x86 kernels with `q8_K` activations (one scale per 256 values): the gemv loop and the
+//! gemm tiles, shared by every path around its dot steps ([`super::x86_path!`]).
+//!
+//! **gemv register layout.** One 256-bit register holds word `wd` of row pair 0 in its low lane
+//! and word `wd` of row pair 1 in its high lane (lane = row pair). A slot of that register is then
+//! `[row 0: 8 codes | row 1: 8 codes | row 2: 8 codes | row 3: 8 codes]`, all for the same 8
+//! weights `k = 8c .. 8c + 8` (`c = 4*wd + s`), so the activation operand is those 8 bytes in
+//! every 64-bit quarter ("dup8", [`super::bcast8`]): one `vpbroadcastq` from the `q8_K` bytes,
+//! read in place, no scratch copy. A path's `block_dot(blk, ys)` returns `2^SHIFT * dot(u, y)`
+//! as int32 `[r0, r0, r1, r1 | r2, r2, r3, r3]` (`u = w + 1`, the stored code).
+//!
+//! **gemm.** The word-pair layout of the `q8_0` kernels ([`super::q8_0`]): one 256-bit load holds
+//! words `2q`, `2q + 1` of a row pair, decoded once to plain `u` ([`super::slots_u`]) and served
+//! to every column of up to two `q8_K x4` tiles (8 columns: a verification of up to 8 tokens
+//! reads each weight byte once). The activation operands (chunk `8q + s` in the low lane,
+//! `8q + 4 + s` in the high lane) are gathered from the tiles once per call into a per-thread
+//! buffer. A path's `slots_dot(u, ops)` gives `[w2q: r0..r3 | w2q+1: r0..r3]` in int32 per
+//! column; a lane permute and an add per column pair give `[c: r0..r3 | c': r0..r3]`, then
+//! `- sum(y)` and the oracle's float step `acc + (d_w * d_y) * isum`. Loop order: tile pair, then
+//! row group, so the operands stay in cache while the weights stream.
+//!
+//! Float semantics equal the oracle's: per 128-weight block and row,
+//! `acc = acc + (d_w * d_y) * (isum as f32)`, two separately rounded IEEE operations (`mulps`,
+//! `addps`; no FMA), in block order.
+
+use std::arch::x86_64::*;
+
+use super::half;
+use super::q8_0::{MAX_TILE_COLS, MIN_BLOCKS};
+use crate::format::{BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+
+/// The `q8_K` gemv of the x86 paths around a block dot `block(blk, ys)` =
+/// `2^SHIFT * dot(u, y)` as `[r0, r0, r1, r1 | r2, r2, r3, r3]`: `-2^SHIFT * sum(y)` per
+/// 128-value half once per call, for up to [`SUM_CHUNK`] blocks at a time on the stack (longer
+/// rows resume each row group's sum from `out`, so the float order is that of one pass), the
+/// next row group prefetched, and [`fold_block_pair`] per pair of blocks.
+///
+/// # Safety
+/// The CPU must have AVX2 and F16C (the callers are compiled for them and inline this loop).
+#[inline(always)]
+pub(super) unsafe fn gemv_q8k_loop<const SHIFT: i32>(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8K],
+    out: &mut [f32],
+    block: impl Fn(&BlockT2p, &[i8; 128]) -> __m256i,
+) {
+    let mut neg_ysum = [0i32; SUM_CHUNK];
+    for c0 in (0..nb).step_by(SUM_CHUNK) {
+        let blocks = c0..(c0 + SUM_CHUNK).min(nb);
+        for (n, b) in neg_ysum.iter_mut().zip(blocks.clone()) {
+            *n = -(1 << SHIFT) * y[b / 2].half_sum(b % 2);
+        }
+        let ys = &y[c0 / 2..blocks.end / 2];
+        let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
+        for (g, (group, o)) in groups.enumerate() {
+            let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+            // SAFETY (this and the other calls below): the caller guarantees AVX2 and F16C.
+            let mut acc = unsafe { resume_rows(o, c0 == 0) };
+            // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
+            // reductions and float steps share 256-bit instructions; the two float additions
+            // into `acc` stay separate and in block order.
+            let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
+            for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum.chunks_exact(2)).enumerate() {
+                super::prefetch::blocks::<2>(x, (g + 1) * nb + c0 + 2 * i);
+                let s0 = block(&pair[0], half(yb, 0));
+                let s1 = block(&pair[1], half(yb, 1));
+                // SAFETY: as above.
+                acc = unsafe { fold_block_pair::<SHIFT>(acc, pair, yb.d, s0, s1, nys) };
+            }
+            // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+            unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+    }
+}
+
+/// Blocks (even) whose activation sums [`gemv_q8k_loop`] holds at once.
+const SUM_CHUNK: usize = 256;
+
+/// The running sums of one row group: zero for the first chunk of blocks, else what the
+/// previous chunk stored in `o` (f32 in and out, so the float order is that of one pass).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn resume_rows(o: &[f32; 4], first: bool) -> __m128 {
+    if first {
+        _mm_setzero_ps()
+    } else {
+        // SAFETY: reads exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_loadu_ps(o.as_ptr()) }
+    }
+}
+
+/// The float steps of blocks `2i` and `2i + 1` of a gemv row group (the two halves of one
+/// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^SHIFT * dot(u, y)` of the two blocks as
+/// `[r0, r0, r1, r1 | r2, r2, r3, r3]`, `neg_ysum` their `-2^SHIFT * sum(y)`. Adds
+/// `(d_w * d_y) * isum` of block `2i`, then of block `2i + 1`, to `acc` (the reductions share
+/// 256-bit instructions; the two float additions stay separate and in block order).
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn fold_block_pair<const SHIFT: i32>(
+    acc: __m128,
+    pair: &[BlockT2p],
+    d_y: f32,
+    s0: __m256i,
+    s1: __m256i,
+    neg_ysum: &[i32],
+) -> __m128 {
+    // [b0 r0, b0 r1, b1 r0, b1 r1 | b0 r2, b0 r3, b1 r2, b1 r3] -> rows in order per block.
+    let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
+    let (n0, n1) = (neg_ysum[0], neg_ysum[1]);
+    let ys = _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1);
+    // Exact: `h + ys` is 2^SHIFT times an integer.
+    let isum = _mm256_srai_epi32::<SHIFT>(_mm256_add_epi32(h, ys));
+    let scale = _mm256_mul_ps(super::scales_ab(&pair[0], &pair[1]), _mm256_set1_ps(d_y));
+    let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
+    let acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
+    _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod))
+}
+
+/// The gemm's per-block operands of up to two `q8_K x4` tiles: `ops[c][q][s]` the activation
+/// operand of column `c`, word pair `q`, slot `s`.
+pub(super) type TileOps = [[[__m256i; 4]; 2]; MAX_TILE_COLS];
+/// The gemm's per-block float factors per column pair: `-sum(y)` and `d_y` of column `2cp` in
+/// the low lane (4 times) and of `2cp + 1` in the high lane.
+pub(super) type PairFactors = [(__m256i, __m256); MAX_TILE_COLS / 2];
+
+thread_local! {
+    // Per-call operand buffers, allocated once per thread: a decode calls these kernels
+    // hundreds of times per token, and the forward pass must not allocate after its first call.
+    static TILE_OPS: std::cell::Cell<Vec<TileOps>> = const { std::cell::Cell::new(Vec::new()) };
+    static PAIR_F: std::cell::Cell<Vec<PairFactors>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Calls `tile(ops, factors, c0, real)` once per pass of up to [`MAX_TILE_COLS`] columns
+/// (`real` of them stored from column `c0`), on the operands of those columns gathered from the
+/// `q8_K x4` tiles `y` into this thread's buffers. Columns past the last real one read the last
+/// tile's zero-padded column 3 and are not stored.
+#[target_feature(enable = "avx2")]
+pub(super) fn for_each_pass(
+    nb: usize,
+    y: &[BlockQ8Kx4],
+    ncols: usize,
+    mut tile: impl FnMut(&[TileOps], &[PairFactors], usize, usize),
+) {
+    let half_n = nb / 2;
+    let (mut tile_ops, mut pair_f) = (TILE_OPS.take(), PAIR_F.take());
+    tile_ops.reserve(nb.max(MIN_BLOCKS));
+    pair_f.reserve(nb.max(MIN_BLOCKS));
+    let tiles_per_pass = MAX_TILE_COLS / 4;
+    let ntiles = ncols.div_ceil(4);
+    for t0 in (0..ntiles).step_by(tiles_per_pass) {
+        let real = (ncols - 4 * t0).min(MAX_TILE_COLS);
+        let last = ntiles - 1;
+        let at = |c: usize| {
+            let t = (t0 + c / 4).min(last);
+            let col = if t0 + c / 4 > last { 3 } else { c % 4 };
+            (&y[t * half_n..(t + 1) * half_n], col)
+        };
+        tile_ops.clear();
+        pair_f.clear();
+        for b in 0..nb {
+            let h = b % 2;
+            let chunk = |c: usize, ch: usize| {
+                let (tile, col) = at(c);
+                let off = 32 * (16 * h + ch) + 8 * col;
+                let v: [i8; 8] = tile[b / 2].qs[off..off + 8].try_into().expect("8 bytes");
+                i64::from_le_bytes(v.map(|v| v as u8))
+            };
+            tile_ops.push(std::array::from_fn(|c| {
+                std::array::from_fn(|q| {
+                    std::array::from_fn(|s| {
+                        let (lo, hi) = (chunk(c, 8 * q + s), chunk(c, 8 * q + 4 + s));
+                        _mm256_setr_epi64x(lo, lo, hi, hi)
+                    })
+                })
+            }));
+            pair_f.push(std::array::from_fn(|cp| {
+                let f = |c: usize| {
+                    let (tile, col) = at(c);
+                    let yb = &tile[b / 2];
+                    (-yb.half_sum(col, h), yb.d[col])
+                };
+                let ((sa, da), (sz, dz)) = (f(2 * cp), f(2 * cp + 1));
+                (
+                    _mm256_setr_epi32(sa, sa, sa, sa, sz, sz, sz, sz),
+                    _mm256_setr_ps(da, da, da, da, dz, dz, dz, dz),
+                )
+            }));
+        }
+        tile(&tile_ops, &pair_f, 4 * t0, real);
+    }
+    TILE_OPS.set(tile_ops);
+    PAIR_F.set(pair_f);
+}
+
+/// Defines `gemm_q8k_impl` in the calling path module, compiled for `$feat`, around its
+/// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (see the module docs).
+macro_rules! q8k_gemm_kernel {
+    ($feat:literal) => {
+        /// The `q8_K x4` gemm (see `x86::q8k`): passes of up to 8 columns over the weights.
+        #[target_feature(enable = $feat)]
+        unsafe fn gemm_q8k_impl(
+            x: &[BlockT2p],
+            nb: usize,
+            y: &[$crate::format::BlockQ8Kx4],
+            ncols: usize,
+            out: &mut [f32],
+            ld: usize,
+        ) {
+            $crate::kernels::x86::q8k::for_each_pass(nb, y, ncols, |ops, pf, c0, real| {
+                // SAFETY: same CPU features as this function.
+                unsafe {
+                    match real.div_ceil(2) {
+                        1 => gemm_q8k_tile::<1>(x, nb, ops, pf, out, ld, c0, real),
+                        2 => gemm_q8k_tile::<2>(x, nb, ops, pf, out, ld, c0, real),
+                        3 => gemm_q8k_tile::<3>(x, nb, ops, pf, out, ld, c0, real),
+                        _ => gemm_q8k_tile::<4>(x, nb, ops, pf, out, ld, c0, real),
+                    }
+                }
+            });
+        }
+
+        /// One pass (`2 * NP` columns computed, `real` stored) over all row groups.
+        #[target_feature(enable = $feat)]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn gemm_q8k_tile<const NP: usize>(
+            x: &[BlockT2p],
+            nb: usize,
+            tile_ops: &[$crate::kernels::x86::q8k::TileOps],
+            pair_f: &[$crate::kernels::x86::q8k::PairFactors],
+            out: &mut [f32],
+            ld: usize,
+            c0: usize,
+            real: usize,
+        ) {
+            use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
+            for (g, group) in x.chunks_exact(nb).enumerate() {
+                let mut acc = [_mm256_setzero_ps(); NP];
+                for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
+                    prefetch::blocks::<1>(x, (g + 1) * nb + i);
+                    // Per word pair: decode both row pairs once, then every column's dot.
+                    let mut m = [_mm256_setzero_si256(); $crate::kernels::x86::q8_0::MAX_TILE_COLS];
+                    for q in 0..2 {
+                        let u = decode_pair(blk, q);
+                        for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {
+                            let w = slots_dot(&u, &ops[q]);
+                            *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
+                        }
+                    }
+                    let dw = scales_twice(blk);
+                    for (cp, acc) in acc.iter_mut().enumerate() {
+                        let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
+                        let tot = _mm256_add_epi32(
+                            _mm256_permute2x128_si256::<0x20>(lo, hi),
+                            _mm256_permute2x128_si256::<0x31>(lo, hi),
+                        );
+                        let (neg, dy) = pf[cp];
+                        let isum = _mm256_add_epi32(tot, neg);
+                        let scale = _mm256_mul_ps(dw, dy);
+                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
+                    }
+                }
+                store_column_pairs(out, ld, c0, real, g, &acc);
+            }
+        }
+    };
+}
+pub(super) use q8k_gemm_kernel;
