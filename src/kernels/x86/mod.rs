@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` | AVX2, F16C |
 //! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation) | + AVX-VNNI |
-//! | [`Isa::Avx512Vnni`] | `vpdpbusd`, EVEX on ymm | + AVX-512 F/BW/VL/VNNI |
+//! | [`Isa::Avx512Vnni`] | `vpdpbusd`, EVEX on ymm; on zmm for `q8_0` ([`zmm`]) | + AVX-512 F/BW/VL/VNNI |
 //!
 //! Each path module supplies its dot steps under fixed names (`SHIFT` and `block_dot` for the
 //! `q8_K` gemv, `slots_dot` and `pair_dot` for the tiles and the `q8_0` kernels) and calls
@@ -32,6 +32,7 @@ mod q8_0;
 mod q8k;
 mod stock;
 mod vnni;
+mod zmm;
 
 /// The kernels of an x86 path, if this CPU has the features it needs.
 pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
@@ -59,6 +60,15 @@ pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
 /// `unsafe` calls sound.
 macro_rules! x86_path {
     ($isa:expr, $feat:literal) => {
+        $crate::kernels::x86::x86_path!(@loops $isa, $feat);
+        $crate::kernels::x86::q8_0::q8_0_kernels!($feat);
+    };
+    // The AVX-512 VNNI path: its q8_0 kernels are the 512-bit ones of `x86::zmm`.
+    ($isa:expr, $feat:literal, zmm) => {
+        $crate::kernels::x86::x86_path!(@loops $isa, $feat);
+        use $crate::kernels::x86::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
+    };
+    (@loops $isa:expr, $feat:literal) => {
         pub(in $crate::kernels::x86) static KERNELS: $crate::kernels::Kernels =
             $crate::kernels::Kernels {
                 isa: $isa,
@@ -98,7 +108,6 @@ macro_rules! x86_path {
         }
 
         $crate::kernels::x86::q8k::q8k_gemm_kernel!($feat);
-        $crate::kernels::x86::q8_0::q8_0_kernels!($feat);
     };
 }
 pub(super) use x86_path;

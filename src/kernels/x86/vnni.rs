@@ -14,7 +14,7 @@
 
 /// Defines a path module `$name` whose dot step is `$dp`, compiled for `$feat`.
 macro_rules! vnni_path {
-    ($name:ident, $isa:expr, $feat:literal, $dp:path) => {
+    ($name:ident, $isa:expr, $feat:literal, $dp:path $(, $zmm:ident)?) => {
         pub(super) mod $name {
             use std::arch::x86_64::*;
 
@@ -22,7 +22,7 @@ macro_rules! vnni_path {
             use crate::kernels::Isa;
             use crate::kernels::x86::{bcast8, chunk8, decode_pair, load_word};
 
-            crate::kernels::x86::x86_path!($isa, $feat);
+            crate::kernels::x86::x86_path!($isa, $feat $(, $zmm)?);
 
             /// [`block_dot`] returns `64 * dot(u, y)`.
             const SHIFT: i32 = 6;
@@ -75,6 +75,7 @@ macro_rules! vnni_path {
 
             /// [`slots_dot`] of words `2q`, `2q + 1` of a block (the gemv decodes per block).
             #[target_feature(enable = $feat)]
+            #[allow(dead_code)] // the AVX-512 path runs the zmm q8_0 kernels instead
             #[inline]
             fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
                 slots_dot(&decode_pair(blk, q), ops)
@@ -93,5 +94,6 @@ vnni_path!(
     avx512_vnni,
     Isa::Avx512Vnni,
     "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    _mm256_dpbusd_epi32
+    _mm256_dpbusd_epi32,
+    zmm
 );

@@ -1,0 +1,281 @@
+//! 512-bit `q8_0` kernels of the AVX-512 VNNI path: one `vpdpbusd` on zmm covers a whole row
+//! pair of a T2P block (all four words), where the ymm kernels ([`super::q8_0`]) need two.
+//!
+//! **Register layout.** One 64-byte load of `qs[p]` holds the four words of row pair `p`; its
+//! 128-bit lane `w` is word `w`, i.e. `q8_0` sub-block `w` (weights `32w .. 32w + 32`) of rows
+//! `2p` (bytes 0..8) and `2p + 1` (bytes 8..16). Decoded to plain codes `u` per slot `s`
+//! ([`decode`]), slot `s` of lane `w` multiplies activation chunk `4w + s` (8 bytes), repeated in
+//! both halves of the lane: that operand ([`ColumnBlock::ops`]) is built once per call with one
+//! `vpermt2q` per slot and serves both row pairs of every row group.
+//!
+//! **Reduction.** Per row pair one int32 accumulator `[w: ra, ra', rb, rb']` collects the four
+//! slots (four products per lane and instruction, `|.| <= 16 * 3 * 128`, exact), started from
+//! `[-sum_w, 0, -sum_w, 0]` so that `dot(u, y) - sum(y) = dot(w, y)` comes out of the same
+//! instructions. Two `shufps` and an add turn the two row pairs' accumulators into
+//! `I = [w: r0, r1, r2, r3]`, the exact 32-weight sums; `P = d_w,j * I` per lane is one convert
+//! and one multiply.
+//!
+//! **Fold.** Four such `P` (four columns of the gemm, or four row groups of the gemv) are
+//! transposed by 128-bit lanes (8 `vshuff32x4`) into `Q_j = [sub-block j of each of the four]`,
+//! and the oracle's float steps ([`crate::kernels::scalar::accumulate_q8_0`]) run on 16 values
+//! at once: `s = ((Q0 + Q1) + Q2) + Q3`, `acc = acc + d_w * s`, each a separately rounded
+//! `vmulps` / `vaddps` in that order, so the result is bit-identical to the oracle.
+//!
+//! Cost per 128-weight block and column: 8 `vpdpbusd` + 3 reduction + 2 scale + ~3.3 fold
+//! instructions, plus the decode (2 loads, 6 shifts, 8 ANDs) shared by the columns of a pass;
+//! the ymm VNNI kernels spend 16 `vpdpbusd`, 2 `vphaddd` and ~13 more per block and column.
+
+use std::arch::x86_64::*;
+
+use super::prefetch;
+use super::q8_0::MAX_TILE_COLS;
+use crate::format::{BlockQ8_0Quad, BlockT2p, ROWS_PER_T2P};
+use crate::kernels::{PER_CALL_MIN_BLOCKS, with_per_call_buffer};
+
+/// The operands of one `q8_0` block of one column in the 512-bit layout.
+#[derive(Clone, Copy)]
+pub(super) struct ColumnBlock {
+    /// `ops[s]`: lane `w` = activation chunk `4w + s`, twice.
+    ops: [__m512i; 4],
+    /// The accumulator start `[w: -sum_w, 0, -sum_w, 0]`.
+    init: __m512i,
+    /// `d_w` (the column's scale of sub-block `w`) in the four floats of lane `w`.
+    d: __m512,
+}
+
+thread_local! {
+    /// The operands of a call (block-major, then column), reused from call to call.
+    static OPS: std::cell::Cell<Vec<ColumnBlock>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+impl ColumnBlock {
+    /// The operands of activation block `yb`.
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn new(yb: &BlockQ8_0Quad) -> ColumnBlock {
+        let q: &[i8; 128] = &yb.qs;
+        // SAFETY: both loads read inside the 128 bytes of `q`, unaligned.
+        let (lo, hi) = unsafe {
+            (
+                _mm512_loadu_si512(q.as_ptr().cast()),
+                _mm512_loadu_si512(q.as_ptr().add(64).cast()),
+            )
+        };
+        // 64-bit chunk c of the block is element c % 8 of `lo` (c < 8) or of `hi` (index 8 + c).
+        let ops = std::array::from_fn(|s| {
+            let s = s as i64;
+            let idx = _mm512_setr_epi64(s, s, 4 + s, 4 + s, 8 + s, 8 + s, 12 + s, 12 + s);
+            _mm512_permutex2var_epi64(lo, idx, hi)
+        });
+        let n = yb.sums.map(|s| -s);
+        #[rustfmt::skip]
+        let init = _mm512_setr_epi32(
+            n[0], 0, n[0], 0, n[1], 0, n[1], 0, n[2], 0, n[2], 0, n[3], 0, n[3], 0,
+        );
+        let d = yb.d;
+        #[rustfmt::skip]
+        let d = _mm512_setr_ps(
+            d[0], d[0], d[0], d[0], d[1], d[1], d[1], d[1],
+            d[2], d[2], d[2], d[2], d[3], d[3], d[3], d[3],
+        );
+        ColumnBlock { ops, init, d }
+    }
+}
+
+/// Both row pairs of a block as plain codes per slot: `u[p][s] = (qs[p] >> 2s) & 3`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn decode(blk: &BlockT2p) -> [[__m512i; 4]; 2] {
+    let m03 = _mm512_set1_epi8(0x03);
+    std::array::from_fn(|p| {
+        let w: &[[u8; 16]; 4] = &blk.qs[p];
+        // SAFETY: `w` is 64 contiguous bytes, and loadu has no alignment requirement.
+        let v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
+        [
+            _mm512_and_si512(v, m03),
+            _mm512_and_si512(_mm512_srli_epi16::<2>(v), m03),
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v), m03),
+            _mm512_and_si512(_mm512_srli_epi16::<6>(v), m03),
+        ]
+    })
+}
+
+/// `P = [w: d_w * i_w(r0), .. (r3)]` of one block and column: the four slot dots per row pair,
+/// the row-pair reduction and the scale (see the module docs).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn scaled_sums(u: &[[__m512i; 4]; 2], op: &ColumnBlock) -> __m512 {
+    let acc = u.map(|u| {
+        let mut a = op.init;
+        for (u, y) in u.iter().zip(&op.ops) {
+            a = _mm512_dpbusd_epi32(a, *u, *y);
+        }
+        _mm512_castsi512_ps(a)
+    });
+    // [ra, rb] parts from pair 0 and [rc, rd] from pair 1, per lane: even and odd elements.
+    let even = _mm512_shuffle_ps::<0b10_00_10_00>(acc[0], acc[1]);
+    let odd = _mm512_shuffle_ps::<0b11_01_11_01>(acc[0], acc[1]);
+    let i = _mm512_add_epi32(_mm512_castps_si512(even), _mm512_castps_si512(odd));
+    _mm512_mul_ps(op.d, _mm512_cvtepi32_ps(i))
+}
+
+/// `acc + d_w * (((Q0 + Q1) + Q2) + Q3)` for four `P` (lane `i` of the result belongs to
+/// `p[i]`), with `dw` the row scales lane by lane.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn fold4(acc: __m512, p: &[__m512; 4], dw: __m512) -> __m512 {
+    let t0 = _mm512_shuffle_f32x4::<0b01_00_01_00>(p[0], p[1]);
+    let t1 = _mm512_shuffle_f32x4::<0b11_10_11_10>(p[0], p[1]);
+    let t2 = _mm512_shuffle_f32x4::<0b01_00_01_00>(p[2], p[3]);
+    let t3 = _mm512_shuffle_f32x4::<0b11_10_11_10>(p[2], p[3]);
+    let q0 = _mm512_shuffle_f32x4::<0b10_00_10_00>(t0, t2);
+    let q1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(t0, t2);
+    let q2 = _mm512_shuffle_f32x4::<0b10_00_10_00>(t1, t3);
+    let q3 = _mm512_shuffle_f32x4::<0b11_01_11_01>(t1, t3);
+    let s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q0, q1), q2), q3);
+    _mm512_add_ps(acc, _mm512_mul_ps(dw, s))
+}
+
+/// The 4 row scales of each of four blocks, `[a: d0..d3 | b | c | e]`, as f32.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn scales4(b: [&BlockT2p; 4]) -> __m512 {
+    let h =
+        b.map(|b| i64::from_le_bytes(std::array::from_fn(|i| (b.d[i / 2] >> (8 * (i % 2))) as u8)));
+    _mm512_cvtph_ps(_mm256_setr_epi64x(h[0], h[1], h[2], h[3]))
+}
+
+/// The `q8_0` gemv: four row groups per pass, one `P` each, folded together.
+///
+/// # Safety
+/// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    // (Closures inherit this function's target features, so they call the kernels safely.)
+    let items = y.iter().map(|yb| ColumnBlock::new(yb));
+    with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS, items, |ops| {
+        gemv_rows(x, nb, ops, out)
+    })
+}
+
+/// [`gemv_q8_0`] on built operands.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemv_rows(x: &[BlockT2p], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
+    let groups = x.len() / nb;
+    for g0 in (0..groups).step_by(4) {
+        // A short last pass repeats its last group; the copies are not stored.
+        let g = std::array::from_fn::<_, 4, _>(|i| (g0 + i).min(groups - 1));
+        let rows = g.map(|g| &x[g * nb..(g + 1) * nb]);
+        let mut acc = _mm512_setzero_ps();
+        for (b, op) in ops.iter().enumerate() {
+            // The next pass reads groups g0 + 4 .. g0 + 8: 4 * nb blocks in nb steps.
+            prefetch::blocks::<4>(x, (g0 + 4) * nb + 4 * b);
+            let blk = rows.map(|r| &r[b]);
+            let p = blk.map(|blk| scaled_sums(&decode(blk), op));
+            acc = fold4(acc, &p, scales4(blk));
+        }
+        let real = (groups - g0).min(4);
+        let o = &mut out[ROWS_PER_T2P * g0..ROWS_PER_T2P * (g0 + real)];
+        let mask = ((1u32 << o.len()) - 1) as u16;
+        // SAFETY: the mask enables exactly the `o.len()` floats of `o`.
+        unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr(), mask, acc) };
+    }
+}
+
+/// The `q8_0` gemm: passes of up to [`MAX_TILE_COLS`] columns over the weights, in quads of
+/// columns (a short quad repeats its last column; the copies are not stored); one column runs
+/// through the gemv.
+///
+/// # Safety
+/// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn gemm_q8_0(
+    x: &[BlockT2p],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    ncols: usize,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
+        let real = (ncols - c0).min(MAX_TILE_COLS);
+        let cols = &y[c0 * nb..(c0 + real) * nb];
+        if real == 1 {
+            // SAFETY: same CPU features as this function.
+            unsafe { gemv_q8_0(x, nb, cols, &mut out[c0 * ld..c0 * ld + rows]) };
+            continue;
+        }
+        let width = 4 * real.div_ceil(4);
+        let items = (0..nb).flat_map(|b| {
+            (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
+        });
+        with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
+            if width == 4 {
+                gemm_pass::<1>(x, nb, ops, out, ld, c0, real)
+            } else {
+                gemm_pass::<2>(x, nb, ops, out, ld, c0, real)
+            }
+        });
+    }
+}
+
+/// Bytes of operands one chunk of blocks of a gemm pass holds: they stay in L1 (48 KiB on
+/// Zen 5, 32 on Zen 4) while every row group streams its weights of the chunk past them. Without
+/// the chunks an 8-column pass reads 3 KiB of operands per block from L2 for each row group.
+const CHUNK_BYTES: usize = 24 << 10;
+
+/// One pass of `4 * NQ` columns (`real` stored from `c0`) over every row group, in chunks of
+/// blocks ([`CHUNK_BYTES`]): each row group's sums resume from `out` at a chunk's start, so the
+/// float order is that of one pass over the row.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemm_pass<const NQ: usize>(
+    x: &[BlockT2p],
+    nb: usize,
+    ops: &[ColumnBlock],
+    out: &mut [f32],
+    ld: usize,
+    c0: usize,
+    real: usize,
+) {
+    let chunk = (CHUNK_BYTES / (4 * NQ * size_of::<ColumnBlock>())).max(1);
+    for b0 in (0..nb).step_by(chunk) {
+        let b1 = (b0 + chunk).min(nb);
+        let ops = &ops[4 * NQ * b0..4 * NQ * b1];
+        for (g, group) in x.chunks_exact(nb).enumerate() {
+            let at = |c: usize| (c0 + c) * ld + ROWS_PER_T2P * g;
+            let mut l = [[0.0f32; 16]; NQ];
+            if b0 > 0 {
+                for c in 0..real {
+                    l[c / 4][4 * (c % 4)..4 * (c % 4) + 4].copy_from_slice(&out[at(c)..at(c) + 4]);
+                }
+            }
+            // SAFETY: each load reads exactly the 16 floats of one `l`, unaligned.
+            let mut acc: [__m512; NQ] =
+                std::array::from_fn(|q| unsafe { _mm512_loadu_ps(l[q].as_ptr()) });
+            for (b, (blk, op)) in group[b0..b1]
+                .iter()
+                .zip(ops.chunks_exact(4 * NQ))
+                .enumerate()
+            {
+                prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
+                let u = decode(blk);
+                let d: &[u16; 4] = &blk.d;
+                // SAFETY: reads the 8 bytes of `d`, unaligned.
+                let dw = _mm512_broadcast_f32x4(_mm_cvtph_ps(unsafe {
+                    _mm_loadl_epi64(d.as_ptr().cast())
+                }));
+                for (acc, op) in acc.iter_mut().zip(op.chunks_exact(4)) {
+                    let p = std::array::from_fn(|c| scaled_sums(&u, &op[c]));
+                    *acc = fold4(*acc, &p, dw);
+                }
+            }
+            for (l, acc) in l.iter_mut().zip(acc) {
+                // SAFETY: writes exactly the 16 floats of `l`, unaligned.
+                unsafe { _mm512_storeu_ps(l.as_mut_ptr(), acc) };
+            }
+            for c in 0..real {
+                out[at(c)..at(c) + 4].copy_from_slice(&l[c / 4][4 * (c % 4)..4 * (c % 4) + 4]);
+            }
+        }
+    }
+}
