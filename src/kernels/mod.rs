@@ -36,13 +36,19 @@ mod x86;
 
 /// Blocks per row a per-thread operand buffer ([`with_per_call_buffer`]) holds from its first
 /// use (k = 32768), so which thread first meets which matrix does not decide when a buffer grows.
-#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) const PER_CALL_MIN_BLOCKS: usize = 256;
 
 /// A kernel's per-call operand buffer: one per thread and layout, declared next to the kernel as
 /// `thread_local! { static BUF: Cell<Vec<T>> = const { Cell::new(Vec::new()) }; }` (the pattern
 /// of the x86 kernels' buffers, e.g. `x86::q8k`'s `TILE_OPS`).
-#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) type PerCallBuffer<T> = std::thread::LocalKey<std::cell::Cell<Vec<T>>>;
 
 /// Runs `f` on `items` collected into this thread's buffer `buf`, whose allocation (at least
@@ -50,7 +56,10 @@ pub(crate) type PerCallBuffer<T> = std::thread::LocalKey<std::cell::Cell<Vec<T>>
 /// token, and a forward pass must not allocate after its first one. The buffer is taken out of
 /// its cell for the call and put back after, so a nested call (none today) would only make its
 /// own, and a panic in between only loses it.
-#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+#[cfg_attr(
+    not(any(target_arch = "aarch64", target_arch = "x86_64")),
+    allow(dead_code)
+)]
 pub(crate) fn with_per_call_buffer<T: 'static, R>(
     buf: &'static PerCallBuffer<T>,
     min: usize,

@@ -36,13 +36,11 @@
 use std::arch::x86_64::*;
 
 use crate::format::BlockQ8_0Quad;
+use crate::kernels::PER_CALL_MIN_BLOCKS;
 
 /// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
 /// weight register stay in registers while every column multiplies them).
 pub(super) const MAX_TILE_COLS: usize = 8;
-
-/// Blocks per row the per-thread buffers of the x86 kernels hold from their first use.
-pub(super) const MIN_BLOCKS: usize = 256;
 
 /// Per-block activation operands of one `q8_0` column in the word-pair layout.
 pub(super) struct Q8_0Table {
@@ -70,7 +68,7 @@ impl Q8_0Table {
         self.ops.clear();
         // Sized for k = 32768 from the first call, so which thread first meets which matrix
         // does not decide when a table grows (a forward pass must not allocate).
-        self.ops.reserve(y.len().max(MIN_BLOCKS));
+        self.ops.reserve(y.len().max(PER_CALL_MIN_BLOCKS));
         self.ops.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
                 let half: &[i8; 64] = yb.qs[64 * q..64 * q + 64].try_into().expect("64 bytes");
@@ -92,7 +90,7 @@ impl Q8_0Table {
             })
         }));
         self.neg.clear();
-        self.neg.reserve(y.len().max(MIN_BLOCKS));
+        self.neg.reserve(y.len().max(PER_CALL_MIN_BLOCKS));
         self.neg.extend(y.iter().map(|yb| {
             std::array::from_fn(|q| {
                 let (lo, hi) = (-yb.sums[2 * q], -yb.sums[2 * q + 1]);

@@ -26,8 +26,9 @@
 use std::arch::x86_64::*;
 
 use super::half;
-use super::q8_0::{MAX_TILE_COLS, MIN_BLOCKS};
+use super::q8_0::MAX_TILE_COLS;
 use crate::format::{BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::kernels::{PER_CALL_MIN_BLOCKS, with_per_call_buffer};
 
 /// The `q8_K` gemv of the x86 paths around a block dot `block(blk, ys)` =
 /// `2^SHIFT * dot(u, y)` as `[r0, r0, r1, r1 | r2, r2, r3, r3]`: `-2^SHIFT * sum(y)` per
@@ -125,16 +126,16 @@ pub(super) type TileOps = [[[__m256i; 4]; 2]; MAX_TILE_COLS];
 pub(super) type PairFactors = [(__m256i, __m256); MAX_TILE_COLS / 2];
 
 thread_local! {
-    // Per-call operand buffers, allocated once per thread: a decode calls these kernels
-    // hundreds of times per token, and the forward pass must not allocate after its first call.
+    /// The per-call operands of [`for_each_pass`], reused from call to call.
     static TILE_OPS: std::cell::Cell<Vec<TileOps>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The per-call float factors of [`for_each_pass`], reused from call to call.
     static PAIR_F: std::cell::Cell<Vec<PairFactors>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Calls `tile(ops, factors, c0, real)` once per pass of up to [`MAX_TILE_COLS`] columns
 /// (`real` of them stored from column `c0`), on the operands of those columns gathered from the
-/// `q8_K x4` tiles `y` into this thread's buffers. Columns past the last real one read the last
-/// tile's zero-padded column 3 and are not stored.
+/// `q8_K x4` tiles `y` into this thread's buffers ([`with_per_call_buffer`]). Columns past the
+/// last real one read the last tile's zero-padded column 3 and are not stored.
 #[target_feature(enable = "avx2")]
 pub(super) fn for_each_pass(
     nb: usize,
@@ -143,9 +144,6 @@ pub(super) fn for_each_pass(
     mut tile: impl FnMut(&[TileOps], &[PairFactors], usize, usize),
 ) {
     let half_n = nb / 2;
-    let (mut tile_ops, mut pair_f) = (TILE_OPS.take(), PAIR_F.take());
-    tile_ops.reserve(nb.max(MIN_BLOCKS));
-    pair_f.reserve(nb.max(MIN_BLOCKS));
     let tiles_per_pass = MAX_TILE_COLS / 4;
     let ntiles = ncols.div_ceil(4);
     for t0 in (0..ntiles).step_by(tiles_per_pass) {
@@ -156,41 +154,42 @@ pub(super) fn for_each_pass(
             let col = if t0 + c / 4 > last { 3 } else { c % 4 };
             (&y[t * half_n..(t + 1) * half_n], col)
         };
-        tile_ops.clear();
-        pair_f.clear();
-        for b in 0..nb {
-            let h = b % 2;
+        let ops = (0..nb).map(|b| -> TileOps {
             let chunk = |c: usize, ch: usize| {
                 let (tile, col) = at(c);
-                let off = 32 * (16 * h + ch) + 8 * col;
+                let off = 32 * (16 * (b % 2) + ch) + 8 * col;
                 let v: [i8; 8] = tile[b / 2].qs[off..off + 8].try_into().expect("8 bytes");
                 i64::from_le_bytes(v.map(|v| v as u8))
             };
-            tile_ops.push(std::array::from_fn(|c| {
+            std::array::from_fn(|c| {
                 std::array::from_fn(|q| {
                     std::array::from_fn(|s| {
                         let (lo, hi) = (chunk(c, 8 * q + s), chunk(c, 8 * q + 4 + s));
                         _mm256_setr_epi64x(lo, lo, hi, hi)
                     })
                 })
-            }));
-            pair_f.push(std::array::from_fn(|cp| {
+            })
+        });
+        let factors = (0..nb).map(|b| -> PairFactors {
+            std::array::from_fn(|cp| {
                 let f = |c: usize| {
                     let (tile, col) = at(c);
                     let yb = &tile[b / 2];
-                    (-yb.half_sum(col, h), yb.d[col])
+                    (-yb.half_sum(col, b % 2), yb.d[col])
                 };
                 let ((sa, da), (sz, dz)) = (f(2 * cp), f(2 * cp + 1));
                 (
                     _mm256_setr_epi32(sa, sa, sa, sa, sz, sz, sz, sz),
                     _mm256_setr_ps(da, da, da, da, dz, dz, dz, dz),
                 )
-            }));
-        }
-        tile(&tile_ops, &pair_f, 4 * t0, real);
+            })
+        });
+        with_per_call_buffer(&TILE_OPS, PER_CALL_MIN_BLOCKS, ops, |ops| {
+            with_per_call_buffer(&PAIR_F, PER_CALL_MIN_BLOCKS, factors, |pf| {
+                tile(ops, pf, 4 * t0, real)
+            })
+        });
     }
-    TILE_OPS.set(tile_ops);
-    PAIR_F.set(pair_f);
 }
 
 /// Defines `gemm_q8k_impl` in the calling path module, compiled for `$feat`, around its
