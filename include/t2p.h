@@ -79,11 +79,20 @@
 // PrismML's own x86 kernel).
 #define T2P_TYPE_PTQ1_0 143
 
+// Source format: mainline llama.cpp's Q2_0 (GGML type 42 with 18-byte blocks of 64 weights:
+// pq2_0's codes with a scale per 64). Its own number, because 42 here means the legacy
+// group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
+// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
+#define T2P_TYPE_Q2_0 1042
+
 // Bytes of one pq2_0 block (128 weights).
 #define T2P_PQ2_0_BLOCK_BYTES 34
 
 // Bytes of one T2P block (4 rows x 128 weights).
 #define T2P_T2P_BLOCK_BYTES 136
+
+// Bytes of one group-64 T2P block (4 rows x 128 weights, a scale per 64: from Q2_0).
+#define T2P_T2P_G64_BLOCK_BYTES 144
 
 // Bytes of one q8_K block (256 activations).
 #define T2P_Q8_K_BLOCK_BYTES 292
@@ -145,6 +154,9 @@ typedef struct T2pPlan {
   size_t ncols;
   // Bytes of the work buffer (4-byte aligned) that holds the quantized activations.
   size_t work_bytes;
+  // Weights per weight scale of the T2P matrix: 128, or 64 for a matrix repacked from Q2_0
+  // (`T2P_TYPE_Q2_0`, group-64 T2P blocks; such a plan is always q8_0).
+  size_t scale_group;
 } T2pPlan;
 
 // ggml's `from_float` signature (`ggml_from_float_t`): quantizes `k` floats (a multiple of 32)
@@ -191,6 +203,16 @@ T2pStatus t2p_set_isa(uint32_t isa);
 // `out_bytes` must be NULL (an error) or point to a writable `size_t`.
 T2pStatus t2p_repack_size(size_t rows, size_t k, size_t *out_bytes);
 
+// Bytes of the T2P form of a `rows x k` matrix repacked from source format `src_type`
+// (`T2P_TYPE_*`), written to `*out_bytes`: [`t2p_repack_size`] for every format but Q2_0
+// (`T2P_TYPE_Q2_0`), whose blocks keep a scale per 64 weights ([`T2P_T2P_G64_BLOCK_BYTES`],
+// the size of the source when `rows` is a multiple of 4). `T2P_STATUS_INVALID_ARGUMENT` for an
+// unknown type.
+//
+// # Safety
+// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
+T2pStatus t2p_repacked_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
+
 // Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
 // `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
 //
@@ -199,9 +221,9 @@ T2pStatus t2p_repack_size(size_t rows, size_t k, size_t *out_bytes);
 T2pStatus t2p_source_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
 
 // Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
-// Q2_0 g128, tq1_0, tq2_0, ptq1_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
-// [`t2p_repack_size`] bytes), exactly: the dequantized weights of source and result are
-// bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
+// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
+// [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the dequantized weights of
+// source and result are bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
 // with zero rows), `k` a multiple of the format's block (128, or 256 for tq1_0 / tq2_0). For
 // pq2_0 and Q2_0 g128, `src == dst` repacks in place (extra memory: one row group; the buffer
 // must have the T2P size); any other overlap is `T2P_STATUS_INVALID_ARGUMENT`. Buffers are
@@ -235,13 +257,28 @@ void t2p_vec_dot_pq2_0_q8_K(int n,
                             int nrc);
 
 // Fills `*plan` for a `rows x k` T2P matrix (`rows` positive, `k` a positive multiple of 128)
-// times `ncols` columns quantized as `act` (`T2P_ACT_Q8_K` or `T2P_ACT_Q8_0`; a `k` that is
-// not a multiple of 256 always gets q8_0, which `plan->act` then says). `plan->work_bytes` is
-// the size of the work buffer the other calls need.
+// with a scale per 128 weights (repacked from any source format but Q2_0) times `ncols`
+// columns quantized as `act` (`T2P_ACT_Q8_K` or `T2P_ACT_Q8_0`; a `k` that is not a multiple
+// of 256 always gets q8_0, which `plan->act` then says). `plan->work_bytes` is the size of the
+// work buffer the other calls need.
 //
 // # Safety
 // `plan` must be NULL (an error) or point to a writable `T2pPlan`.
 T2pStatus t2p_plan_init(struct T2pPlan *plan, uint32_t act, size_t rows, size_t k, size_t ncols);
+
+// [`t2p_plan_init`] for a matrix repacked from source format `src_type` (`T2P_TYPE_*`): for
+// Q2_0 (`T2P_TYPE_Q2_0`) the plan reads group-64 T2P blocks (`plan->scale_group` = 64) and
+// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; every other
+// format gives [`t2p_plan_init`]'s plan.
+//
+// # Safety
+// `plan` must be NULL (an error) or point to a writable `T2pPlan`.
+T2pStatus t2p_plan_init_for(struct T2pPlan *plan,
+                            uint32_t src_type,
+                            uint32_t act,
+                            size_t rows,
+                            size_t k,
+                            size_t ncols);
 
 // Quantizes share `ith` of `nth` of the activations into the work buffer: thread `ith` of a
 // team of `nth` writes only its own part of `work`, so all threads may call this at once on
@@ -311,7 +348,7 @@ T2pStatus t2p_plan_compute(const struct T2pPlan *plan,
                            size_t row_begin,
                            size_t row_end);
 
-// Converts a `rows x k` T2P matrix (`src`, `t2p_repack_size` bytes, 2-byte aligned)
+// Converts a `rows x k` T2P matrix (`src`, `t2p_repacked_size` bytes, 2-byte aligned)
 // back to the source format `dst_type` (`T2P_TYPE_*`) in `dst` (`t2p_source_size`
 // bytes, aligned like its blocks), the inverse of `t2p_repack`. The buffers
 // must not overlap.

@@ -1,12 +1,13 @@
 // ggml-t2p.cpp: the T2P extra buffer type for ggml-cpu (PrismML's llama.cpp fork; weight types
-// pq2_0, tq1_0 and tq2_0).
+// pq2_0, tq1_0, tq2_0 and mainline's group-64 q2_0).
 //
 // Compiled into ggml-cpu by llama-patch/ggml-t2p.patch when ggml is configured with
 // -DGGML_T2P=ON -DGGML_T2P_PREFIX=<absolute prefix of t2p's build/install.sh>, which installs this
 // file and t2p-mm.h; linked against libt2p.a (find_package(t2p), its symbols not exported).
 //
-// * Weights: a 2-D contiguous pq2_0, tq1_0 or tq2_0 tensor (any row count, k a multiple of the
-//   format's block: 128 for pq2_0, 256 for tq*) that is the weight (src0) of a MUL_MAT with f32
+// * Weights: a 2-D contiguous pq2_0, tq1_0, tq2_0 or q2_0 tensor (any row count, k a multiple of
+//   128, and of 256 for tq*; q2_0 goes to the group-64 T2P layout, a scale per 64 weights, and
+//   always takes q8_0, its vec_dot_type) that is the weight (src0) of a MUL_MAT with f32
 //   activations is placed in this buffer by llama's weight-buffer selection (supports_op) and
 //   repacked to the T2P row-pair layout in set_tensor (t2p_repack; the buffer reports the T2P
 //   size through get_alloc_size: the size of pq2_0, plus the padding rows of a last group of
@@ -88,6 +89,8 @@ static uint32_t source_type(ggml_type type) {
         case GGML_TYPE_PQ2_0: return T2P_TYPE_PQ2_0;
         case GGML_TYPE_TQ1_0: return T2P_TYPE_TQ1_0;
         case GGML_TYPE_TQ2_0: return T2P_TYPE_TQ2_0;
+        // mainline's Q2_0: 64 weights in 18 bytes, repacked to group-64 T2P blocks
+        case GGML_TYPE_Q2_0:  return T2P_TYPE_Q2_0;
         default:              return 0;
     }
 }
@@ -125,13 +128,16 @@ static const char * act_name(uint32_t act) {
     return act == T2P_ACT_Q8_0 ? "q8_0" : "q8_K";
 }
 
-// Bytes of `t` in the T2P layout, 0 if T2P cannot hold its shape.
+// Bytes of `t` in the T2P layout of its type, 0 if T2P cannot hold its type or shape.
 static size_t t2p_bytes(const ggml_tensor * t) {
     size_t n = 0;
-    return t2p_repack_size((size_t) t->ne[1], (size_t) t->ne[0], &n) == T2P_STATUS_OK ? n : 0;
+    return source_type(t->type) != 0 &&
+                   t2p_repacked_size(source_type(t->type), (size_t) t->ne[1], (size_t) t->ne[0], &n) == T2P_STATUS_OK ?
+               n :
+               0;
 }
 
-// Whether `t` can live in the T2P buffer: 2-D contiguous pq2_0 / tq1_0 / tq2_0 whose shape T2P
+// Whether `t` can live in the T2P buffer: 2-D contiguous pq2_0 / tq1_0 / tq2_0 / q2_0 whose shape T2P
 // and the source format hold, and an activation type the T2P kernels have.
 static bool weight_ok(const ggml_tensor * t) {
     uint32_t act;
@@ -170,10 +176,10 @@ static bool describe(const ggml_tensor * op, t2p_mm & m, bool & empty) {
     }
     empty = ggml_nelements(src1) == 0;
     return empty ||
-           t2p_mm_init(&m, act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1], (size_t) src0->ne[0], src1->data,
-                       (size_t) src1->ne[1], (size_t) src1->ne[2], (size_t) src1->ne[3], src1->nb[1], src1->nb[2],
-                       src1->nb[3], op->data, op->nb[1], op->nb[2], op->nb[3], q8_0_quantizer(),
-                       verify_enabled()) == T2P_STATUS_OK;
+           t2p_mm_init_for(&m, source_type(src0->type), act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1],
+                           (size_t) src0->ne[0], src1->data, (size_t) src1->ne[1], (size_t) src1->ne[2],
+                           (size_t) src1->ne[3], src1->nb[1], src1->nb[2], src1->nb[3], op->data, op->nb[1],
+                           op->nb[2], op->nb[3], q8_0_quantizer(), verify_enabled()) == T2P_STATUS_OK;
 }
 
 static void check(T2pStatus s, const char * what, const ggml_tensor * op) {
@@ -350,8 +356,9 @@ static size_t buffer_type_get_alignment(ggml_backend_buffer_type_t buft) {
     return TENSOR_ALIGNMENT;
 }
 
-// The T2P layout has the size of pq2_0: more than tq1_0 / tq2_0 (one fp16 scale per 128 weights
-// and row instead of per 256, and 2 bits a weight instead of 1.6 for tq1_0).
+// The T2P layout has the size of pq2_0 (of q2_0 for its group-64 layout): more than tq1_0 / tq2_0
+// (one fp16 scale per 128 weights and row instead of per 256, and 2 bits a weight instead of 1.6
+// for tq1_0).
 static size_t buffer_type_get_alloc_size(ggml_backend_buffer_type_t buft, const struct ggml_tensor * tensor) {
     GGML_UNUSED(buft);
     const size_t nbytes = ggml_nbytes(tensor);

@@ -14,7 +14,9 @@
 //! * a matrix whose `rows` is not a multiple of 4 has a padded last row group: its outputs are
 //!   computed into a scratch tile and only the real rows are written;
 //! * `k` a multiple of 128 but not of 256 cannot hold `q8_K` blocks: such a matrix always uses
-//!   `q8_0` activations (see [`ActLayout::new`]).
+//!   `q8_0` activations (see [`ActLayout::new`]);
+//! * a matrix with a scale per 64 weights (group-64 T2P, from mainline's Q2_0) runs with `q8_0`
+//!   activations only, ggml's `vec_dot_type` for Q2_0.
 //!
 //! Outputs are column-strided: row `r` of column `c` at `out[c * ld + r]` (ggml's `dst` layout).
 
@@ -26,19 +28,20 @@ use bytemuck::Zeroable;
 use crate::error::{Error, Result, check_len};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_K, QK_PQ2_0, ROWS_PER_T2P,
-    check_matrix_shape, dequantize_t2p_row, quantize_q8k_x4, quantize_row_q8_0, quantize_row_q8k,
-    repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
+    RowPairBlock, T2pSlice, T2pVec, check_matrix_shape, dequantize_t2p_row, quantize_q8k_x4,
+    quantize_row_q8_0, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
 };
 use crate::kernels::Kernels;
 use crate::pool::ThreadPool;
 
-/// A `rows x k` ternary weight matrix in the T2P layout (`ceil(rows / 4)` row groups; a last
-/// group of fewer than 4 rows is padded with zero rows).
+/// A `rows x k` ternary weight matrix in a T2P layout (`ceil(rows / 4)` row groups; a last
+/// group of fewer than 4 rows is padded with zero rows), with a scale per 128 weights or, from
+/// mainline's Q2_0, per 64.
 #[derive(Clone, Debug)]
 pub struct T2pMatrix {
     rows: usize,
     k: usize,
-    blocks: Vec<BlockT2p>,
+    blocks: T2pVec,
 }
 
 impl T2pMatrix {
@@ -46,19 +49,25 @@ impl T2pMatrix {
     pub fn from_pq2_0(src: &[BlockPq2_0], rows: usize, k: usize) -> Result<Self> {
         let mut blocks = vec![BlockT2p::zeroed(); t2p_block_count(rows, k)?];
         repack_pq2_0_to_t2p(src, rows, k, &mut blocks)?;
-        Ok(T2pMatrix { rows, k, blocks })
+        Self::from_t2p_blocks(blocks, rows, k)
     }
 
-    /// Takes blocks that are already in T2P order (row groups of `k / 128` blocks).
-    pub fn from_t2p_blocks(blocks: Vec<BlockT2p>, rows: usize, k: usize) -> Result<Self> {
+    /// Takes blocks of either layout that are already in T2P order (row groups of `k / 128`
+    /// blocks).
+    pub fn from_t2p_blocks<B: RowPairBlock>(blocks: Vec<B>, rows: usize, k: usize) -> Result<Self> {
         let n = t2p_block_count(rows, k)?;
         if blocks.len() != n {
             return Err(Error::Shape(format!(
-                "{rows} x {k} needs {n} T2P blocks, got {}",
+                "{rows} x {k} needs {n} {} blocks, got {}",
+                B::NAME,
                 blocks.len()
             )));
         }
-        Ok(T2pMatrix { rows, k, blocks })
+        Ok(T2pMatrix {
+            rows,
+            k,
+            blocks: B::vec(blocks),
+        })
     }
 
     /// Output rows (without padding).
@@ -72,8 +81,8 @@ impl T2pMatrix {
     }
 
     /// The T2P blocks, row group by row group.
-    pub fn blocks(&self) -> &[BlockT2p] {
-        &self.blocks
+    pub fn blocks(&self) -> T2pSlice<'_> {
+        self.blocks.as_slice()
     }
 
     /// Row `r` as f32 (`k` values into `out`; the embedding lookup of a token table).
@@ -83,17 +92,16 @@ impl T2pMatrix {
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows, "row {r} of {}", self.rows);
         let nb = self.k / QK_PQ2_0;
-        let g = r / ROWS_PER_T2P;
-        dequantize_t2p_row(
-            &self.blocks[g * nb..(g + 1) * nb],
-            r % ROWS_PER_T2P,
-            &mut out[..self.k],
-        );
+        let (g, out) = (r / ROWS_PER_T2P, &mut out[..self.k]);
+        match self.blocks().sub(g * nb..(g + 1) * nb) {
+            T2pSlice::G128(b) => dequantize_t2p_row(b, r % ROWS_PER_T2P, out),
+            T2pSlice::G64(b) => dequantize_t2p_row(b, r % ROWS_PER_T2P, out),
+        }
     }
 
-    /// Bytes of weights (the pq2_0 size, plus the padding rows of a last partial group).
+    /// Bytes of weights (the source size, plus the padding rows of a last partial group).
     pub fn size_bytes(&self) -> usize {
-        std::mem::size_of_val(self.blocks.as_slice())
+        self.blocks().bytes().len()
     }
 }
 
@@ -624,19 +632,28 @@ impl MatmulPlan {
 
     /// Computes rows `rows` (whole row groups; the end may be `self.rows()`) of every column
     /// into `out[c * ld + (r - rows.start)]`, from the quantized activations in `work`, on the
-    /// kernels `kern`. `w` is the whole matrix's T2P blocks.
-    pub fn compute(
+    /// kernels `kern`. `w` is the whole matrix's T2P blocks, of either layout (group-64 blocks
+    /// need a `q8_0` plan).
+    pub fn compute<'w>(
         &self,
         kern: &Kernels,
-        w: &[BlockT2p],
+        w: impl Into<T2pSlice<'w>>,
         work: &[u32],
         rows: Range<usize>,
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
+        let w = w.into();
         let k = self.layout.k;
         let ncols = self.layout.ncols;
         check_len("T2P weight blocks", t2p_block_count(self.rows, k)?, w.len())?;
+        if w.halves() > 1 && self.layout.act != ActQuant::Q8_0 {
+            return Err(Error::InvalidArgument(format!(
+                "{} weights (a scale per 64, from Q2_0) run with q8_0 activations, not {}",
+                w.name(),
+                self.layout.act.name()
+            )));
+        }
         check_len("work-buffer words", self.layout.work_words(), work.len())?;
         self.check_rows(&rows)?;
         let n = rows.len();
@@ -652,7 +669,7 @@ impl MatmulPlan {
         let nb = k / QK_PQ2_0;
         let (g0, g_full) = (rows.start / ROWS_PER_T2P, rows.end / ROWS_PER_T2P);
         if g_full > g0 {
-            self.run_kernels(kern, &w[g0 * nb..g_full * nb], work, out, ld);
+            self.run_kernels(kern, w.sub(g0 * nb..g_full * nb), work, out, ld);
         }
         if !rows.end.is_multiple_of(ROWS_PER_T2P) {
             // The padded last group: all four rows into a scratch tile, the real ones copied.
@@ -661,7 +678,7 @@ impl MatmulPlan {
             let mut tile = vec![0.0f32; ROWS_PER_T2P * ncols];
             self.run_kernels(
                 kern,
-                &w[g_full * nb..(g_full + 1) * nb],
+                w.sub(g_full * nb..(g_full + 1) * nb),
                 work,
                 &mut tile,
                 ROWS_PER_T2P,
@@ -677,10 +694,10 @@ impl MatmulPlan {
     /// [`MatmulPlan::compute`] for callers whose output columns cannot be one `&mut` slice
     /// (threads sharing a strided output): computes into `scratch` and hands column `c`'s
     /// `rows.len()` values to `put(c, values)`.
-    pub fn compute_columns(
+    pub fn compute_columns<'w>(
         &self,
         kern: &Kernels,
-        w: &[BlockT2p],
+        w: impl Into<T2pSlice<'w>>,
         work: &[u32],
         rows: Range<usize>,
         scratch: &mut Vec<f32>,
@@ -696,11 +713,26 @@ impl MatmulPlan {
         Ok(())
     }
 
-    /// The kernels for whole row groups `w` (shapes checked by the caller).
+    /// The kernels for whole row groups `w` (shapes and the activation type checked by the
+    /// caller).
     fn run_kernels(
         &self,
         kern: &Kernels,
-        w: &[BlockT2p],
+        w: T2pSlice<'_>,
+        work: &[u32],
+        out: &mut [f32],
+        ld: usize,
+    ) {
+        match w {
+            T2pSlice::G128(w) => self.run_kernels_on(kern, w, work, out, ld),
+            T2pSlice::G64(w) => self.run_kernels_on(kern, w, work, out, ld),
+        }
+    }
+
+    fn run_kernels_on<B: RowPairBlock>(
+        &self,
+        kern: &Kernels,
+        w: &[B],
         work: &[u32],
         out: &mut [f32],
         ld: usize,
@@ -712,6 +744,9 @@ impl MatmulPlan {
             ActQuant::Q8_0 if l.ncols == 1 => kern.gemv_q8_0(w, nb, l.q8_0(work), &mut out[..m]),
             ActQuant::Q8_0 => kern.gemm_q8_0(w, nb, l.q8_0(work), l.ncols, out, ld),
             ActQuant::Q8K => {
+                let T2pSlice::G128(w) = B::slice(w) else {
+                    unreachable!("compute refuses q8_K plans for group-64 weights")
+                };
                 if l.tile_cols() > 0 {
                     kern.gemm(w, nb, l.q8k_tiles(work), l.tile_cols(), out, ld);
                 }
@@ -739,7 +774,7 @@ pub fn with_scratch<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
 pub fn matmul(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Result<Vec<f32>> {
     let plan = MatmulPlan::for_batch(w, batch)?;
     let mut out = vec![0.0; w.rows * batch.ncols()];
-    plan.compute(kern, &w.blocks, &batch.work, 0..w.rows, &mut out, w.rows)?;
+    plan.compute(kern, w.blocks(), &batch.work, 0..w.rows, &mut out, w.rows)?;
     Ok(out)
 }
 
@@ -771,10 +806,10 @@ pub fn matmul_parallel(
     pool.run_parts(parts, |i, mut cols| {
         let r = plan.chunk_rows(i, n);
         let res = if let [only] = cols.as_mut_slice() {
-            plan.compute(kern, &w.blocks, &batch.work, r, only, 0)
+            plan.compute(kern, w.blocks(), &batch.work, r, only, 0)
         } else {
             with_scratch(|scratch| {
-                plan.compute_columns(kern, &w.blocks, &batch.work, r, scratch, |c, v| {
+                plan.compute_columns(kern, w.blocks(), &batch.work, r, scratch, |c, v| {
                     cols[c].copy_from_slice(v)
                 })
             })

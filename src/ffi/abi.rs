@@ -6,8 +6,8 @@ use bytemuck::Pod;
 
 use super::status::{T2pStatus, guard};
 use crate::format::{
-    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, GgmlType, QK_K, QK_PQ2_0, TernaryBlock,
-    repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_ternary_block,
+    BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, GgmlType, QK_K, QK_PQ2_0,
+    TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_ternary_block,
 };
 use crate::kernels::{self, Isa, cpu};
 
@@ -57,11 +57,18 @@ pub const T2P_TYPE_TQ2_0: u32 = 35;
 /// Source format: PrismML ptq1_0 (GGML type 143, 128 weights in 28 bytes; the element order of
 /// PrismML's own x86 kernel).
 pub const T2P_TYPE_PTQ1_0: u32 = 143;
+/// Source format: mainline llama.cpp's Q2_0 (GGML type 42 with 18-byte blocks of 64 weights:
+/// pq2_0's codes with a scale per 64). Its own number, because 42 here means the legacy
+/// group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
+/// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
+pub const T2P_TYPE_Q2_0: u32 = 1042;
 
 /// Bytes of one pq2_0 block (128 weights).
 pub const T2P_PQ2_0_BLOCK_BYTES: usize = 34;
 /// Bytes of one T2P block (4 rows x 128 weights).
 pub const T2P_T2P_BLOCK_BYTES: usize = 136;
+/// Bytes of one group-64 T2P block (4 rows x 128 weights, a scale per 64: from Q2_0).
+pub const T2P_T2P_G64_BLOCK_BYTES: usize = 144;
 /// Bytes of one q8_K block (256 activations).
 pub const T2P_Q8_K_BLOCK_BYTES: usize = 292;
 /// Bytes of one q8_K x4 block (4 columns x 256 activations).
@@ -80,6 +87,7 @@ const _: () = {
     assert!(
         T2P_PQ2_0_BLOCK_BYTES == size_of::<BlockPq2_0>()
             && T2P_T2P_BLOCK_BYTES == size_of::<BlockT2p>()
+            && T2P_T2P_G64_BLOCK_BYTES == size_of::<BlockT2pG64>()
     );
     assert!(
         T2P_Q8_K_BLOCK_BYTES == size_of::<BlockQ8K>()
@@ -89,6 +97,7 @@ const _: () = {
     assert!(T2P_TYPE_PQ2_0 == GgmlType::PQ2_0.0 && T2P_TYPE_PTQ1_0 == GgmlType::PTQ1_0.0);
     assert!(T2P_TYPE_TQ1_0 == GgmlType::TQ1_0.0 && T2P_TYPE_TQ2_0 == GgmlType::TQ2_0.0);
     assert!(T2P_TYPE_Q2_0_G128 == GgmlType::Q2_0_LEGACY.0);
+    assert!(T2P_TYPE_Q2_0 == GgmlType::Q2_0_G64.0);
 };
 
 /// The ternary format of a `T2P_TYPE_*` value (the legacy Q2_0 g128 id holds pq2_0 bytes), or
@@ -96,9 +105,20 @@ const _: () = {
 pub(super) fn source_type(src_type: u32) -> Result<GgmlType, T2pStatus> {
     match GgmlType(src_type) {
         GgmlType::Q2_0_LEGACY => Ok(GgmlType::PQ2_0),
-        ty if ty.is_ternary() => Ok(ty),
+        ty if ty.has_t2p_layout() => Ok(ty),
         _ => Err(T2pStatus::InvalidArgument),
     }
+}
+
+/// Bytes of the T2P form of a `rows x k` matrix of source format `src_type`: group-64 blocks
+/// for Q2_0, group-128 blocks for every other format.
+pub(super) fn t2p_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
+    let block = if source_type(src_type)? == GgmlType::Q2_0_G64 {
+        T2P_T2P_G64_BLOCK_BYTES
+    } else {
+        T2P_T2P_BLOCK_BYTES
+    };
+    Ok(shape(rows, k)? * block)
 }
 
 /// Whether the byte ranges `[a, a + a_len)` and `[b, b + b_len)` overlap.
@@ -261,6 +281,24 @@ pub unsafe extern "C" fn t2p_repack_size(
     guard(|| write_out(out_bytes, shape(rows, k)? * T2P_T2P_BLOCK_BYTES))
 }
 
+/// Bytes of the T2P form of a `rows x k` matrix repacked from source format `src_type`
+/// (`T2P_TYPE_*`), written to `*out_bytes`: [`t2p_repack_size`] for every format but Q2_0
+/// (`T2P_TYPE_Q2_0`), whose blocks keep a scale per 64 weights ([`T2P_T2P_G64_BLOCK_BYTES`],
+/// the size of the source when `rows` is a multiple of 4). `T2P_STATUS_INVALID_ARGUMENT` for an
+/// unknown type.
+///
+/// # Safety
+/// `out_bytes` must be NULL (an error) or point to a writable `size_t`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn t2p_repacked_size(
+    src_type: u32,
+    rows: usize,
+    k: usize,
+    out_bytes: *mut usize,
+) -> T2pStatus {
+    guard(|| write_out(out_bytes, t2p_bytes(src_type, rows, k)?))
+}
+
 /// Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
 /// `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
 ///
@@ -301,14 +339,14 @@ fn repack_typed<B: TernaryBlock>(
         return Err(T2pStatus::InvalidShape);
     }
     let src = blocks::<B>(src, rows * (k / B::WEIGHTS))?;
-    let dst = blocks_mut::<BlockT2p>(dst, n)?;
+    let dst = blocks_mut::<B::Target>(dst, n)?;
     Ok(repack_to_t2p(src, rows, k, dst)?)
 }
 
 /// Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
-/// Q2_0 g128, tq1_0, tq2_0, ptq1_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
-/// [`t2p_repack_size`] bytes), exactly: the dequantized weights of source and result are
-/// bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
+/// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
+/// [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the dequantized weights of
+/// source and result are bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
 /// with zero rows), `k` a multiple of the format's block (128, or 256 for tq1_0 / tq2_0). For
 /// pq2_0 and Q2_0 g128, `src == dst` repacks in place (extra memory: one row group; the buffer
 /// must have the T2P size); any other overlap is `T2P_STATUS_INVALID_ARGUMENT`. Buffers are
@@ -327,7 +365,7 @@ pub unsafe extern "C" fn t2p_repack(
     k: usize,
 ) -> T2pStatus {
     guard(|| {
-        let need = shape(rows, k)? * T2P_T2P_BLOCK_BYTES;
+        let need = t2p_bytes(src_type, rows, k)?;
         if src.is_null() || dst.is_null() {
             return Err(T2pStatus::NullPointer);
         }

@@ -16,9 +16,12 @@
 
 use std::ffi::c_void;
 
-use super::abi::{blocks, bytes, floats_len, write_out};
+use super::abi::{blocks, bytes, floats_len, source_type, write_out};
 use super::status::{T2pStatus, guard};
-use crate::format::{BlockQ8_0Quad, BlockT2p, GGML_Q8_0_BLOCK_BYTES, QK_PQ2_0, t2p_block_count};
+use crate::format::{
+    BlockQ8_0Quad, BlockT2p, BlockT2pG64, GGML_Q8_0_BLOCK_BYTES, GgmlType, QK_PQ2_0, T2pSlice,
+    t2p_block_count,
+};
 use crate::kernels::{self, Isa, Kernels};
 use crate::matmul::{ActQuant, MatmulPlan, with_scratch};
 
@@ -45,6 +48,9 @@ pub struct T2pPlan {
     pub ncols: usize,
     /// Bytes of the work buffer (4-byte aligned) that holds the quantized activations.
     pub work_bytes: usize,
+    /// Weights per weight scale of the T2P matrix: 128, or 64 for a matrix repacked from Q2_0
+    /// (`T2P_TYPE_Q2_0`, group-64 T2P blocks; such a plan is always q8_0).
+    pub scale_group: usize,
 }
 
 fn act_from(act: u32) -> Result<ActQuant, T2pStatus> {
@@ -59,7 +65,7 @@ fn act_from(act: u32) -> Result<ActQuant, T2pStatus> {
 ///
 /// # Safety
 /// `plan` must be NULL or point to a readable `T2pPlan`.
-unsafe fn plan_from(plan: *const T2pPlan) -> Result<MatmulPlan, T2pStatus> {
+unsafe fn plan_from(plan: *const T2pPlan) -> Result<(MatmulPlan, usize), T2pStatus> {
     if plan.is_null() {
         return Err(T2pStatus::NullPointer);
     }
@@ -69,13 +75,19 @@ unsafe fn plan_from(plan: *const T2pPlan) -> Result<MatmulPlan, T2pStatus> {
     if m.layout().act() != act_from(p.act)? || m.layout().work_bytes() != p.work_bytes {
         return Err(T2pStatus::InvalidArgument);
     }
-    Ok(m)
+    match p.scale_group {
+        QK_PQ2_0 => {}
+        64 if m.layout().act() == ActQuant::Q8_0 => {}
+        _ => return Err(T2pStatus::InvalidArgument),
+    }
+    Ok((m, p.scale_group))
 }
 
 /// Fills `*plan` for a `rows x k` T2P matrix (`rows` positive, `k` a positive multiple of 128)
-/// times `ncols` columns quantized as `act` (`T2P_ACT_Q8_K` or `T2P_ACT_Q8_0`; a `k` that is
-/// not a multiple of 256 always gets q8_0, which `plan->act` then says). `plan->work_bytes` is
-/// the size of the work buffer the other calls need.
+/// with a scale per 128 weights (repacked from any source format but Q2_0) times `ncols`
+/// columns quantized as `act` (`T2P_ACT_Q8_K` or `T2P_ACT_Q8_0`; a `k` that is not a multiple
+/// of 256 always gets q8_0, which `plan->act` then says). `plan->work_bytes` is the size of the
+/// work buffer the other calls need.
 ///
 /// # Safety
 /// `plan` must be NULL (an error) or point to a writable `T2pPlan`.
@@ -87,11 +99,33 @@ pub unsafe extern "C" fn t2p_plan_init(
     k: usize,
     ncols: usize,
 ) -> T2pStatus {
+    // SAFETY: the caller's contract.
+    unsafe { t2p_plan_init_for(plan, crate::ffi::T2P_TYPE_PQ2_0, act, rows, k, ncols) }
+}
+
+/// [`t2p_plan_init`] for a matrix repacked from source format `src_type` (`T2P_TYPE_*`): for
+/// Q2_0 (`T2P_TYPE_Q2_0`) the plan reads group-64 T2P blocks (`plan->scale_group` = 64) and
+/// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; every other
+/// format gives [`t2p_plan_init`]'s plan.
+///
+/// # Safety
+/// `plan` must be NULL (an error) or point to a writable `T2pPlan`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn t2p_plan_init_for(
+    plan: *mut T2pPlan,
+    src_type: u32,
+    act: u32,
+    rows: usize,
+    k: usize,
+    ncols: usize,
+) -> T2pStatus {
     guard(|| {
         if plan.is_null() {
             return Err(T2pStatus::NullPointer);
         }
-        let m = MatmulPlan::new(rows, k, ncols, act_from(act)?)?;
+        let g64 = source_type(src_type)? == GgmlType::Q2_0_G64;
+        let act = if g64 { ActQuant::Q8_0 } else { act_from(act)? };
+        let m = MatmulPlan::new(rows, k, ncols, act)?;
         let value = T2pPlan {
             act: match m.layout().act() {
                 ActQuant::Q8K => T2P_ACT_Q8_K,
@@ -101,6 +135,7 @@ pub unsafe extern "C" fn t2p_plan_init(
             k,
             ncols,
             work_bytes: m.layout().work_bytes(),
+            scale_group: if g64 { 64 } else { QK_PQ2_0 },
         };
         // SAFETY: non-null and writable by the caller's contract.
         unsafe { plan.write_unaligned(value) };
@@ -145,7 +180,7 @@ pub unsafe extern "C" fn t2p_plan_quantize(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let m = unsafe { plan_from(plan) }?;
+        let (m, _) = unsafe { plan_from(plan) }?;
         let l = *m.layout();
         if nth == 0 || ith >= nth {
             return Err(T2pStatus::InvalidArgument);
@@ -217,7 +252,7 @@ pub unsafe extern "C" fn t2p_plan_chunk_count(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let m = unsafe { plan_from(plan) }?;
+        let (m, _) = unsafe { plan_from(plan) }?;
         write_out(out_chunks, m.chunk_count(nth))
     })
 }
@@ -237,7 +272,7 @@ pub unsafe extern "C" fn t2p_plan_chunk_rows(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let m = unsafe { plan_from(plan) }?;
+        let (m, _) = unsafe { plan_from(plan) }?;
         if n_chunks == 0 || i >= n_chunks || row_end.is_null() {
             return Err(if row_end.is_null() {
                 T2pStatus::NullPointer
@@ -280,7 +315,7 @@ pub unsafe extern "C" fn t2p_plan_compute(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let m = unsafe { plan_from(plan) }?;
+        let (m, scale_group) = unsafe { plan_from(plan) }?;
         let kern: &Kernels = if isa == T2P_ISA_ACTIVE {
             kernels::active()
         } else {
@@ -288,7 +323,13 @@ pub unsafe extern "C" fn t2p_plan_compute(
         };
         let (rows, k, ncols) = (m.rows(), m.layout().k(), m.layout().ncols());
         // SAFETY: readable for w_bytes by the caller's contract.
-        let w = blocks::<BlockT2p>(unsafe { bytes(w, w_bytes) }?, t2p_block_count(rows, k)?)?;
+        let w_buf = unsafe { bytes(w, w_bytes) }?;
+        let n = t2p_block_count(rows, k)?;
+        let w = if scale_group == 64 {
+            T2pSlice::G64(blocks::<BlockT2pG64>(w_buf, n)?)
+        } else {
+            T2pSlice::G128(blocks::<BlockT2p>(w_buf, n)?)
+        };
         // SAFETY: readable for work_bytes by the caller's contract.
         let work = blocks::<u32>(unsafe { bytes(work, work_bytes) }?, m.layout().work_words())?;
         if row_begin > row_end || row_end > rows || (ncols > 1 && ld_out < rows) {

@@ -4,16 +4,15 @@
 use std::ffi::c_void;
 
 use super::abi::{
-    T2P_T2P_BLOCK_BYTES, blocks, blocks_mut, bytes, bytes_mut, overlaps, shape, source_bytes,
-    source_type,
+    blocks, blocks_mut, bytes, bytes_mut, overlaps, shape, source_bytes, source_type, t2p_bytes,
 };
 use super::status::{T2pStatus, guard};
 use crate::format::{
-    BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, unpack_t2p_to_pq2_0,
-    with_ternary_block,
+    BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock, TernaryBlock,
+    unpack_t2p_to_pq2_0, with_ternary_block,
 };
 
-/// Converts a `rows x k` T2P matrix (`src`, `t2p_repack_size` bytes, 2-byte aligned)
+/// Converts a `rows x k` T2P matrix (`src`, `t2p_repacked_size` bytes, 2-byte aligned)
 /// back to the source format `dst_type` (`T2P_TYPE_*`) in `dst` (`t2p_source_size`
 /// bytes, aligned like its blocks), the inverse of `t2p_repack`. The buffers
 /// must not overlap.
@@ -40,7 +39,7 @@ pub unsafe extern "C" fn t2p_unpack(
 ) -> T2pStatus {
     guard(|| {
         let n = shape(rows, k)?;
-        let need_src = n * T2P_T2P_BLOCK_BYTES;
+        let need_src = t2p_bytes(dst_type, rows, k)?;
         let need_dst = source_bytes(dst_type, rows, k)?;
         if src.is_null() || dst.is_null() {
             return Err(T2pStatus::NullPointer);
@@ -52,12 +51,13 @@ pub unsafe extern "C" fn t2p_unpack(
             return Err(T2pStatus::InvalidArgument);
         }
         // SAFETY: readable for src_bytes >= need_src, disjoint from dst (checked above).
-        let src = blocks::<BlockT2p>(unsafe { bytes(src, need_src) }?, n)?;
+        let src = unsafe { bytes(src, need_src) }?;
         // SAFETY: writable for dst_bytes >= need_dst.
         let dst = unsafe { bytes_mut(dst, need_dst) }?;
         match source_type(dst_type)? {
             // The direct inverse of the repack, without the per-block encoding.
             GgmlType::PQ2_0 => {
+                let src = blocks::<BlockT2p>(src, n)?;
                 let dst = blocks_mut::<BlockPq2_0>(dst, rows * (k / QK_PQ2_0))?;
                 Ok(unpack_t2p_to_pq2_0(src, rows, k, dst)?)
             }
@@ -70,36 +70,40 @@ pub unsafe extern "C" fn t2p_unpack(
     })
 }
 
-/// All rows of the T2P matrix `src` as `B` blocks into `dst`; nothing is written unless every
-/// block encodes ([`TernaryBlock::encode`] refuses what `B` cannot hold).
+/// All rows of the T2P matrix `src` (bytes of `B::Target` blocks) as `B` blocks into `dst`;
+/// nothing is written unless every block encodes ([`TernaryBlock::encode`] refuses what `B`
+/// cannot hold).
 fn unpack_typed<B: TernaryBlock>(
-    src: &[BlockT2p],
+    src: &[u8],
     rows: usize,
     k: usize,
     dst: &mut [u8],
 ) -> Result<(), T2pStatus> {
-    let halves = B::WEIGHTS / QK_PQ2_0;
-    let nb = k / QK_PQ2_0;
+    let src = blocks::<B::Target>(src, shape(rows, k)?)?;
     let dst = blocks_mut::<B>(dst, rows * (k / B::WEIGHTS))?;
+    let (nb, halves) = (k / QK_PQ2_0, <B::Target as RowPairBlock>::HALVES);
     let mut out = Vec::with_capacity(dst.len());
-    let mut codes = [0u8; 2 * QK_PQ2_0];
-    let mut scales = [0u16; 2];
-    for (g, group) in src.chunks_exact(nb).enumerate() {
-        // Per T2P block of the group: the four rows' codes and scales.
-        let unpacked: Vec<([[u8; QK_PQ2_0]; ROWS_PER_T2P], [u16; ROWS_PER_T2P])> =
-            group.iter().map(|b| (b.unpack(), b.d)).collect();
-        // A padded last group holds fewer real rows.
-        for r in 0..ROWS_PER_T2P.min(rows - ROWS_PER_T2P * g) {
-            // Source block i of row r covers the `halves` T2P blocks from i * halves.
-            for chunk in unpacked.chunks_exact(halves) {
-                for (h, (rows_codes, d)) in chunk.iter().enumerate() {
-                    codes[QK_PQ2_0 * h..QK_PQ2_0 * (h + 1)].copy_from_slice(&rows_codes[r]);
-                    scales[h] = d[r];
-                }
-                let block = B::encode(&codes[..B::WEIGHTS], &scales[..halves])
-                    .map_err(|_| T2pStatus::InvalidArgument)?;
-                out.push(block);
+    // One row at a time: its codes and its scales (one per `Target::GROUP` weights).
+    let mut codes = vec![0u8; k];
+    let mut scales = vec![0u16; nb * halves];
+    for r in 0..rows {
+        let (g, rr) = (r / ROWS_PER_T2P, r % ROWS_PER_T2P);
+        for (b, blk) in src[g * nb..(g + 1) * nb].iter().enumerate() {
+            for (j, c) in codes[QK_PQ2_0 * b..QK_PQ2_0 * (b + 1)]
+                .iter_mut()
+                .enumerate()
+            {
+                *c = blk.code(rr, j);
             }
+            for h in 0..halves {
+                scales[b * halves + h] = blk.scales(h)[rr];
+            }
+        }
+        for (c, d) in codes
+            .chunks_exact(B::WEIGHTS)
+            .zip(scales.chunks_exact(B::SCALES))
+        {
+            out.push(B::encode(c, d).map_err(|_| T2pStatus::InvalidArgument)?);
         }
     }
     dst.copy_from_slice(&out);

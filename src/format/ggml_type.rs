@@ -174,7 +174,8 @@ impl GgmlType {
 
     /// Whether the type is one of ggml's standard block types the runner multiplies as the
     /// file holds them ([`crate::format::QuantBlock`]): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
-    /// Q5_K, Q6_K, and mainline's group-64 Q2_0 (ternary, but not in T2P yet).
+    /// Q5_K, Q6_K, and mainline's group-64 Q2_0 (which goes to T2P where its rows allow,
+    /// [`has_t2p_layout`](Self::has_t2p_layout)).
     pub fn is_quant(self) -> bool {
         matches!(
             self,
@@ -211,10 +212,18 @@ impl GgmlType {
             .join(", ")
     }
 
-    /// Whether the type is a ternary block format the loader repacks into T2P: pq2_0 (and
-    /// legacy id 42, which the reader reports as pq2_0), tq1_0, tq2_0 and ptq1_0.
+    /// Whether the type is a ternary block format the loader repacks into T2P whatever the
+    /// row length: pq2_0 (and legacy id 42, which the reader reports as pq2_0), tq1_0, tq2_0
+    /// and ptq1_0.
     pub fn is_ternary(self) -> bool {
         matches!(self, Self::PQ2_0 | Self::TQ1_0 | Self::TQ2_0 | Self::PTQ1_0)
+    }
+
+    /// Whether T2P can hold the type: [`is_ternary`](Self::is_ternary), or mainline's group-64
+    /// Q2_0 (in the group-64 T2P layout, for rows of a multiple of 128 weights; other rows
+    /// run as the file holds them).
+    pub fn has_t2p_layout(self) -> bool {
+        self.is_ternary() || self == Self::Q2_0_G64
     }
 }
 

@@ -34,7 +34,10 @@ pub use repack::{
     check_matrix_shape, repack_pq2_0_in_place, repack_pq2_0_to_t2p, t2p_block_count,
     t2p_row_groups, unpack_t2p_to_pq2_0,
 };
-pub use t2p::{BlockT2p, ROWS_PER_T2P, dequantize_t2p_row};
+pub use t2p::{
+    BlockT2p, BlockT2pG64, ROWS_PER_T2P, RowPairBlock, T2pSlice, T2pVec, T2pWords,
+    dequantize_t2p_row,
+};
 pub(crate) use ternary::with_ternary_block;
 pub use ternary::{
     BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row, repack_to_t2p,

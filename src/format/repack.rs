@@ -119,6 +119,7 @@ pub fn repack_pq2_0_in_place(bytes: &mut [u8], rows: usize, k: usize) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::RowPairBlock;
 
     fn random_tensor(rows: usize, k: usize, seed: u64) -> Vec<BlockPq2_0> {
         let mut s = seed;

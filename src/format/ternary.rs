@@ -1,15 +1,19 @@
 //! Every ternary block format t2p loads, and their exact conversion into T2P rows.
 //!
 //! Each format holds a 2-bit code `u = w + 1` per weight (some packed in base 3) and an fp16
-//! scale per group; [`TernaryBlock::decode`] yields the codes and one scale per 128 weights, so
-//! the T2P result dequantizes to bit-identical weights (`(u - 1) * d` on both sides).
+//! scale per group; [`TernaryBlock::decode`] yields the codes and one scale per group of its T2P
+//! layout ([`TernaryBlock::Target`]: 128 weights, or 64 for mainline's Q2_0), so the T2P result
+//! dequantizes to bit-identical weights (`(u - 1) * d` on both sides).
 //! [`TernaryBlock::encode`] is the inverse (used by `libt2p synth` and the tests): it refuses
 //! what a format cannot hold instead of rounding it.
 
 use bytemuck::{Pod, Zeroable};
 
 use super::trits::{decode_trits, pack_trits};
-use super::{BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, f16_to_f32};
+use super::{
+    BlockPq2_0, BlockQ2_0g64, BlockT2p, BlockT2pG64, GgmlType, QK_PQ2_0, ROWS_PER_T2P,
+    RowPairBlock, f16_to_f32,
+};
 use crate::error::{Error, Result, check_len};
 
 /// A block format of ternary weights that can be repacked into T2P.
@@ -22,17 +26,22 @@ pub trait TernaryBlock: Pod {
         Some(name) => name,
         None => panic!("a ternary block's type must be in the GGML type table"),
     };
-    /// Weights per block (128 or 256).
+    /// Weights per block (64, 128 or 256).
     const WEIGHTS: usize = match Self::GGML_TYPE.block() {
         Some((weights, _)) => weights as usize,
         None => panic!("a ternary block's type must be in the GGML type table"),
     };
-    /// Writes the `WEIGHTS` codes (0..=3) into `codes` and one fp16 scale per 128 weights.
+    /// The T2P layout the format repacks into: [`BlockT2p`] (a scale per 128 weights), or
+    /// [`BlockT2pG64`] for a format with a scale per 64.
+    type Target: RowPairBlock;
+    /// Scales [`decode`](Self::decode) writes per block: one per `Target::GROUP` weights.
+    const SCALES: usize = Self::WEIGHTS.div_ceil(<Self::Target as RowPairBlock>::GROUP);
+    /// Writes the `WEIGHTS` codes (0..=3) into `codes` and the `SCALES` fp16 scales.
     ///
     /// # Panics
-    /// If `codes` is shorter than `WEIGHTS` or `scales` than `WEIGHTS / 128`.
+    /// If `codes` is shorter than `WEIGHTS` or `scales` than `SCALES`.
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]);
-    /// Builds a block from `WEIGHTS` codes and one fp16 scale per 128 weights, so that
+    /// Builds a block from `WEIGHTS` codes and `SCALES` fp16 scales, so that
     /// [`decode`](Self::decode) gives them back exactly. Refused: wrong lengths, codes above 3
     /// (above 2 for the base-3 formats), and two different scales for a 256-weight format.
     fn encode(codes: &[u8], scales: &[u16]) -> Result<Self>;
@@ -48,17 +57,18 @@ const _: () = assert!(
         && matches_table::<BlockTq2_0>()
         && matches_table::<BlockTq1_0>()
         && matches_table::<BlockPtq1_0>()
+        && matches_table::<BlockQ2_0g64>()
 );
 
-/// Checks the arguments of [`TernaryBlock::encode`] (every code at most `max_code`, one scale per
-/// 128 weights, all of them equal) and returns the block's scale.
+/// Checks the arguments of [`TernaryBlock::encode`] (every code at most `max_code`, `SCALES`
+/// scales, all of them equal) and returns the block's scale.
 fn check_encode<B: TernaryBlock>(codes: &[u8], scales: &[u16], max_code: u8) -> Result<u16> {
-    if codes.len() != B::WEIGHTS || scales.len() != B::WEIGHTS / QK_PQ2_0 {
+    if codes.len() != B::WEIGHTS || scales.len() != B::SCALES {
         return Err(Error::Shape(format!(
             "a {} block takes {} codes and {} scales, got {} and {}",
             B::NAME,
             B::WEIGHTS,
-            B::WEIGHTS / QK_PQ2_0,
+            B::SCALES,
             codes.len(),
             scales.len()
         )));
@@ -82,6 +92,7 @@ fn check_encode<B: TernaryBlock>(codes: &[u8], scales: &[u16], max_code: u8) -> 
 }
 
 impl TernaryBlock for BlockPq2_0 {
+    type Target = BlockT2p;
     const GGML_TYPE: GgmlType = GgmlType::PQ2_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         for (c, &q) in codes[..QK_PQ2_0].chunks_exact_mut(4).zip(&self.qs) {
@@ -111,6 +122,7 @@ pub struct BlockTq2_0 {
 }
 
 impl TernaryBlock for BlockTq2_0 {
+    type Target = BlockT2p;
     const GGML_TYPE: GgmlType = GgmlType::TQ2_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         // Byte 32h + m holds element 128h + 32l + m in bits 2l: 32 contiguous codes per (h, l).
@@ -154,6 +166,7 @@ pub struct BlockTq1_0 {
 }
 
 impl TernaryBlock for BlockTq1_0 {
+    type Target = BlockT2p;
     const GGML_TYPE: GgmlType = GgmlType::TQ1_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         let codes = &mut codes[..256];
@@ -205,6 +218,7 @@ pub struct BlockPtq1_0 {
 }
 
 impl TernaryBlock for BlockPtq1_0 {
+    type Target = BlockT2p;
     const GGML_TYPE: GgmlType = GgmlType::PTQ1_0;
     fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
         let codes = &mut codes[..128];
@@ -238,9 +252,31 @@ impl TernaryBlock for BlockPtq1_0 {
     }
 }
 
+/// Mainline llama.cpp's Q2_0 (group 64): pq2_0's codes and bit order with a scale per 64
+/// weights, so it repacks into [`BlockT2pG64`].
+impl TernaryBlock for BlockQ2_0g64 {
+    type Target = BlockT2pG64;
+    const GGML_TYPE: GgmlType = GgmlType::Q2_0_G64;
+    fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
+        for (c, &q) in codes[..64].chunks_exact_mut(4).zip(&self.qs) {
+            c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
+        }
+        scales[0] = self.d;
+    }
+    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+        let d = check_encode::<Self>(codes, scales, 3)?;
+        let mut qs = [0u8; 16];
+        for (j, &u) in codes.iter().enumerate() {
+            qs[j / 4] |= u << (2 * (j % 4));
+        }
+        Ok(BlockQ2_0g64 { d, qs })
+    }
+}
+
 /// Evaluates `$body` with the type name `$B` bound to the block struct of the ternary
-/// [`GgmlType`] `$ty` (pq2_0, tq2_0, tq1_0, ptq1_0), or `$other` for any other type: the one
-/// place that turns a type id into a [`TernaryBlock`] for the generic code.
+/// [`GgmlType`] `$ty` (pq2_0, tq2_0, tq1_0, ptq1_0, mainline's group-64 Q2_0), or `$other` for
+/// any other type: the one place that turns a type id into a [`TernaryBlock`] for the generic
+/// code.
 macro_rules! with_ternary_block {
     ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
         match $ty {
@@ -260,6 +296,10 @@ macro_rules! with_ternary_block {
                 type $B = $crate::format::BlockPtq1_0;
                 $body
             }
+            $crate::format::GgmlType::Q2_0_G64 => {
+                type $B = $crate::format::BlockQ2_0g64;
+                $body
+            }
             _ => $other,
         }
     };
@@ -270,11 +310,12 @@ pub(crate) use with_ternary_block;
 pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<()> {
     check_len("output values", blocks.len() * B::WEIGHTS, out.len())?;
     let mut codes = vec![0u8; B::WEIGHTS];
-    let mut scales = vec![0u16; B::WEIGHTS / QK_PQ2_0];
+    let mut scales = vec![0u16; B::SCALES];
+    let group = <B::Target as RowPairBlock>::GROUP;
     for (b, chunk) in blocks.iter().zip(out.chunks_exact_mut(B::WEIGHTS)) {
         b.decode(&mut codes, &mut scales);
         for (i, (o, &u)) in chunk.iter_mut().zip(&codes).enumerate() {
-            *o = (u as i32 - 1) as f32 * f16_to_f32(scales[i / QK_PQ2_0]);
+            *o = (u as i32 - 1) as f32 * f16_to_f32(scales[i / group]);
         }
     }
     Ok(())
@@ -282,26 +323,40 @@ pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<
 
 /// Repacks row group `g`'s source rows (4 rows of `k / WEIGHTS` blocks each, row-major in `src`)
 /// into `k / 128` T2P blocks.
-pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [BlockT2p]) {
+pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [B::Target]) {
     let per_row = k / B::WEIGHTS;
-    let halves = B::WEIGHTS / QK_PQ2_0;
-    // The largest block has 256 weights (two scales); each source block fills `halves`
-    // consecutive T2P blocks' row `r`, and the four rows overwrite every byte of them.
+    let group = <B::Target as RowPairBlock>::GROUP;
+    // One step decodes `span` weights of a row: one source block of 128 or 256 weights (one
+    // or two T2P blocks' row `r`), or two 64-weight blocks (one T2P block's row).
+    let span = B::WEIGHTS.max(QK_PQ2_0);
+    let (src_per_step, t2p_per_step) = (span / B::WEIGHTS, span / QK_PQ2_0);
     let mut codes = [0u8; 256];
-    let mut scales = [0u16; 2];
+    let mut scales = [0u16; 4];
     // A padded last group has fewer source rows: the missing ones are zero weights.
     let real = (src.len() / per_row).min(ROWS_PER_T2P);
+    let zero_scales = [0u16; 2];
     for t in dst.iter_mut() {
         for r in real..ROWS_PER_T2P {
-            t.set_row(r, &[1; QK_PQ2_0], 0);
+            t.set_row(
+                r,
+                &[1; QK_PQ2_0],
+                &zero_scales[..<B::Target as RowPairBlock>::HALVES],
+            );
         }
     }
     for (r, row) in src.chunks_exact(per_row).take(ROWS_PER_T2P).enumerate() {
-        for (block, out) in row.iter().zip(dst.chunks_exact_mut(halves)) {
-            block.decode(&mut codes, &mut scales);
-            let (chunks, _) = codes[..B::WEIGHTS].as_chunks::<QK_PQ2_0>();
-            for ((t, c), &d) in out.iter_mut().zip(chunks).zip(&scales) {
-                t.set_row(r, c, d);
+        for (blocks, out) in row
+            .chunks_exact(src_per_step)
+            .zip(dst.chunks_exact_mut(t2p_per_step))
+        {
+            for (i, block) in blocks.iter().enumerate() {
+                let (c, s) = (i * B::WEIGHTS, i * B::SCALES);
+                block.decode(&mut codes[c..c + B::WEIGHTS], &mut scales[s..s + B::SCALES]);
+            }
+            let (chunks, _) = codes[..span].as_chunks::<QK_PQ2_0>();
+            let per_t2p = QK_PQ2_0 / group;
+            for (t, (blk, c)) in out.iter_mut().zip(chunks).enumerate() {
+                blk.set_row(r, c, &scales[t * per_t2p..(t + 1) * per_t2p]);
             }
         }
     }
@@ -314,7 +369,7 @@ pub fn repack_to_t2p<B: TernaryBlock>(
     src: &[B],
     rows: usize,
     k: usize,
-    dst: &mut [BlockT2p],
+    dst: &mut [B::Target],
 ) -> Result<()> {
     let n = super::t2p_block_count(rows, k)?;
     if !k.is_multiple_of(B::WEIGHTS) {
@@ -354,18 +409,38 @@ mod tests {
         }
     }
 
-    fn t2p_dequant(t: &[BlockT2p], rows: usize, k: usize) -> Vec<f32> {
-        let mut pq = vec![BlockPq2_0::default(); rows * k / 128];
-        crate::format::unpack_t2p_to_pq2_0(t, rows, k, &mut pq).unwrap();
+    fn t2p_dequant<T: RowPairBlock>(t: &[T], rows: usize, k: usize) -> Vec<f32> {
+        let nb = k / 128;
         let mut out = vec![0.0; rows * k];
-        dequantize_row_pq2_0(&pq, &mut out);
+        for (r, row) in out.chunks_exact_mut(k).enumerate() {
+            crate::format::dequantize_t2p_row(&t[r / 4 * nb..(r / 4 + 1) * nb], r % 4, row);
+        }
         out
+    }
+
+    #[test]
+    fn t2p_dequant_agrees_with_the_pq2_0_unpack() {
+        let mut rng = Lcg(9);
+        let src: Vec<BlockPq2_0> = (0..8 * 256 / 128)
+            .map(|_| BlockPq2_0 {
+                d: scale(&mut rng),
+                qs: std::array::from_fn(|_| rng.next()),
+            })
+            .collect();
+        let mut t = vec![BlockT2p::default(); 4];
+        repack_to_t2p(&src, 8, 256, &mut t).unwrap();
+        let mut pq = vec![BlockPq2_0::default(); src.len()];
+        crate::format::unpack_t2p_to_pq2_0(&t, 8, 256, &mut pq).unwrap();
+        let mut want = vec![0.0; 8 * 256];
+        dequantize_row_pq2_0(&pq, &mut want);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&t2p_dequant(&t, 8, 256)), bits(&want));
     }
 
     fn check_round_trip<B: TernaryBlock>(src: &[B], rows: usize, k: usize) {
         let mut want = vec![0.0; rows * k];
         dequantize_row(src, &mut want).unwrap();
-        let mut t = vec![BlockT2p::default(); rows * k / 512];
+        let mut t = vec![B::Target::default(); rows.div_ceil(4) * k / 128];
         repack_to_t2p(src, rows, k, &mut t).unwrap();
         let got = t2p_dequant(&t, rows, k);
         assert!(
@@ -486,7 +561,7 @@ mod tests {
     /// Random codes (0..=max) and scales, encoded, must decode to themselves.
     fn check_encode_round_trip<B: TernaryBlock>(max: u8, seed: u64) {
         let mut rng = Lcg(seed);
-        let ns = B::WEIGHTS / QK_PQ2_0;
+        let ns = B::SCALES;
         for i in 0..200 {
             let codes: Vec<u8> = match i {
                 0..3 => vec![i as u8; B::WEIGHTS], // all -1, all 0, all +1
@@ -509,6 +584,39 @@ mod tests {
         check_encode_round_trip::<BlockTq2_0>(3, 11);
         check_encode_round_trip::<BlockTq1_0>(2, 12);
         check_encode_round_trip::<BlockPtq1_0>(2, 13);
+        check_encode_round_trip::<BlockQ2_0g64>(3, 15);
+    }
+
+    #[test]
+    fn q2_0_g64_round_trips_with_a_scale_per_64_and_padded_rows() {
+        let mut rng = Lcg(5);
+        for rows in [8, 7, 1] {
+            let src: Vec<BlockQ2_0g64> = (0..rows * 384 / 64)
+                .map(|_| BlockQ2_0g64 {
+                    d: scale(&mut rng),
+                    qs: std::array::from_fn(|_| rng.next()),
+                })
+                .collect();
+            check_round_trip(&src, rows, 384);
+        }
+    }
+
+    #[test]
+    fn q2_0_g64_element_order_is_pq2_0_s() {
+        // The same code bytes as pq2_0: two g64 blocks are one pq2_0 block with two scales.
+        let mut rng = Lcg(6);
+        let pq = BlockPq2_0 {
+            d: 0x3c00,
+            qs: std::array::from_fn(|_| rng.next()),
+        };
+        let halves: [BlockQ2_0g64; 2] = std::array::from_fn(|h| BlockQ2_0g64 {
+            d: 0x3c00,
+            qs: pq.qs[16 * h..16 * h + 16].try_into().unwrap(),
+        });
+        let (mut a, mut b) = ([0.0f32; 128], [0.0f32; 128]);
+        dequantize_row(&[pq], &mut a).unwrap();
+        dequantize_row(&halves, &mut b).unwrap();
+        assert_eq!(a, b);
     }
 
     #[test]

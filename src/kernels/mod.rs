@@ -23,7 +23,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
-use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, ROWS_PER_T2P,
+    RowPairBlock, T2pSlice,
+};
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -167,11 +170,13 @@ pub(crate) type GemvFn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut
 /// zero-padded), `out[c * ld + r]` for column `c < ncols` and row `r < 4 * ng`.
 pub(crate) type GemmFn =
     fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize);
-/// `x` as for gemv, `y`: the `nb` `q8_0` blocks of one column, `out`: `4 * ng` values.
-pub(crate) type GemvQ8_0Fn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]);
+/// `x` as for gemv (either T2P layout), `y`: the `nb` `q8_0` blocks of one column, `out`:
+/// `4 * ng` values.
+pub(crate) type GemvQ8_0Fn<B = BlockT2p> =
+    fn(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]);
 /// `x` as for gemv, `y`: `ncols * nb` `q8_0` blocks (column `c` at `c * nb`), `out[c * ld + r]`.
-pub(crate) type GemmQ8_0Fn =
-    fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], ncols: usize, out: &mut [f32], ld: usize);
+pub(crate) type GemmQ8_0Fn<B = BlockT2p> =
+    fn(x: &[B], nb: usize, y: &[BlockQ8_0Quad], ncols: usize, out: &mut [f32], ld: usize);
 /// `x`: `n / 128` pq2_0 blocks, `y`: `n / 256` `q8_K` blocks.
 pub(crate) type VecDotFn = fn(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32;
 
@@ -183,7 +188,34 @@ pub struct Kernels {
     gemm: GemmFn,
     gemv_q8_0: GemvQ8_0Fn,
     gemm_q8_0: GemmQ8_0Fn,
+    gemv_q8_0_g64: GemvQ8_0Fn<BlockT2pG64>,
+    gemm_q8_0_g64: GemmQ8_0Fn<BlockT2pG64>,
     vec_dot_stock: VecDotFn,
+}
+
+/// The `q8_0` float fold of one T2P block and row, written once for every path over its own
+/// vector type `V` (`f32` for the oracle): `p_j = d_j * i_j` are the scaled 32-weight sums,
+/// passed as `[p0 + p1, p2, p3]` (the first sum is the same in both layouts, so a kernel may
+/// form it before it decodes the block's second half), and `dw(h)` the row scales of half `h`.
+/// With one scale per row (`halves == 1`, pq2_0) the result is
+/// `acc + dw(0) * (((p0 + p1) + p2) + p3)`, llama.cpp's order for pq2_0; with a scale per 64
+/// weights (`halves == 2`, Q2_0) it is `(acc + dw(0) * (p0 + p1)) + dw(1) * (p2 + p3)`,
+/// `ggml_vec_dot_q2_0_q8_0`'s. `add` and `mul` must be single separately rounded operations
+/// (never a fused multiply-add), which is what makes every path bit-identical to the oracle.
+#[inline(always)]
+pub(crate) fn fold_q8_0<V: Copy>(
+    halves: usize,
+    acc: V,
+    [s01, p2, p3]: [V; 3],
+    dw: impl Fn(usize) -> V,
+    add: impl Fn(V, V) -> V,
+    mul: impl Fn(V, V) -> V,
+) -> V {
+    if halves == 1 {
+        add(acc, mul(dw(0), add(add(s01, p2), p3)))
+    } else {
+        add(add(acc, mul(dw(0), s01)), mul(dw(1), add(p2, p3)))
+    }
 }
 
 fn table(isa: Isa) -> Option<&'static Kernels> {
@@ -247,19 +279,29 @@ impl Kernels {
         (self.gemm)(x, nb, y, ncols, out, ld)
     }
 
-    /// gemv with `q8_0` activations (llama.cpp's numerics for `pq2_0`): `x` holds
-    /// `out.len() / 4` row groups of `nb` blocks, `y` the `nb` activation blocks of the column.
-    /// Each output is `sum_b d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` over the exact 32-weight
-    /// sums `i_j`, bit-identical on every path.
+    /// gemv with `q8_0` activations (llama.cpp's numerics for `pq2_0` and Q2_0): `x` holds
+    /// `out.len() / 4` row groups of `nb` blocks of either T2P layout, `y` the `nb` activation
+    /// blocks of the column. Each output is `sum_b d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`
+    /// over the exact 32-weight sums `i_j` (with a scale per 64 weights, the two halves are
+    /// scaled and added in turn: [`fold_q8_0`]), bit-identical on every path.
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
-    pub fn gemv_q8_0(&self, x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+    pub fn gemv_q8_0<B: RowPairBlock>(
+        &self,
+        x: &[B],
+        nb: usize,
+        y: &[BlockQ8_0Quad],
+        out: &mut [f32],
+    ) {
         assert!(nb > 0, "nb must be positive");
         assert_eq!(y.len(), nb, "activation blocks");
         assert_eq!(out.len() % ROWS_PER_T2P, 0, "rows");
         assert_eq!(x.len(), out.len() / ROWS_PER_T2P * nb, "weight blocks");
-        (self.gemv_q8_0)(x, nb, y, out)
+        match B::slice(x) {
+            T2pSlice::G128(x) => (self.gemv_q8_0)(x, nb, y, out),
+            T2pSlice::G64(x) => (self.gemv_q8_0_g64)(x, nb, y, out),
+        }
     }
 
     /// gemm with `q8_0` activations: column `c` is `y[c * nb .. (c + 1) * nb]`; writes
@@ -267,9 +309,9 @@ impl Kernels {
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
-    pub fn gemm_q8_0(
+    pub fn gemm_q8_0<B: RowPairBlock>(
         &self,
-        x: &[BlockT2p],
+        x: &[B],
         nb: usize,
         y: &[BlockQ8_0Quad],
         ncols: usize,
@@ -283,7 +325,10 @@ impl Kernels {
         assert!(ld >= rows, "ld smaller than the rows");
         if ncols > 0 {
             assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
-            (self.gemm_q8_0)(x, nb, y, ncols, out, ld)
+            match B::slice(x) {
+                T2pSlice::G128(x) => (self.gemm_q8_0)(x, nb, y, ncols, out, ld),
+                T2pSlice::G64(x) => (self.gemm_q8_0_g64)(x, nb, y, ncols, out, ld),
+            }
         }
     }
 

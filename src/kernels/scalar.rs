@@ -2,10 +2,10 @@
 //! float arithmetic only at the end of each 128-weight block. Every SIMD path is compared with
 //! these bit for bit.
 
-use super::{Isa, Kernels};
+use super::{Isa, Kernels, fold_q8_0};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
-    f16_to_f32,
+    RowPairBlock, f16_to_f32,
 };
 
 pub(super) static KERNELS: Kernels = Kernels {
@@ -14,6 +14,8 @@ pub(super) static KERNELS: Kernels = Kernels {
     gemm,
     gemv_q8_0,
     gemm_q8_0,
+    gemv_q8_0_g64: gemv_q8_0,
+    gemm_q8_0_g64: gemm_q8_0,
     vec_dot_stock,
 };
 
@@ -65,20 +67,26 @@ pub fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut
     }
 }
 
-/// The float step of the `q8_0` kernels for one block and row, in llama.cpp's order: the four
-/// 32-value sums scaled and added left to right, `s = ((d0*i0 + d1*i1) + d2*i2) + d3*i3`, then
-/// `acc + d_w * s`; every operation separately rounded, no FMA.
+/// The float step of the `q8_0` kernels for one block and row, in llama.cpp's order
+/// ([`super::fold_q8_0`]): with one weight scale `d_w[0]` (pq2_0),
+/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`; with a scale per 64 weights (Q2_0),
+/// `(acc + d_w0 * (d0*i0 + d1*i1)) + d_w1 * (d2*i2 + d3*i3)`. Every operation separately
+/// rounded, no FMA.
 #[inline(always)]
-pub fn accumulate_q8_0(acc: f32, d_w: f32, d_y: &[f32; 4], isum: [i32; 4]) -> f32 {
-    let mut s = d_y[0] * isum[0] as f32;
-    for j in 1..4 {
-        s += d_y[j] * isum[j] as f32;
-    }
-    acc + d_w * s
+pub fn accumulate_q8_0(acc: f32, d_w: &[f32], d_y: &[f32; 4], isum: [i32; 4]) -> f32 {
+    let p: [f32; 4] = std::array::from_fn(|j| d_y[j] * isum[j] as f32);
+    fold_q8_0(
+        d_w.len(),
+        acc,
+        [p[0] + p[1], p[2], p[3]],
+        |h| d_w[h],
+        |a, b| a + b,
+        |a, b| a * b,
+    )
 }
 
 /// Exact `sum_k w_k * y_k` over each 32-weight quarter of row `r` of a T2P block.
-pub fn t2p_block_isums_q8_0(x: &BlockT2p, r: usize, y: &[i8; QK_PQ2_0]) -> [i32; 4] {
+pub fn t2p_block_isums_q8_0<B: RowPairBlock>(x: &B, r: usize, y: &[i8; QK_PQ2_0]) -> [i32; 4] {
     std::array::from_fn(|j| {
         (QK8_0 * j..QK8_0 * (j + 1))
             .map(|k| (x.code(r, k) as i32 - 1) * y[k] as i32)
@@ -87,14 +95,15 @@ pub fn t2p_block_isums_q8_0(x: &BlockT2p, r: usize, y: &[i8; QK_PQ2_0]) -> [i32;
 }
 
 /// Reference `q8_0` gemv: `out[4g + r] = sum_b d_w * sum_j d_y[j] * isum(g, b, r, j)`, with
-/// `y` the `nb` activation blocks of one column.
-pub fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+/// `y` the `nb` activation blocks of one column (per 64 weights for a group-64 block).
+pub fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     for (group, rows_out) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         for (r, o) in rows_out.iter_mut().enumerate() {
             let mut acc = 0.0f32;
             for (blk, yb) in group.iter().zip(y) {
                 let isum = t2p_block_isums_q8_0(blk, r, &yb.qs);
-                acc = accumulate_q8_0(acc, f16_to_f32(blk.d[r]), &yb.d, isum);
+                let d_w = [0, 1].map(|h| f16_to_f32(blk.scales(h)[r]));
+                acc = accumulate_q8_0(acc, &d_w[..B::HALVES], &yb.d, isum);
             }
             *o = acc;
         }
@@ -102,8 +111,8 @@ pub fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]
 }
 
 /// Reference `q8_0` gemm: column `c` is `y[c * nb .. (c + 1) * nb]`, written to `out[c * ld + r]`.
-pub fn gemm_q8_0(
-    x: &[BlockT2p],
+pub fn gemm_q8_0<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[BlockQ8_0Quad],
     ncols: usize,

@@ -264,11 +264,12 @@ impl TensorInfo {
         self.shape.iter().skip(1).product()
     }
 
-    /// Whether the loader will repack this tensor into T2P: a ternary format
-    /// ([`GgmlType::is_ternary`]), 2-D, at least one row, `k` a positive multiple of 128
-    /// (every ternary block size is 128 or 256, so every 2-D ternary matrix qualifies).
+    /// Whether the loader will repack this tensor into T2P: a format T2P holds
+    /// ([`GgmlType::has_t2p_layout`]), 2-D, at least one row, `k` a positive multiple of 128
+    /// (every ternary block size but Q2_0's 64 is 128 or 256, so every other 2-D ternary matrix
+    /// qualifies).
     pub fn is_t2p_candidate(&self) -> bool {
-        self.ggml_type.is_ternary()
+        self.ggml_type.has_t2p_layout()
             && self.shape.len() == 2
             && self.shape[1] > 0
             && self.shape[0] > 0

@@ -18,7 +18,7 @@ use bytemuck::{Pod, Zeroable};
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
 use crate::format::{
-    BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
+    BlockPq2_0, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
     repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
 use crate::matmul::T2pMatrix;
@@ -446,7 +446,8 @@ fn load_one<R: Read + Seek>(
                 TensorData::Bf16(v)
             }
         }
-        ty if ty.is_quant() => load_quant(gguf, src, t, opts, progress)?,
+        // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
+        ty if ty.is_quant() && !opts.uses_t2p(t) => load_quant(gguf, src, t, opts, progress)?,
         other => with_ternary_block!(
             other,
             B => load_ternary::<B, R>(gguf, src, t, opts, progress)?,
@@ -568,7 +569,7 @@ fn load_ternary<B: TernaryBlock, R: Read>(
         let row_bytes = per_row * src_size;
         let groups = t2p_row_groups(rows);
         let groups_per_chunk = (opts.chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
-        let mut blocks = vec![BlockT2p::zeroed(); nblocks];
+        let mut blocks = vec![B::Target::zeroed(); nblocks];
         let mut buf = vec![B::zeroed(); groups_per_chunk * ROWS_PER_T2P * per_row];
         for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
             let r0 = c * groups_per_chunk * ROWS_PER_T2P;
@@ -583,7 +584,11 @@ fn load_ternary<B: TernaryBlock, R: Read>(
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
         return Ok(TensorData::T2p(m));
     }
-    // Any other shape: lossless pq2_0 blocks, converted a chunk of source blocks at a time.
+    // Any other shape: lossless pq2_0 blocks, converted a chunk of source blocks at a time
+    // (formats with a scale per 128 weights only: Q2_0 runs as stored instead).
+    if per_pq == 0 {
+        return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
+    }
     let per_chunk = (opts.chunk_bytes / src_size).clamp(1, n_src.max(1));
     let n_out = n_src
         .checked_mul(per_pq)

@@ -1,8 +1,8 @@
 //! Synthetic models with real shapes and random ternary weights, for benchmarks without a
 //! download: a valid GGUF that `libt2p` and llama.cpp both load.
 //!
-//! The matrices can be written as pq2_0 (the default), tq2_0, tq1_0, F32 or pq2_0 bytes under the
-//! legacy id 42 ([`SynthType`]). With one scale per 256 weights ([`SynthOptions::scale_group`])
+//! The matrices can be written as pq2_0 (the default), tq2_0, tq1_0, F32, pq2_0 bytes under the
+//! legacy id 42 or mainline's group-64 Q2_0 ([`SynthType`]). With one scale per 256 weights ([`SynthOptions::scale_group`])
 //! every one of them holds exactly the same weights, so the files differ only in their bytes.
 
 use std::path::Path;
@@ -10,7 +10,8 @@ use std::path::Path;
 use super::gguf_writer::TensorSpec;
 use super::{DecoderKv, Rng, f32_bytes, write_gguf};
 use crate::format::{
-    BlockPq2_0, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock, f32_to_f16,
+    BlockPq2_0, BlockQ2_0g64, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock,
+    f16_to_f32, f32_to_f16,
 };
 use crate::runner::{GgufError, GgufFile};
 
@@ -125,16 +126,20 @@ pub enum SynthType {
     F32,
     /// pq2_0 bytes under the legacy type id 42 ("Q2_0", group 128) of older Ternary Bonsai files.
     Q2_0Legacy,
+    /// Mainline llama.cpp's Q2_0 (id 42, 64 weights in 18 bytes): the pq2_0 codes with a
+    /// scale per 64 weights (both halves of a 128 share one unless the scale group is 64).
+    Q2_0,
 }
 
 impl SynthType {
     /// Every type, in the order `--help` lists them.
-    pub const ALL: [SynthType; 5] = [
+    pub const ALL: [SynthType; 6] = [
         SynthType::Pq2_0,
         SynthType::Tq2_0,
         SynthType::Tq1_0,
         SynthType::F32,
         SynthType::Q2_0Legacy,
+        SynthType::Q2_0,
     ];
 
     /// The name `--type` takes.
@@ -145,6 +150,7 @@ impl SynthType {
             SynthType::Tq1_0 => "tq1_0",
             SynthType::F32 => "f32",
             SynthType::Q2_0Legacy => "q2_0-legacy",
+            SynthType::Q2_0 => "q2_0",
         }
     }
 
@@ -165,23 +171,25 @@ impl SynthType {
             SynthType::Tq2_0 => BlockTq2_0::GGML_TYPE,
             SynthType::Tq1_0 => BlockTq1_0::GGML_TYPE,
             SynthType::F32 => GgmlType::F32,
-            SynthType::Q2_0Legacy => GgmlType::Q2_0_LEGACY,
+            SynthType::Q2_0Legacy | SynthType::Q2_0 => GgmlType::Q2_0_LEGACY,
         }
     }
 
-    /// The type the bytes are in (the legacy id holds pq2_0 bytes).
+    /// The type the bytes are in (the legacy id holds pq2_0 bytes, mainline's Q2_0 its own).
     fn layout(self) -> GgmlType {
         match self {
             SynthType::Q2_0Legacy => GgmlType::PQ2_0,
+            SynthType::Q2_0 => GgmlType::Q2_0_G64,
             t => t.stored_type(),
         }
     }
 
     /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_*`): `ALL_F32` 0, `MOSTLY_TQ1_0` 36,
-    /// `MOSTLY_TQ2_0` 37, `MOSTLY_PQ2_0` 141 (also written for the legacy id).
+    /// `MOSTLY_TQ2_0` 37, `MOSTLY_PQ2_0` 141 (also written for the legacy id and for Q2_0,
+    /// whose file type the loaders do not read).
     pub fn file_type(self) -> u32 {
         match self {
-            SynthType::Pq2_0 | SynthType::Q2_0Legacy => 141,
+            SynthType::Pq2_0 | SynthType::Q2_0Legacy | SynthType::Q2_0 => 141,
             SynthType::Tq2_0 => 37,
             SynthType::Tq1_0 => 36,
             SynthType::F32 => 0,
@@ -200,10 +208,11 @@ impl std::fmt::Display for SynthType {
 pub struct SynthOptions {
     /// The type of every 2-D tensor.
     pub ty: SynthType,
-    /// Weights per scale, 128 or 256. With 256 each pair of 128-weight blocks of a row shares
-    /// the scale of its first block (the codes are the same as with 128), so pq2_0, tq2_0,
-    /// tq1_0 and F32 files of the same seed hold the same weights, and quantizing the F32 file
-    /// with llama.cpp (`d = amax` per block) gives them back exactly.
+    /// Weights per scale, 64 (Q2_0 only), 128 or 256. With 256 each pair of 128-weight blocks
+    /// of a row shares the scale of its first block (the codes are the same as with 128), so
+    /// pq2_0, tq2_0, tq1_0, Q2_0 and F32 files of the same seed hold the same weights, and
+    /// quantizing the F32 file with llama.cpp (`d = amax` per block) gives them back exactly.
+    /// With 64 the second half of each 128 gets its own scale (`7/8` of the first's).
     pub scale_group: usize,
     /// Write `llama-quantize`'s default mix: `token_embd` as Q4_K and `output` as Q6_K
     /// (rounded from the same ternary values), the rest in `ty`.
@@ -215,7 +224,7 @@ impl SynthOptions {
     /// has always written), 256 for tq2_0, tq1_0 (which need it) and F32.
     pub fn new(ty: SynthType) -> SynthOptions {
         let scale_group = match ty {
-            SynthType::Pq2_0 | SynthType::Q2_0Legacy => 128,
+            SynthType::Pq2_0 | SynthType::Q2_0Legacy | SynthType::Q2_0 => 128,
             SynthType::Tq2_0 | SynthType::Tq1_0 | SynthType::F32 => 256,
         };
         SynthOptions {
@@ -243,6 +252,24 @@ fn encode_as<B: TernaryBlock>(blocks: &[BlockPq2_0]) -> crate::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Each pq2_0 block as two Q2_0 blocks of its codes, with its scale, or (`own_scale`) the
+/// second with `7/8` of it.
+fn q2_0_halves(blocks: &[BlockPq2_0], own_scale: bool) -> crate::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(blocks.len() * 2 * std::mem::size_of::<BlockQ2_0g64>());
+    for b in blocks {
+        let codes = b.codes();
+        let d1 = if own_scale {
+            f32_to_f16(f16_to_f32(b.d) * 0.875)
+        } else {
+            b.d
+        };
+        for (half, d) in codes.chunks_exact(64).zip([b.d, d1]) {
+            out.extend_from_slice(bytemuck::bytes_of(&BlockQ2_0g64::encode(half, &[d])?));
+        }
+    }
+    Ok(out)
+}
+
 /// `rows x k` random ternary weights in the type and scale group of `opts`. The codes (and, with
 /// 128 weights per scale, the whole pq2_0 bytes) are those of [`ternary_pq2_0`].
 fn ternary_matrix(
@@ -265,6 +292,7 @@ fn ternary_matrix(
         SynthType::Pq2_0 | SynthType::Q2_0Legacy => bytemuck::cast_slice(&blocks).to_vec(),
         SynthType::Tq2_0 => encode_as::<BlockTq2_0>(&blocks)?,
         SynthType::Tq1_0 => encode_as::<BlockTq1_0>(&blocks)?,
+        SynthType::Q2_0 => q2_0_halves(&blocks, opts.scale_group == 64)?,
         SynthType::F32 => {
             let mut out = Vec::with_capacity(blocks.len() * QK_PQ2_0 * 4);
             for x in blocks.iter().flat_map(|b| b.dequantize()) {
@@ -378,6 +406,7 @@ fn mix_type(name: &str, opts: &SynthOptions) -> GgmlType {
 fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), GgufError> {
     let (block, _) = opts.ty.layout().block().unwrap_or((1, 4));
     let group_ok = match opts.scale_group {
+        64 => block == 64,
         128 => block <= 128,
         256 => [shape.n_embd, shape.n_ff, shape.n_head * shape.head_dim]
             .iter()
@@ -391,7 +420,7 @@ fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), Gguf
         name: shape.name.into(),
         reason: format!(
             "one scale per {} weights cannot be written as {} (tq2_0 and tq1_0 need 256, \
-             and 256 needs every row length a multiple of 256)",
+             64 is for q2_0 only, and 256 needs every row length a multiple of 256)",
             opts.scale_group, opts.ty
         ),
     })

@@ -33,18 +33,21 @@ pub struct Args {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Type of the matrices (qwen3 shapes): pq2_0, tq2_0, tq1_0, f32, or q2_0-legacy (pq2_0
-    /// bytes under the old type id 42). The same seed gives the same ternary codes in every type.
+    /// Type of the matrices (qwen3 shapes): pq2_0, tq2_0, tq1_0, f32, q2_0-legacy (pq2_0
+    /// bytes under the old type id 42) or q2_0 (mainline's Q2_0: id 42, a scale per 64). The
+    /// same seed gives the same ternary codes in every type.
     #[arg(
         long = "type",
         default_value = "pq2_0",
         value_parser = clap::builder::PossibleValuesParser::new(SynthType::ALL.map(SynthType::name))
     )]
     ty: String,
-    /// Weights per scale, 128 or 256. Default: 128 for pq2_0 and q2_0-legacy (the files synth
-    /// has always written), 256 otherwise. With 256 the pq2_0, tq2_0, tq1_0 and f32 files of one
-    /// seed hold exactly the same weights (and llama-quantize of the f32 file is lossless).
-    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["128", "256"]))]
+    /// Weights per scale, 64 (q2_0 only: the second half of each 128 gets its own scale), 128
+    /// or 256. Default: 128 for pq2_0, q2_0-legacy and q2_0 (the q2_0 file then holds exactly
+    /// the pq2_0 file's weights), 256 otherwise. With 256 the pq2_0, tq2_0, tq1_0, q2_0 and f32
+    /// files of one seed hold exactly the same weights (and llama-quantize of the f32 file is
+    /// lossless).
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["64", "128", "256"]))]
     scale_group: Option<String>,
     /// Write `llama-quantize`'s default mix (qwen3 shapes): `token_embd` as Q4_K and `output`
     /// as Q6_K, rounded from the same ternary values; the other matrices in `--type`.

@@ -9,7 +9,9 @@ use super::{
     mul_lane_f32, per_call_layout, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots,
     stock, store_f32x4, with_halves, with_q8_0_dup, with_q8_0_tiles,
 };
-use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
+};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
@@ -18,6 +20,8 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     gemm,
     gemv_q8_0,
     gemm_q8_0,
+    gemv_q8_0_g64: gemv_q8_0,
+    gemm_q8_0_g64: gemm_q8_0,
     vec_dot_stock,
 };
 
@@ -42,7 +46,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
 }
 
 /// `q8_0` gemv entry (also the i8mm path's).
-pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+pub(super) fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // Once per call (amortised over every row group of the call, each of which reads the whole
     // column): the column in the layout the SDOT loop loads without `dup`s.
     with_q8_0_dup(y, |ys| {
@@ -58,10 +62,10 @@ pub(super) fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mu
 /// rows 0..3; the float step is [`gemv_q8_0_dup`]'s.
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
+fn gemv_q8_0_dotprod<B: RowPairBlock>(x: &[B], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
     gemv_q8_0_dup(x, nb, y, out, |blk, yb, wd| {
         let pair = |p: usize| {
-            let u = slots(load_u8x16(&blk.qs[p][wd]));
+            let u = slots(load_u8x16(&blk.words()[p][wd]));
             // SAFETY: `start[wd][p]` is four readable i32.
             let mut a = unsafe { vld1q_s32(yb.start[wd][p].as_ptr()) };
             for (s, u) in u.iter().enumerate() {
@@ -76,8 +80,8 @@ fn gemv_q8_0_dotprod(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) 
 }
 
 /// `q8_0` gemm entry: SDOT tiles of four columns.
-fn gemm_q8_0(
-    x: &[BlockT2p],
+fn gemm_q8_0<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[BlockQ8_0Quad],
     ncols: usize,
@@ -99,11 +103,15 @@ fn gemm_q8_0(
 /// The activations come pre-dup8'ed from [`Q8_0x4Dot`]: one load per SDOT pair, no `dup`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+fn q8_0_tile_block<B: RowPairBlock>(
+    x: &B,
+    y: &Q8_0x4Dot,
+    acc: [float32x4_t; 4],
+) -> [float32x4_t; 4] {
     let word = |wd: usize| -> [int32x4_t; 4] {
         let u = [
-            slots(load_u8x16(&x.qs[0][wd])),
-            slots(load_u8x16(&x.qs[1][wd])),
+            slots(load_u8x16(&x.words()[0][wd])),
+            slots(load_u8x16(&x.words()[1][wd])),
         ];
         std::array::from_fn(|c| {
             // SAFETY: `start[wd][c][p]` is four readable i32.
@@ -119,13 +127,13 @@ fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float
         })
     };
     let i = [word(0), word(1), word(2), word(3)];
-    q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
+    q8_0_fold_columns(acc, x, i, &y.d)
 }
 
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemm_q8_0_dotprod(
-    x: &[BlockT2p],
+fn gemm_q8_0_dotprod<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     tiles: &[Q8_0x4Dot],
     ncols: usize,

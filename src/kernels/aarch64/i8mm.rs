@@ -8,8 +8,8 @@ use super::{
     dotprod, gemm_tiles, load_i8x16x2, load_u8x16, per_call_layout, row_scales, slot_scaled, slots,
     store_f32x4, with_q8_0_tiles,
 };
-use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p};
-use crate::kernels::{Isa, Kernels};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, RowPairBlock};
+use crate::kernels::{Isa, Kernels, fold_q8_0};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::NeonI8mm,
@@ -17,6 +17,8 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     gemm,
     gemv_q8_0: dotprod::gemv_q8_0,
     gemm_q8_0,
+    gemv_q8_0_g64: dotprod::gemv_q8_0,
+    gemm_q8_0_g64: gemm_q8_0,
     vec_dot_stock: dotprod::vec_dot_stock,
 };
 
@@ -88,8 +90,8 @@ fn gemm_i8mm(
     gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
 }
 
-fn gemm_q8_0(
-    x: &[BlockT2p],
+fn gemm_q8_0<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[BlockQ8_0Quad],
     ncols: usize,
@@ -155,13 +157,13 @@ impl Q8_0x8Mmla {
 /// `(v >> 4) & 3`, `v >> 6`) meet the column pairs in one SMMLA chain per (pair, column pair)
 /// that starts at the quarter's `-sum`, so it ends at the exact quarter sum
 /// (|i| <= 32 * 3 * 128 + 32 * 128). The float step runs in the SMMLA lane order, the row
-/// scales zipped into it, so every lane follows the oracle's
-/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (separate `fmul`/`fadd`; the partial `s`
-/// is folded after each quarter, which keeps the order and frees the quarter's registers).
+/// scales zipped into it, so every lane follows the oracle's fold ([`fold_q8_0`]; separate
+/// `fmul`/`fadd`; the first two quarters are summed as they come, which keeps the order and
+/// frees their registers).
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-fn q8_0_tile_block<const CP: usize>(
-    x: &BlockT2p,
+fn q8_0_tile_block<B: RowPairBlock, const CP: usize>(
+    x: &B,
     y: &Q8_0x8Mmla,
     acc: [[float32x4_t; CP]; 2],
 ) -> [[float32x4_t; CP]; 2] {
@@ -176,8 +178,8 @@ fn q8_0_tile_block<const CP: usize>(
     // Quarter `wd`'s float terms `[p][cp]`, added to `s` (`s = None` for the first quarter).
     let word = |wd: usize, s: Option<[[float32x4_t; CP]; 2]>| {
         let u = [
-            slots(load_u8x16(&x.qs[0][wd])),
-            slots(load_u8x16(&x.qs[1][wd])),
+            slots(load_u8x16(&x.words()[0][wd])),
+            slots(load_u8x16(&x.words()[1][wd])),
         ];
         let mut a: [[int32x4_t; CP]; 2] =
             std::array::from_fn(|p| std::array::from_fn(|cp| load_i32(&y.neg[wd][p][cp])));
@@ -199,14 +201,24 @@ fn q8_0_tile_block<const CP: usize>(
         })
     };
     // Four calls rather than a loop, so the quarters are unrolled.
-    let s = word(0, None);
-    let s = word(1, Some(s));
-    let s = word(2, Some(s));
-    let s = word(3, Some(s));
-    let dw = row_scales(&x.d);
-    let dw = [vzip1q_f32(dw, dw), vzip2q_f32(dw, dw)]; // [d_2p, d_2p, d_2p+1, d_2p+1]
+    let s01 = word(1, Some(word(0, None)));
+    let (p2, p3) = (word(2, None), word(3, None));
+    // [d_2p, d_2p, d_2p+1, d_2p+1] per row pair `p` and half `h`.
+    let dw = [0, B::HALVES - 1].map(|h| {
+        let d = row_scales(x.scales(h));
+        [vzip1q_f32(d, d), vzip2q_f32(d, d)]
+    });
     std::array::from_fn(|p| {
-        std::array::from_fn(|cp| vaddq_f32(acc[p][cp], vmulq_f32(dw[p], s[p][cp])))
+        std::array::from_fn(|cp| {
+            fold_q8_0(
+                B::HALVES,
+                acc[p][cp],
+                [s01[p][cp], p2[p][cp], p3[p][cp]],
+                |h| dw[h][p],
+                |a, b| vaddq_f32(a, b),
+                |a, b| vmulq_f32(a, b),
+            )
+        })
     })
 }
 
@@ -214,8 +226,8 @@ fn q8_0_tile_block<const CP: usize>(
 /// `real` real columns of the tile (`out[c * ld..]`, column `c` of the tile).
 #[inline]
 #[target_feature(enable = "neon,i8mm")]
-fn q8_0_tile<const CP: usize>(
-    group: &[BlockT2p],
+fn q8_0_tile<B: RowPairBlock, const CP: usize>(
+    group: &[B],
     tile: &[Q8_0x8Mmla],
     real: usize,
     out: &mut [f32],
@@ -223,7 +235,7 @@ fn q8_0_tile<const CP: usize>(
 ) {
     let mut acc = [[vdupq_n_f32(0.0); CP]; 2];
     for (blk, yb) in group.iter().zip(tile) {
-        acc = q8_0_tile_block::<CP>(blk, yb, acc);
+        acc = q8_0_tile_block::<B, CP>(blk, yb, acc);
     }
     // acc[p][cp] lanes [r2p.c, r2p.c', r2p+1.c, r2p+1.c'] -> columns 2cp, 2cp + 1.
     for (cp, (&lo, &hi)) in acc[0].iter().zip(&acc[1]).enumerate() {
@@ -239,8 +251,8 @@ fn q8_0_tile<const CP: usize>(
 
 #[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
-fn gemm_q8_0_i8mm(
-    x: &[BlockT2p],
+fn gemm_q8_0_i8mm<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     tiles: &[Q8_0x8Mmla],
     ncols: usize,
@@ -254,9 +266,9 @@ fn gemm_q8_0_i8mm(
             let out = &mut out[8 * t * ld + 4 * g..];
             // A last tile of at most four real columns runs on two column pairs only.
             if real > 4 {
-                q8_0_tile::<4>(group, tile, real, out, ld);
+                q8_0_tile::<B, 4>(group, tile, real, out, ld);
             } else {
-                q8_0_tile::<2>(group, tile, real, out, ld);
+                q8_0_tile::<B, 2>(group, tile, real, out, ld);
             }
         }
     }

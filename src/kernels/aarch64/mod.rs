@@ -28,8 +28,8 @@
 
 use core::arch::aarch64::*;
 
-use super::{Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, with_per_call_buffer};
-use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use super::{Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, fold_q8_0, with_per_call_buffer};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 
 mod asm;
 mod dotprod;
@@ -309,16 +309,15 @@ impl Q8_0Dup {
 
 /// The `q8_0` gemv shared by the aarch64 paths: `word(x, y, j)` gives the exact quarter sums
 /// `i_j` of rows 0..3 (`dot(u, y) - sum(y)` over 32 weights); the float step is the oracle's
-/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`, each product and sum a separate
-/// `fmul`/`fadd`.
+/// ([`fold_q8_0`]), each product and sum a separate `fmul`/`fadd`.
 #[inline]
 #[target_feature(enable = "neon")]
-fn gemv_q8_0_dup(
-    x: &[BlockT2p],
+fn gemv_q8_0_dup<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[Q8_0Dup],
     out: &mut [f32],
-    word: impl Fn(&BlockT2p, &Q8_0Dup, usize) -> int32x4_t,
+    word: impl Fn(&B, &Q8_0Dup, usize) -> int32x4_t,
 ) {
     for (group, o) in x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P)) {
         let mut acc = vdupq_n_f32(0.0);
@@ -326,12 +325,16 @@ fn gemv_q8_0_dup(
             let i = |j: usize| vcvtq_f32_s32(word(blk, yb, j));
             // SAFETY: `yb.d` is four readable f32.
             let d = unsafe { vld1q_f32(yb.d.as_ptr()) };
-            let s = vaddq_f32(vmulq_laneq_f32::<0>(i(0), d), vmulq_laneq_f32::<1>(i(1), d));
-            let s = vaddq_f32(
-                vaddq_f32(s, vmulq_laneq_f32::<2>(i(2), d)),
-                vmulq_laneq_f32::<3>(i(3), d),
+            let s01 = vaddq_f32(vmulq_laneq_f32::<0>(i(0), d), vmulq_laneq_f32::<1>(i(1), d));
+            let (p2, p3) = (vmulq_laneq_f32::<2>(i(2), d), vmulq_laneq_f32::<3>(i(3), d));
+            acc = fold_q8_0(
+                B::HALVES,
+                acc,
+                [s01, p2, p3],
+                |h| row_scales(blk.scales(h)),
+                |a, b| vaddq_f32(a, b),
+                |a, b| vmulq_f32(a, b),
             );
-            acc = vaddq_f32(acc, vmulq_f32(row_scales(&blk.d), s));
         }
         store_f32x4(o, acc);
     }
@@ -426,14 +429,14 @@ fn with_halves<B, T: Layout, R>(
 #[inline]
 #[target_feature(enable = "neon")]
 #[allow(clippy::too_many_arguments)]
-fn gemm_local_tiles<T>(
-    x: &[BlockT2p],
+fn gemm_local_tiles<B, T>(
+    x: &[B],
     nb: usize,
     tiles: &[T],
     ncols: usize,
     out: &mut [f32],
     ld: usize,
-    block: impl Fn(&BlockT2p, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
+    block: impl Fn(&B, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
     columns: impl Fn([float32x4_t; 4]) -> [float32x4_t; 4],
 ) {
     for (g, group) in x.chunks_exact(nb).enumerate() {
@@ -452,23 +455,30 @@ fn gemm_local_tiles<T>(
     }
 }
 
-/// The `q8_0` float step of a tile block in `[column c: rows 0..3]` order: per column,
-/// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` with `i[j][c]` the exact quarter sums and
-/// `d[j]` the quarter's four column scales; separate `fmul`/`fadd` as in the oracle.
+/// The `q8_0` float step of a tile block of `x` in `[column c: rows 0..3]` order: per column,
+/// the oracle's fold ([`fold_q8_0`]) with `i[j][c]` the exact quarter sums and `d[j]` the
+/// quarter's four column scales; separate `fmul`/`fadd` as in the oracle.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q8_0_fold_columns(
+fn q8_0_fold_columns<B: RowPairBlock>(
     acc: [float32x4_t; 4],
-    dw: float32x4_t,
+    x: &B,
     i: [[int32x4_t; 4]; 4],
     d: &[[f32; 4]; 4],
 ) -> [float32x4_t; 4] {
     // SAFETY: each `d[j]` is four readable f32.
     let d = d.each_ref().map(|dj| unsafe { vld1q_f32(dj.as_ptr()) });
+    let dw = [0, B::HALVES - 1].map(|h| row_scales(x.scales(h)));
     std::array::from_fn(|c| {
         let term = |j: usize| mul_lane_f32(vcvtq_f32_s32(i[j][c]), d[j], c);
-        let s = vaddq_f32(vaddq_f32(vaddq_f32(term(0), term(1)), term(2)), term(3));
-        vaddq_f32(acc[c], vmulq_f32(dw, s))
+        fold_q8_0(
+            B::HALVES,
+            acc[c],
+            [vaddq_f32(term(0), term(1)), term(2), term(3)],
+            |h| dw[h],
+            |a, b| vaddq_f32(a, b),
+            |a, b| vmulq_f32(a, b),
+        )
     })
 }
 

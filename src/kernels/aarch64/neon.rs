@@ -13,7 +13,9 @@ use super::{
     load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
     store_f32x4, with_q8_0_dup, with_q8_0_tiles,
 };
-use crate::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
+use crate::format::{
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
+};
 use crate::kernels::{Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
@@ -22,6 +24,8 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     gemm,
     gemv_q8_0,
     gemm_q8_0,
+    gemv_q8_0_g64: gemv_q8_0,
+    gemm_q8_0_g64: gemm_q8_0,
     vec_dot_stock,
 };
 
@@ -72,7 +76,7 @@ fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f3
     unsafe { gemm_neon(x, nb, y, ncols, out, ld) }
 }
 
-fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     // Once per call: the column in the layout the loop loads without `dup`s.
     with_q8_0_dup(y, |ys| {
         // SAFETY: as for `gemv`.
@@ -80,8 +84,8 @@ fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
     })
 }
 
-fn gemm_q8_0(
-    x: &[BlockT2p],
+fn gemm_q8_0<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[BlockQ8_0Quad],
     ncols: usize,
@@ -100,10 +104,10 @@ fn gemm_q8_0(
 /// layout's start value `[-s, 0, -s, 0]`, whose pairwise add is `-s` in every lane.
 #[inline(never)]
 #[target_feature(enable = "neon")]
-fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
+fn gemv_q8_0_neon<B: RowPairBlock>(x: &[B], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
     gemv_q8_0_dup(x, nb, y, out, |blk, yb, wd| {
         let mut a = [vdupq_n_s16(0); 4]; // [row]
-        for (p, words) in blk.qs.iter().enumerate() {
+        for (p, words) in blk.words().iter().enumerate() {
             let u = slots(load_u8x16(&words[wd]));
             for (s, u) in u.iter().enumerate() {
                 // SAFETY: `qs[..]` is 16 readable bytes.
@@ -126,11 +130,15 @@ fn gemv_q8_0_neon(x: &[BlockT2p], nb: usize, y: &[Q8_0Dup], out: &mut [f32]) {
 /// pairwise add is `-s` in every lane.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float32x4_t; 4] {
+fn q8_0_tile_block<B: RowPairBlock>(
+    x: &B,
+    y: &Q8_0x4Dot,
+    acc: [float32x4_t; 4],
+) -> [float32x4_t; 4] {
     let word = |wd: usize| -> [int32x4_t; 4] {
         let u = [
-            slots(load_u8x16(&x.qs[0][wd])),
-            slots(load_u8x16(&x.qs[1][wd])),
+            slots(load_u8x16(&x.words()[0][wd])),
+            slots(load_u8x16(&x.words()[1][wd])),
         ];
         // Two columns at a time: 8 int16 accumulators next to the 8 decoded slots, no spills.
         let half = |h: usize| -> [int32x4_t; 2] {
@@ -157,13 +165,13 @@ fn q8_0_tile_block(x: &BlockT2p, y: &Q8_0x4Dot, acc: [float32x4_t; 4]) -> [float
         [l[0], l[1], r[0], r[1]]
     };
     let i = [word(0), word(1), word(2), word(3)];
-    q8_0_fold_columns(acc, row_scales(&x.d), i, &y.d)
+    q8_0_fold_columns(acc, x, i, &y.d)
 }
 
 #[inline(never)]
 #[target_feature(enable = "neon")]
-fn gemm_q8_0_neon(
-    x: &[BlockT2p],
+fn gemm_q8_0_neon<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     tiles: &[Q8_0x4Dot],
     ncols: usize,

@@ -9,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::{bcast8, chunk8, load_word, load_word_pair};
-use crate::format::BlockT2p;
+use crate::format::{BlockT2p, RowPairBlock};
 use crate::kernels::Isa;
 
 super::x86_path!(Isa::Avx2, "avx2,f16c");
@@ -62,7 +62,7 @@ fn block_dot(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
 /// pairs (`<= 6144`) and `madd` by ones give `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]`.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
+fn pair_dot<B: RowPairBlock>(blk: &B, q: usize, ops: &[__m256i; 4]) -> __m256i {
     let m03 = _mm256_set1_epi8(0x03);
     let m0c = _mm256_set1_epi8(0x0C);
     let x: [__m256i; 2] = std::array::from_fn(|p| {

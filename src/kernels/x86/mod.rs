@@ -24,7 +24,7 @@
 use std::arch::x86_64::*;
 
 use super::{Isa, Kernels};
-use crate::format::{BlockQ8K, BlockT2p};
+use crate::format::{BlockQ8K, RowPairBlock};
 
 mod avx2;
 mod prefetch;
@@ -88,13 +88,21 @@ macro_rules! x86_path {
                     // SAFETY: as for `gemv`.
                     unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
                 },
+                gemv_q8_0_g64: |x, nb, y, out| {
+                    // SAFETY: as for `gemv`.
+                    unsafe { gemv_q8_0_impl(x, nb, y, out) }
+                },
+                gemm_q8_0_g64: |x, nb, y, ncols, out, ld| {
+                    // SAFETY: as for `gemv`.
+                    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
+                },
                 vec_dot_stock: $crate::kernels::x86::stock::vec_dot_stock,
             };
 
         /// The `q8_K` gemv (`q8k::gemv_q8k_loop` around this path's `block_dot`).
         #[target_feature(enable = $feat)]
         unsafe fn gemv_q8k_impl(
-            x: &[BlockT2p],
+            x: &[$crate::format::BlockT2p],
             nb: usize,
             y: &[$crate::format::BlockQ8K],
             out: &mut [f32],
@@ -115,9 +123,9 @@ pub(super) use x86_path;
 /// Word `wd` of both row pairs: low lane = pair 0 (rows 0, 1), high lane = pair 1 (rows 2, 3).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
-    let lo: &[u8; 16] = &blk.qs[0][wd];
-    let hi: &[u8; 16] = &blk.qs[1][wd];
+fn load_word<B: RowPairBlock>(blk: &B, wd: usize) -> __m256i {
+    let lo: &[u8; 16] = &blk.words()[0][wd];
+    let hi: &[u8; 16] = &blk.words()[1][wd];
     // SAFETY: both pointers come from 16-byte arrays, and loadu has no alignment requirement.
     unsafe { _mm256_loadu2_m128i(hi.as_ptr().cast(), lo.as_ptr().cast()) }
 }
@@ -125,8 +133,10 @@ fn load_word(blk: &BlockT2p, wd: usize) -> __m256i {
 /// Words `2q` and `2q + 1` of row pair `p` (one 256-bit load, low lane = word `2q`).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn load_word_pair(blk: &BlockT2p, p: usize, q: usize) -> __m256i {
-    let w: &[[u8; 16]; 2] = blk.qs[p][2 * q..2 * q + 2].try_into().expect("two words");
+fn load_word_pair<B: RowPairBlock>(blk: &B, p: usize, q: usize) -> __m256i {
+    let w: &[[u8; 16]; 2] = blk.words()[p][2 * q..2 * q + 2]
+        .try_into()
+        .expect("two words");
     // SAFETY: `w` is 32 contiguous bytes, and loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(w.as_ptr().cast()) }
 }
@@ -170,18 +180,18 @@ fn slots_u(v: __m256i) -> [__m256i; 4] {
 /// Words `2q`, `2q + 1` of both row pairs of a block, decoded to plain slots ([`slots_u`]).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn decode_pair(blk: &BlockT2p, q: usize) -> [[__m256i; 4]; 2] {
+fn decode_pair<B: RowPairBlock>(blk: &B, q: usize) -> [[__m256i; 4]; 2] {
     [
         slots_u(load_word_pair(blk, 0, q)),
         slots_u(load_word_pair(blk, 1, q)),
     ]
 }
 
-/// The 8 row scales `[a: d0..d3 | b: d0..d3]` of two blocks as f32 (F16C conversion is exact).
+/// The 8 row scales `[a: d0..d3 | b: d0..d3]` of two blocks (their scales of one half,
+/// [`RowPairBlock::scales`]) as f32 (F16C conversion is exact).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn scales_ab(a: &BlockT2p, b: &BlockT2p) -> __m256 {
-    let (da, db): (&[u16; 4], &[u16; 4]) = (&a.d, &b.d);
+fn scales_ab(da: &[u16; 4], db: &[u16; 4]) -> __m256 {
     // SAFETY: each load reads the 8 bytes of one `d` array, unaligned.
     let h = unsafe {
         _mm_unpacklo_epi64(
@@ -192,11 +202,11 @@ fn scales_ab(a: &BlockT2p, b: &BlockT2p) -> __m256 {
     _mm256_cvtph_ps(h)
 }
 
-/// The 4 row scales of a block in both lanes, `[d0..d3 | d0..d3]` as f32.
+/// 4 row scales in both lanes, `[d0..d3 | d0..d3]` as f32.
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn scales_twice(blk: &BlockT2p) -> __m256 {
-    scales_ab(blk, blk)
+fn scales_twice(d: &[u16; 4]) -> __m256 {
+    scales_ab(d, d)
 }
 
 /// Stores the `real` columns of a tile result for row group `g`: `acc[cp]` holds
@@ -227,7 +237,7 @@ fn store_column_pairs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{BlockPq2_0, f32_to_f16, interleave_q8k_x4};
+    use crate::format::{BlockPq2_0, BlockT2p, f32_to_f16, interleave_q8k_x4};
     use crate::kernels::scalar;
 
     /// Every x86 path this CPU runs.

@@ -9,17 +9,21 @@
 
 use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 
-use crate::format::BlockT2p;
-
 /// Hints the CPU to bring blocks `at .. at + N` of `x` into L1, one request per 64-byte line
 /// from the first block's start (consecutive calls cover a run). Indices past the end of `x`
 /// are fine: nothing is read.
 #[inline(always)]
-pub(super) fn blocks<const N: usize>(x: &[BlockT2p], at: usize) {
+pub(super) fn blocks<const N: usize>(x: &[impl Sized], at: usize) {
     let p = x.as_ptr().wrapping_add(at).cast::<i8>();
-    for line in 0..(N * size_of::<BlockT2p>()).div_ceil(64) {
+    for line in 0..(N * elem_size(x)).div_ceil(64) {
         // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the
         // program, so any address is sound (SSE is part of x86_64).
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line)) };
     }
+}
+
+/// Bytes of one element of `x`.
+#[inline(always)]
+fn elem_size<T>(_: &[T]) -> usize {
+    size_of::<T>()
 }

@@ -188,8 +188,8 @@ macro_rules! q8_0_kernels {
     ($feat:literal) => {
         /// The `q8_0` gemv, two row groups per pass (see `x86::q8_0`).
         #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8_0_impl(
-            x: &[BlockT2p],
+        unsafe fn gemv_q8_0_impl<B: $crate::format::RowPairBlock>(
+            x: &[B],
             nb: usize,
             y: &[$crate::format::BlockQ8_0Quad],
             out: &mut [f32],
@@ -203,8 +203,8 @@ macro_rules! q8_0_kernels {
 
         /// [`gemv_q8_0_impl`] on a filled table.
         #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8_0_table(
-            x: &[BlockT2p],
+        unsafe fn gemv_q8_0_table<B: $crate::format::RowPairBlock>(
+            x: &[B],
             nb: usize,
             y: &[$crate::format::BlockQ8_0Quad],
             table: &$crate::kernels::x86::q8_0::Q8_0Table,
@@ -236,13 +236,17 @@ macro_rules! q8_0_kernels {
                         _mm256_permute2x128_si256::<0x20>(ma1, mb1),
                         _mm256_permute2x128_si256::<0x31>(ma1, mb1),
                     ];
-                    let d = &yb.d;
-                    let mut s = _mm256_mul_ps(_mm256_set1_ps(d[0]), _mm256_cvtepi32_ps(i[0]));
-                    for j in 1..4 {
-                        let p = _mm256_mul_ps(_mm256_set1_ps(d[j]), _mm256_cvtepi32_ps(i[j]));
-                        s = _mm256_add_ps(s, p);
-                    }
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(scales_ab(ba, bb), s));
+                    let p: [__m256; 4] = std::array::from_fn(|j| {
+                        _mm256_mul_ps(_mm256_set1_ps(yb.d[j]), _mm256_cvtepi32_ps(i[j]))
+                    });
+                    acc = $crate::kernels::fold_q8_0(
+                        B::HALVES,
+                        acc,
+                        [_mm256_add_ps(p[0], p[1]), p[2], p[3]],
+                        |h| scales_ab(ba.scales(h), bb.scales(h)),
+                        |a, b| _mm256_add_ps(a, b),
+                        |a, b| _mm256_mul_ps(a, b),
+                    );
                 }
                 if two {
                     let o: &mut [f32; 8] = (&mut out[4 * g..4 * g + 8]).try_into().expect("8 rows");
@@ -260,8 +264,8 @@ macro_rules! q8_0_kernels {
         /// weights, as column pairs (an odd last column is paired with itself and stored
         /// once); a single column runs through the gemv.
         #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8_0_impl(
-            x: &[BlockT2p],
+        unsafe fn gemm_q8_0_impl<B: $crate::format::RowPairBlock>(
+            x: &[B],
             nb: usize,
             y: &[$crate::format::BlockQ8_0Quad],
             ncols: usize,
@@ -286,10 +290,10 @@ macro_rules! q8_0_kernels {
                     // SAFETY: same CPU features as this function.
                     unsafe {
                         match real.div_ceil(2) {
-                            1 => gemm_q8_0_tile::<1>(x, nb, tile, out, ld, c0, real),
-                            2 => gemm_q8_0_tile::<2>(x, nb, tile, out, ld, c0, real),
-                            3 => gemm_q8_0_tile::<3>(x, nb, tile, out, ld, c0, real),
-                            _ => gemm_q8_0_tile::<4>(x, nb, tile, out, ld, c0, real),
+                            1 => gemm_q8_0_tile::<B, 1>(x, nb, tile, out, ld, c0, real),
+                            2 => gemm_q8_0_tile::<B, 2>(x, nb, tile, out, ld, c0, real),
+                            3 => gemm_q8_0_tile::<B, 3>(x, nb, tile, out, ld, c0, real),
+                            _ => gemm_q8_0_tile::<B, 4>(x, nb, tile, out, ld, c0, real),
                         }
                     }
                 });
@@ -301,8 +305,8 @@ macro_rules! q8_0_kernels {
         /// halves `q` are written out so that the float fold of each column pair stays in
         /// registers.
         #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8_0_tile<const NP: usize>(
-            x: &[BlockT2p],
+        unsafe fn gemm_q8_0_tile<B: $crate::format::RowPairBlock, const NP: usize>(
+            x: &[B],
             nb: usize,
             tile: &[$crate::kernels::x86::q8_0::TileBlock],
             out: &mut [f32],
@@ -330,18 +334,21 @@ macro_rules! q8_0_kernels {
                         )
                     };
                     let u0 = decode_pair(blk, 0);
-                    let mut s: [__m256; NP] = std::array::from_fn(|cp| {
+                    let s: [__m256; NP] = std::array::from_fn(|cp| {
                         let (p0, p1) = half(0, cp, &u0);
                         _mm256_add_ps(p0, p1)
                     });
                     let u1 = decode_pair(blk, 1);
-                    for (cp, s) in s.iter_mut().enumerate() {
+                    for (cp, (acc, s01)) in acc.iter_mut().zip(s).enumerate() {
                         let (p2, p3) = half(1, cp, &u1);
-                        *s = _mm256_add_ps(_mm256_add_ps(*s, p2), p3);
-                    }
-                    let dw = scales_twice(blk);
-                    for (acc, s) in acc.iter_mut().zip(s) {
-                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(dw, s));
+                        *acc = $crate::kernels::fold_q8_0(
+                            B::HALVES,
+                            *acc,
+                            [s01, p2, p3],
+                            |h| scales_twice(blk.scales(h)),
+                            |a, b| _mm256_add_ps(a, b),
+                            |a, b| _mm256_mul_ps(a, b),
+                        );
                     }
                 }
                 store_column_pairs(out, ld, c0, real, g, &acc);

@@ -112,7 +112,10 @@ fn fold_block_pair<const SHIFT: i32>(
     let ys = _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1);
     // Exact: `h + ys` is 2^SHIFT times an integer.
     let isum = _mm256_srai_epi32::<SHIFT>(_mm256_add_epi32(h, ys));
-    let scale = _mm256_mul_ps(super::scales_ab(&pair[0], &pair[1]), _mm256_set1_ps(d_y));
+    let scale = _mm256_mul_ps(
+        super::scales_ab(&pair[0].d, &pair[1].d),
+        _mm256_set1_ps(d_y),
+    );
     let prod = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum));
     let acc = _mm_add_ps(acc, _mm256_castps256_ps128(prod));
     _mm_add_ps(acc, _mm256_extractf128_ps::<1>(prod))
@@ -246,7 +249,7 @@ macro_rules! q8k_gemm_kernel {
                             *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
                         }
                     }
-                    let dw = scales_twice(blk);
+                    let dw = scales_twice(&blk.d);
                     for (cp, acc) in acc.iter_mut().enumerate() {
                         let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
                         let tot = _mm256_add_epi32(

@@ -18,7 +18,7 @@ macro_rules! vnni_path {
         pub(super) mod $name {
             use std::arch::x86_64::*;
 
-            use crate::format::BlockT2p;
+            use crate::format::{BlockT2p, RowPairBlock};
             use crate::kernels::Isa;
             use crate::kernels::x86::{bcast8, chunk8, decode_pair, load_word};
 
@@ -77,7 +77,7 @@ macro_rules! vnni_path {
             #[target_feature(enable = $feat)]
             #[allow(dead_code)] // the AVX-512 path runs the zmm q8_0 kernels instead
             #[inline]
-            fn pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i {
+            fn pair_dot<B: RowPairBlock>(blk: &B, q: usize, ops: &[__m256i; 4]) -> __m256i {
                 slots_dot(&decode_pair(blk, q), ops)
             }
         }

@@ -17,9 +17,10 @@
 //!
 //! **Fold.** Four such `P` (four columns of the gemm, or four row groups of the gemv) are
 //! transposed by 128-bit lanes (8 `vshuff32x4`) into `Q_j = [sub-block j of each of the four]`,
-//! and the oracle's float steps ([`crate::kernels::scalar::accumulate_q8_0`]) run on 16 values
-//! at once: `s = ((Q0 + Q1) + Q2) + Q3`, `acc = acc + d_w * s`, each a separately rounded
-//! `vmulps` / `vaddps` in that order, so the result is bit-identical to the oracle.
+//! and the oracle's float steps ([`crate::kernels::fold_q8_0`]) run on 16 values at once:
+//! `s = ((Q0 + Q1) + Q2) + Q3`, `acc = acc + d_w * s` (with a scale per 64 weights,
+//! `acc = (acc + d_w0 * (Q0 + Q1)) + d_w1 * (Q2 + Q3)`), each a separately rounded `vmulps` /
+//! `vaddps` in that order, so the result is bit-identical to the oracle.
 //!
 //! Cost per 128-weight block and column: 8 `vpdpbusd` + 3 reduction + 2 scale + ~3.3 fold
 //! instructions, plus the decode (2 loads, 6 shifts, 8 ANDs) shared by the columns of a pass;
@@ -29,8 +30,8 @@ use std::arch::x86_64::*;
 
 use super::prefetch;
 use super::q8_0::MAX_TILE_COLS;
-use crate::format::{BlockQ8_0Quad, BlockT2p, ROWS_PER_T2P};
-use crate::kernels::{PER_CALL_MIN_BLOCKS, with_per_call_buffer};
+use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
+use crate::kernels::{PER_CALL_MIN_BLOCKS, fold_q8_0, with_per_call_buffer};
 
 /// The operands of one `q8_0` block of one column in the 512-bit layout.
 #[derive(Clone, Copy)]
@@ -84,10 +85,10 @@ impl ColumnBlock {
 /// Both row pairs of a block as plain codes per slot: `u[p][s] = (qs[p] >> 2s) & 3`.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn decode(blk: &BlockT2p) -> [[__m512i; 4]; 2] {
+fn decode<B: RowPairBlock>(blk: &B) -> [[__m512i; 4]; 2] {
     let m03 = _mm512_set1_epi8(0x03);
     std::array::from_fn(|p| {
-        let w: &[[u8; 16]; 4] = &blk.qs[p];
+        let w: &[[u8; 16]; 4] = &blk.words()[p];
         // SAFETY: `w` is 64 contiguous bytes, and loadu has no alignment requirement.
         let v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
         [
@@ -118,11 +119,11 @@ fn scaled_sums(u: &[[__m512i; 4]; 2], op: &ColumnBlock) -> __m512 {
     _mm512_mul_ps(op.d, _mm512_cvtepi32_ps(i))
 }
 
-/// `acc + d_w * (((Q0 + Q1) + Q2) + Q3)` for four `P` (lane `i` of the result belongs to
-/// `p[i]`), with `dw` the row scales lane by lane.
+/// The oracle's fold ([`fold_q8_0`]) of four `P` (lane `i` of the result belongs to `p[i]`),
+/// `halves` scales per row, with `dw(h)` the row scales of half `h` lane by lane.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn fold4(acc: __m512, p: &[__m512; 4], dw: __m512) -> __m512 {
+fn fold4(halves: usize, acc: __m512, p: &[__m512; 4], dw: impl Fn(usize) -> __m512) -> __m512 {
     let t0 = _mm512_shuffle_f32x4::<0b01_00_01_00>(p[0], p[1]);
     let t1 = _mm512_shuffle_f32x4::<0b11_10_11_10>(p[0], p[1]);
     let t2 = _mm512_shuffle_f32x4::<0b01_00_01_00>(p[2], p[3]);
@@ -131,17 +132,34 @@ fn fold4(acc: __m512, p: &[__m512; 4], dw: __m512) -> __m512 {
     let q1 = _mm512_shuffle_f32x4::<0b11_01_11_01>(t0, t2);
     let q2 = _mm512_shuffle_f32x4::<0b10_00_10_00>(t1, t3);
     let q3 = _mm512_shuffle_f32x4::<0b11_01_11_01>(t1, t3);
-    let s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(q0, q1), q2), q3);
-    _mm512_add_ps(acc, _mm512_mul_ps(dw, s))
+    fold_q8_0(
+        halves,
+        acc,
+        [_mm512_add_ps(q0, q1), q2, q3],
+        dw,
+        |a, b| _mm512_add_ps(a, b),
+        |a, b| _mm512_mul_ps(a, b),
+    )
 }
 
-/// The 4 row scales of each of four blocks, `[a: d0..d3 | b | c | e]`, as f32.
+/// The 4 row scales of half `h` of each of four blocks, `[a: d0..d3 | b | c | e]`, as f32.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn scales4(b: [&BlockT2p; 4]) -> __m512 {
-    let h =
-        b.map(|b| i64::from_le_bytes(std::array::from_fn(|i| (b.d[i / 2] >> (8 * (i % 2))) as u8)));
+fn scales4<B: RowPairBlock>(b: [&B; 4], h: usize) -> __m512 {
+    let h = b.map(|b| {
+        let d = b.scales(h);
+        i64::from_le_bytes(std::array::from_fn(|i| (d[i / 2] >> (8 * (i % 2))) as u8))
+    });
     _mm512_cvtph_ps(_mm256_setr_epi64x(h[0], h[1], h[2], h[3]))
+}
+
+/// The 4 row scales of half `h` of a block in every 128-bit lane, as f32.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn scales_x4<B: RowPairBlock>(blk: &B, h: usize) -> __m512 {
+    let d: &[u16; 4] = blk.scales(h);
+    // SAFETY: reads the 8 bytes of `d`, unaligned.
+    _mm512_broadcast_f32x4(_mm_cvtph_ps(unsafe { _mm_loadl_epi64(d.as_ptr().cast()) }))
 }
 
 /// The `q8_0` gemv: four row groups per pass, one `P` each, folded together.
@@ -149,7 +167,12 @@ fn scales4(b: [&BlockT2p; 4]) -> __m512 {
 /// # Safety
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+pub(super) unsafe fn gemv_q8_0<B: RowPairBlock>(
+    x: &[B],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    out: &mut [f32],
+) {
     // (Closures inherit this function's target features, so they call the kernels safely.)
     let items = y.iter().map(|yb| ColumnBlock::new(yb));
     with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS, items, |ops| {
@@ -159,7 +182,7 @@ pub(super) unsafe fn gemv_q8_0(x: &[BlockT2p], nb: usize, y: &[BlockQ8_0Quad], o
 
 /// [`gemv_q8_0`] on built operands.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn gemv_rows(x: &[BlockT2p], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
+fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
     let groups = x.len() / nb;
     for g0 in (0..groups).step_by(4) {
         // A short last pass repeats its last group; the copies are not stored.
@@ -171,7 +194,7 @@ fn gemv_rows(x: &[BlockT2p], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
             prefetch::blocks::<4>(x, (g0 + 4) * nb + 4 * b);
             let blk = rows.map(|r| &r[b]);
             let p = blk.map(|blk| scaled_sums(&decode(blk), op));
-            acc = fold4(acc, &p, scales4(blk));
+            acc = fold4(B::HALVES, acc, &p, |h| scales4(blk, h));
         }
         let real = (groups - g0).min(4);
         let o = &mut out[ROWS_PER_T2P * g0..ROWS_PER_T2P * (g0 + real)];
@@ -188,8 +211,8 @@ fn gemv_rows(x: &[BlockT2p], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
 /// # Safety
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemm_q8_0(
-    x: &[BlockT2p],
+pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(
+    x: &[B],
     nb: usize,
     y: &[BlockQ8_0Quad],
     ncols: usize,
@@ -211,9 +234,9 @@ pub(super) unsafe fn gemm_q8_0(
         });
         with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
             if width == 4 {
-                gemm_pass::<1>(x, nb, ops, out, ld, c0, real)
+                gemm_pass::<B, 1>(x, nb, ops, out, ld, c0, real)
             } else {
-                gemm_pass::<2>(x, nb, ops, out, ld, c0, real)
+                gemm_pass::<B, 2>(x, nb, ops, out, ld, c0, real)
             }
         });
     }
@@ -228,8 +251,8 @@ const CHUNK_BYTES: usize = 24 << 10;
 /// blocks ([`CHUNK_BYTES`]): each row group's sums resume from `out` at a chunk's start, so the
 /// float order is that of one pass over the row.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn gemm_pass<const NQ: usize>(
-    x: &[BlockT2p],
+fn gemm_pass<B: RowPairBlock, const NQ: usize>(
+    x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
     out: &mut [f32],
@@ -259,14 +282,10 @@ fn gemm_pass<const NQ: usize>(
             {
                 prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
                 let u = decode(blk);
-                let d: &[u16; 4] = &blk.d;
-                // SAFETY: reads the 8 bytes of `d`, unaligned.
-                let dw = _mm512_broadcast_f32x4(_mm_cvtph_ps(unsafe {
-                    _mm_loadl_epi64(d.as_ptr().cast())
-                }));
+                let dw = [0, B::HALVES - 1].map(|h| scales_x4(blk, h));
                 for (acc, op) in acc.iter_mut().zip(op.chunks_exact(4)) {
                     let p = std::array::from_fn(|c| scaled_sums(&u, &op[c]));
-                    *acc = fold4(*acc, &p, dw);
+                    *acc = fold4(B::HALVES, *acc, &p, |h| dw[h]);
                 }
             }
             for (l, acc) in l.iter_mut().zip(acc) {
