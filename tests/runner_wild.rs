@@ -1,8 +1,9 @@
 //! The files users have (`../shared/testdata/wild`, made by PrismML's fork with `llama-quantize`):
 //! ternary bodies with ggml block types beside them (Q4_0 embedding and head; Q4_K embedding,
-//! Q6_K head and Q4_0 fallbacks for the k = 384 / 640 matrices of a qwen35 hybrid). They load
-//! with those tensors in the file's own bytes and land within 0.5 % of the fork's
-//! `llama-perplexity` (its stock CPU path, `--no-repack`) on each.
+//! Q6_K head and Q4_0 fallbacks for the k = 384 / 640 matrices of a qwen35 hybrid; a Q2_0 group-64
+//! body). They load with those tensors in the file's own bytes (Q2_0 in the group-64 T2P layout,
+//! which has their size) and land within 0.5 % of the fork's `llama-perplexity` (its stock CPU
+//! path, `--no-repack`) on each.
 
 mod reference;
 mod runner_data;
@@ -29,8 +30,9 @@ fn fork_ppl(path: &Path) -> f64 {
 }
 
 /// Loads `file`, checks that the tensors of `quant_types` are held as ggml blocks (not widened
-/// to f32), and compares `libt2p perplexity` with the fork's.
-fn check_wild(file: &str, quant_types: &[GgmlType]) {
+/// to f32) and those of `g64_types` as group-64 T2P of the file's size, and compares
+/// `libt2p perplexity` with the fork's.
+fn check_wild(file: &str, quant_types: &[GgmlType], g64_types: &[GgmlType]) {
     let Some(data) = runner_data::testdata() else {
         return;
     };
@@ -56,6 +58,27 @@ fn check_wild(file: &str, quant_types: &[GgmlType]) {
                 held.size_bytes() as u64,
                 t.n_bytes,
                 "{}: the file's bytes",
+                t.name
+            );
+        }
+    }
+    for ty in g64_types {
+        let of_type: Vec<_> = gguf
+            .tensors()
+            .iter()
+            .filter(|t| t.ggml_type == *ty)
+            .collect();
+        assert!(!of_type.is_empty(), "{file} has {ty} tensors");
+        for t in of_type {
+            let held = store.require(&t.name).unwrap();
+            let TensorData::T2p(m) = &held.data else {
+                panic!("{file}: {} is not held in T2P", t.name);
+            };
+            assert_eq!(m.blocks().halves(), 2, "{}: a scale per 64", t.name);
+            assert_eq!(
+                m.size_bytes() as u64,
+                t.n_bytes,
+                "{}: the file's size",
                 t.name
             );
         }
@@ -89,14 +112,15 @@ fn check_wild(file: &str, quant_types: &[GgmlType]) {
 
 #[test]
 fn tq1_0_body_with_q4_0_embedding_and_head_matches_the_fork() {
-    check_wild("q3w-tq1_0-q4_0", &[GgmlType::Q4_0]);
+    check_wild("q3w-tq1_0-q4_0", &[GgmlType::Q4_0], &[]);
 }
 
 #[test]
 fn q2_0_g64_body_with_q4_k_embedding_and_q6_k_head_matches_the_fork() {
     check_wild(
         "q3w-q2_0g64",
-        &[GgmlType::Q2_0_G64, GgmlType::Q4_K, GgmlType::Q6_K],
+        &[GgmlType::Q4_K, GgmlType::Q6_K],
+        &[GgmlType::Q2_0_G64],
     );
 }
 
@@ -105,5 +129,6 @@ fn qwen35_tq2_0_default_mix_matches_the_fork() {
     check_wild(
         "q35w-tq2_0",
         &[GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K],
+        &[],
     );
 }

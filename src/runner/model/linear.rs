@@ -243,10 +243,10 @@ impl Linear {
 }
 
 /// Counts the time of a parallel matmul step (wall time split into compute and pool waits when
-/// profiling) and whether any of its chunks failed.
+/// profiling) and keeps the first error of its chunks.
 struct ChunkTimer<'a> {
     exec: &'a Exec,
-    failed: AtomicBool,
+    first_error: std::sync::OnceLock<crate::Error>,
     busy: AtomicU64,
     start: Option<Instant>,
 }
@@ -255,7 +255,7 @@ impl<'a> ChunkTimer<'a> {
     fn new(exec: &'a Exec) -> Self {
         ChunkTimer {
             exec,
-            failed: AtomicBool::new(false),
+            first_error: std::sync::OnceLock::new(),
             busy: AtomicU64::new(0),
             start: exec.profile.is_on().then(Instant::now),
         }
@@ -264,8 +264,9 @@ impl<'a> ChunkTimer<'a> {
     /// Runs one chunk, timing it when profiling.
     fn run(&self, f: impl FnOnce() -> crate::Result<()>) {
         let t = self.start.is_some().then(Instant::now);
-        if f().is_err() {
-            self.failed.store(true, Ordering::Relaxed);
+        if let Err(e) = f() {
+            // Only the first is kept; the others are the same error on other rows.
+            let _ = self.first_error.set(e);
         }
         if let Some(t) = t {
             self.busy
@@ -282,10 +283,10 @@ impl<'a> ChunkTimer<'a> {
                 .profile
                 .add_parallel(phase, wall, self.busy.into_inner(), threads);
         }
-        if self.failed.into_inner() {
-            return Err(ModelError::BadShape("a matmul chunk failed".into()));
+        match self.first_error.into_inner() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
