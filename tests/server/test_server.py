@@ -363,7 +363,7 @@ class BadInput(unittest.TestCase):
             ("/v1/completions", b'{"prompt": "a", "stop": 7}', 400),
             ("/v1/completions", b'{"prompt": "a", "stop": ["x", 1]}', 400),
             ("/v1/completions", b'{"prompt": "a", "stream": "yes"}', 400),
-            ("/v1/completions", b'{"prompt": "a", "n": 3}', 400),
+            ("/v1/completions", b'{"prompt": "a", "n": 9}', 400),
             ("/v1/completions", b'{"prompt": [1, 99999999]}', 400),
             ("/v1/completions", b'{"prompt": ["a", "b"]}', 400),
             ("/v1/chat/completions", b'{"messages": "hi"}', 400),

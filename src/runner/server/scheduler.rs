@@ -7,6 +7,7 @@
 //! evaluation gives the same K/V and recurrent state as a single pass.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
@@ -17,14 +18,14 @@ use super::metrics::Metrics;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
 use crate::runner::model::{Exec, Model, Session};
-use crate::runner::sample::{Sampler, SamplerConfig};
+use crate::runner::sample::{Sampler, SamplerConfig, log_softmax_top};
 
 /// Why a completion ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
     /// An end-of-generation token or a stop string.
     Stop,
-    /// `max_tokens` or the end of the context.
+    /// `max_tokens`, the end of the context, or a shutdown that could not wait for the end.
     Length,
 }
 
@@ -38,9 +39,26 @@ impl Finish {
     }
 }
 
+/// The log-probabilities of one sampled token, from the model's distribution (the softmax of
+/// its logits before bias, penalties and temperature).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub id: u32,
+    /// Its log-probability (`<= 0`).
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first.
+    pub top: Vec<(u32, f32)>,
+    /// Characters of completion text before this token's (OpenAI's `text_offset`).
+    pub offset: usize,
+}
+
 /// What the scheduler tells the request's handler.
 #[derive(Debug)]
 pub enum Event {
+    /// The log-probabilities of the next sampled token (when the job asks for them), sent
+    /// before any text that token brings; an end-of-generation token has none.
+    Logprob(TokenLogprob),
     /// The next piece of completion text (never empty).
     Text(String),
     /// The completion ended.
@@ -70,6 +88,8 @@ pub struct Job {
     pub sampler: SamplerConfig,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// `Some(k)`: send an [`Event::Logprob`] per token, with `k` alternatives.
+    pub logprobs: Option<usize>,
     /// Where the events go; a closed channel cancels the job.
     pub events: UnboundedSender<Event>,
 }
@@ -129,7 +149,8 @@ pub fn reusable_prefix(held: &[u32], prompt: &[u32], recurrent: bool) -> usize {
     }
 }
 
-/// Runs jobs from `rx` until it closes and no slot is busy.
+/// Runs jobs from `rx` until it closes and no slot is busy. Once `cut` is set, every job ends
+/// (with [`Finish::Length`]) before its next step: a shutdown that cannot wait any longer.
 pub fn run(
     model: &Model,
     exec: &Exec,
@@ -137,6 +158,7 @@ pub fn run(
     cfg: SchedulerConfig,
     rx: Receiver<Job>,
     metrics: Arc<Metrics>,
+    cut: Arc<AtomicBool>,
 ) {
     metrics.slots.store(cfg.parallel as u64, Relaxed);
     let mut slots: Vec<Slot> = (0..cfg.parallel)
@@ -174,6 +196,14 @@ pub fn run(
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => open = false,
             }
+        }
+        if cut.load(Relaxed) {
+            for s in slots.iter_mut() {
+                if let Some(a) = s.active.take() {
+                    finish_job(&metrics, a, Finish::Length);
+                }
+            }
+            continue;
         }
         step(model, exec, tok, cfg, &mut slots, &metrics);
     }
@@ -341,12 +371,21 @@ fn sample_one(
     logits: &[f32],
     metrics: &Metrics,
 ) -> Option<Finish> {
-    let id = a.sampler.sample(logits, &a.history);
+    let id = a.sampler.sample(logits, &a.history, a.job.prompt.len());
     metrics.completion_tokens.fetch_add(1, Relaxed);
     a.history.push(id);
     a.generated += 1;
     if tok.is_eog(id) {
         return Some(Finish::Stop);
+    }
+    if let Some(k) = a.job.logprobs {
+        let (logprob, top) = log_softmax_top(logits, id, k);
+        let _ = a.job.events.send(Event::Logprob(TokenLogprob {
+            id,
+            logprob,
+            top,
+            offset: a.text.offset(),
+        }));
     }
     let piece = a.text.push(id);
     send_text(a, piece);
