@@ -666,29 +666,40 @@ class Sampling(unittest.TestCase):
         repeats = [j for j in range(len(greedy)) if greedy[j] in greedy[:j]]
         self.assertTrue(repeats, "the reference output must repeat itself for this test to mean anything")
         _, _, prompt_ids = run_ref(QWEN3, REPETITIVE, 1, ["--temp", "0"])
+        # The same generation resumed right before its first repeat, from token ids: its next
+        # token is one the prompt holds (and the repetition penalty sees), yet not generated.
+        ext = prompt_ids + greedy[:repeats[0]]
+        resumed, _ = ids_of(self.srv, ext, 12)
+        self.assertEqual(resumed, greedy[repeats[0]:repeats[0] + 12])
+        self.assertIn(resumed[0], ext)
 
         def first_divergence(a, b):
             return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
-        for fields in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
-                       {"presence_penalty": 1.0, "frequency_penalty": 1.0}):
-            with self.subTest(**fields):
-                got, _ = ids_of(self.srv, REPETITIVE, 24, **fields)
-                j = first_divergence(greedy, got)
-                self.assertIsNotNone(j, "the penalty changed nothing")
-                # Positive penalties lower generated tokens only: output diverges at a token that
-                # greedy decoding repeated, never before the first repeat.
-                self.assertIn(greedy[j], greedy[:j])
-                self.assertGreaterEqual(j, repeats[0])
-        # repeat_penalty (llama.cpp): the last n tokens of prompt and output count.
-        got, _ = ids_of(self.srv, REPETITIVE, 24, repeat_penalty=1.5, repeat_last_n=64)
-        j = first_divergence(greedy, got)
-        self.assertIsNotNone(j)
-        self.assertIn(greedy[j], (prompt_ids + greedy[:j])[-64:])
-        # Switched off, each is the plain greedy output.
-        for fields in ({"repeat_penalty": 1.5, "repeat_last_n": 0}, {"presence_penalty": 0, "frequency_penalty": 0},
-                       {"repeat_penalty": 1.0}):
-            self.assertEqual(ids_of(self.srv, REPETITIVE, 24, **fields)[0], greedy)
+        for prompt, plain in ((REPETITIVE, greedy), (ext, resumed)):
+            n = len(plain)
+            history = prompt_ids if prompt is REPETITIVE else ext
+            for fields in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
+                           {"presence_penalty": 1.0, "frequency_penalty": 1.0}):
+                with self.subTest(prompt=prompt is REPETITIVE, **fields):
+                    got, _ = ids_of(self.srv, prompt, n, **fields)
+                    j = first_divergence(plain, got)
+                    self.assertIsNotNone(j, "the penalty changed nothing")
+                    # Positive penalties lower generated tokens only (not the prompt's): the
+                    # output diverges at a token that greedy decoding had already generated.
+                    self.assertIn(plain[j], plain[:j])
+            # repeat_penalty (llama.cpp): the last n tokens of prompt and output count.
+            got, _ = ids_of(self.srv, prompt, n, repeat_penalty=1.5, repeat_last_n=64)
+            j = first_divergence(plain, got)
+            self.assertIsNotNone(j)
+            self.assertIn(plain[j], (history + plain[:j])[-64:])
+            # Switched off, each is the plain greedy output.
+            for fields in ({"repeat_penalty": 1.5, "repeat_last_n": 0}, {"presence_penalty": 0, "frequency_penalty": 0},
+                           {"repeat_penalty": 1.0}):
+                self.assertEqual(ids_of(self.srv, prompt, n, **fields)[0], plain)
+        # The repetition penalty does see the prompt: resumed, it changes the very first token.
+        got, _ = ids_of(self.srv, ext, 12, repeat_penalty=1.5, repeat_last_n=64)
+        self.assertNotEqual(got[0], resumed[0])
 
     def test_logit_bias_bans_and_forces(self):
         greedy, _ = ids_of(self.srv, self.prompt, 12)
@@ -701,6 +712,15 @@ class Sampling(unittest.TestCase):
         r = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=5, temperature=0,
                                            logit_bias={str(forced): 100}, extra_body={"return_tokens": True})
         self.assertEqual(r.choices[0].model_extra["tokens"], [forced] * 5)
+        # logprobs describe the model, not the bias: the first step's most likely token is still
+        # greedy's, with the logprob it has without any bias.
+        plain = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=1, temperature=0, logprobs=2)
+        biased = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=1, temperature=0, logprobs=2,
+                                                logit_bias={str(forced): 100})
+        want, got = plain.choices[0].logprobs, biased.choices[0].logprobs
+        self.assertNotEqual(got.tokens, want.tokens)
+        self.assertEqual(got.top_logprobs[0], want.top_logprobs[0])
+        self.assertLess(got.token_logprobs[0], want.token_logprobs[0])
         # A ban holds when sampling too.
         got, _ = ids_of(self.srv, self.prompt, 12, temperature=1.0, seed=5, logit_bias={str(banned): -100})
         self.assertNotIn(banned, got)
