@@ -867,6 +867,8 @@ class Connections(unittest.TestCase):
             self.assertTrue(resp.endswith(b'{"status":"ok"}'), resp)
             for sock in (half_head, nothing, half_body, idle):
                 sock.close()
+            m = srv.metrics()
+            self.assertEqual(m["timeouts_total"], 3, "two heads, one body; an idle close is no timeout")
             self.assertTrue(srv.alive())
             self.assertEqual(srv.http("GET", "/health")[0], 200)
         finally:
@@ -883,6 +885,12 @@ class Connections(unittest.TestCase):
             st, body = srv.http("GET", "/health")
             self.assertEqual(st, 503, body)
             self.assertEqual(body["error"]["code"], "too_many_connections")
+            held[0].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            text = ""
+            while "t2p_tokens_per_second " not in text:
+                text += held[0].recv(65536).decode()
+            self.assertIn("t2p_connections 2\n", text)
+            self.assertIn("t2p_connections_refused_total 1\n", text)
             for h in held:
                 h.close()
             for _ in range(200):  # the server notices the closes shortly

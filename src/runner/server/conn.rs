@@ -26,6 +26,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
 use tower_service::Service;
 
+use super::metrics::Metrics;
+use std::sync::atomic::Ordering::Relaxed;
+
 /// The limits of the connection layer.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -235,6 +238,7 @@ async fn serve_conn(
     router: Router,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
+    metrics: &Metrics,
 ) {
     let state = Arc::new(ConnState::default());
     let svc_state = state.clone();
@@ -266,7 +270,12 @@ async fn serve_conn(
     let mut closing = false;
     loop {
         tokio::select! {
-            _ = conn.as_mut() => return,
+            r = conn.as_mut() => {
+                if r.is_err_and(|e| e.is_timeout()) {
+                    metrics.timeouts.fetch_add(1, Relaxed);
+                }
+                return;
+            }
             _ = stop.changed(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
@@ -305,6 +314,7 @@ async fn refuse(mut io: TcpStream) {
 pub async fn accept_loop(
     listener: TcpListener,
     router: Router,
+    metrics: Arc<Metrics>,
     limits: Limits,
     stop: impl Future<Output = ()>,
     hurry: impl Future<Output = ()>,
@@ -322,12 +332,16 @@ pub async fn accept_loop(
                     Ok(permit) => {
                         let _ = io.set_nodelay(true);
                         let (router, stop_rx) = (router.clone(), stop_rx.clone());
+                        let metrics = metrics.clone();
+                        metrics.connections.fetch_add(1, Relaxed);
                         tokio::spawn(async move {
-                            serve_conn(io, router, limits, stop_rx).await;
+                            serve_conn(io, router, limits, stop_rx, &metrics).await;
+                            metrics.connections.fetch_sub(1, Relaxed);
                             drop(permit);
                         });
                     }
                     Err(_) => {
+                        metrics.connections_refused.fetch_add(1, Relaxed);
                         tokio::spawn(refuse(io));
                     }
                 },

@@ -78,6 +78,7 @@ pub fn serve(
         .to_string();
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::default());
+    let conn_metrics = metrics.clone();
     let (jobs, rx) = std::sync::mpsc::sync_channel(cfg.queue);
     let sched_cfg = SchedulerConfig {
         parallel: cfg.parallel.max(1),
@@ -135,6 +136,7 @@ pub fn serve(
         conn::accept_loop(
             listener,
             routes::router(state),
+            conn_metrics,
             limits,
             first,
             second,

@@ -129,18 +129,21 @@ async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Respon
                     .await
             }
             Ok(Err(e)) => closing(e.into_response()),
-            Err(_) => closing(
-                ApiError::new(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "invalid_request_error",
-                    "body_timeout",
-                    format!(
-                        "the request body did not arrive within {} ms",
-                        st.body_timeout.as_millis()
-                    ),
+            Err(_) => {
+                st.metrics.timeouts.fetch_add(1, Relaxed);
+                closing(
+                    ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "invalid_request_error",
+                        "body_timeout",
+                        format!(
+                            "the request body did not arrive within {} ms",
+                            st.body_timeout.as_millis()
+                        ),
+                    )
+                    .into_response(),
                 )
-                .into_response(),
-            ),
+            }
         }
     };
     if resp.status().is_client_error() {
