@@ -850,12 +850,32 @@ class Connections(unittest.TestCase):
             nothing = conn()
             half_body = conn()
             half_body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+            # A head trickled a byte at a time is dropped as well: the clock runs from its first
+            # byte, not from the last one (100 bytes over 20 s; the limit is 1 s).
+            trickle = conn()
+            sent = 0
+
+            def drip():
+                nonlocal sent
+                try:
+                    for b in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 100:
+                        trickle.sendall(bytes([b]))
+                        sent += 1
+                        time.sleep(0.2)
+                except OSError:
+                    pass
+            dripper = threading.Thread(target=drip)
+            dripper.start()
             # Others are served meanwhile.
             r = srv.client().completions.create(model="x", prompt="Hi", max_tokens=3)
             self.assertEqual(r.usage.completion_tokens, 3)
             # Each stalled socket is closed by the server (a socket timeout here would fail).
             self.assertEqual(recv_all(half_head), b"")
             self.assertEqual(recv_all(nothing), b"")
+            self.assertEqual(recv_all(trickle), b"")
+            dripper.join()
+            self.assertLess(sent, 100, "the trickled head was cut off")
+            trickle.close()
             resp = recv_all(half_body)
             self.assertTrue(resp.startswith(b"HTTP/1.1 408 "), resp)
             self.assertIn(b'"body_timeout"', resp)
@@ -868,7 +888,7 @@ class Connections(unittest.TestCase):
             for sock in (half_head, nothing, half_body, idle):
                 sock.close()
             m = srv.metrics()
-            self.assertEqual(m["timeouts_total"], 3, "two heads, one body; an idle close is no timeout")
+            self.assertEqual(m["timeouts_total"], 4, "three heads (one never begun), one body; idle closes are none")
             self.assertTrue(srv.alive())
             self.assertEqual(srv.http("GET", "/health")[0], 200)
         finally:

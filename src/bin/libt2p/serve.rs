@@ -47,8 +47,8 @@ pub struct Args {
     /// /props).
     #[arg(long)]
     api_key: Option<String>,
-    /// Longest wait for a request's head (from the connection opening or the previous
-    /// response ending): `500ms`, `10s`, `1m`, or seconds.
+    /// Longest wait for a request's head, from its first byte (from the connection opening,
+    /// for the first request): `500ms`, `10s`, `1m`, or seconds.
     #[arg(long, default_value = "10s", value_parser = positive_duration)]
     timeout_header: Duration,
     /// Longest wait for a request's body, from its head (408 past it).

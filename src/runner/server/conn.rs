@@ -1,14 +1,15 @@
 //! Connections: the accept loop, its cap, the per-connection timeouts, and graceful shutdown.
 //!
 //! `axum::serve` takes none of these settings, so connections are served here with hyper's
-//! HTTP/1 connection directly (the router is the same). What each limit bounds:
+//! HTTP/1 connection directly (the router is the same), under a watchdog per connection.
+//! hyper's own `header_read_timeout` is not used: its clock also runs while a connection sits
+//! idle between requests, so it would cut keep-alive short. What each limit bounds:
 //!
-//! - header: a request's head must be complete within this time of the connection opening or
-//!   of the previous response ending (hyper's `header_read_timeout`, whose clock starts as soon
-//!   as hyper waits for a head); half a header is dropped after it.
+//! - header: a request's head must be complete within this time of its first byte (of the
+//!   connection opening, for the first request); a stalled head is dropped after it.
 //! - body: the whole body must arrive within this time of its head (`routes::read_body`, 408).
 //! - keep-alive: a connection with no request in flight and not a byte received since its
-//!   last response is closed after this long (a watchdog per connection, below).
+//!   last response is closed after this long.
 //! - max connections: past this many open connections a new one gets a 503 and is closed, so
 //!   stalled clients cannot take every socket the process may hold.
 
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore, watch};
@@ -79,60 +80,106 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// What a connection is doing, for its keep-alive watchdog.
-#[derive(Default)]
+/// What a connection is doing, for its watchdog.
 struct Activity {
     /// Requests whose responses are not finished.
     busy: usize,
     /// When the connection last became idle (its last response ended, nothing read since).
     idle_since: Option<Instant>,
+    /// When the head being received began (its first byte, or the connection's opening).
+    head_since: Option<Instant>,
 }
 
-#[derive(Default)]
+/// Why the watchdog ends a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expired {
+    /// Idle past `--keep-alive`: closed gracefully.
+    KeepAlive,
+    /// A head slower than `--timeout-header`: dropped.
+    Header,
+}
+
 struct ConnState {
     activity: Mutex<Activity>,
-    /// Woken when a response ends (the watchdog then starts counting).
-    idle: Notify,
+    /// Woken when a response ends (the idle clock starts then).
+    changed: Notify,
 }
 
 impl ConnState {
+    fn new() -> ConnState {
+        ConnState {
+            activity: Mutex::new(Activity {
+                busy: 0,
+                idle_since: None,
+                head_since: Some(Instant::now()),
+            }),
+            changed: Notify::new(),
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut Activity) -> R) -> R {
-        // A poisoned lock only means a panic elsewhere; the counters are still usable.
+        // A poisoned lock only means a panic elsewhere; the fields are still usable.
         let mut a = self.activity.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut a)
     }
 
     fn read_bytes(&self) {
-        self.with(|a| a.idle_since = None);
+        self.with(|a| {
+            if a.busy == 0 && a.head_since.is_none() {
+                a.idle_since = None;
+                a.head_since = Some(Instant::now());
+            }
+        });
     }
 
     fn request_started(&self) {
         self.with(|a| {
             a.busy += 1;
             a.idle_since = None;
+            a.head_since = None;
         });
     }
 
     fn response_ended(&self) {
-        let idle = self.with(|a| {
+        self.with(|a| {
             a.busy -= 1;
             if a.busy == 0 {
                 a.idle_since = Some(Instant::now());
             }
-            a.busy == 0
         });
-        if idle {
-            self.idle.notify_one();
-        }
+        self.changed.notify_one();
     }
 
-    /// Returns once the connection has been idle for `keep_alive`.
-    async fn idle_for(&self, keep_alive: Duration) {
+    /// The next deadline: none while a request is in flight (its body is bounded by the
+    /// router, its response runs as long as it takes); no keep-alive one once `closing`.
+    fn deadline(&self, limits: &Limits, closing: bool) -> Option<(Instant, Expired)> {
+        self.with(|a| {
+            if a.busy > 0 {
+                None
+            } else if let Some(t) = a.head_since {
+                Some((t + limits.header_timeout, Expired::Header))
+            } else if closing {
+                None
+            } else {
+                a.idle_since
+                    .map(|t| (t + limits.keep_alive, Expired::KeepAlive))
+            }
+        })
+    }
+
+    /// Returns when a deadline passes. Wakes at each deadline (or response end) and looks
+    /// again: what the connection did meanwhile may have moved it.
+    async fn expired(&self, limits: &Limits, closing: bool) -> Expired {
         loop {
-            match self.with(|a| a.idle_since) {
-                Some(t) if t.elapsed() >= keep_alive => return,
-                Some(t) => tokio::time::sleep_until((t + keep_alive).into()).await,
-                None => self.idle.notified().await,
+            match self.deadline(limits, closing) {
+                Some((t, why)) if Instant::now() >= t => return why,
+                Some((t, _)) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(t.into()) => {}
+                        _ = self.changed.notified() => {}
+                    }
+                }
+                None => self.changed.notified().await,
             }
         }
     }
@@ -240,7 +287,7 @@ async fn serve_conn(
     mut stop: watch::Receiver<bool>,
     metrics: &Metrics,
 ) {
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState::new());
     let svc_state = state.clone();
     let svc = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let mut router = router.clone();
@@ -261,29 +308,27 @@ async fn serve_conn(
         io,
         state: state.clone(),
     });
-    let mut conn = pin!(
-        hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .serve_connection(io, svc)
-    );
+    // No timer: hyper's header timeout (30 s by default once a timer is set) stays off.
+    let mut conn = pin!(hyper::server::conn::http1::Builder::new().serve_connection(io, svc));
     let mut closing = false;
     loop {
         tokio::select! {
-            r = conn.as_mut() => {
-                if r.is_err_and(|e| e.is_timeout()) {
-                    metrics.timeouts.fetch_add(1, Relaxed);
-                }
-                return;
-            }
+            _ = conn.as_mut() => return,
             _ = stop.changed(), if !closing => {
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
-            _ = state.idle_for(limits.keep_alive), if !closing => {
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
+            why = state.expired(&limits, closing) => match why {
+                // Half a head can never be answered: drop the connection.
+                Expired::Header => {
+                    metrics.timeouts.fetch_add(1, Relaxed);
+                    return;
+                }
+                Expired::KeepAlive => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            },
         }
     }
 }

@@ -18,9 +18,9 @@ pub struct Metrics {
     pub requests_invalid: AtomicU64,
     /// Requests refused with 503 because the queue was full.
     pub requests_rejected: AtomicU64,
-    /// Requests whose client went away before the end.
+    /// Requests whose client went away before the end (each of `n` choices counts).
     pub requests_cancelled: AtomicU64,
-    /// Requests that ran to a finish reason.
+    /// Requests that ran to a finish reason (each of `n` choices counts).
     pub requests_finished: AtomicU64,
     /// Prompt tokens of finished or cancelled requests.
     pub prompt_tokens: AtomicU64,
@@ -107,13 +107,13 @@ impl Metrics {
         put(
             "requests_cancelled_total",
             "counter",
-            "Requests whose client disconnected first.",
+            "Requests (each of n choices) whose client disconnected first.",
             g(&self.requests_cancelled),
         );
         put(
             "requests_finished_total",
             "counter",
-            "Requests that ran to a finish reason.",
+            "Requests (each of n choices) that ran to a finish reason.",
             g(&self.requests_finished),
         );
         put(
