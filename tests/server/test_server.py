@@ -283,6 +283,26 @@ class ModelCase:
         m0 = self.srv.metrics()
         self.assertGreater(m0["prompt_tokens_cached_total"], 0)
 
+    def test_n_choices_share_one_prompt_evaluation(self):
+        p = self.prompts[1]
+        single, _ = ids_of(self.srv, p, 8)
+        before = self.srv.metrics()
+        _, body = ids_of(self.srv, p, 8, n=3)
+        after = self.srv.metrics()
+        choices = body["choices"]
+        self.assertEqual([c["index"] for c in choices], [0, 1, 2])
+        self.assertEqual([c["tokens"] for c in choices], [single] * 3, "temperature 0: all the single answer")
+        # The prompt was evaluated once (past what the slot held), then each choice decoded:
+        # every forward-pass column is accounted for.
+        u = body["usage"]
+        cols = after["step_tokens_total"] - before["step_tokens_total"]
+        evaluated = u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
+        self.assertEqual(cols, evaluated + sum(len(c["tokens"]) - 1 for c in choices))
+        # Sampled, choice i is what seed + i gives alone, streamed or not.
+        sampled = [ids_of(self.srv, p, 8, temperature=0.9, seed=7 + i)[0] for i in range(3)]
+        _, body = ids_of(self.srv, p, 8, temperature=0.9, seed=7, n=3)
+        self.assertEqual([c["tokens"] for c in body["choices"]], sampled)
+
     def test_concurrent_clients_get_their_single_client_outputs(self):
         reqs = []
         for i in range(8):
@@ -560,10 +580,10 @@ class Queue(unittest.TestCase):
             srv.close()
 
 
-def ids_of(srv, prompt, n, **fields):
+def ids_of(srv, prompt, max_tokens, **fields):
     """(generated ids, body) of a non-streamed completion with `return_tokens`."""
     st, body = srv.http("POST", "/v1/completions", dict(
-        {"prompt": prompt, "max_tokens": n, "temperature": 0, "return_tokens": True}, **fields))
+        {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "return_tokens": True}, **fields))
     assert st == 200, body
     return body["choices"][0]["tokens"], body
 

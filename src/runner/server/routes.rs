@@ -344,40 +344,45 @@ async fn complete(
         Kind::Text => 16,
         Kind::Chat => st.n_ctx - prompt_len,
     });
-    // One job per choice, each its own sequence; choice i draws with seed + i, so at a
-    // temperature above 0 the choices differ and choice 0 is what `n: 1` gives.
+    // One job per choice, choice i drawing with seed + i (so at a temperature above 0 the
+    // choices differ and choice 0 is what `n: 1` gives); the first carries the others, which
+    // share its prompt evaluation.
     let mut receivers = Vec::with_capacity(common.n);
-    for i in 0..common.n {
-        let (tx, rx) = unbounded_channel();
-        let mut sampler = common.sampler.clone();
-        sampler.seed = sampler.seed.wrapping_add(i as u64);
-        let job = Job {
-            prompt: prompt.clone(),
-            max_tokens,
-            sampler,
-            stop: common.stop.clone(),
-            logprobs: common.logprobs,
-            events: tx,
+    let mut jobs: Vec<Job> = (0..common.n)
+        .map(|i| {
+            let (tx, rx) = unbounded_channel();
+            receivers.push(rx);
+            let mut sampler = common.sampler.clone();
+            sampler.seed = sampler.seed.wrapping_add(i as u64);
+            Job {
+                prompt: prompt.clone(),
+                max_tokens,
+                sampler,
+                stop: common.stop.clone(),
+                logprobs: common.logprobs,
+                events: tx,
+                siblings: Vec::new(),
+            }
+        })
+        .collect();
+    let mut job = jobs.remove(0);
+    job.siblings = jobs;
+    st.metrics.queue_depth.fetch_add(1, Relaxed);
+    if let Err(e) = st.jobs.try_send(job) {
+        st.metrics.queue_depth.fetch_sub(1, Relaxed);
+        st.metrics.requests_rejected.fetch_add(1, Relaxed);
+        let msg = match e {
+            TrySendError::Full(_) => {
+                "the server is busy: every slot is taken and the queue is full; retry later"
+            }
+            TrySendError::Disconnected(_) => "the model thread has stopped",
         };
-        st.metrics.queue_depth.fetch_add(1, Relaxed);
-        if let Err(e) = st.jobs.try_send(job) {
-            // The choices already queued are cancelled when `receivers` drops.
-            st.metrics.queue_depth.fetch_sub(1, Relaxed);
-            st.metrics.requests_rejected.fetch_add(1, Relaxed);
-            let msg = match e {
-                TrySendError::Full(_) => {
-                    "the server is busy: every slot is taken and the queue is full; retry later"
-                }
-                TrySendError::Disconnected(_) => "the model thread has stopped",
-            };
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "server_busy",
-                msg,
-            ));
-        }
-        receivers.push(rx);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "server_busy",
+            msg,
+        ));
     }
     st.metrics.requests.fetch_add(1, Relaxed);
     let id = st.next_id.fetch_add(1, Relaxed);
