@@ -1,7 +1,7 @@
 //! The HTTP side: axum routes, the API key check, the body read (bounded in size and time),
 //! request -> [`Job`]s (one per choice), and the responses (one JSON object, or server-sent
-//! events ending with `data: [DONE]`). Completions are in [`complete`](self::complete) below;
-//! the small endpoints (`/tokenize`, `/detokenize`, `/props`) in [`super::tokens`].
+//! events ending with `data: [DONE]`, built in [`super::respond`]). The small endpoints
+//! (`/tokenize`, `/detokenize`, `/props`) are in [`super::tokens`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

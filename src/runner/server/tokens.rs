@@ -1,5 +1,7 @@
 //! llama-server's small endpoints: `POST /tokenize`, `POST /detokenize` and `GET /props`.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
@@ -9,7 +11,6 @@ use serde_json::{Map, Value, json};
 
 use super::api::ApiError;
 use super::routes::{AppState, object_body};
-use std::sync::Arc;
 
 fn flag(m: &Map<String, Value>, name: &str, default: bool) -> Result<bool, ApiError> {
     match m.get(name) {
