@@ -72,7 +72,7 @@ pub fn generate(
     let mut history = prompt.to_vec();
     let t1 = Instant::now();
     for i in 0..n {
-        let id = sampler.sample(&logits, &history);
+        let id = sampler.sample(&logits, &history, prompt.len());
         history.push(id);
         stats.gen_tokens += 1;
         if !on_token(id) || is_eog(id) || i + 1 == n {

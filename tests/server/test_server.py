@@ -3,13 +3,16 @@
 Run by test.sh inside a venv that has `openai`:
     T2P_LIBT2P=target/release/libt2p T2P_TESTDATA=../shared/testdata python -m unittest -v tests/server/test_server.py
 
-Every check compares the server with `libt2p run --json --temp 0` / `libt2p chat` on the same
-prompt, or with the same request sent alone: batching, streaming, prefix reuse and queueing must
-never change an output.
+Every output check compares the server with `libt2p run --json --temp 0` / `libt2p chat` on the
+same prompt, or with the same request sent alone: batching, streaming, prefix reuse and queueing
+must never change an output. The sampling fields (logprobs, penalties, logit_bias, n) are checked
+against what they must do to the model's own greedy output; connections (stalls, the cap) and
+shutdown against what the server must do to the socket and the process, with no timed assertion.
 """
 
 import concurrent.futures
 import json
+import math
 import os
 import re
 import socket
@@ -280,6 +283,26 @@ class ModelCase:
         m0 = self.srv.metrics()
         self.assertGreater(m0["prompt_tokens_cached_total"], 0)
 
+    def test_n_choices_share_one_prompt_evaluation(self):
+        p = self.prompts[1]
+        single, _ = ids_of(self.srv, p, 8)
+        before = self.srv.metrics()
+        _, body = ids_of(self.srv, p, 8, n=3)
+        after = self.srv.metrics()
+        choices = body["choices"]
+        self.assertEqual([c["index"] for c in choices], [0, 1, 2])
+        self.assertEqual([c["tokens"] for c in choices], [single] * 3, "temperature 0: all the single answer")
+        # The prompt was evaluated once (past what the slot held), then each choice decoded:
+        # every forward-pass column is accounted for.
+        u = body["usage"]
+        cols = after["step_tokens_total"] - before["step_tokens_total"]
+        evaluated = u["prompt_tokens"] - u["prompt_tokens_details"]["cached_tokens"]
+        self.assertEqual(cols, evaluated + sum(len(c["tokens"]) - 1 for c in choices))
+        # Sampled, choice i is what seed + i gives alone, streamed or not.
+        sampled = [ids_of(self.srv, p, 8, temperature=0.9, seed=7 + i)[0] for i in range(3)]
+        _, body = ids_of(self.srv, p, 8, temperature=0.9, seed=7, n=3)
+        self.assertEqual([c["tokens"] for c in body["choices"]], sampled)
+
     def test_concurrent_clients_get_their_single_client_outputs(self):
         reqs = []
         for i in range(8):
@@ -363,7 +386,7 @@ class BadInput(unittest.TestCase):
             ("/v1/completions", b'{"prompt": "a", "stop": 7}', 400),
             ("/v1/completions", b'{"prompt": "a", "stop": ["x", 1]}', 400),
             ("/v1/completions", b'{"prompt": "a", "stream": "yes"}', 400),
-            ("/v1/completions", b'{"prompt": "a", "n": 3}', 400),
+            ("/v1/completions", b'{"prompt": "a", "n": 9}', 400),
             ("/v1/completions", b'{"prompt": [1, 99999999]}', 400),
             ("/v1/completions", b'{"prompt": ["a", "b"]}', 400),
             ("/v1/chat/completions", b'{"messages": "hi"}', 400),
@@ -553,6 +576,435 @@ class Queue(unittest.TestCase):
             self.assertTrue(srv.wait_metric("requests_cancelled_total", 2, timeout=5), srv.metrics())
             self.assertEqual(srv.metrics()["slots_busy"], 0)
             self.assertLess(srv.metrics()["completion_tokens_total"] - before, (long_ctx - 100) / 2)
+        finally:
+            srv.close()
+
+
+def ids_of(srv, prompt, max_tokens, **fields):
+    """(generated ids, body) of a non-streamed completion with `return_tokens`."""
+    st, body = srv.http("POST", "/v1/completions", dict(
+        {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "return_tokens": True}, **fields))
+    assert st == 200, body
+    return body["choices"][0]["tokens"], body
+
+
+REPETITIVE = "The the the the the the the the"
+
+
+class Sampling(unittest.TestCase):
+    """logprobs, penalties, logit_bias and n: each checked against what it must do to the
+    model's own greedy output, not against stored results."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(QWEN3, "--parallel", "4", "-b", "8")
+        cls.client = cls.srv.client()
+        cls.prompt = prompt_file("qwen3-tiny", "english")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    def check_entry(self, e, k, greedy):
+        """One chat `logprobs.content` entry: valid, sorted, consistent with its token."""
+        self.assertLessEqual(e.logprob, 0.0)
+        self.assertEqual(len(e.top_logprobs), k)
+        lps = [t.logprob for t in e.top_logprobs]
+        self.assertEqual(lps, sorted(lps, reverse=True))
+        self.assertTrue(all(lp <= 0.0 for lp in lps))
+        self.assertLessEqual(sum(math.exp(lp) for lp in lps), 1.0 + 1e-6)
+        self.assertEqual(bytes(e.bytes).decode("utf-8", "replace"), e.token)
+        if k:
+            self.assertLessEqual(e.logprob, lps[0])
+            for t in e.top_logprobs:
+                if t.token == e.token:
+                    self.assertAlmostEqual(t.logprob, e.logprob, places=6)
+            if greedy:
+                # The argmax of the raw logits is the most likely token.
+                self.assertEqual(e.top_logprobs[0].token, e.token)
+                self.assertEqual(e.top_logprobs[0].logprob, e.logprob)
+
+    def test_chat_logprobs(self):
+        msgs = [{"role": "user", "content": "Tell me a story"}]
+        plain = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0)
+        self.assertIsNone(plain.choices[0].logprobs)
+        r = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0,
+                                                logprobs=True, top_logprobs=5)
+        c = r.choices[0]
+        self.assertEqual(c.message.content, plain.choices[0].message.content, "logprobs change nothing")
+        content = c.logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens - (c.finish_reason == "stop"))
+        for e in content:
+            self.check_entry(e, 5, greedy=True)
+        if "\ufffd" not in c.message.content:
+            self.assertEqual("".join(e.token for e in content), c.message.content)
+        # Streamed: the same entries, spread over the deltas.
+        streamed = []
+        for ch in self.client.chat.completions.create(model="x", messages=msgs, max_tokens=12, temperature=0,
+                                                      logprobs=True, top_logprobs=5, stream=True):
+            if ch.choices and ch.choices[0].logprobs and ch.choices[0].logprobs.content:
+                streamed += ch.choices[0].logprobs.content
+        self.assertEqual([(e.token, e.logprob) for e in streamed], [(e.token, e.logprob) for e in content])
+        # Sampled: the chosen token is any of them, its logprob still that of the raw logits.
+        r = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=16, temperature=1.5,
+                                                seed=3, logprobs=True, top_logprobs=3)
+        for e in r.choices[0].logprobs.content:
+            self.check_entry(e, 3, greedy=False)
+        # logprobs without alternatives.
+        r = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=4, temperature=0, logprobs=True)
+        for e in r.choices[0].logprobs.content:
+            self.check_entry(e, 0, greedy=True)
+
+    def test_completion_logprobs_legacy_shape(self):
+        r = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=16, temperature=0, logprobs=3)
+        c = r.choices[0]
+        lp = c.logprobs
+        n = len(lp.tokens)
+        self.assertEqual(n, r.usage.completion_tokens - (c.finish_reason == "stop"))
+        self.assertEqual((len(lp.token_logprobs), len(lp.top_logprobs), len(lp.text_offset)), (n, n, n))
+        self.assertEqual(lp.text_offset[0], 0)
+        for j in range(n):
+            self.assertLessEqual(lp.token_logprobs[j], 0.0)
+            top = lp.top_logprobs[j]
+            self.assertLessEqual(len(top), 3)  # two ids may share a text
+            self.assertLessEqual(sum(math.exp(v) for v in top.values()), 1.0 + 1e-6)
+            self.assertEqual(max(top.values()), lp.token_logprobs[j], "greedy: the most likely token")
+            self.assertEqual(top[lp.tokens[j]], lp.token_logprobs[j])
+            if j + 1 < n and "\ufffd" not in lp.tokens[j]:
+                self.assertEqual(lp.text_offset[j + 1] - lp.text_offset[j], len(lp.tokens[j]))
+            if "\ufffd" not in lp.tokens[j]:
+                self.assertEqual(c.text[lp.text_offset[j]:lp.text_offset[j] + len(lp.tokens[j])], lp.tokens[j])
+        # Streamed, the legacy lists concatenate to the same.
+        toks, lps = [], []
+        for ch in self.client.completions.create(model="x", prompt=self.prompt, max_tokens=16, temperature=0,
+                                                 logprobs=3, stream=True):
+            if ch.choices and ch.choices[0].logprobs:
+                toks += ch.choices[0].logprobs.tokens
+                lps += ch.choices[0].logprobs.token_logprobs
+        self.assertEqual((toks, lps), (lp.tokens, lp.token_logprobs))
+
+    def test_penalties_change_a_repetitive_greedy_output_where_they_must(self):
+        greedy, _ = ids_of(self.srv, REPETITIVE, 24)
+        repeats = [j for j in range(len(greedy)) if greedy[j] in greedy[:j]]
+        self.assertTrue(repeats, "the reference output must repeat itself for this test to mean anything")
+        _, _, prompt_ids = run_ref(QWEN3, REPETITIVE, 1, ["--temp", "0"])
+        # The same generation resumed right before its first repeat, from token ids: its next
+        # token is one the prompt holds (and the repetition penalty sees), yet not generated.
+        ext = prompt_ids + greedy[:repeats[0]]
+        resumed, _ = ids_of(self.srv, ext, 12)
+        self.assertEqual(resumed, greedy[repeats[0]:repeats[0] + 12])
+        self.assertIn(resumed[0], ext)
+
+        def first_divergence(a, b):
+            return next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+        for prompt, plain in ((REPETITIVE, greedy), (ext, resumed)):
+            n = len(plain)
+            history = prompt_ids if prompt is REPETITIVE else ext
+            for fields in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
+                           {"presence_penalty": 1.0, "frequency_penalty": 1.0}):
+                with self.subTest(prompt=prompt is REPETITIVE, **fields):
+                    got, _ = ids_of(self.srv, prompt, n, **fields)
+                    j = first_divergence(plain, got)
+                    self.assertIsNotNone(j, "the penalty changed nothing")
+                    # Positive penalties lower generated tokens only (not the prompt's): the
+                    # output diverges at a token that greedy decoding had already generated.
+                    self.assertIn(plain[j], plain[:j])
+            # repeat_penalty (llama.cpp): the last n tokens of prompt and output count.
+            got, _ = ids_of(self.srv, prompt, n, repeat_penalty=1.5, repeat_last_n=64)
+            j = first_divergence(plain, got)
+            self.assertIsNotNone(j)
+            self.assertIn(plain[j], (history + plain[:j])[-64:])
+            # Switched off, each is the plain greedy output.
+            for fields in ({"repeat_penalty": 1.5, "repeat_last_n": 0}, {"presence_penalty": 0, "frequency_penalty": 0},
+                           {"repeat_penalty": 1.0}):
+                self.assertEqual(ids_of(self.srv, prompt, n, **fields)[0], plain)
+        # The repetition penalty does see the prompt: resumed, it changes the very first token.
+        got, _ = ids_of(self.srv, ext, 12, repeat_penalty=1.5, repeat_last_n=64)
+        self.assertNotEqual(got[0], resumed[0])
+
+    def test_logit_bias_bans_and_forces(self):
+        greedy, _ = ids_of(self.srv, self.prompt, 12)
+        banned = greedy[0]
+        got, _ = ids_of(self.srv, self.prompt, 12, logit_bias={str(banned): -100})
+        self.assertNotIn(banned, got)
+        self.assertNotEqual(got[0], greedy[0])
+        # Through the client, and a +100 bias makes one token win every step.
+        forced = 1000
+        r = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=5, temperature=0,
+                                           logit_bias={str(forced): 100}, extra_body={"return_tokens": True})
+        self.assertEqual(r.choices[0].model_extra["tokens"], [forced] * 5)
+        # logprobs describe the model, not the bias: the first step's most likely token is still
+        # greedy's, with the logprob it has without any bias.
+        plain = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=1, temperature=0, logprobs=2)
+        biased = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=1, temperature=0, logprobs=2,
+                                                logit_bias={str(forced): 100})
+        want, got = plain.choices[0].logprobs, biased.choices[0].logprobs
+        self.assertNotEqual(got.tokens, want.tokens)
+        self.assertEqual(got.top_logprobs[0], want.top_logprobs[0])
+        self.assertLess(got.token_logprobs[0], want.token_logprobs[0])
+        # A ban holds when sampling too.
+        got, _ = ids_of(self.srv, self.prompt, 12, temperature=1.0, seed=5, logit_bias={str(banned): -100})
+        self.assertNotIn(banned, got)
+
+    def test_n_choices(self):
+        single = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=10, temperature=0)
+        r = self.client.completions.create(model="x", prompt=self.prompt, max_tokens=10, temperature=0, n=3)
+        self.assertEqual([c.index for c in r.choices], [0, 1, 2])
+        self.assertEqual([c.text for c in r.choices], [single.choices[0].text] * 3)
+        self.assertEqual(r.usage.prompt_tokens, single.usage.prompt_tokens)
+        self.assertEqual(r.usage.completion_tokens, 3 * single.usage.completion_tokens)
+        # Streamed: each index's pieces concatenate to its text.
+        texts, finishes = {}, {}
+        for ch in self.client.completions.create(model="x", prompt=self.prompt, max_tokens=10, temperature=0,
+                                                 n=3, stream=True):
+            for c in ch.choices:
+                texts[c.index] = texts.get(c.index, "") + c.text
+                if c.finish_reason:
+                    finishes[c.index] = c.finish_reason
+        self.assertEqual(texts, {i: single.choices[0].text for i in range(3)})
+        self.assertEqual(set(finishes), {0, 1, 2})
+        # Chat, sampled: choice i draws with seed + i.
+        msgs = [{"role": "user", "content": "Hello"}]
+        r = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=10, temperature=1.0, seed=7, n=2)
+        self.assertEqual([c.index for c in r.choices], [0, 1])
+        for i, c in enumerate(r.choices):
+            alone = self.client.chat.completions.create(model="x", messages=msgs, max_tokens=10, temperature=1.0,
+                                                        seed=7 + i)
+            self.assertEqual(c.message.content, alone.choices[0].message.content)
+        texts = {}
+        for ch in self.client.chat.completions.create(model="x", messages=msgs, max_tokens=10, temperature=1.0,
+                                                      seed=7, n=2, stream=True):
+            for c in ch.choices:
+                texts[c.index] = texts.get(c.index, "") + (c.delta.content or "")
+        self.assertEqual(texts, {i: c.message.content for i, c in enumerate(r.choices)})
+
+    def test_bad_sampling_fields_name_the_field(self):
+        cases = [
+            ({"n": 0}, "'n'"), ({"n": 9}, "'n'"),
+            ({"presence_penalty": 3}, "presence_penalty"), ({"frequency_penalty": -2.5}, "frequency_penalty"),
+            ({"repeat_penalty": 0}, "repeat_penalty"), ({"repeat_penalty": "x"}, "repeat_penalty"),
+            ({"repeat_last_n": -5}, "repeat_last_n"),
+            ({"logit_bias": {"abc": 1}}, "logit_bias"), ({"logit_bias": {"99999999": 1}}, "logit_bias"),
+            ({"logit_bias": {"5": 150}}, "logit_bias"), ({"logit_bias": {"5": None}}, "logit_bias"),
+            ({"logit_bias": [5]}, "logit_bias"),
+            ({"logprobs": 21}, "logprobs"), ({"logprobs": -1}, "logprobs"), ({"logprobs": "yes"}, "logprobs"),
+        ]
+        for fields, name in cases:
+            st, body = self.srv.http("POST", "/v1/completions", dict({"prompt": "a", "max_tokens": 2}, **fields))
+            with self.subTest(fields=fields):
+                self.assertEqual(st, 400, body)
+                self.assertIn(name, body["error"]["message"])
+        chat_cases = [({"top_logprobs": 3}, "top_logprobs"), ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                      ({"logprobs": 2}, "logprobs")]
+        for fields, name in chat_cases:
+            st, body = self.srv.http("POST", "/v1/chat/completions", dict(
+                {"messages": [{"role": "user", "content": "a"}], "max_tokens": 2}, **fields))
+            with self.subTest(fields=fields):
+                self.assertEqual(st, 400, body)
+                self.assertIn(name, body["error"]["message"])
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="x", prompt="a", max_tokens=2, n=20)
+        self.assertTrue(self.srv.alive())
+
+
+class TokenizeEndpoints(unittest.TestCase):
+    def test_tokenize_detokenize_round_trip_and_props(self):
+        srv = Server(QWEN3, "--parallel", "3")
+        try:
+            for name in ("english", "code-rust", "unicode-de"):
+                text = prompt_file("qwen3-tiny", name)
+                _, _, prompt_ids = run_ref(QWEN3, text, 1, ["--temp", "0"])
+                st, body = srv.http("POST", "/tokenize", {"content": text, "add_special": True})
+                self.assertEqual(st, 200, body)
+                self.assertEqual(body["tokens"], prompt_ids, "as `libt2p run` tokenizes")
+                _, plain = srv.http("POST", "/tokenize", {"content": text})
+                st, back = srv.http("POST", "/detokenize", {"tokens": plain["tokens"]})
+                self.assertEqual((st, back["content"]), (200, text))
+                _, pieces = srv.http("POST", "/tokenize", {"content": text, "with_pieces": True})
+                self.assertEqual([p["id"] for p in pieces["tokens"]], plain["tokens"])
+                if all(isinstance(p["piece"], str) for p in pieces["tokens"]):
+                    self.assertEqual("".join(p["piece"] for p in pieces["tokens"]), text)
+            # Special tokens: parsed unless asked not to, rendered by detokenize.
+            _, sp = srv.http("POST", "/tokenize", {"content": "<|im_start|>"})
+            self.assertEqual(len(sp["tokens"]), 1)
+            _, lit = srv.http("POST", "/tokenize", {"content": "<|im_start|>", "parse_special": False})
+            self.assertGreater(len(lit["tokens"]), 1)
+            self.assertEqual(srv.http("POST", "/detokenize", {"tokens": sp["tokens"]})[1]["content"], "<|im_start|>")
+            for path, body in [("/tokenize", {}), ("/tokenize", {"content": 5}), ("/tokenize", {"content": "a", "add_special": 1}),
+                               ("/detokenize", {}), ("/detokenize", {"tokens": [-1]}),
+                               ("/detokenize", {"tokens": [10**9]}), ("/detokenize", {"tokens": "a"})]:
+                st, err = srv.http("POST", path, body)
+                with self.subTest(path=path, body=body):
+                    self.assertEqual(st, 400, err)
+                    self.assertIn("error", err)
+            st, props = srv.http("GET", "/props")
+            self.assertEqual(st, 200)
+            self.assertEqual(props["n_ctx"], CTX)
+            self.assertEqual(props["total_slots"], 3)
+            self.assertEqual(props["model_path"], QWEN3)
+            self.assertIn("im_start", props["chat_template"])
+        finally:
+            srv.close()
+
+
+def recv_all(sock):
+    """Everything the server sends until it closes the connection (b"" if it only closes)."""
+    data = b""
+    while True:
+        try:
+            got = sock.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not got:
+            return data
+        data += got
+
+
+class Connections(unittest.TestCase):
+    def test_stalled_clients_are_dropped_while_others_are_served(self):
+        srv = Server(QWEN3, "--timeout-header", "1s", "--timeout-body", "1s", "--keep-alive", "1s")
+        try:
+            def conn():
+                return socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+            half_head = conn()
+            half_head.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+            nothing = conn()
+            half_body = conn()
+            half_body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+            # A head trickled a byte at a time is dropped as well: the clock runs from its first
+            # byte, not from the last one (100 bytes over 20 s; the limit is 1 s).
+            trickle = conn()
+            sent = 0
+
+            def drip():
+                nonlocal sent
+                try:
+                    for b in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 100:
+                        trickle.sendall(bytes([b]))
+                        sent += 1
+                        time.sleep(0.2)
+                except OSError:
+                    pass
+            dripper = threading.Thread(target=drip)
+            dripper.start()
+            # Others are served meanwhile.
+            r = srv.client().completions.create(model="x", prompt="Hi", max_tokens=3)
+            self.assertEqual(r.usage.completion_tokens, 3)
+            # Each stalled socket is closed by the server (a socket timeout here would fail).
+            self.assertEqual(recv_all(half_head), b"")
+            self.assertEqual(recv_all(nothing), b"")
+            self.assertEqual(recv_all(trickle), b"")
+            dripper.join()
+            self.assertLess(sent, 100, "the trickled head was cut off")
+            trickle.close()
+            resp = recv_all(half_body)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 408 "), resp)
+            self.assertIn(b'"body_timeout"', resp)
+            # An idle keep-alive connection is closed after its response.
+            idle = conn()
+            idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            resp = recv_all(idle)
+            self.assertTrue(resp.startswith(b"HTTP/1.1 200 "), resp)
+            self.assertTrue(resp.endswith(b'{"status":"ok"}'), resp)
+            for sock in (half_head, nothing, half_body, idle):
+                sock.close()
+            m = srv.metrics()
+            self.assertEqual(m["timeouts_total"], 4, "three heads (one never begun), one body; idle closes are none")
+            self.assertTrue(srv.alive())
+            self.assertEqual(srv.http("GET", "/health")[0], 200)
+        finally:
+            srv.close()
+
+    def test_connection_cap(self):
+        srv = Server(QWEN3, "--max-connections", "2", "--keep-alive", "60s")
+        try:
+            held = [socket.create_connection(("127.0.0.1", srv.port), timeout=60) for _ in range(2)]
+            # Both held connections are accepted before the third arrives: each gets an answer.
+            for h in held:
+                h.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                self.assertTrue(h.recv(65536).startswith(b"HTTP/1.1 200 "))
+            st, body = srv.http("GET", "/health")
+            self.assertEqual(st, 503, body)
+            self.assertEqual(body["error"]["code"], "too_many_connections")
+            held[0].sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            text = ""
+            while "t2p_tokens_per_second " not in text:
+                text += held[0].recv(65536).decode()
+            self.assertIn("t2p_connections 2\n", text)
+            self.assertIn("t2p_connections_refused_total 1\n", text)
+            for h in held:
+                h.close()
+            for _ in range(200):  # the server notices the closes shortly
+                if srv.http("GET", "/health")[0] == 200:
+                    break
+                time.sleep(0.05)
+            self.assertEqual(srv.http("GET", "/health")[0], 200)
+        finally:
+            srv.close()
+
+
+class Shutdown(unittest.TestCase):
+    def stream_then_term(self, *extra):
+        """Starts a long stream, sends SIGTERM once it runs: (finish reason, chunks, exit code)."""
+        srv = Server(QWEN3, "--parallel", "1", *extra)
+        try:
+            finish, n, done = None, 0, False
+            started = threading.Event()
+            result = {}
+
+            def read():
+                nonlocal finish, n, done
+                try:
+                    for ch in srv.client().completions.create(model="x", prompt="Once upon a time", max_tokens=CTX - 20,
+                                                              temperature=0, stream=True):
+                        n += 1
+                        if n == 3:
+                            started.set()
+                        if ch.choices and ch.choices[0].finish_reason:
+                            finish = ch.choices[0].finish_reason
+                    done = True
+                except Exception as e:  # noqa: BLE001 - reported below
+                    result["error"] = e
+                started.set()
+
+            t = threading.Thread(target=read)
+            t.start()
+            self.assertTrue(started.wait(60))
+            srv.proc.terminate()
+            t.join(120)
+            code = srv.proc.wait(120)
+            self.assertNotIn("error", result)
+            self.assertTrue(done, "the stream ended with [DONE]")
+            return finish, n, code
+        finally:
+            srv.close()
+
+    def test_sigterm_lets_the_request_finish_and_exits_0(self):
+        finish, n, code = self.stream_then_term()
+        self.assertEqual(code, 0)
+        self.assertEqual(finish, "length")
+        self.assertGreater(n, 3)
+
+    def test_sigterm_past_the_grace_period_cuts_the_request_with_a_finish_reason(self):
+        finish, _, code = self.stream_then_term("--shutdown-timeout", "0")
+        self.assertEqual(code, 0)
+        self.assertEqual(finish, "length")
+
+    def test_sigterm_completes_a_non_streamed_request(self):
+        srv = Server(QWEN3, "--parallel", "1")
+        try:
+            body = {"prompt": "Once upon a time", "max_tokens": 64, "temperature": 0}
+            alone = srv.http("POST", "/v1/completions", body)
+            with concurrent.futures.ThreadPoolExecutor(1) as ex:
+                fut = ex.submit(srv.http, "POST", "/v1/completions", body)
+                self.assertTrue(srv.wait_metric("slots_busy", 1, timeout=60))
+                srv.proc.terminate()
+                st, got = fut.result(timeout=120)
+            self.assertEqual(srv.proc.wait(120), 0)
+            self.assertEqual(st, 200, got)
+            self.assertEqual(got["choices"][0]["text"], alone[1]["choices"][0]["text"])
+            self.assertEqual(got["usage"]["completion_tokens"], 64)
         finally:
             srv.close()
 

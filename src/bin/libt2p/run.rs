@@ -109,6 +109,7 @@ impl SampleArgs {
             repeat_penalty: self.repeat_penalty,
             repeat_last_n: self.repeat_last_n,
             seed: self.seed,
+            ..SamplerConfig::default()
         })
     }
 }

@@ -4,9 +4,10 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use t2p::matmul::ActQuant;
-use t2p::runner::server::{ServerConfig, serve};
+use t2p::runner::server::{Limits, ServerConfig, parse_duration, serve};
 
 use crate::run::{ModelArgs, parse_act};
 
@@ -42,9 +43,34 @@ pub struct Args {
     /// Requests that may wait for a free slot; past that the server answers 503.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
-    /// Require `Authorization: Bearer KEY` on the /v1 endpoints.
+    /// Require `Authorization: Bearer KEY` on the /v1 endpoints (and /tokenize, /detokenize,
+    /// /props).
     #[arg(long)]
     api_key: Option<String>,
+    /// Longest wait for a request's head, from its first byte (from the connection opening,
+    /// for the first request): `500ms`, `10s`, `1m`, or seconds.
+    #[arg(long, default_value = "10s", value_parser = positive_duration)]
+    timeout_header: Duration,
+    /// Longest wait for a request's body, from its head (408 past it).
+    #[arg(long, default_value = "30s", value_parser = positive_duration)]
+    timeout_body: Duration,
+    /// How long an idle connection is kept open between requests (0: close after each).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    keep_alive: Duration,
+    /// Most connections open at once; more get a 503 and are closed.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// On SIGINT/SIGTERM, how long in-flight requests may still run; then they end with
+    /// finish_reason "length" (a second signal ends them at once).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    shutdown_timeout: Duration,
+}
+
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
+        d => Ok(d),
+    }
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -70,6 +96,14 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         queue: args.queue as usize,
         api_key: args.api_key.clone(),
         model_name,
+        model_path: args.model.display().to_string(),
+        limits: Limits {
+            header_timeout: args.timeout_header,
+            body_timeout: args.timeout_body,
+            keep_alive: args.keep_alive,
+            max_connections: args.max_connections as usize,
+            shutdown_timeout: args.shutdown_timeout,
+        },
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens | queue {} | threads {} | kernels {}",
@@ -83,5 +117,6 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         eprintln!("libt2p serve: listening on http://{addr}");
         let _ = std::io::stderr().flush();
     })?;
+    eprintln!("libt2p serve: stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 /// K and V of every attention layer for one sequence.
+#[derive(Clone)]
 pub struct KvCache {
     n_ctx: usize,
     kv_dim: usize,

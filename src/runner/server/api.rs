@@ -12,6 +12,21 @@ use crate::runner::sample::SamplerConfig;
 /// Most stop strings a request may give.
 pub const MAX_STOPS: usize = 16;
 
+/// Most choices (`n`) one request may ask for.
+pub const MAX_CHOICES: usize = 8;
+
+/// Most alternatives per token (`top_logprobs`, or `logprobs` of `/v1/completions`), as OpenAI.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Which endpoint a request came to: the fields differ a little (`logprobs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// `/v1/completions`: text in, text out.
+    Text,
+    /// `/v1/chat/completions`: messages in, a message out.
+    Chat,
+}
+
 /// An OpenAI-style error: `{"error": {"message", "type", "code"}}` with an HTTP status.
 #[derive(Debug)]
 pub struct ApiError {
@@ -85,8 +100,13 @@ pub struct Common {
     pub stream: bool,
     /// `stream_options.include_usage`.
     pub include_usage: bool,
-    /// `return_tokens` (as llama-server): the generated ids as `choices[0].tokens`.
+    /// `return_tokens` (as llama-server): the generated ids as `choices[i].tokens`.
     pub return_tokens: bool,
+    /// `n`: how many choices (1 to [`MAX_CHOICES`]).
+    pub n: usize,
+    /// Log-probabilities asked for: `Some(k)` with `k` alternatives per token (chat:
+    /// `logprobs: true` and `top_logprobs`; completions: `logprobs: k`), `None` when not.
+    pub logprobs: Option<usize>,
 }
 
 /// Parses a request body into a JSON object.
@@ -160,8 +180,92 @@ fn opt_bool(m: &Map<String, Value>, name: &str) -> Result<Option<bool>, ApiError
     }
 }
 
-/// Reads the fields both endpoints share; `n_ctx` bounds `max_tokens`.
-pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiError> {
+fn opt_penalty(
+    m: &Map<String, Value>,
+    name: &str,
+    default: f32,
+    ok: impl Fn(f32) -> bool,
+    want: &str,
+) -> Result<f32, ApiError> {
+    let v = opt_f32(m, name)?.unwrap_or(default);
+    if v.is_finite() && ok(v) {
+        Ok(v)
+    } else {
+        Err(out_of_range(name, want))
+    }
+}
+
+/// Reads `logit_bias`: an object from token ids (as strings, the JSON way) to a bias in
+/// [-100, 100].
+fn parse_logit_bias(m: &Map<String, Value>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let o = match field(m, "logit_bias") {
+        None => return Ok(Vec::new()),
+        Some(Value::Object(o)) => o,
+        Some(v) => return Err(wrong("logit_bias", "an object of token id -> bias", v)),
+    };
+    o.iter()
+        .map(|(k, v)| {
+            let id = match k.trim().parse::<u64>() {
+                Ok(id) if (id as usize) < n_vocab => id as u32,
+                _ => {
+                    return Err(out_of_range(
+                        "logit_bias",
+                        &format!(
+                            "keyed by token ids below the vocabulary size {n_vocab}, not {k:?}"
+                        ),
+                    ));
+                }
+            };
+            match v.as_f64() {
+                Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
+                Some(_) => Err(out_of_range(
+                    &format!("logit_bias[{k:?}]"),
+                    "between -100 and 100",
+                )),
+                None => Err(wrong(&format!("logit_bias[{k:?}]"), "a number", v)),
+            }
+        })
+        .collect()
+}
+
+/// Reads the log-probability fields of `kind`'s endpoint.
+fn parse_logprobs(m: &Map<String, Value>, kind: Kind) -> Result<Option<usize>, ApiError> {
+    let top = |name: &str, v: i64| {
+        if (0..=MAX_TOP_LOGPROBS as i64).contains(&v) {
+            Ok(v as usize)
+        } else {
+            Err(out_of_range(
+                name,
+                &format!("between 0 and {MAX_TOP_LOGPROBS}, not {v}"),
+            ))
+        }
+    };
+    match kind {
+        Kind::Chat => {
+            let on = opt_bool(m, "logprobs")?.unwrap_or(false);
+            match opt_int(m, "top_logprobs")? {
+                Some(_) if !on => Err(ApiError::invalid(
+                    "invalid_value",
+                    "'top_logprobs' needs 'logprobs': true",
+                )),
+                Some(k) => Ok(Some(top("top_logprobs", k)?)),
+                None => Ok(on.then_some(0)),
+            }
+        }
+        Kind::Text => opt_int(m, "logprobs")?
+            .map(|k| top("logprobs", k))
+            .transpose(),
+    }
+}
+
+/// Reads the fields both endpoints share; `n_ctx` bounds `max_tokens` (and is what
+/// `repeat_last_n: -1` means), `n_vocab` bounds the token ids of `logit_bias`.
+pub fn parse_common(
+    m: &Map<String, Value>,
+    kind: Kind,
+    n_ctx: usize,
+    n_vocab: usize,
+) -> Result<Common, ApiError> {
     let max_tokens = match opt_int(m, "max_tokens")? {
         Some(v) => Some(v),
         None => opt_int(m, "max_completion_tokens")?,
@@ -196,11 +300,50 @@ pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiE
     };
     // Any integer: negative seeds are taken as their two's complement.
     let seed = opt_int(m, "seed")?.map_or(d.seed, |s| s as u64);
-    if let Some(n) = opt_int(m, "n")?
-        && n != 1
-    {
-        return Err(out_of_range("n", "1 (one choice per request)"));
-    }
+    let n = match opt_int(m, "n")? {
+        None => 1,
+        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(out_of_range(
+                "n",
+                &format!("between 1 and {MAX_CHOICES}, not {n}"),
+            ));
+        }
+    };
+    let presence_penalty = opt_penalty(
+        m,
+        "presence_penalty",
+        d.presence_penalty,
+        |v| (-2.0..=2.0).contains(&v),
+        "between -2 and 2",
+    )?;
+    let frequency_penalty = opt_penalty(
+        m,
+        "frequency_penalty",
+        d.frequency_penalty,
+        |v| (-2.0..=2.0).contains(&v),
+        "between -2 and 2",
+    )?;
+    let repeat_penalty = opt_penalty(
+        m,
+        "repeat_penalty",
+        d.repeat_penalty,
+        |v| v > 0.0,
+        "a number above 0 (1: off)",
+    )?;
+    let repeat_last_n = match opt_int(m, "repeat_last_n")? {
+        None => d.repeat_last_n,
+        Some(-1) => n_ctx,
+        Some(v) if v >= 0 => usize::try_from(v).unwrap_or(usize::MAX),
+        Some(_) => {
+            return Err(out_of_range(
+                "repeat_last_n",
+                "0 (off), a token count, or -1 (the context)",
+            ));
+        }
+    };
+    let logit_bias = parse_logit_bias(m, n_vocab)?;
+    let logprobs = parse_logprobs(m, kind)?;
     let stop = match field(m, "stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
@@ -235,12 +378,18 @@ pub fn parse_common(m: &Map<String, Value>, n_ctx: usize) -> Result<Common, ApiE
             top_p,
             min_p,
             seed,
-            ..d
+            repeat_penalty,
+            repeat_last_n,
+            presence_penalty,
+            frequency_penalty,
+            logit_bias,
         },
         stop,
         stream,
         include_usage,
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
+        n,
+        logprobs,
     })
 }
 
@@ -346,23 +495,109 @@ mod tests {
         parse_object(s.as_bytes()).unwrap()
     }
 
+    fn common(s: &str) -> Result<Common, ApiError> {
+        parse_common(&obj(s), Kind::Text, 64, 100)
+    }
+
+    fn chat_common(s: &str) -> Result<Common, ApiError> {
+        parse_common(&obj(s), Kind::Chat, 64, 100)
+    }
+
+    fn names(e: ApiError, name: &str) {
+        assert!(e.message.contains(name), "{name}: {}", e.message);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn sampling_fields_are_read_and_their_ranges_checked() {
+        let c = common(
+            r#"{"n": 3, "presence_penalty": 0.5, "frequency_penalty": -2, "repeat_penalty": 1.3,
+                "repeat_last_n": -1, "logit_bias": {"7": -100, " 9": 2.5}, "logprobs": 4}"#,
+        )
+        .unwrap();
+        assert_eq!(c.n, 3);
+        assert_eq!(c.logprobs, Some(4));
+        let s = &c.sampler;
+        assert_eq!(
+            (s.presence_penalty, s.frequency_penalty, s.repeat_penalty),
+            (0.5, -2.0, 1.3)
+        );
+        let last_n = |v: &str| {
+            parse_common(
+                &obj(&format!(r#"{{"repeat_last_n": {v}}}"#)),
+                Kind::Text,
+                32,
+                100,
+            )
+            .unwrap()
+            .sampler
+            .repeat_last_n
+        };
+        assert_eq!((last_n("-1"), last_n("5"), last_n("0")), (32, 5, 0));
+        let mut bias = s.logit_bias.clone();
+        bias.sort_by_key(|b| b.0);
+        assert_eq!(bias, [(7, -100.0), (9, 2.5)]);
+        let d = common("{}").unwrap();
+        assert_eq!((d.n, d.logprobs), (1, None));
+        assert!(d.sampler.logit_bias.is_empty());
+        for (body, name) in [
+            (r#"{"n": 0}"#, "'n'"),
+            (r#"{"n": 9}"#, "'n'"),
+            (r#"{"presence_penalty": 2.5}"#, "presence_penalty"),
+            (r#"{"frequency_penalty": "x"}"#, "frequency_penalty"),
+            (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
+            (r#"{"repeat_last_n": -2}"#, "repeat_last_n"),
+            (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"a": 1}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"1": 101}}"#, "logit_bias"),
+            (r#"{"logit_bias": {"1": "x"}}"#, "logit_bias"),
+            (r#"{"logit_bias": [1]}"#, "logit_bias"),
+            (r#"{"logprobs": 21}"#, "logprobs"),
+            (r#"{"logprobs": true}"#, "logprobs"),
+        ] {
+            names(common(body).unwrap_err(), name);
+        }
+        // Chat: a boolean and `top_logprobs`.
+        assert_eq!(
+            chat_common(r#"{"logprobs": true}"#).unwrap().logprobs,
+            Some(0)
+        );
+        assert_eq!(
+            chat_common(r#"{"logprobs": true, "top_logprobs": 5}"#)
+                .unwrap()
+                .logprobs,
+            Some(5)
+        );
+        assert_eq!(
+            chat_common(r#"{"logprobs": false}"#).unwrap().logprobs,
+            None
+        );
+        names(
+            chat_common(r#"{"top_logprobs": 2}"#).unwrap_err(),
+            "top_logprobs",
+        );
+        names(
+            chat_common(r#"{"logprobs": true, "top_logprobs": 30}"#).unwrap_err(),
+            "top_logprobs",
+        );
+        names(chat_common(r#"{"logprobs": 3}"#).unwrap_err(), "logprobs");
+    }
+
     #[test]
     fn fields_are_checked_with_messages_naming_them() {
         assert!(parse_object(b"{").is_err());
         assert!(parse_object(b"[1]").is_err());
-        let e = parse_common(&obj(r#"{"max_tokens": "ten"}"#), 64).unwrap_err();
+        let e = common(r#"{"max_tokens": "ten"}"#).unwrap_err();
         assert!(e.message.contains("max_tokens"), "{}", e.message);
-        assert!(parse_common(&obj(r#"{"max_tokens": -1}"#), 64).is_err());
-        assert!(parse_common(&obj(r#"{"max_tokens": 65}"#), 64).is_err());
-        assert!(parse_common(&obj(r#"{"max_tokens": 1e30}"#), 64).is_err());
-        assert!(parse_common(&obj(r#"{"temperature": -0.5}"#), 64).is_err());
-        assert!(parse_common(&obj(r#"{"stop": 3}"#), 64).is_err());
-        assert!(parse_common(&obj(r#"{"n": 2}"#), 64).is_err());
-        let c = parse_common(
-            &obj(r#"{"max_tokens": 64, "stop": ["a", "b"], "seed": -1, "top_k": null, "x": {}}"#),
-            64,
-        )
-        .unwrap();
+        assert!(common(r#"{"max_tokens": -1}"#).is_err());
+        assert!(common(r#"{"max_tokens": 65}"#).is_err());
+        assert!(common(r#"{"max_tokens": 1e30}"#).is_err());
+        assert!(common(r#"{"temperature": -0.5}"#).is_err());
+        assert!(common(r#"{"stop": 3}"#).is_err());
+        assert!(common(r#"{"n": 12}"#).is_err());
+        let c =
+            common(r#"{"max_tokens": 64, "stop": ["a", "b"], "seed": -1, "top_k": null, "x": {}}"#)
+                .unwrap();
         assert_eq!(c.max_tokens, Some(64));
         assert_eq!(c.stop, ["a", "b"]);
         assert_eq!(c.sampler.seed, u64::MAX);

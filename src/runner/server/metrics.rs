@@ -18,9 +18,9 @@ pub struct Metrics {
     pub requests_invalid: AtomicU64,
     /// Requests refused with 503 because the queue was full.
     pub requests_rejected: AtomicU64,
-    /// Requests whose client went away before the end.
+    /// Requests whose client went away before the end (each of `n` choices counts).
     pub requests_cancelled: AtomicU64,
-    /// Requests that ran to a finish reason.
+    /// Requests that ran to a finish reason (each of `n` choices counts).
     pub requests_finished: AtomicU64,
     /// Prompt tokens of finished or cancelled requests.
     pub prompt_tokens: AtomicU64,
@@ -40,6 +40,12 @@ pub struct Metrics {
     pub slots_busy: AtomicU64,
     /// Slots in all.
     pub slots: AtomicU64,
+    /// Connections open (under `--max-connections`).
+    pub connections: AtomicU64,
+    /// Connections answered 503 and closed because the cap was reached.
+    pub connections_refused: AtomicU64,
+    /// Connections closed because a request head or body was slower than its timeout.
+    pub timeouts: AtomicU64,
     /// (time, tokens sampled) of recent steps, for the rate gauge.
     recent: Mutex<VecDeque<(Instant, u64)>>,
 }
@@ -101,13 +107,13 @@ impl Metrics {
         put(
             "requests_cancelled_total",
             "counter",
-            "Requests whose client disconnected first.",
+            "Requests (each of n choices) whose client disconnected first.",
             g(&self.requests_cancelled),
         );
         put(
             "requests_finished_total",
             "counter",
-            "Requests that ran to a finish reason.",
+            "Requests (each of n choices) that ran to a finish reason.",
             g(&self.requests_finished),
         );
         put(
@@ -159,6 +165,24 @@ impl Metrics {
             g(&self.slots_busy),
         );
         put("slots", "gauge", "Slots (--parallel).", g(&self.slots));
+        put(
+            "connections",
+            "gauge",
+            "Connections open.",
+            g(&self.connections),
+        );
+        put(
+            "connections_refused_total",
+            "counter",
+            "Connections refused with 503 (--max-connections reached).",
+            g(&self.connections_refused),
+        );
+        put(
+            "timeouts_total",
+            "counter",
+            "Connections closed for a request head or body slower than --timeout-header / --timeout-body.",
+            g(&self.timeouts),
+        );
         put(
             "tokens_per_second",
             "gauge",

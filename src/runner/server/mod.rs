@@ -4,18 +4,24 @@
 //! together, one [`Model::forward_batch`](crate::runner::model::Model::forward_batch) per step,
 //! joining and leaving between steps. The HTTP side ([`routes`], axum on tokio) parses and
 //! tokenizes requests, queues them (bounded: a full queue answers 503) and turns the
-//! scheduler's events into JSON or server-sent events. Batching never changes an output: at
-//! temperature 0 a request gets the tokens `libt2p run --temp 0` gives, alone or not.
+//! scheduler's events into JSON or server-sent events ([`respond`]). Batching never changes an
+//! output: at temperature 0 a request gets the tokens `libt2p run --temp 0` gives, alone or not.
+//! [`conn`] owns the connections: their cap and timeouts, and the graceful shutdown.
 
 pub mod api;
+pub mod conn;
 pub mod metrics;
+pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod text;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use serde_json::json;
 
 use metrics::Metrics;
 use routes::AppState;
@@ -23,6 +29,9 @@ use scheduler::SchedulerConfig;
 
 use crate::runner::chat::ChatTemplate;
 use crate::runner::model::{Exec, Loaded};
+use crate::runner::sample::SamplerConfig;
+
+pub use conn::{Limits, parse_duration};
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -41,9 +50,16 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// The model name responses carry.
     pub model_name: String,
+    /// The model file, as `/props` reports it.
+    pub model_path: String,
+    /// Connection cap and timeouts, and the shutdown's grace period.
+    pub limits: Limits,
 }
 
-/// Serves `loaded` with `exec` until Ctrl-C / SIGTERM; `on_listen` sees the bound address.
+/// Serves `loaded` with `exec` until SIGINT / SIGTERM; `on_listen` sees the bound address.
+/// On the signal the server stops accepting, closes idle connections and lets in-flight
+/// requests finish; past `limits.shutdown_timeout` (or on a second signal) it ends them
+/// (`finish_reason: "length"`), then returns.
 pub fn serve(
     loaded: Loaded,
     exec: Exec,
@@ -56,8 +72,13 @@ pub fn serve(
         gguf,
     } = loaded;
     let template = ChatTemplate::from_gguf(&gguf, &tokenizer)?.map(Arc::new);
+    let template_source = gguf
+        .opt_str("tokenizer.chat_template")?
+        .unwrap_or_default()
+        .to_string();
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::default());
+    let conn_metrics = metrics.clone();
     let (jobs, rx) = std::sync::mpsc::sync_channel(cfg.queue);
     let sched_cfg = SchedulerConfig {
         parallel: cfg.parallel.max(1),
@@ -77,43 +98,120 @@ pub fn serve(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         next_id: AtomicU64::new(0),
+        body_timeout: cfg.limits.body_timeout,
+        props: props(&cfg, &template_source),
     });
+    let cut = Arc::new(AtomicBool::new(false));
+    let sched_cut = cut.clone();
     let worker = std::thread::Builder::new()
         .name("t2p-scheduler".into())
-        .spawn(move || scheduler::run(&model, &exec, &tokenizer, sched_cfg, rx, metrics))?;
+        .spawn(move || {
+            scheduler::run(&model, &exec, &tokenizer, sched_cfg, rx, metrics, sched_cut)
+        })?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let limits = cfg.limits;
+    let result = rt.block_on(async move {
+        // Listen for the signals before anyone can connect: a signal that comes early is
+        // still a shutdown, never the default (abrupt) exit.
+        let mut signals = Signals::new()?;
+        let (count_tx, count_rx) = tokio::sync::watch::channel(0u32);
+        tokio::spawn(async move {
+            loop {
+                signals.next().await;
+                count_tx.send_modify(|n| *n += 1);
+            }
+        });
+        let nth = |n: u32| {
+            let mut rx = count_rx.clone();
+            async move {
+                let _ = rx.wait_for(|&seen| seen >= n).await;
+            }
+        };
         let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
         on_listen(listener.local_addr()?);
-        axum::serve(listener, routes::router(state))
-            .with_graceful_shutdown(shutdown())
-            .await
-    })?;
-    // The router (and with it the queue's sender) is gone: the scheduler ends its last steps.
+        let (first, second) = (nth(1), nth(2));
+        conn::accept_loop(
+            listener,
+            routes::router(state),
+            conn_metrics,
+            limits,
+            first,
+            second,
+            || cut.store(true, Ordering::Relaxed),
+        )
+        .await;
+        Ok::<_, std::io::Error>(())
+    });
+    // Whatever is still open is dropped with the runtime, and with it the last sender of the
+    // queue: the scheduler ends (every job was cut, or finished) and the thread returns.
     drop(rt);
     worker.join().map_err(|_| "the scheduler thread panicked")?;
+    result?;
     Ok(())
 }
 
-async fn shutdown() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// `/props`: what llama-server reports that means something here.
+fn props(cfg: &ServerConfig, template: &str) -> serde_json::Value {
+    let d = SamplerConfig::default();
+    json!({
+        "model_path": cfg.model_path,
+        "model_alias": cfg.model_name,
+        "n_ctx": cfg.n_ctx,
+        "total_slots": cfg.parallel.max(1),
+        "chat_template": template,
+        "default_generation_settings": {
+            "n_ctx": cfg.n_ctx,
+            "params": {
+                "temperature": d.temperature,
+                "top_k": d.top_k,
+                "top_p": d.top_p,
+                "min_p": d.min_p,
+                "repeat_penalty": d.repeat_penalty,
+                "repeat_last_n": d.repeat_last_n,
+                "presence_penalty": d.presence_penalty,
+                "frequency_penalty": d.frequency_penalty,
+                "seed": d.seed,
+            },
+        },
+        "build_info": concat!("t2p ", env!("CARGO_PKG_VERSION")),
+    })
+}
+
+/// SIGINT and SIGTERM, registered at once.
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return ctrl_c.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = ctrl_c => {},
-            _ = term.recv() => {},
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Signals {})
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// The next signal of either kind.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {},
+            _ = self.term.recv() => {},
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -1,40 +1,36 @@
-//! The HTTP side: axum routes, the API key check, request -> [`Job`], and the responses
-//! (one JSON object, or server-sent events ending with `data: [DONE]`).
+//! The HTTP side: axum routes, the API key check, the body read (bounded in size and time),
+//! request -> [`Job`]s (one per choice), and the responses (one JSON object, or server-sent
+//! events ending with `data: [DONE]`, built in [`super::respond`]). The small endpoints
+//! (`/tokenize`, `/detokenize`, `/props`) are in [`super::tokens`].
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
-use super::api::{self, ApiError, Prompt};
+use super::api::{self, ApiError, Kind, Prompt};
 use super::metrics::Metrics;
-use super::scheduler::{Event, Finish, Job};
+use super::respond::{self, Reply};
+use super::scheduler::Job;
+use super::tokens;
 use crate::runner::Tokenizer;
 use crate::runner::chat::ChatTemplate;
 
 /// Largest request body accepted (413 past it).
 pub const MAX_BODY: usize = 16 << 20;
-
-/// Completions answer as text (`/v1/completions`) or as a chat message.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Text,
-    Chat,
-}
 
 /// What every handler shares.
 pub struct AppState {
@@ -58,22 +54,30 @@ pub struct AppState {
     pub started: u64,
     /// Source of response ids.
     pub next_id: AtomicU64,
+    /// Longest a request body may take to arrive (408 past it).
+    pub body_timeout: Duration,
+    /// What `/props` answers.
+    pub props: Value,
 }
 
 type Shared = Arc<AppState>;
 
-/// The router: completions behind the API key, `/health` and `/metrics` open.
+/// The router: completions, models and the tokenizer endpoints behind the API key, `/health`
+/// and `/metrics` open.
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(tokens::tokenize))
+        .route("/detokenize", post(tokens::detokenize))
+        .route("/props", get(tokens::props))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_key))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(state.clone(), count_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -104,7 +108,10 @@ async fn check_key(State(st): State<Shared>, req: Request, next: Next) -> Respon
     next.run(req).await
 }
 
-async fn count_errors(State(st): State<Shared>, req: Request, next: Next) -> Response {
+/// Reads the whole body before any handler runs, so that it is bounded in size (413) and in
+/// time (408: a client that sends half a body is not waited on past `body_timeout`); counts
+/// the 4xx answers.
+async fn read_body(State(st): State<Shared>, req: Request, next: Next) -> Response {
     // A declared body past the limit is refused before it is read (a client that sent
     // `Expect: 100-continue` then never sends it).
     let declared = req
@@ -113,13 +120,63 @@ async fn count_errors(State(st): State<Shared>, req: Request, next: Next) -> Res
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let resp = if declared.is_some_and(|n| n > MAX_BODY as u64) {
-        too_large().into_response()
+        closing(too_large().into_response())
     } else {
-        next.run(req).await
+        let (parts, body) = req.into_parts();
+        match tokio::time::timeout(st.body_timeout, collect(body)).await {
+            Ok(Ok(bytes)) => {
+                next.run(Request::from_parts(parts, Body::from(bytes)))
+                    .await
+            }
+            Ok(Err(e)) => closing(e.into_response()),
+            Err(_) => {
+                st.metrics.timeouts.fetch_add(1, Relaxed);
+                closing(
+                    ApiError::new(
+                        StatusCode::REQUEST_TIMEOUT,
+                        "invalid_request_error",
+                        "body_timeout",
+                        format!(
+                            "the request body did not arrive within {} ms",
+                            st.body_timeout.as_millis()
+                        ),
+                    )
+                    .into_response(),
+                )
+            }
+        }
     };
     if resp.status().is_client_error() {
         st.metrics.requests_invalid.fetch_add(1, Relaxed);
     }
+    resp
+}
+
+/// The body's bytes, at most [`MAX_BODY`] of them.
+async fn collect(body: Body) -> Result<Vec<u8>, ApiError> {
+    let mut data = body.into_data_stream();
+    let mut buf = Vec::new();
+    while let Some(chunk) = data.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::invalid(
+                "bad_body",
+                format!("the request body could not be read: {e}"),
+            )
+        })?;
+        if buf.len() + chunk.len() > MAX_BODY {
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf)
+}
+
+/// Marks `resp` as the connection's last: the rest of a body not read is never waited for.
+fn closing(mut resp: Response) -> Response {
+    resp.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
     resp
 }
 
@@ -137,7 +194,7 @@ async fn not_found() -> ApiError {
         StatusCode::NOT_FOUND,
         "not_found_error",
         "not_found",
-        "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics)",
+        "no such endpoint (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /tokenize, POST /detokenize, GET /props, GET /health, GET /metrics)",
     )
 }
 
@@ -252,25 +309,34 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
     Ok(ids)
 }
 
+/// Bad-body rejections of the `Bytes` extractor as API errors (the body is already read).
+fn body_error(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        too_large()
+    } else {
+        ApiError::new(
+            e.status(),
+            "invalid_request_error",
+            "bad_body",
+            e.body_text(),
+        )
+    }
+}
+
+/// Parses a JSON-object body (the small endpoints share this with the completions).
+pub(super) fn object_body(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Map<String, Value>, ApiError> {
+    api::parse_object(&body.map_err(body_error)?)
+}
+
 async fn complete(
     st: Shared,
     body: Result<Bytes, BytesRejection>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            too_large()
-        } else {
-            ApiError::new(
-                e.status(),
-                "invalid_request_error",
-                "bad_body",
-                e.body_text(),
-            )
-        }
-    })?;
-    let m = api::parse_object(&body)?;
-    let common = api::parse_common(&m, st.n_ctx)?;
+    let m = object_body(body)?;
+    let common = api::parse_common(&m, kind, st.n_ctx, st.n_vocab)?;
     let prompt = prompt_ids(&st, &m, kind).await?;
     let prompt_len = prompt.len();
     // OpenAI's defaults: 16 tokens for text completions, as many as fit for chat.
@@ -278,14 +344,29 @@ async fn complete(
         Kind::Text => 16,
         Kind::Chat => st.n_ctx - prompt_len,
     });
-    let (tx, rx) = unbounded_channel();
-    let job = Job {
-        prompt,
-        max_tokens,
-        sampler: common.sampler.clone(),
-        stop: common.stop.clone(),
-        events: tx,
-    };
+    // One job per choice, choice i drawing with seed + i (so at a temperature above 0 the
+    // choices differ and choice 0 is what `n: 1` gives); the first carries the others, which
+    // share its prompt evaluation.
+    let mut receivers = Vec::with_capacity(common.n);
+    let mut jobs: Vec<Job> = (0..common.n)
+        .map(|i| {
+            let (tx, rx) = unbounded_channel();
+            receivers.push(rx);
+            let mut sampler = common.sampler.clone();
+            sampler.seed = sampler.seed.wrapping_add(i as u64);
+            Job {
+                prompt: prompt.clone(),
+                max_tokens,
+                sampler,
+                stop: common.stop.clone(),
+                logprobs: common.logprobs,
+                events: tx,
+                siblings: Vec::new(),
+            }
+        })
+        .collect();
+    let mut job = jobs.remove(0);
+    job.siblings = jobs;
     st.metrics.queue_depth.fetch_add(1, Relaxed);
     if let Err(e) = st.jobs.try_send(job) {
         st.metrics.queue_depth.fetch_sub(1, Relaxed);
@@ -313,181 +394,13 @@ async fn complete(
         kind,
         created: now(),
         model: st.model_name.clone(),
+        tokenizer: st.tokenizer.clone(),
+        prompt_tokens: prompt_len,
+        logprobs: common.logprobs.is_some(),
     };
     if common.stream {
-        Ok(stream(reply, rx, common.include_usage).into_response())
+        Ok(respond::stream(reply, receivers, common.include_usage))
     } else {
-        whole(reply, rx, common.return_tokens).await
+        respond::whole(reply, receivers, common.return_tokens).await
     }
-}
-
-/// The parts of every response object that do not change.
-struct Reply {
-    id: String,
-    kind: Kind,
-    created: u64,
-    model: String,
-}
-
-fn usage(prompt_tokens: usize, cached_tokens: usize, completion_tokens: usize) -> Value {
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
-    })
-}
-
-fn model_failed(msg: String) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "model_error",
-        msg,
-    )
-}
-
-impl Reply {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Text, _) => "text_completion",
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-        }
-    }
-
-    fn envelope(&self, chunk: bool, choices: Value) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("id".into(), self.id.clone().into());
-        m.insert("object".into(), self.object(chunk).into());
-        m.insert("created".into(), self.created.into());
-        m.insert("model".into(), self.model.clone().into());
-        m.insert("choices".into(), choices);
-        m
-    }
-
-    /// A streamed chunk carrying `text` (or the finish reason).
-    fn chunk(&self, text: Option<&str>, finish: Option<Finish>) -> Value {
-        let finish = finish.map(Finish::as_str);
-        let choice = match self.kind {
-            Kind::Text => {
-                json!({"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish})
-            }
-            Kind::Chat => {
-                let delta = match text {
-                    Some(t) => json!({"content": t}),
-                    None => json!({}),
-                };
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
-            }
-        };
-        Value::Object(self.envelope(true, json!([choice])))
-    }
-}
-
-/// Waits for the whole completion and answers with one object.
-async fn whole(
-    reply: Reply,
-    mut rx: UnboundedReceiver<Event>,
-    return_tokens: bool,
-) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(t)) => text.push_str(&t),
-            Some(Event::Done {
-                finish,
-                prompt_tokens,
-                cached_tokens,
-                completion_tokens,
-                tokens,
-            }) => {
-                let finish = finish.as_str();
-                let mut choice = match reply.kind {
-                    Kind::Text => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-                    }
-                    Kind::Chat => json!({
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
-                        "finish_reason": finish,
-                    }),
-                };
-                if return_tokens {
-                    choice["tokens"] = json!(tokens);
-                }
-                let mut m = reply.envelope(false, json!([choice]));
-                m.insert(
-                    "usage".into(),
-                    usage(prompt_tokens, cached_tokens, completion_tokens),
-                );
-                return Ok(axum::Json(Value::Object(m)).into_response());
-            }
-            Some(Event::Error(e)) => return Err(model_failed(e)),
-            None => return Err(model_failed("the model thread stopped".into())),
-        }
-    }
-}
-
-/// Streams the completion as server-sent events. Dropping the stream (the client went away)
-/// drops the receiver, which the scheduler sees before its next step and frees the slot.
-fn stream(reply: Reply, rx: UnboundedReceiver<Event>, include_usage: bool) -> Response {
-    let mut out = VecDeque::new();
-    if reply.kind == Kind::Chat {
-        let mut first = reply.chunk(Some(""), None);
-        first["choices"][0]["delta"] = json!({"role": "assistant", "content": ""});
-        out.push_back(first.to_string());
-    }
-    let state = (Some(rx), out, reply);
-    let events = futures_util::stream::unfold(state, move |(mut rx, mut out, reply)| async move {
-        loop {
-            if let Some(data) = out.pop_front() {
-                let ev: Result<SseEvent, Infallible> = Ok(SseEvent::default().data(data));
-                return Some((ev, (rx, out, reply)));
-            }
-            let r = rx.as_mut()?;
-            match r.recv().await {
-                Some(Event::Text(t)) => out.push_back(reply.chunk(Some(&t), None).to_string()),
-                Some(Event::Done {
-                    finish,
-                    prompt_tokens,
-                    cached_tokens,
-                    completion_tokens,
-                    ..
-                }) => {
-                    out.push_back(reply.chunk(None, Some(finish)).to_string());
-                    if include_usage {
-                        let mut m = reply.envelope(true, json!([]));
-                        m.insert(
-                            "usage".into(),
-                            usage(prompt_tokens, cached_tokens, completion_tokens),
-                        );
-                        out.push_back(Value::Object(m).to_string());
-                    }
-                    out.push_back("[DONE]".into());
-                    rx = None;
-                }
-                Some(Event::Error(e)) => {
-                    out.push_back(model_failed(e).body().to_string());
-                    rx = None;
-                }
-                None => {
-                    out.push_back(
-                        model_failed("the model thread stopped".into())
-                            .body()
-                            .to_string(),
-                    );
-                    rx = None;
-                }
-            }
-        }
-    });
-    let mut resp = Sse::new(events).into_response();
-    let h: &mut HeaderMap = resp.headers_mut();
-    h.insert(
-        header::CACHE_CONTROL,
-        header::HeaderValue::from_static("no-cache"),
-    );
-    resp
 }

@@ -5,8 +5,16 @@
 //! Batching never changes an output: every sequence's logits are those it would get alone
 //! (see `forward_batch`), each request samples with its own [`Sampler`], and chunked prompt
 //! evaluation gives the same K/V and recurrent state as a single pass.
+//!
+//! The choices of one request (`n`) share its prompt's evaluation: while the first choice
+//! evaluates the prompt, the others wait in free slots; once it is done they get copies of its
+//! session (K/V and recurrent state, exactly what they would have computed) and sample their
+//! first tokens from its logits. Choices that found no free slot are admitted later like any
+//! job, and share with another of their request's choices still evaluating the prompt, if any.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Instant;
@@ -17,14 +25,14 @@ use super::metrics::Metrics;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
 use crate::runner::model::{Exec, Model, Session};
-use crate::runner::sample::{Sampler, SamplerConfig};
+use crate::runner::sample::{Sampler, SamplerConfig, log_softmax_top};
 
 /// Why a completion ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
     /// An end-of-generation token or a stop string.
     Stop,
-    /// `max_tokens` or the end of the context.
+    /// `max_tokens`, the end of the context, or a shutdown that could not wait for the end.
     Length,
 }
 
@@ -38,9 +46,26 @@ impl Finish {
     }
 }
 
+/// The log-probabilities of one sampled token, from the model's distribution (the softmax of
+/// its logits before bias, penalties and temperature).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub id: u32,
+    /// Its log-probability (`<= 0`).
+    pub logprob: f32,
+    /// The most likely tokens and theirs, most likely first.
+    pub top: Vec<(u32, f32)>,
+    /// Characters of completion text before this token's (OpenAI's `text_offset`).
+    pub offset: usize,
+}
+
 /// What the scheduler tells the request's handler.
 #[derive(Debug)]
 pub enum Event {
+    /// The log-probabilities of the next sampled token (when the job asks for them), sent
+    /// before any text that token brings; an end-of-generation token has none.
+    Logprob(TokenLogprob),
     /// The next piece of completion text (never empty).
     Text(String),
     /// The completion ended.
@@ -70,8 +95,13 @@ pub struct Job {
     pub sampler: SamplerConfig,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// `Some(k)`: send an [`Event::Logprob`] per token, with `k` alternatives.
+    pub logprobs: Option<usize>,
     /// Where the events go; a closed channel cancels the job.
     pub events: UnboundedSender<Event>,
+    /// The request's further choices: the same prompt (and limits), their own sampler and
+    /// events; they share this job's prompt evaluation.
+    pub siblings: Vec<Job>,
 }
 
 /// Settings of the scheduler.
@@ -100,6 +130,18 @@ struct Active<'t> {
     limit: usize,
     /// The last sampled token, evaluated in the next step.
     pending: Option<u32>,
+    /// The request this job is a choice of (the admission order of its first choice), when
+    /// it has several.
+    group: Option<u64>,
+    /// Waiting for a choice of its group to finish evaluating the prompt (then forked).
+    waiting: bool,
+}
+
+impl Active<'_> {
+    /// Whether this job is evaluating its own prompt now.
+    fn in_prefill(&self) -> bool {
+        !self.waiting && self.pending.is_none() && self.fed < self.job.prompt.len()
+    }
 }
 
 /// A slot: its session (made on first use), the tokens the session holds, and its request.
@@ -129,7 +171,8 @@ pub fn reusable_prefix(held: &[u32], prompt: &[u32], recurrent: bool) -> usize {
     }
 }
 
-/// Runs jobs from `rx` until it closes and no slot is busy.
+/// Runs jobs from `rx` until it closes and no slot is busy. Once `cut` is set, every job ends
+/// (with [`Finish::Length`]) before its next step: a shutdown that cannot wait any longer.
 pub fn run(
     model: &Model,
     exec: &Exec,
@@ -137,6 +180,7 @@ pub fn run(
     cfg: SchedulerConfig,
     rx: Receiver<Job>,
     metrics: Arc<Metrics>,
+    cut: Arc<AtomicBool>,
 ) {
     metrics.slots.store(cfg.parallel as u64, Relaxed);
     let mut slots: Vec<Slot> = (0..cfg.parallel)
@@ -149,9 +193,11 @@ pub fn run(
         .collect();
     let mut admitted = 0u64;
     let mut open = true;
+    // Choices of admitted requests still to place (before anything new from the queue).
+    let mut backlog: VecDeque<(Job, Option<u64>)> = VecDeque::new();
     loop {
         let busy = slots.iter().any(|s| s.active.is_some());
-        if !busy {
+        if !busy && backlog.is_empty() {
             if !open {
                 return;
             }
@@ -159,36 +205,82 @@ pub fn run(
                 Ok(job) => {
                     metrics.queue_depth.fetch_sub(1, Relaxed);
                     admitted += 1;
-                    admit(model, tok, cfg, &mut slots, job, admitted, &metrics);
+                    let a = Admission {
+                        job,
+                        group: None,
+                        order: admitted,
+                    };
+                    admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics);
                 }
                 Err(_) => return,
             }
         }
-        while open && slots.iter().any(|s| s.active.is_none()) {
-            match rx.try_recv() {
-                Ok(job) => {
-                    metrics.queue_depth.fetch_sub(1, Relaxed);
-                    admitted += 1;
-                    admit(model, tok, cfg, &mut slots, job, admitted, &metrics);
+        while slots.iter().any(|s| s.active.is_none()) {
+            let (job, group) = match backlog.pop_front() {
+                Some(next) => next,
+                None if !open => break,
+                None => match rx.try_recv() {
+                    Ok(job) => {
+                        metrics.queue_depth.fetch_sub(1, Relaxed);
+                        (job, None)
+                    }
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        open = false;
+                        break;
+                    }
+                },
+            };
+            admitted += 1;
+            let a = Admission {
+                job,
+                group,
+                order: admitted,
+            };
+            admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics);
+        }
+        if cut.load(Relaxed) {
+            for s in slots.iter_mut() {
+                if let Some(a) = s.active.take() {
+                    finish_job(&metrics, a, Finish::Length);
                 }
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => open = false,
             }
+            continue;
         }
         step(model, exec, tok, cfg, &mut slots, &metrics);
     }
 }
 
-/// Puts `job` into the free slot whose session already holds the longest usable prefix.
+/// A job to place, with the request it is a choice of and its admission order.
+struct Admission {
+    job: Job,
+    group: Option<u64>,
+    order: u64,
+}
+
+/// Puts a job into a free slot: to wait for a choice of its request that is evaluating the
+/// prompt, or into the slot whose session already holds the longest usable prefix. Its
+/// siblings go to `backlog`.
 fn admit<'t>(
     model: &Model,
     tok: &'t Tokenizer,
     cfg: SchedulerConfig,
     slots: &mut [Slot<'t>],
-    job: Job,
-    order: u64,
+    adm: Admission,
+    backlog: &mut VecDeque<(Job, Option<u64>)>,
     metrics: &Metrics,
 ) {
+    let Admission {
+        mut job,
+        mut group,
+        order,
+    } = adm;
+    if !job.siblings.is_empty() {
+        group = Some(order);
+        for s in std::mem::take(&mut job.siblings) {
+            backlog.push_back((s, group));
+        }
+    }
     if job.events.is_closed() {
         metrics.requests_cancelled.fetch_add(1, Relaxed);
         return;
@@ -204,6 +296,12 @@ fn admit<'t>(
         return;
     }
     let recurrent = matches!(model, Model::Qwen35(_));
+    let waits = group.is_some()
+        && slots.iter().any(|s| {
+            s.active
+                .as_ref()
+                .is_some_and(|a| a.group == group && a.in_prefill() && a.job.prompt == job.prompt)
+        });
     let Some(slot) = slots
         .iter_mut()
         .filter(|s| s.active.is_none())
@@ -218,26 +316,62 @@ fn admit<'t>(
         let _ = job.events.send(Event::Error("no free slot".into()));
         return;
     };
-    let keep = reusable_prefix(&slot.held, &job.prompt, recurrent);
-    let session = slot
-        .session
-        .get_or_insert_with(|| model.new_session(cfg.n_ctx));
-    session.truncate(keep);
-    slot.held.truncate(keep);
     metrics.slots_busy.fetch_add(1, Relaxed);
     let limit = job.max_tokens.min(cfg.n_ctx - job.prompt.len());
     slot.since = order;
     slot.active = Some(Active {
         sampler: Sampler::new(job.sampler.clone()),
         text: TextStream::new(tok, &job.stop),
-        fed: keep,
-        cached: keep,
+        fed: 0,
+        cached: 0,
         history: job.prompt.clone(),
         generated: 0,
         limit,
         pending: None,
+        group,
+        waiting: true,
         job,
     });
+    if !waits {
+        start_prefill(model, cfg, slot);
+    }
+}
+
+/// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
+fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
+    let recurrent = matches!(model, Model::Qwen35(_));
+    let a = slot.active.as_mut().expect("a job to start");
+    let keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
+    let session = slot
+        .session
+        .get_or_insert_with(|| model.new_session(cfg.n_ctx));
+    session.truncate(keep);
+    slot.held.truncate(keep);
+    a.fed = keep;
+    a.cached = keep;
+    a.waiting = false;
+}
+
+/// Gives slot `to` a copy of slot `from`'s session, which has just evaluated the prompt of
+/// `to`'s job: the K/V and recurrent state that job would have computed itself.
+fn fork(model: &Model, cfg: SchedulerConfig, slots: &mut [Slot], from: usize, to: usize) {
+    let src = slots[from]
+        .session
+        .as_ref()
+        .expect("an evaluated slot has a session");
+    let (cache, recurrent) = (src.cache.clone(), src.recurrent.clone());
+    let held = slots[from].held.clone();
+    let dst = &mut slots[to];
+    let session = dst
+        .session
+        .get_or_insert_with(|| model.new_session(cfg.n_ctx));
+    session.cache = cache;
+    session.recurrent = recurrent;
+    dst.held = held;
+    let a = dst.active.as_mut().expect("a waiting job");
+    a.fed = a.job.prompt.len();
+    a.cached = a.fed;
+    a.waiting = false;
 }
 
 /// One batched forward pass over every busy slot, then sampling.
@@ -258,6 +392,21 @@ fn step(
             account_prompt(metrics, &a);
         }
     }
+    // A waiting choice whose prompt nobody evaluates any more (that choice was cancelled or
+    // failed) evaluates it itself.
+    for i in 0..slots.len() {
+        let orphan = slots[i].active.as_ref().is_some_and(|a| {
+            a.waiting
+                && !slots.iter().any(|s| {
+                    s.active.as_ref().is_some_and(|p| {
+                        p.group == a.group && p.in_prefill() && p.job.prompt == a.job.prompt
+                    })
+                })
+        });
+        if orphan {
+            start_prefill(model, cfg, &mut slots[i]);
+        }
+    }
     // What each slot evaluates: its pending token, or the next prompt chunk, oldest first.
     let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
     let mut order: Vec<usize> = (0..slots.len()).collect();
@@ -265,6 +414,9 @@ fn step(
     let mut budget = cfg.prefill_budget.max(1);
     for &i in &order {
         let Some(a) = &slots[i].active else { continue };
+        if a.waiting {
+            continue;
+        }
         if let Some(id) = a.pending {
             feeds[i] = vec![id];
         } else if a.fed < a.job.prompt.len() && budget > 0 {
@@ -311,6 +463,8 @@ fn step(
         }
     };
     let mut sampled = 0;
+    // Slots that just finished evaluating a shared prompt: (slot, group, logits).
+    let mut evaluated = Vec::new();
     for (&i, l) in who.iter().zip(&logits) {
         let s = &mut slots[i];
         s.held.extend_from_slice(&feeds[i]);
@@ -320,11 +474,33 @@ fn step(
             if a.fed < a.job.prompt.len() {
                 continue; // more prompt to go
             }
+            if a.group.is_some() {
+                evaluated.push((i, a.group, a.job.prompt.clone(), l));
+            }
         }
         sampled += 1;
         if let Some(finish) = sample_one(tok, a, l, metrics) {
             let a = s.active.take().expect("active");
             finish_job(metrics, a, finish);
+        }
+    }
+    for (from, group, prompt, l) in evaluated {
+        for to in 0..slots.len() {
+            let waits = slots[to]
+                .active
+                .as_ref()
+                .is_some_and(|a| a.waiting && a.group == group && a.job.prompt == prompt);
+            if !waits {
+                continue;
+            }
+            fork(model, cfg, slots, from, to);
+            sampled += 1;
+            let s = &mut slots[to];
+            let a = s.active.as_mut().expect("a forked job");
+            if let Some(finish) = sample_one(tok, a, l, metrics) {
+                let a = s.active.take().expect("active");
+                finish_job(metrics, a, finish);
+            }
         }
     }
     metrics.step_sampled(sampled);
@@ -341,12 +517,21 @@ fn sample_one(
     logits: &[f32],
     metrics: &Metrics,
 ) -> Option<Finish> {
-    let id = a.sampler.sample(logits, &a.history);
+    let id = a.sampler.sample(logits, &a.history, a.job.prompt.len());
     metrics.completion_tokens.fetch_add(1, Relaxed);
     a.history.push(id);
     a.generated += 1;
     if tok.is_eog(id) {
         return Some(Finish::Stop);
+    }
+    if let Some(k) = a.job.logprobs {
+        let (logprob, top) = log_softmax_top(logits, id, k);
+        let _ = a.job.events.send(Event::Logprob(TokenLogprob {
+            id,
+            logprob,
+            top,
+            offset: a.text.offset(),
+        }));
     }
     let piece = a.text.push(id);
     send_text(a, piece);

@@ -13,6 +13,8 @@ use crate::runner::{StreamDecoder, Tokenizer};
 pub struct TextStream<'a> {
     decoder: StreamDecoder<'a>,
     cut: StopCut,
+    /// Characters the decoder has produced (before the stop cut).
+    decoded: usize,
 }
 
 impl<'a> TextStream<'a> {
@@ -21,7 +23,14 @@ impl<'a> TextStream<'a> {
         TextStream {
             decoder: tok.stream_decoder(false),
             cut: StopCut::new(stops),
+            decoded: 0,
         }
+    }
+
+    /// Characters decoded so far (stop strings not cut): where the text of the next token
+    /// starts, OpenAI's `text_offset`.
+    pub fn offset(&self) -> usize {
+        self.decoded
     }
 
     /// Whether a stop string was found (nothing more is emitted then).
@@ -32,6 +41,7 @@ impl<'a> TextStream<'a> {
     /// Adds a generated (non end-of-generation) token; returns the text now safe to send.
     pub fn push(&mut self, id: u32) -> String {
         let piece = self.decoder.push(id);
+        self.decoded += piece.chars().count();
         self.cut.add(&piece)
     }
 
