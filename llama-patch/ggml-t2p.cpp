@@ -176,10 +176,10 @@ static bool describe(const ggml_tensor * op, t2p_mm & m, bool & empty) {
     }
     empty = ggml_nelements(src1) == 0;
     return empty ||
-           t2p_mm_init_for(&m, source_type(src0->type), act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1],
-                           (size_t) src0->ne[0], src1->data, (size_t) src1->ne[1], (size_t) src1->ne[2],
-                           (size_t) src1->ne[3], src1->nb[1], src1->nb[2], src1->nb[3], op->data, op->nb[1],
-                           op->nb[2], op->nb[3], q8_0_quantizer(), verify_enabled()) == T2P_STATUS_OK;
+           t2p_mm_init(&m, source_type(src0->type), act, src0->data, t2p_bytes(src0), (size_t) src0->ne[1],
+                       (size_t) src0->ne[0], src1->data, (size_t) src1->ne[1], (size_t) src1->ne[2],
+                       (size_t) src1->ne[3], src1->nb[1], src1->nb[2], src1->nb[3], op->data, op->nb[1],
+                       op->nb[2], op->nb[3], q8_0_quantizer(), verify_enabled()) == T2P_STATUS_OK;
 }
 
 static void check(T2pStatus s, const char * what, const ggml_tensor * op) {

@@ -36,10 +36,10 @@ typedef struct t2p_mm {
 /* Fills m for ne11 x ne12 x ne13 columns of length k (rows in float units, strides in bytes), the
  * weights repacked from src_type (T2P_TYPE_*: Q2_0's have a scale per 64 and always take q8_0).
  * An error status means the buffer type cannot serve the op. */
-static inline T2pStatus t2p_mm_init_for(t2p_mm * m, uint32_t src_type, uint32_t act, const void * w, size_t w_bytes,
-                                        size_t rows, size_t k, const void * x, size_t ne11, size_t ne12, size_t ne13,
-                                        size_t nb11, size_t nb12, size_t nb13, void * dst, size_t nb1, size_t nb2,
-                                        size_t nb3, T2pQ8_0FromFloat from_float, int verify) {
+static inline T2pStatus t2p_mm_init(t2p_mm * m, uint32_t src_type, uint32_t act, const void * w, size_t w_bytes,
+                                    size_t rows, size_t k, const void * x, size_t ne11, size_t ne12, size_t ne13,
+                                    size_t nb11, size_t nb12, size_t nb13, void * dst, size_t nb1, size_t nb2,
+                                    size_t nb3, T2pQ8_0FromFloat from_float, int verify) {
     size_t ncols = ne11;
     memset(m, 0, sizeof(*m));
     if (ne11 == 0 || ne12 == 0 || ne13 == 0 || nb11 % sizeof(float) || nb1 % sizeof(float)) {
@@ -59,15 +59,6 @@ static inline T2pStatus t2p_mm_init_for(t2p_mm * m, uint32_t src_type, uint32_t 
     T2pStatus s = t2p_plan_init_for(&m->plan, src_type, act, rows, k, ncols);
     m->from_float = m->plan.act == T2P_ACT_Q8_0 ? from_float : NULL;
     return s;
-}
-
-/* t2p_mm_init_for weights with a scale per 128 (pq2_0, tq1_0, tq2_0). */
-static inline T2pStatus t2p_mm_init(t2p_mm * m, uint32_t act, const void * w, size_t w_bytes, size_t rows,
-                                    size_t k, const void * x, size_t ne11, size_t ne12, size_t ne13, size_t nb11,
-                                    size_t nb12, size_t nb13, void * dst, size_t nb1, size_t nb2, size_t nb3,
-                                    T2pQ8_0FromFloat from_float, int verify) {
-    return t2p_mm_init_for(m, T2P_TYPE_PQ2_0, act, w, w_bytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst,
-                           nb1, nb2, nb3, from_float, verify);
 }
 
 static inline size_t t2p_mm_planes(const t2p_mm * m) { return m->ne2 * m->ne3; }

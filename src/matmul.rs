@@ -93,7 +93,7 @@ impl T2pMatrix {
         assert!(r < self.rows, "row {r} of {}", self.rows);
         let nb = self.k / QK_PQ2_0;
         let (g, out) = (r / ROWS_PER_T2P, &mut out[..self.k]);
-        match self.blocks().sub(g * nb..(g + 1) * nb) {
+        match self.blocks().range(g * nb..(g + 1) * nb) {
             T2pSlice::G128(b) => dequantize_t2p_row(b, r % ROWS_PER_T2P, out),
             T2pSlice::G64(b) => dequantize_t2p_row(b, r % ROWS_PER_T2P, out),
         }
@@ -669,7 +669,7 @@ impl MatmulPlan {
         let nb = k / QK_PQ2_0;
         let (g0, g_full) = (rows.start / ROWS_PER_T2P, rows.end / ROWS_PER_T2P);
         if g_full > g0 {
-            self.run_kernels(kern, w.sub(g0 * nb..g_full * nb), work, out, ld);
+            self.run_kernels(kern, w.range(g0 * nb..g_full * nb), work, out, ld);
         }
         if !rows.end.is_multiple_of(ROWS_PER_T2P) {
             // The padded last group: all four rows into a scratch tile, the real ones copied.
@@ -678,7 +678,7 @@ impl MatmulPlan {
             let mut tile = vec![0.0f32; ROWS_PER_T2P * ncols];
             self.run_kernels(
                 kern,
-                w.sub(g_full * nb..(g_full + 1) * nb),
+                w.range(g_full * nb..(g_full + 1) * nb),
                 work,
                 &mut tile,
                 ROWS_PER_T2P,

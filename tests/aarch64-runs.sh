@@ -47,7 +47,8 @@ run_cpu() {
     else
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" T2P_EXPECT_ISAS="$expect" \
             timeout "$((limit / 3))" cargo test --target "$target" --workspace --lib \
-            --test kernels_matrix --test kernels_prop --test kernels_tiles --test runner_no_alloc "$@"
+            --test kernels_matrix --test kernels_prop --test kernels_tiles --test kernels_g64 \
+            --test runner_no_alloc "$@"
     fi
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" \
         timeout "$limit" cargo run --quiet --target "$target" --release --bin libt2p -- check

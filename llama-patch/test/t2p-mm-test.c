@@ -124,7 +124,7 @@ static void run_case(size_t rows, size_t k, size_t ne11, size_t ne12, size_t ne1
     }
 
     t2p_mm m;
-    CHECK(t2p_mm_init(&m, g_act, w, wbytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst, nb1, nb2, nb3, g_hook,
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, g_act, w, wbytes, rows, k, x, ne11, ne12, ne13, nb11, nb12, nb13, dst, nb1, nb2, nb3, g_hook,
                       1) == T2P_STATUS_OK,
           "init");
     const int merged = xgap == 0 && dgap == 0;
@@ -232,19 +232,19 @@ int main(void) {
     /* what the buffer type must refuse, and the verify buffer it must not assume */
     t2p_mm m;
     float  dummy[64] = { 0 };
-    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 200, dummy, 1, 1, 1, 800, 800, 800, dummy, 32, 32, 32,
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 200, dummy, 1, 1, 1, 800, 800, 800, dummy, 32, 32, 32,
                       NULL, 0) == T2P_STATUS_INVALID_SHAPE,
           "k %% 128");
-    CHECK(t2p_mm_init(&m, 7, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32, NULL, 0) ==
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, 7, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32, NULL, 0) ==
               T2P_STATUS_INVALID_ARGUMENT,
           "unknown activation type");
-    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 0, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 0, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
                       NULL, 0) == T2P_STATUS_INVALID_SHAPE,
           "no columns");
-    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1023, 1023, 1023, dummy, 32, 32, 32,
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1023, 1023, 1023, dummy, 32, 32, 32,
                       NULL, 0) == T2P_STATUS_INVALID_SHAPE,
           "src1 stride not in floats");
-    CHECK(t2p_mm_init(&m, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
+    CHECK(t2p_mm_init(&m, T2P_TYPE_PQ2_0, T2P_ACT_Q8_0, dummy, sizeof dummy, 8, 256, dummy, 1, 1, 1, 1024, 1024, 1024, dummy, 32, 32, 32,
                       NULL, 0) == T2P_STATUS_OK &&
               t2p_mm_work_size(&m) == m.plan.work_bytes,
           "work size without verify");

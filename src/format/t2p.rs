@@ -110,7 +110,7 @@ impl<'a> T2pSlice<'a> {
     ///
     /// # Panics
     /// If `range` is out of bounds.
-    pub fn sub(self, range: std::ops::Range<usize>) -> T2pSlice<'a> {
+    pub fn range(self, range: std::ops::Range<usize>) -> T2pSlice<'a> {
         match self {
             T2pSlice::G128(b) => T2pSlice::G128(&b[range]),
             T2pSlice::G64(b) => T2pSlice::G64(&b[range]),
@@ -330,9 +330,9 @@ mod tests {
         let codes: [[u8; 128]; 4] =
             std::array::from_fn(|r| std::array::from_fn(|k| ((k * 3 + r) % 4) as u8));
         let (mut a, mut b) = (BlockT2p::default(), BlockT2pG64::default());
-        for r in 0..4 {
-            a.set_row(r, &codes[r], &[r as u16]);
-            b.set_row(r, &codes[r], &[10 + r as u16, 20 + r as u16]);
+        for (r, row) in codes.iter().enumerate() {
+            a.set_row(r, row, &[r as u16]);
+            b.set_row(r, row, &[10 + r as u16, 20 + r as u16]);
         }
         assert_eq!(a.qs, b.qs);
         assert_eq!(b.d, [[10, 11, 12, 13], [20, 21, 22, 23]]);

@@ -813,6 +813,96 @@ static void test_other_formats(size_t rows) {
     xfree(got);
 }
 
+/* Mainline's Q2_0 (18-byte blocks of 64: fp16 d, qs[16]) through T2P_TYPE_Q2_0: the group-64 T2P
+ * size, the repack, a plan from t2p_plan_init_for (always q8_0) on every ISA equal to ggml's
+ * ggml_vec_dot_q2_0_q8_0 written here from its definition, and t2p_unpack back to the bytes. */
+static void test_q2_0(size_t rows, size_t k) {
+    const size_t nsrc = rows * k / 64, src_bytes = nsrc * 18;
+    uint8_t *src = xalloc(src_bytes);
+    static const uint16_t scales[] = {0, 0x3800, 0xB400, 0x3C00, 0x2200, 0x4300};
+    for (size_t b = 0; b < nsrc; b++) {
+        uint16_t h = scales[rnd() % 6];
+        src[18 * b] = (uint8_t) h;
+        src[18 * b + 1] = (uint8_t) (h >> 8);
+        for (int j = 0; j < 16; j++) src[18 * b + 2 + j] = (uint8_t) rnd();
+    }
+    size_t n = 0, t = 0;
+    CHECK_STATUS(t2p_source_size(T2P_TYPE_Q2_0, rows, k, &n), T2P_STATUS_OK);
+    CHECK(n == src_bytes, "q2_0 source size %zu", n);
+    CHECK_STATUS(t2p_repacked_size(T2P_TYPE_Q2_0, rows, k, &t), T2P_STATUS_OK);
+    CHECK(t == (rows + 3) / 4 * (k / 128) * T2P_T2P_G64_BLOCK_BYTES, "q2_0 T2P size %zu", t);
+    CHECK_STATUS(t2p_repacked_size(T2P_TYPE_PQ2_0, rows, k, &n), T2P_STATUS_OK);
+    CHECK(n == (rows + 3) / 4 * (k / 128) * T2P_T2P_BLOCK_BYTES, "pq2_0 repacked size is the repack size");
+    uint8_t *w = xalloc(t);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_Q2_0, src, src_bytes, w, t - 1, rows, k), T2P_STATUS_BUFFER_TOO_SMALL);
+    CHECK_STATUS(t2p_repack(T2P_TYPE_Q2_0, src, src_bytes, w, t, rows, k), T2P_STATUS_OK);
+    uint8_t *back = xalloc(src_bytes);
+    CHECK_STATUS(t2p_unpack(T2P_TYPE_Q2_0, w, t, back, src_bytes, rows, k), T2P_STATUS_OK);
+    CHECK(memcmp(back, src, src_bytes) == 0, "q2_0 unpack gives the bytes back");
+
+    const size_t ncols = 3;
+    float *x = xalloc(sizeof(float) * ncols * k);
+    random_floats(x, ncols * k);
+    T2pPlan plan;
+    CHECK_STATUS(t2p_plan_init_for(&plan, T2P_TYPE_Q2_0, T2P_ACT_Q8_K, rows, k, ncols), T2P_STATUS_OK);
+    CHECK(plan.act == T2P_ACT_Q8_0 && plan.scale_group == 64, "q2_0 plan: q8_0, group 64");
+    uint8_t *work = xalloc(plan.work_bytes);
+    /* ggml's quantizer model: the work buffer then holds ggml block_q8_0 per 32 values. */
+    CHECK_STATUS(t2p_plan_quantize(&plan, x, k, ncols * k, model_quantize_q8_0, work, plan.work_bytes, 0, 1),
+                 T2P_STATUS_OK);
+    ggml_q8_0 *y = xalloc(sizeof(ggml_q8_0) * ncols * k / 32);
+    for (size_t c = 0; c < ncols; c++) model_quantize_q8_0(x + c * k, y + c * k / 32, (int64_t) k);
+    float *want = xalloc(sizeof(float) * ncols * rows), *got = xalloc(sizeof(float) * ncols * rows);
+    for (size_t c = 0; c < ncols; c++)
+        for (size_t r = 0; r < rows; r++) {
+            float acc = 0.0f;
+            for (size_t b = 0; b < k / 64; b++) {
+                const uint8_t *blk = src + (r * (k / 64) + b) * 18;
+                float s = 0.0f;
+                for (int h = 0; h < 2; h++) {
+                    const ggml_q8_0 *q = &y[c * k / 32 + 2 * b + (size_t) h];
+                    int32_t isum = 0;
+                    for (int i = 0; i < 32; i++) {
+                        int j = 32 * h + i;
+                        isum += (((blk[2 + j / 4] >> (2 * (j % 4))) & 3) - 1) * q->qs[i];
+                    }
+                    float tm = half_to_float(q->d) * (float) isum;
+                    s = h == 0 ? tm : s + tm;
+                }
+                acc = acc + half_to_float((uint16_t) (blk[0] | (blk[1] << 8))) * s;
+            }
+            want[c * rows + r] = acc;
+        }
+    for (uint32_t isa = 0; isa < 16; isa++) {
+        if (!is_supported_isa(isa)) continue;
+        memset(got, 0xFF, sizeof(float) * ncols * rows);
+        CHECK_STATUS(t2p_plan_compute(&plan, isa, w, t, work, plan.work_bytes, got, rows, ncols * rows, 0, rows),
+                     T2P_STATUS_OK);
+        int bad = 0;
+        for (size_t i = 0; i < ncols * rows; i++) bad += !same_bits(got[i], want[i]);
+        CHECK(bad == 0, "q2_0 %s %zux%zu: %d outputs differ from ggml's Q2_0 dot", t2p_isa_name(isa), rows, k, bad);
+    }
+    /* The group-64 weights are too big for a group-128 plan's view and vice versa. */
+    CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_ACTIVE, w, t - 1, work, plan.work_bytes, got, rows, ncols * rows, 0,
+                                  rows),
+                 T2P_STATUS_BUFFER_TOO_SMALL);
+    T2pPlan bad = plan;
+    bad.scale_group = 32;
+    CHECK_STATUS(t2p_plan_compute(&bad, T2P_ISA_ACTIVE, w, t, work, plan.work_bytes, got, rows, ncols * rows, 0, rows),
+                 T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_init_for(&plan, 7, T2P_ACT_Q8_0, rows, k, 1), T2P_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(t2p_plan_init_for(NULL, T2P_TYPE_Q2_0, T2P_ACT_Q8_0, rows, k, 1), T2P_STATUS_NULL_POINTER);
+    CHECK_STATUS(t2p_repacked_size(T2P_TYPE_Q2_0, rows, 192, &n), T2P_STATUS_INVALID_SHAPE);
+    xfree(got);
+    xfree(want);
+    xfree(y);
+    xfree(work);
+    xfree(x);
+    xfree(back);
+    xfree(w);
+    xfree(src);
+}
+
 int main(void) {
     test_version_and_isa();
     static const size_t shapes[][2] = {{4, 256}, {12, 1024}, {6, 384}, {13, 640}, {13, 256}};
@@ -829,6 +919,8 @@ int main(void) {
     test_repack_misuse();
     test_other_formats(8);
     test_other_formats(7);
+    test_q2_0(8, 256);
+    test_q2_0(13, 640);
     if (failures) {
         fprintf(stderr, "test_abi: %d of %d checks failed\n", failures, checks);
         return 1;

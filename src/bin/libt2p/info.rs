@@ -2,7 +2,9 @@
 
 use std::process::ExitCode;
 
-use t2p::runner::{Array, GgufFile, LoadOptions, TensorStore, Tokenizer, Value, peak_rss_bytes};
+use t2p::runner::{
+    Array, GgmlType, GgufFile, LoadOptions, TensorStore, Tokenizer, Value, peak_rss_bytes,
+};
 
 /// Options of `libt2p info`.
 #[derive(clap::Args)]
@@ -224,7 +226,7 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
     let ternary = gguf
         .tensors()
         .iter()
-        .filter(|t| t.ggml_type.is_ternary())
+        .filter(|t| t.ggml_type.has_t2p_layout())
         .count();
     println!(
         "  T2P: {} of {ternary} ternary tensors, {} of {} tensor data (in the file's format)",
@@ -244,7 +246,9 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
             } else {
                 t.ggml_type.name()
             };
-            let layout = if opts.uses_t2p(t) {
+            let layout = if opts.uses_t2p(t) && t.ggml_type == GgmlType::Q2_0_G64 {
+                format!("{source} -> T2P g64 (a scale per 64 weights)")
+            } else if opts.uses_t2p(t) {
                 format!("{source} -> T2P")
             } else if t.ggml_type.is_ternary() {
                 format!("{source} -> pq2_0 blocks (kept by the load options)")
