@@ -46,10 +46,12 @@ same_signatures! {
     t2p_set_isa(_);
     t2p_repack_size(_, _, _);
     t2p_source_size(_, _, _, _);
+    t2p_repacked_size(_, _, _, _);
     t2p_repack(_, _, _, _, _, _, _);
     t2p_unpack(_, _, _, _, _, _, _);
     t2p_vec_dot_pq2_0_q8_K(_, _, _, _, _, _, _, _);
     t2p_plan_init(_, _, _, _, _);
+    t2p_plan_init_for(_, _, _, _, _, _);
     t2p_plan_quantize(_, _, _, _, _, _, _, _, _);
     t2p_plan_chunk_count(_, _, _);
     t2p_plan_chunk_rows(_, _, _, _, _);
@@ -60,7 +62,7 @@ same_signatures! {
 mod tests {
     use super::*;
     use std::mem::{align_of, size_of};
-    use t2p::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p};
+    use t2p::format::{BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64};
 
     #[test]
     fn every_header_function_is_compared() {
@@ -103,6 +105,10 @@ mod tests {
             offset_of!(c_raw::T2pPlan, work_bytes),
             offset_of!(T2pPlan, work_bytes)
         );
+        assert_eq!(
+            offset_of!(c_raw::T2pPlan, scale_group),
+            offset_of!(T2pPlan, scale_group)
+        );
     }
 
     #[test]
@@ -114,6 +120,11 @@ mod tests {
             ),
             (size_of::<BlockPq2_0>(), size_of::<BlockT2p>())
         );
+        assert_eq!(
+            c::T2P_T2P_G64_BLOCK_BYTES as usize,
+            size_of::<BlockT2pG64>()
+        );
+        assert_eq!(c::T2P_TYPE_Q2_0, t2p::ffi::T2P_TYPE_Q2_0);
         assert_eq!(
             (
                 c::T2P_Q8_K_BLOCK_BYTES as usize,
