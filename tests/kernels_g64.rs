@@ -26,21 +26,8 @@ fn q2_0_tensor(
 ) -> Vec<BlockQ2_0g64> {
     (0..rows * k / 64)
         .map(|_| {
-            let c: Vec<u8> = (0..64)
-                .map(|_| match codes {
-                    Codes::Random => (rng.next() % 4) as u8,
-                    Codes::Ternary => (rng.next() % 3) as u8,
-                    Codes::Constant(u) => u,
-                })
-                .collect();
-            let d = match scales {
-                Scales::One => f32_to_f16(1.0),
-                Scales::Random => match rng.next() % 8 {
-                    0 => 0,
-                    _ => f32_to_f16((rng.next() % 2001) as f32 / 1000.0 - 1.0),
-                },
-            };
-            BlockQ2_0g64::encode(&c, &[d]).unwrap()
+            let c: Vec<u8> = (0..64).map(|_| draw_code(codes, rng)).collect();
+            BlockQ2_0g64::encode(&c, &[draw_scale(scales, rng)]).unwrap()
         })
         .collect()
 }

@@ -39,14 +39,18 @@ fn check_wild(file: &str, quant_types: &[GgmlType], g64_types: &[GgmlType]) {
     let dir = data.join("wild");
     let path = dir.join(format!("{file}.gguf"));
     let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
-    for ty in quant_types {
-        let of_type: Vec<_> = gguf
+    // The tensors of type `ty`, at least one.
+    let of_type = |ty: GgmlType| {
+        let of: Vec<_> = gguf
             .tensors()
             .iter()
-            .filter(|t| t.ggml_type == *ty)
+            .filter(|t| t.ggml_type == ty)
             .collect();
-        assert!(!of_type.is_empty(), "{file} has {ty} tensors");
-        for t in of_type {
+        assert!(!of.is_empty(), "{file} has {ty} tensors");
+        of
+    };
+    for &ty in quant_types {
+        for t in of_type(ty) {
             let held = store.require(&t.name).unwrap();
             assert!(
                 matches!(held.data, TensorData::Quant(_)),
@@ -62,14 +66,8 @@ fn check_wild(file: &str, quant_types: &[GgmlType], g64_types: &[GgmlType]) {
             );
         }
     }
-    for ty in g64_types {
-        let of_type: Vec<_> = gguf
-            .tensors()
-            .iter()
-            .filter(|t| t.ggml_type == *ty)
-            .collect();
-        assert!(!of_type.is_empty(), "{file} has {ty} tensors");
-        for t in of_type {
+    for &ty in g64_types {
+        for t in of_type(ty) {
             let held = store.require(&t.name).unwrap();
             let TensorData::T2p(m) = &held.data else {
                 panic!("{file}: {} is not held in T2P", t.name);

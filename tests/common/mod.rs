@@ -46,21 +46,30 @@ pub fn pq2_0_tensor(
 ) -> Vec<BlockPq2_0> {
     (0..rows * k / 128)
         .map(|_| {
-            let c = std::array::from_fn(|_| match codes {
-                Codes::Random => (rng.next() % 4) as u8,
-                Codes::Ternary => (rng.next() % 3) as u8,
-                Codes::Constant(u) => u,
-            });
-            let d = match scales {
-                Scales::One => f32_to_f16(1.0),
-                Scales::Random => match rng.next() % 8 {
-                    0 => 0,
-                    _ => f32_to_f16((rng.next() % 2001) as f32 / 1000.0 - 1.0),
-                },
-            };
-            BlockPq2_0::from_codes(&c, d)
+            let c = std::array::from_fn(|_| draw_code(codes, rng));
+            BlockPq2_0::from_codes(&c, draw_scale(scales, rng))
         })
         .collect()
+}
+
+/// One weight code under `codes`.
+pub fn draw_code(codes: Codes, rng: &mut Lcg) -> u8 {
+    match codes {
+        Codes::Random => (rng.next() % 4) as u8,
+        Codes::Ternary => (rng.next() % 3) as u8,
+        Codes::Constant(u) => u,
+    }
+}
+
+/// One fp16 weight scale under `scales` (random ones are zero one time in eight).
+pub fn draw_scale(scales: Scales, rng: &mut Lcg) -> u16 {
+    match scales {
+        Scales::One => f32_to_f16(1.0),
+        Scales::Random => match rng.next() % 8 {
+            0 => 0,
+            _ => f32_to_f16((rng.next() % 2001) as f32 / 1000.0 - 1.0),
+        },
+    }
 }
 
 /// How activation values are chosen (raw int8, so -128 and +-127 can be forced).
