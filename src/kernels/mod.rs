@@ -13,8 +13,9 @@
 //! All paths are exact: integer sums per 128-weight block are exact, and every path converts and
 //! accumulates them in the same float order as the scalar oracle ([`scalar`]), namely
 //! `acc = acc + (d_w * d_y) * (isum as f32)` per block (q8_K) or
-//! `acc = acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (q8_0), in block order, without fused
-//! multiply-add. So outputs are bit-identical across paths, which the tests assert.
+//! `acc = acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (q8_0; with a scale per 64 weights,
+//! the group-64 T2P block of mainline's Q2_0, `(acc + d_w0 * (d0*i0 + d1*i1)) + d_w1 * (d2*i2 +
+//! d3*i3)`: [`fold_q8_0`]), in block order, without fused multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
 //! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|avx512-vnni|neon|neon-dotprod|neon-i8mm`
 //! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).

@@ -17,8 +17,10 @@
 //! a 128-bit lane permute turns their four word-pair vectors into `I_wd = [A r0..r3 | B r0..r3]`,
 //! so the float fold runs once for 8 rows: `s = d0 * I0; s = s + d1 * I1; s = s + d2 * I2;
 //! s = s + d3 * I3; acc = acc + d_w * s` with `d_j` the activation scales broadcast and `d_w` the
-//! 8 row scales. Every operation is a separately rounded `mulps`/`addps` in the oracle's order
-//! ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to it.
+//! 8 row scales (for a group-64 block, `acc = (acc + d_w0 * (s0 + s1)) + d_w1 * (s2 + s3)`, the
+//! shared [`crate::kernels::fold_q8_0`]). Every operation is a separately rounded `mulps`/`addps`
+//! in the oracle's order ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to
+//! it.
 //!
 //! The gemm pairs columns instead of row groups: `[c: r0..r3 | c': r0..r3]`, with the scales of
 //! the two columns in the two lanes; each decoded register serves every column of a tile of up
@@ -178,7 +180,7 @@ pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
 }
 
 /// Defines `gemv_q8_0_impl` and `gemm_q8_0_impl` in the calling module, compiled for
-/// `$feat`, around its `pair_dot(blk: &BlockT2p, q: usize, ops: &[__m256i; 4]) -> __m256i`
+/// `$feat`, around its `pair_dot(blk: &impl RowPairBlock, q: usize, ops: &[__m256i; 4]) -> __m256i`
 /// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs) and
 /// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (the same from the two
 /// row pairs' decoded slots, [`super::slots_u`]). A macro rather than
