@@ -282,7 +282,16 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
             {
                 prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
                 let u = decode(blk);
-                let dw = [0, B::HALVES - 1].map(|h| scales_x4(blk, h));
+                // The second half's scales are read only where the block has them.
+                let dw0 = scales_x4(blk, 0);
+                let dw = [
+                    dw0,
+                    if B::HALVES == 2 {
+                        scales_x4(blk, 1)
+                    } else {
+                        dw0
+                    },
+                ];
                 for (acc, op) in acc.iter_mut().zip(op.chunks_exact(4)) {
                     let p = std::array::from_fn(|c| scaled_sums(&u, &op[c]));
                     *acc = fold4(B::HALVES, *acc, &p, |h| dw[h]);
