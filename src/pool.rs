@@ -311,6 +311,25 @@ impl ThreadPool {
     }
 }
 
+/// The consecutive pieces of `buf` whose lengths `len(i)` gives for `i in 0..n`, each with its
+/// index: disjoint `&mut` pieces for [`ThreadPool::for_each_item`], so a parallel loop hands
+/// them out without `unsafe` and without a `Vec` of parts per call.
+///
+/// # Panics
+/// If the lengths add up to more than `buf.len()`.
+pub fn pieces<'a, T, L: Fn(usize) -> usize + 'a>(
+    buf: &'a mut [T],
+    n: usize,
+    len: L,
+) -> impl Iterator<Item = (usize, &'a mut [T])> + 'a {
+    let mut rest = buf;
+    (0..n).map(move |i| {
+        let (piece, tail) = std::mem::take(&mut rest).split_at_mut(len(i));
+        rest = tail;
+        (i, piece)
+    })
+}
+
 impl ThreadPool {
     /// Runs `f(item)` once for each of the `n` items `items` yields, spread over the pool: each
     /// job takes the next item from the shared iterator (under a lock held only for `next`), so

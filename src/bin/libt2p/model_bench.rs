@@ -251,9 +251,9 @@ fn profile(
         exec.profile.reset();
         exec.profile.enable(true);
         let logits = m.eval(exec, &mut s, &tokens(loaded, args.n_prompt), false)?;
-        let t = exec.profile.start();
+        let t = exec.profile.time(Phase::Sampling);
         std::hint::black_box(argmax(logits));
-        exec.profile.stop(Phase::Sampling, t);
+        drop(t);
         exec.profile.enable(false);
         runs.push((format!("pp{}", args.n_prompt), shares(exec)));
     }
@@ -265,9 +265,8 @@ fn profile(
         let mut next = 1;
         for _ in 0..args.n_gen {
             let logits = m.eval(exec, &mut s, &[next], false)?;
-            let t = exec.profile.start();
+            let _t = exec.profile.time(Phase::Sampling);
             next = argmax(logits);
-            exec.profile.stop(Phase::Sampling, t);
         }
         exec.profile.enable(false);
         runs.push((format!("tg{}", args.n_gen), shares(exec)));

@@ -2,14 +2,12 @@
 //! activations it reads, quantized once for every T2P matrix that shares them. Nothing here
 //! allocates once the buffers of a session have their size.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
-
 use super::error::{ModelError, Result};
-use super::par::pieces;
 use super::profile::{Phase, Profile};
 use crate::kernels::Kernels;
-use crate::matmul::{ActLayout, ActQuant, MatmulPlan, T2pMatrix};
+use crate::matmul::{
+    ActQuant, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
+};
 use crate::pool::ThreadPool;
 use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
@@ -44,63 +42,34 @@ impl Exec {
     }
 }
 
-/// The work buffer quantized activations live in, reused from one matmul group to the next.
-#[derive(Debug, Default)]
-pub struct ActBuffer {
-    work: Vec<u32>,
-}
-
 /// `n` activation vectors of length `k` (token after token), with their quantized form when a
 /// T2P matrix reads them.
 pub struct Activations<'a> {
     x: &'a [f32],
     k: usize,
     n: usize,
-    quant: Option<(ActLayout, &'a [u32])>,
+    quant: Option<&'a QuantizedBatch>,
 }
 
-impl ActBuffer {
-    /// Wraps `x` (`n * k` values) and, if `quantize`, quantizes it as `exec.act` into this
-    /// buffer, in shares spread over the pool.
-    pub fn prepare<'a>(
-        &'a mut self,
+impl<'a> Activations<'a> {
+    /// Wraps `x` (`n * k` values) and, if `quantize`, quantizes it as `exec.act` into `batch`,
+    /// in shares spread over the pool.
+    pub fn prepare(
         exec: &Exec,
+        batch: &'a mut QuantizedBatch,
         x: &'a [f32],
         k: usize,
         quantize: bool,
     ) -> Result<Activations<'a>> {
         let n = x.len() / k.max(1);
-        if !quantize || n == 0 {
-            return Ok(Activations {
-                x,
-                k,
-                n,
-                quant: None,
-            });
-        }
-        let t = exec.profile.start();
-        let layout = ActLayout::new(k, n, exec.act)?;
-        self.work.resize(layout.work_words(), 0);
-        // Shares of at least 32 q8_0 quads (288 words): quantizing is cheap, waking threads
-        // is not.
-        let nth = (layout.work_words() / (32 * 36)).clamp(1, exec.pool.threads());
-        let failed = AtomicBool::new(false);
-        let shares = pieces(&mut self.work, nth, |i| layout.share(i, nth).len());
-        exec.pool.for_each_item(nth, shares, |(i, share)| {
-            if layout.quantize_share(x, k, i, nth, share).is_err() {
-                failed.store(true, Ordering::Relaxed);
-            }
-        });
-        exec.profile.stop(Phase::Quantize, t);
-        if failed.into_inner() {
-            return Err(ModelError::BadShape("quantizing activations failed".into()));
-        }
-        Ok(Activations {
-            x,
-            k,
-            n,
-            quant: Some((layout, &self.work)),
-        })
+        let quant = if quantize && n > 0 {
+            let _t = exec.profile.time(Phase::Quantize);
+            batch.quantize(&exec.pool, x, k, n, exec.act)?;
+            Some(&*batch)
+        } else {
+            None
+        };
+        Ok(Activations { x, k, n, quant })
     }
 }
 
@@ -110,9 +79,9 @@ impl Activations<'_> {
         self.n
     }
 
-    /// Whether the vectors are quantized (a T2P matrix can read them).
-    pub fn is_quantized(&self) -> bool {
-        self.quant.is_some()
+    /// The quantized vectors a T2P matrix reads, if they were quantized.
+    pub fn quantized(&self) -> Option<&'_ QuantizedBatch> {
+        self.quant
     }
 }
 
@@ -222,156 +191,38 @@ impl Linear {
         }
         match self {
             Linear::T2p(m) => {
-                let quant = input.quant.ok_or_else(|| {
+                let batch = input.quantized().ok_or_else(|| {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
-                if input.n == 1 {
-                    gemv_many(exec, input, &mut [(m, out)], Some, phase)
-                } else {
-                    gemm_forward(exec, m, quant, out, tiles, phase)
-                }
+                let product = T2pProduct::new(m, batch)?;
+                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
             }
             Linear::Quant(m) => quant_forward(exec, m, input, out, tiles, phase),
             Linear::Dense { w, k, .. } => {
-                let t = exec.profile.start();
+                let _t = exec.profile.time(Phase::DenseMatmul);
                 dense_forward(exec, w, *k, rows, input.x, out);
-                exec.profile.stop(Phase::DenseMatmul, t);
                 Ok(())
             }
         }
     }
 }
 
-/// Counts the time of a parallel matmul step (wall time split into compute and pool waits when
-/// profiling) and keeps the first error of its chunks.
-struct ChunkTimer<'a> {
-    exec: &'a Exec,
-    first_error: std::sync::OnceLock<crate::Error>,
-    busy: AtomicU64,
-    start: Option<Instant>,
-}
-
-impl<'a> ChunkTimer<'a> {
-    fn new(exec: &'a Exec) -> Self {
-        ChunkTimer {
-            exec,
-            first_error: std::sync::OnceLock::new(),
-            busy: AtomicU64::new(0),
-            start: exec.profile.is_on().then(Instant::now),
-        }
-    }
-
-    /// Runs one chunk, timing it when profiling.
-    fn run(&self, f: impl FnOnce() -> crate::Result<()>) {
-        let t = self.start.is_some().then(Instant::now);
-        if let Err(e) = f() {
-            // Only the first is kept; the others are the same error on other rows.
-            let _ = self.first_error.set(e);
-        }
-        if let Some(t) = t {
-            self.busy
-                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Books the step as `phase` over `chunks` chunks.
-    fn finish(self, phase: Phase, chunks: usize) -> Result<()> {
-        if let Some(t0) = self.start {
-            let threads = self.exec.pool.threads().min(chunks);
-            let wall = t0.elapsed().as_nanos() as u64;
-            self.exec
-                .profile
-                .add_parallel(phase, wall, self.busy.into_inner(), threads);
-        }
-        match self.first_error.into_inner() {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
-}
-
-/// `out_j = m_j x` for the T2P matrices `pick` finds in `jobs`, all reading the one quantized
-/// column of `input`, in **one** pool call: the row chunks of every matrix are handed out
-/// together, so the matrices of a layer that share an input (q/k/v, gate/up) wake the pool once
-/// and wait for one last chunk instead of one per matrix. Jobs `pick` skips are left alone.
-pub fn gemv_many<'m, M: Sync>(
+/// Runs the products `product` finds in `jobs` as one parallel step of the matmul driver
+/// ([`run_products`]), booking its time as `phase` (compute) and [`Phase::PoolWait`] when
+/// profiling.
+pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
     exec: &Exec,
-    input: &Activations,
-    jobs: &mut [(&'m M, &mut [f32])],
-    pick: impl Fn(&'m M) -> Option<&'m T2pMatrix> + Sync,
-    phase: Phase,
-) -> Result<()> {
-    let (layout, work) = input
-        .quant
-        .filter(|_| input.n == 1)
-        .ok_or_else(|| ModelError::BadShape("gemv_many needs one quantized column".into()))?;
-    let threads = exec.pool.threads();
-    let mut total = 0;
-    for (m, out) in jobs.iter() {
-        let Some(t) = pick(*m) else { continue };
-        if t.k() != input.k || out.len() < t.rows() {
-            return Err(ModelError::BadShape(format!(
-                "a {}x{} matrix for an input of {} and an output of {}",
-                t.rows(),
-                t.k(),
-                input.k,
-                out.len()
-            )));
-        }
-        total += MatmulPlan::new(t.rows(), t.k(), 1, layout.act())?.chunk_count(threads);
-    }
-    let chunks = jobs
-        .iter_mut()
-        .filter_map(|(m, out)| {
-            let t = pick(*m)?;
-            let plan = MatmulPlan::new(t.rows(), t.k(), 1, layout.act()).ok()?;
-            Some((t, plan, plan.chunk_count(threads), &mut out[..t.rows()]))
-        })
-        .flat_map(|(t, plan, n, out)| {
-            pieces(out, n, move |i| plan.chunk_rows(i, n).len())
-                .map(move |(i, piece)| (t, plan, n, i, piece))
-        });
-    let timer = ChunkTimer::new(exec);
-    exec.pool
-        .for_each_item(total, chunks, |(t, plan, n, i, piece)| {
-            timer
-                .run(|| plan.compute(exec.kern, t.blocks(), work, plan.chunk_rows(i, n), piece, 0));
-        });
-    timer.finish(phase, total)
-}
-
-/// `m` times the `ncols > 1` quantized columns in `work` into `out` (`ncols x rows`), row
-/// chunks spread over the pool: each chunk computes its rows of every column into its own tile
-/// of `tiles` (`ncols x len`, at `chunk_rows(i).start * ncols`), then each column gathers its
-/// pieces (as `matmul_parallel` does, without its per-call allocations).
-fn gemm_forward(
-    exec: &Exec,
-    m: &T2pMatrix,
-    (layout, work): (ActLayout, &[u32]),
-    out: &mut [f32],
+    jobs: &mut [(M, &mut [f32])],
+    product: impl Fn(&M) -> crate::Result<Option<P>> + Sync,
     tiles: &mut Vec<f32>,
     phase: Phase,
 ) -> Result<()> {
-    let (rows, ncols) = (m.rows(), layout.ncols());
-    let plan = MatmulPlan::new(rows, m.k(), ncols, layout.act())?;
-    let n = plan.chunk_count(exec.pool.threads());
-    let timer = ChunkTimer::new(exec);
-    tiles.resize(rows * ncols, 0.0);
-    let chunks = pieces(tiles, n, |i| plan.chunk_rows(i, n).len() * ncols);
-    exec.pool.for_each_item(n, chunks, |(i, tile)| {
-        let r = plan.chunk_rows(i, n);
-        timer.run(|| plan.compute(exec.kern, m.blocks(), work, r.clone(), tile, r.len()));
-    });
-    let tiles = &tiles[..];
-    exec.pool
-        .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
-            for i in 0..n {
-                let r = plan.chunk_rows(i, n);
-                let tile = &tiles[r.start * ncols..r.end * ncols];
-                col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
-            }
-        });
-    timer.finish(phase, n)
+    let timed = exec.profile.is_on();
+    if let Some(t) = run_products(&exec.pool, exec.kern, jobs, product, tiles, timed)? {
+        exec.profile
+            .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads);
+    }
+    Ok(())
 }
 
 thread_local! {
@@ -389,42 +240,15 @@ fn quant_forward(
     tiles: &mut Vec<f32>,
     phase: Phase,
 ) -> Result<()> {
-    let (rows, ncols) = (m.rows(), input.n);
     QUANT_ACTS.with_borrow_mut(|work| {
-        let t = exec.profile.start();
-        work.resize(work.len().max(m.act_words(ncols)), 0);
-        m.quantize_acts(&input.x[..ncols * m.k()], work)
-            .map_err(|e| ModelError::BadShape(e.to_string()))?;
-        exec.profile.stop(Phase::Quantize, t);
-        let work = &work[..];
-        let n = m.chunk_count(exec.pool.threads());
-        let timer = ChunkTimer::new(exec);
-        if ncols == 1 {
-            let chunks = pieces(out, n, |i| m.chunk_rows(i, n).len());
-            exec.pool.for_each_item(n, chunks, |(i, piece)| {
-                let r = m.chunk_rows(i, n);
-                timer.run(|| m.compute(exec.kern, work, 1, r.clone(), piece, r.len()));
-            });
-            return timer.finish(phase, n);
+        let ncols = input.n;
+        {
+            let _t = exec.profile.time(Phase::Quantize);
+            work.resize(work.len().max(m.act_words(ncols)), 0);
+            m.quantize_acts(&input.x[..ncols * m.k()], work)?;
         }
-        tiles.resize(tiles.len().max(rows * ncols), 0.0);
-        let chunks = pieces(&mut tiles[..rows * ncols], n, |i| {
-            m.chunk_rows(i, n).len() * ncols
-        });
-        exec.pool.for_each_item(n, chunks, |(i, tile)| {
-            let r = m.chunk_rows(i, n);
-            timer.run(|| m.compute(exec.kern, work, ncols, r.clone(), tile, r.len()));
-        });
-        let tiles = &tiles[..];
-        exec.pool
-            .for_each_item(ncols, out.chunks_mut(rows).enumerate(), |(c, col)| {
-                for i in 0..n {
-                    let r = m.chunk_rows(i, n);
-                    let tile = &tiles[r.start * ncols..r.end * ncols];
-                    col[r.clone()].copy_from_slice(&tile[c * r.len()..(c + 1) * r.len()]);
-                }
-            });
-        timer.finish(phase, n)
+        let product = QuantProduct::new(m, work, ncols)?;
+        run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
     })
 }
 

@@ -65,6 +65,22 @@ impl Phase {
     }
 }
 
+/// A phase being timed: adds its time to the profile when dropped ([`Profile::time`]).
+#[must_use = "the phase is timed until the guard is dropped"]
+pub struct Timed<'a> {
+    profile: &'a Profile,
+    phase: Phase,
+    start: Option<Instant>,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.start {
+            self.profile.add(self.phase, t.elapsed().as_nanos() as u64);
+        }
+    }
+}
+
 /// Accumulated nanoseconds per [`Phase`].
 #[derive(Debug, Default)]
 pub struct Profile {
@@ -84,17 +100,14 @@ impl Profile {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// A start time when timing is on.
+    /// Times `phase` until the returned guard is dropped (nothing when timing is off), so a
+    /// phase's start and stop cannot come apart.
     #[inline]
-    pub fn start(&self) -> Option<Instant> {
-        self.is_on().then(Instant::now)
-    }
-
-    /// Adds the time since `t` (from [`start`](Self::start)) to `phase`.
-    #[inline]
-    pub fn stop(&self, phase: Phase, t: Option<Instant>) {
-        if let Some(t) = t {
-            self.add(phase, t.elapsed().as_nanos() as u64);
+    pub fn time(&self, phase: Phase) -> Timed<'_> {
+        Timed {
+            profile: self,
+            phase,
+            start: self.is_on().then(Instant::now),
         }
     }
 

@@ -7,7 +7,7 @@
 
 use super::deltanet::Update;
 use super::hparams::HParams;
-use super::linear::ActBuffer;
+use crate::matmul::QuantizedBatch;
 
 /// Where one sequence of a batched forward pass sits: its columns in the batch and the
 /// position of its first token.
@@ -23,7 +23,7 @@ pub(crate) struct MatmulScratch {
     /// `[n][k]`: the activation after the fold's rotation and/or bf16 rounding.
     pub xt: Vec<f32>,
     /// The quantized activations every T2P matrix of the group reads.
-    pub act: ActBuffer,
+    pub act: QuantizedBatch,
     /// `[rows * n]`: per row chunk of a matmul over several columns, its output tile.
     pub tiles: Vec<f32>,
 }

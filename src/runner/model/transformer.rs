@@ -151,9 +151,9 @@ impl Transformer {
             return Ok(());
         };
         let mut st = std::mem::take(&mut host.state);
-        let t = exec.profile.start();
+        let t = exec.profile.time(Phase::Forward);
         let res = self.run(exec, &mut st, seqs, all_logits);
-        exec.profile.stop(Phase::Forward, t);
+        drop(t);
         seqs[0].0.state = st;
         res
     }
@@ -251,12 +251,11 @@ impl Transformer {
 
     /// `st.x[t]` = the embedding of token `t` of the batch.
     fn embed(&self, ctx: &Ctx, st: &mut RunState, seqs: &[(&mut Session, &[u32])]) {
-        let t = ctx.exec.profile.start();
+        let _t = ctx.exec.profile.time(Phase::Elementwise);
         let tokens = seqs.iter().flat_map(|(_, t)| t.iter());
         for (row, &id) in st.x.chunks_exact_mut(self.cfg.n_embd).zip(tokens) {
             self.emb.lookup(id, row, self.fold.as_deref());
         }
-        ctx.exec.profile.stop(Phase::Elementwise, t);
     }
 
     /// The final norm and the LM head over the rows each sequence wants; each session gets its

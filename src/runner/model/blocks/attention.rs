@@ -74,7 +74,7 @@ impl Attention {
                 (&self.wv, &mut st.v[..]),
             ];
             project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
-            let t = prof.start();
+            let _t = prof.time(Phase::Elementwise);
             // Per head `hd` query values then `hd` gate values.
             let q_heads = st.q.chunks_exact_mut(hd);
             let g_heads = st.gate.chunks_exact_mut(hd);
@@ -82,7 +82,6 @@ impl Attention {
                 q.copy_from_slice(&pair[..hd]);
                 g.copy_from_slice(&pair[hd..]);
             }
-            prof.stop(Phase::Elementwise, t);
         } else {
             let jobs = &mut [
                 (&self.wq, &mut st.q[..]),
@@ -98,7 +97,7 @@ impl Attention {
             scale: 1.0 / (hd as f32).sqrt(),
         };
         for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
-            let t = prof.start();
+            let t = prof.time(Phase::Elementwise);
             for c in span.cols.clone() {
                 let pos = span.pos0 + c - span.cols.start;
                 rope_angles(pos, hp.rope_dims, hp.rope_base, &mut st.cos, &mut st.sin);
@@ -115,8 +114,8 @@ impl Attention {
                     rope(head, hp.rope_dims, hp.rope_style, &st.cos, &st.sin);
                 }
             }
-            prof.stop(Phase::Elementwise, t);
-            let t = prof.start();
+            drop(t);
+            let _t = prof.time(Phase::Attention);
             for c in span.cols.clone() {
                 let pos = span.pos0 + c - span.cols.start;
                 sess.cache.store(
@@ -136,15 +135,13 @@ impl Attention {
                 span.pos0,
                 &mut st.att[cols],
             );
-            prof.stop(Phase::Attention, t);
         }
         if self.gated {
-            let t = prof.start();
+            let _t = prof.time(Phase::Elementwise);
             st.att
                 .iter_mut()
                 .zip(&st.gate)
                 .for_each(|(a, g)| *a *= sigmoid(*g));
-            prof.stop(Phase::Elementwise, t);
         }
         project(
             ctx,

@@ -78,15 +78,15 @@ impl DeltaNet {
             (&self.beta, &mut st.dn_beta[..]),
         ];
         project(ctx, &mut st.mm, &st.xn, hp.n_embd, jobs, Phase::Matmul)?;
-        let t = prof.start();
+        let t = prof.time(Phase::Elementwise);
         for (i, v) in st.dn_decay.iter_mut().enumerate() {
             let z = *v + self.dt_bias[i % nv];
             let sp = if z > 20.0 { z } else { (1.0 + z.exp()).ln() };
             *v = (sp * self.a[i % nv]).exp();
         }
         st.dn_beta.iter_mut().for_each(|v| *v = sigmoid(*v));
-        prof.stop(Phase::Elementwise, t);
-        let t = prof.start();
+        drop(t);
+        let t = prof.time(Phase::Recurrence);
         for (((sess, _), span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
             let (Some(upd), Some(rec)) = (*upd, sess.recurrent.as_mut()) else {
                 continue;
@@ -108,15 +108,15 @@ impl DeltaNet {
                 &mut st.dn_heads,
             );
         }
-        prof.stop(Phase::Recurrence, t);
-        let t = prof.start();
+        drop(t);
+        let t = prof.time(Phase::Elementwise);
         // Gated per-head RMSNorm: rmsnorm(o_h) * ssm_norm * silu(z_h).
         let heads = st.dn_o.chunks_exact_mut(s.head_v_dim);
         for (oh, zh) in heads.zip(st.dn_z.chunks_exact(s.head_v_dim)) {
             rms_norm(oh, &self.norm, hp.eps);
             oh.iter_mut().zip(zh).for_each(|(v, z)| *v *= silu(*z));
         }
-        prof.stop(Phase::Elementwise, t);
+        drop(t);
         let jobs = &mut [(&self.out, &mut st.out[..])];
         project(ctx, &mut st.mm, &st.dn_o, vd, jobs, Phase::Matmul)
     }

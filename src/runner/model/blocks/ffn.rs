@@ -42,11 +42,11 @@ impl Ffn {
             (&self.up, &mut st.ff_up[..]),
         ];
         project(ctx, &mut st.mm, &st.xn, ctx.hp.n_embd, jobs, Phase::Matmul)?;
-        let t = ctx.exec.profile.start();
+        let t = ctx.exec.profile.time(Phase::Elementwise);
         par_zip(ctx, &mut st.ff_gate, &st.ff_up, 1, |gate, up| {
             gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u)
         });
-        ctx.exec.profile.stop(Phase::Elementwise, t);
+        drop(t);
         let jobs = &mut [(&self.down, &mut st.out[..])];
         project(
             ctx,

@@ -13,11 +13,11 @@ use super::Session;
 use super::error::Result;
 use super::hadamard::{FoldKind, HadamardFold};
 use super::hparams::HParams;
-use super::linear::{Exec, Linear, gemv_many};
+use super::linear::{Activations, Exec, Linear, run_step};
 use super::profile::Phase;
 use super::state::MatmulScratch;
 use super::weights::Mat;
-use crate::matmul::T2pMatrix;
+use crate::matmul::{T2pMatrix, T2pProduct};
 
 /// The sequences of a batch: each session with the tokens it runs.
 pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
@@ -89,15 +89,17 @@ pub(crate) fn project(
         let quantize = jobs[i..]
             .iter()
             .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind && m.lin.is_ternary());
-        let acts = act.prepare(ctx.exec, input, k, quantize)?;
-        // One token: the ternary matrices of this input share one pool call.
-        let fused = acts.n() == 1 && acts.is_quantized();
-        if fused {
-            let pick = |m| ternary_of(m, ctx.round_bf16, kind);
-            gemv_many(ctx.exec, &acts, &mut jobs[i..], pick, phase)?;
+        let acts = Activations::prepare(ctx.exec, act, input, k, quantize)?;
+        // The ternary matrices of this input share one step of the matmul driver.
+        if let Some(batch) = acts.quantized() {
+            let product = |&m: &_| {
+                let t = ternary_of(m, ctx.round_bf16, kind);
+                t.map(|t| T2pProduct::new(t, batch)).transpose()
+            };
+            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase)?;
         }
         for (m, out) in jobs[i..].iter_mut() {
-            if m.input_kind(ctx.round_bf16) == kind && !(fused && m.lin.is_ternary()) {
+            if m.input_kind(ctx.round_bf16) == kind && !m.lin.is_ternary() {
                 m.lin.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
@@ -125,7 +127,7 @@ fn transform<'a>(
     if kind == (FoldKind::None, false) {
         return x;
     }
-    let t = ctx.exec.profile.start();
+    let _t = ctx.exec.profile.time(Phase::Elementwise);
     match ctx.fold {
         Some(f) => f.apply_into(ctx.exec, kind.0, x, k, xt),
         None => {
@@ -137,7 +139,6 @@ fn transform<'a>(
         xt.iter_mut()
             .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
     }
-    ctx.exec.profile.stop(Phase::Elementwise, t);
     xt
 }
 
@@ -167,19 +168,17 @@ pub(crate) fn par_zip(
 
 /// `dst[t] = rms_norm(src[t]) * w` for every token.
 pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
-    let t = ctx.exec.profile.start();
+    let _t = ctx.exec.profile.time(Phase::Elementwise);
     let d = w.len();
     par_zip(ctx, dst, src, d, |dst, src| {
         for (o, i) in dst.chunks_exact_mut(d).zip(src.chunks_exact(d)) {
             super::ops::rms_norm_into(o, i, w, ctx.hp.eps);
         }
     });
-    ctx.exec.profile.stop(Phase::Elementwise, t);
 }
 
 /// `x += y`.
 pub(crate) fn add(ctx: &Ctx, x: &mut [f32], y: &[f32]) {
-    let t = ctx.exec.profile.start();
+    let _t = ctx.exec.profile.time(Phase::Elementwise);
     x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
-    ctx.exec.profile.stop(Phase::Elementwise, t);
 }

@@ -1,5 +1,6 @@
 //! The one matmul driver: every caller (the runner's pool, the C ABI, the llama.cpp extra buffer
-//! type through the C ABI) runs a T2P matmul through a [`MatmulPlan`].
+//! type through the C ABI) runs a T2P matmul through a [`MatmulPlan`]; a pool of threads runs
+//! the plans' row chunks through [`run_products`] ([`parallel`]).
 //!
 //! A plan is built from the matrix shape, the activation type and the number of columns. It
 //! says how big the work buffer of quantized activations is ([`ActLayout`]), quantizes the
@@ -20,7 +21,7 @@
 //!
 //! Outputs are column-strided: row `r` of column `c` at `out[c * ld + r]` (ggml's `dst` layout).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
 
 use bytemuck::Zeroable;
@@ -33,6 +34,10 @@ use crate::format::{
 };
 use crate::kernels::Kernels;
 use crate::pool::ThreadPool;
+
+pub mod parallel;
+
+pub use parallel::{QuantProduct, RowChunked, StepTime, T2pProduct, run_products};
 
 /// A `rows x k` ternary weight matrix in a T2P layout (`ceil(rows / 4)` row groups; a last
 /// group of fewer than 4 rows is padded with zero rows), with a scale per 128 weights or, from
@@ -373,11 +378,25 @@ impl ActLayout {
 }
 
 /// A batch of activation columns quantized once for every matmul that reads it (q, k and v
-/// share one): an [`ActLayout`] and its work buffer.
+/// share one): an [`ActLayout`] and its work buffer. The default is an empty batch whose
+/// buffer [`QuantizedBatch::quantize`] fills.
 #[derive(Clone, Debug)]
 pub struct QuantizedBatch {
     layout: ActLayout,
     work: Vec<u32>,
+}
+
+impl Default for QuantizedBatch {
+    fn default() -> Self {
+        QuantizedBatch {
+            layout: ActLayout {
+                k: QK_PQ2_0,
+                ncols: 0,
+                act: ActQuant::Q8_0,
+            },
+            work: Vec::new(),
+        }
+    }
 }
 
 impl QuantizedBatch {
@@ -432,20 +451,9 @@ impl QuantizedBatch {
         Ok(QuantizedBatch { layout, work })
     }
 
-    /// An empty batch whose buffer is reused by [`QuantizedBatch::quantize`].
-    pub fn empty() -> Self {
-        QuantizedBatch {
-            layout: ActLayout {
-                k: QK_PQ2_0,
-                ncols: 0,
-                act: ActQuant::Q8_0,
-            },
-            work: Vec::new(),
-        }
-    }
-
     /// Quantizes `ncols` columns of `x` (one after another) as `act` into this batch, in shares
-    /// spread over `pool`, reusing the buffer's allocation.
+    /// spread over `pool`, reusing the buffer's allocation (a forward pass quantizes every
+    /// layer's activations into one batch).
     pub fn quantize(
         &mut self,
         pool: &ThreadPool,
@@ -457,27 +465,17 @@ impl QuantizedBatch {
         let layout = ActLayout::new(k, ncols, act)?;
         layout.check_x(x, k)?;
         self.layout = layout;
-        self.work.clear();
         self.work.resize(layout.work_words(), 0);
-        // Shares of at least ~32 quads: quantizing is cheap, waking threads is not.
+        // Shares of at least 32 quads: quantizing is cheap, waking threads is not.
         let nth = (layout.work_words() / (32 * Q8_0_WORDS)).clamp(1, pool.threads());
-        let mut parts = Vec::with_capacity(nth);
-        let mut rest = self.work.as_mut_slice();
-        for ith in 0..nth {
-            let (share, tail) = rest.split_at_mut(layout.share(ith, nth).len());
-            parts.push(share);
-            rest = tail;
-        }
-        let failed = std::sync::atomic::AtomicBool::new(false);
-        pool.run_parts(parts, |ith, share| {
-            if layout.quantize_share(x, k, ith, nth, share).is_err() {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        let first_error = std::sync::OnceLock::new();
+        let shares = crate::pool::pieces(&mut self.work, nth, |i| layout.share(i, nth).len());
+        pool.for_each_item(nth, shares, |(ith, share)| {
+            if let Err(e) = layout.quantize_share(x, k, ith, nth, share) {
+                let _ = first_error.set(e);
             }
         });
-        if failed.into_inner() {
-            return Err(Error::Shape("quantizing a share failed".into()));
-        }
-        Ok(())
+        first_error.into_inner().map_or(Ok(()), Err)
     }
 
     /// The layout (activation type, `k`, columns).
@@ -675,7 +673,8 @@ impl MatmulPlan {
             // The padded last group: all four rows into a scratch tile, the real ones copied.
             let real = rows.end % ROWS_PER_T2P;
             let at = g_full * ROWS_PER_T2P - rows.start;
-            let mut tile = vec![0.0f32; ROWS_PER_T2P * ncols];
+            let mut tile = PAD_TILE.take();
+            tile.resize(ROWS_PER_T2P * ncols, 0.0);
             self.run_kernels(
                 kern,
                 w.range(g_full * nb..(g_full + 1) * nb),
@@ -687,6 +686,7 @@ impl MatmulPlan {
                 out[c * ld + at..c * ld + at + real]
                     .copy_from_slice(&tile[c * ROWS_PER_T2P..c * ROWS_PER_T2P + real]);
             }
+            PAD_TILE.set(tile);
         }
         Ok(())
     }
@@ -762,6 +762,9 @@ impl MatmulPlan {
 thread_local! {
     /// Per-thread output tile of [`MatmulPlan::compute_columns`] callers (pool jobs, C threads).
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Per-thread tile of a padded last row group: taken out for the call and put back, so
+    /// only a thread's first (or a wider) padded group allocates.
+    static PAD_TILE: Cell<Vec<f32>> = const { Cell::new(Vec::new()) };
 }
 
 /// Runs `f` with this thread's reusable scratch buffer.
@@ -779,10 +782,11 @@ pub fn matmul(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Result<V
 }
 
 /// `w` times every column of `batch` into `out[c * ld + r]`, the rows split across `pool` in
-/// chunks of whole row groups ([`MatmulPlan::chunk_rows`]).
+/// chunks of whole row groups ([`MatmulPlan::chunk_rows`]), through [`run_products`].
 ///
 /// Bit-identical to [`matmul`]: each output is computed by the same kernel over the same blocks
-/// in the same order; only which thread computes it changes.
+/// in the same order; only which thread computes it changes. Allocates its tiles (and, for
+/// `ld != rows`, the output) per call; a forward pass calls [`run_products`] with its own.
 pub fn matmul_parallel(
     pool: &ThreadPool,
     kern: &Kernels,
@@ -791,7 +795,7 @@ pub fn matmul_parallel(
     out: &mut [f32],
     ld: usize,
 ) -> Result<()> {
-    let plan = MatmulPlan::for_batch(w, batch)?;
+    let product = T2pProduct::new(w, batch)?;
     let (rows, ncols) = (w.rows, batch.ncols());
     if ncols > 1 && ld < rows {
         return Err(Error::Shape(format!(
@@ -799,27 +803,24 @@ pub fn matmul_parallel(
         )));
     }
     check_len("output values", (ncols - 1) * ld + rows, out.len())?;
-    let n = plan.chunk_count(pool.threads());
-    // parts[i][c]: rows chunk_rows(i, n) of column c (columns are disjoint because ld >= rows).
-    let parts = plan.split_output(&mut out[..(ncols - 1) * ld + rows], ld, n);
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    pool.run_parts(parts, |i, mut cols| {
-        let r = plan.chunk_rows(i, n);
-        let res = if let [only] = cols.as_mut_slice() {
-            plan.compute(kern, w.blocks(), &batch.work, r, only, 0)
-        } else {
-            with_scratch(|scratch| {
-                plan.compute_columns(kern, w.blocks(), &batch.work, r, scratch, |c, v| {
-                    cols[c].copy_from_slice(v)
-                })
-            })
-        };
-        if res.is_err() {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    if failed.into_inner() {
-        return Err(Error::Shape("a matmul chunk failed".into()));
+    let mut tiles = Vec::new();
+    if ld == rows || ncols == 1 {
+        let out = &mut out[..ncols * rows];
+        run_products(
+            pool,
+            kern,
+            &mut [(product, out)],
+            |p| Ok(Some(*p)),
+            &mut tiles,
+            false,
+        )?;
+        return Ok(());
+    }
+    let mut packed = vec![0.0; ncols * rows];
+    let job = (product, &mut packed[..]);
+    run_products(pool, kern, &mut [job], |p| Ok(Some(*p)), &mut tiles, false)?;
+    for (c, col) in packed.chunks_exact(rows).enumerate() {
+        out[c * ld..c * ld + rows].copy_from_slice(col);
     }
     Ok(())
 }

@@ -1,0 +1,280 @@
+//! The parallel matmul driver: the row chunks of one or several products handed out to a
+//! thread pool in one call, into the caller's buffers, allocating nothing.
+//!
+//! A product is anything split into row chunks ([`RowChunked`]): a T2P matrix times quantized
+//! columns ([`T2pProduct`]), or a matrix of one of ggml's block types times its `vec_dot_type`
+//! activations ([`QuantProduct`]). Products that read the same columns (a layer's q / k / v,
+//! gate / up) run together, so the pool wakes once and waits for one last chunk instead of one
+//! per matrix. Every output is computed by the same kernel over the same blocks as a
+//! single-threaded call; only which thread computes it changes, so the result is bit-identical.
+
+use std::ops::Range;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::{MatmulPlan, QuantizedBatch, T2pMatrix};
+use crate::error::{Error, Result};
+use crate::format::T2pSlice;
+use crate::kernels::Kernels;
+use crate::pool::{ThreadPool, pieces};
+use crate::quant_matrix::QuantMatrix;
+
+/// A matrix product whose output rows can be computed chunk by chunk, on any thread.
+pub trait RowChunked: Sync {
+    /// Output rows.
+    fn rows(&self) -> usize;
+    /// Columns (activation vectors).
+    fn ncols(&self) -> usize;
+    /// How many row chunks to hand out to `threads` threads.
+    fn chunk_count(&self, threads: usize) -> usize;
+    /// Rows of chunk `i` of `n` (consecutive chunks cover `0..rows()`).
+    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize>;
+    /// Rows `rows` of every column into `out[c * ld + (r - rows.start)]`.
+    fn compute_rows(
+        &self,
+        kern: &Kernels,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()>;
+}
+
+/// A T2P matrix times the quantized columns of a batch.
+#[derive(Clone, Copy, Debug)]
+pub struct T2pProduct<'a> {
+    plan: MatmulPlan,
+    w: T2pSlice<'a>,
+    work: &'a [u32],
+}
+
+impl<'a> T2pProduct<'a> {
+    /// `w` times the columns of `batch` (their `k` must agree).
+    pub fn new(w: &'a T2pMatrix, batch: &'a QuantizedBatch) -> Result<Self> {
+        Ok(T2pProduct {
+            plan: MatmulPlan::for_batch(w, batch)?,
+            w: w.blocks(),
+            work: batch.work(),
+        })
+    }
+}
+
+impl RowChunked for T2pProduct<'_> {
+    fn rows(&self) -> usize {
+        self.plan.rows()
+    }
+
+    fn ncols(&self) -> usize {
+        self.plan.layout().ncols()
+    }
+
+    fn chunk_count(&self, threads: usize) -> usize {
+        self.plan.chunk_count(threads)
+    }
+
+    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        self.plan.chunk_rows(i, n)
+    }
+
+    fn compute_rows(
+        &self,
+        kern: &Kernels,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()> {
+        self.plan.compute(kern, self.w, self.work, rows, out, ld)
+    }
+}
+
+/// A matrix of one of ggml's block types times `ncols` columns already quantized to its
+/// `vec_dot_type` ([`QuantMatrix::quantize_acts`]).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantProduct<'a> {
+    m: &'a QuantMatrix,
+    work: &'a [u32],
+    ncols: usize,
+}
+
+impl<'a> QuantProduct<'a> {
+    /// `m` times the `ncols` quantized columns in `work`.
+    pub fn new(m: &'a QuantMatrix, work: &'a [u32], ncols: usize) -> Result<Self> {
+        crate::error::check_len("activation words", m.act_words(ncols), work.len())?;
+        Ok(QuantProduct { m, work, ncols })
+    }
+}
+
+impl RowChunked for QuantProduct<'_> {
+    fn rows(&self) -> usize {
+        self.m.rows()
+    }
+
+    fn ncols(&self) -> usize {
+        self.ncols
+    }
+
+    fn chunk_count(&self, threads: usize) -> usize {
+        self.m.chunk_count(threads)
+    }
+
+    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        self.m.chunk_rows(i, n)
+    }
+
+    fn compute_rows(
+        &self,
+        kern: &Kernels,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()> {
+        self.m.compute(kern, self.work, self.ncols, rows, out, ld)
+    }
+}
+
+/// Where a parallel step's time went (when it was asked to measure).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepTime {
+    /// Wall time of the whole step, in nanoseconds.
+    pub wall_ns: u64,
+    /// Time the chunks computed, summed over threads, in nanoseconds.
+    pub busy_ns: u64,
+    /// Threads that took part (at most one per chunk).
+    pub threads: usize,
+}
+
+/// Keeps the first error of a step's chunks and, when timing, their busy time.
+struct ChunkRunner {
+    first_error: OnceLock<Error>,
+    busy: AtomicU64,
+    start: Option<Instant>,
+}
+
+impl ChunkRunner {
+    fn new(timed: bool) -> Self {
+        ChunkRunner {
+            first_error: OnceLock::new(),
+            busy: AtomicU64::new(0),
+            start: timed.then(Instant::now),
+        }
+    }
+
+    fn run(&self, f: impl FnOnce() -> Result<()>) {
+        let t = self.start.is_some().then(Instant::now);
+        if let Err(e) = f() {
+            // Only the first is kept: the others are the same error on other rows.
+            let _ = self.first_error.set(e);
+        }
+        if let Some(t) = t {
+            self.busy
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn finish(self, threads: usize) -> Result<Option<StepTime>> {
+        if let Some(e) = self.first_error.into_inner() {
+            return Err(e);
+        }
+        Ok(self.start.map(|t0| StepTime {
+            wall_ns: t0.elapsed().as_nanos() as u64,
+            busy_ns: self.busy.into_inner(),
+            threads,
+        }))
+    }
+}
+
+/// `out_j = product(m_j)` for every job whose `product` is `Some`, in one pool call: each
+/// job's output holds its `ncols` columns one after another (`out[c * rows + r]`); jobs without
+/// a product are left alone (a layer's matrices of other types). Products of several columns
+/// compute each chunk into its own tile of `tiles` (grown once to `sum(rows) * ncols`, then
+/// reused) and gather the tiles into the columns in a second pool call.
+///
+/// Returns the first error `product` or any chunk met, and with `timed` the step's
+/// [`StepTime`].
+pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
+    pool: &ThreadPool,
+    kern: &Kernels,
+    jobs: &mut [(M, &mut [f32])],
+    product: impl Fn(&M) -> Result<Option<P>> + Sync,
+    tiles: &mut Vec<f32>,
+    timed: bool,
+) -> Result<Option<StepTime>> {
+    let threads = pool.threads();
+    let (mut ncols, mut products, mut chunks, mut tile_len) = (None, 0, 0, 0);
+    for (m, out) in jobs.iter() {
+        let Some(p) = product(m)? else { continue };
+        let n = *ncols.get_or_insert(p.ncols());
+        if p.ncols() != n {
+            return Err(Error::Shape(format!(
+                "products of {} and {n} columns in one step",
+                p.ncols()
+            )));
+        }
+        crate::error::check_len("output values", p.rows() * n, out.len())?;
+        products += 1;
+        chunks += p.chunk_count(threads);
+        tile_len += p.rows() * n;
+    }
+    let Some(ncols) = ncols else {
+        return Ok(timed.then(StepTime::default));
+    };
+    // Checked above: from here on `product` gives the same `Some` again.
+    let product = |m: &M| product(m).ok().flatten();
+    let runner = ChunkRunner::new(timed);
+    if ncols == 1 {
+        // One column: each chunk's rows are one contiguous piece of its output.
+        let items = jobs
+            .iter_mut()
+            .flat_map(|(m, out)| {
+                let p = product(m)?;
+                let n = p.chunk_count(threads);
+                let out = &mut out[..p.rows()];
+                Some(
+                    pieces(out, n, move |i| p.chunk_rows(i, n).len())
+                        .map(move |(i, piece)| (p, p.chunk_rows(i, n), piece)),
+                )
+            })
+            .flatten();
+        pool.for_each_item(chunks, items, |(p, rows, piece)| {
+            runner.run(|| p.compute_rows(kern, rows, piece, 0));
+        });
+        return runner.finish(threads.min(chunks));
+    }
+    tiles.resize(tiles.len().max(tile_len), 0.0);
+    let mut rest = &mut tiles[..tile_len];
+    let items = jobs
+        .iter()
+        .filter_map(|(m, _)| product(m))
+        .flat_map(move |p| {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.rows() * ncols);
+            rest = tail;
+            let n = p.chunk_count(threads);
+            pieces(mine, n, move |i| p.chunk_rows(i, n).len() * ncols)
+                .map(move |(i, tile)| (p, p.chunk_rows(i, n), tile))
+        });
+    pool.for_each_item(chunks, items, |(p, rows, tile)| {
+        runner.run(|| p.compute_rows(kern, rows.clone(), tile, rows.len()));
+    });
+    // Chunk i's tile holds its rows of column c at [c * len, (c + 1) * len).
+    let (tiles, mut at) = (&tiles[..], 0);
+    let columns = jobs
+        .iter_mut()
+        .filter_map(|(m, out)| Some((product(m)?, out)))
+        .flat_map(|(p, out)| {
+            let tile = &tiles[at..at + p.rows() * ncols];
+            at += p.rows() * ncols;
+            out[..p.rows() * ncols]
+                .chunks_mut(p.rows())
+                .enumerate()
+                .map(move |(c, col)| (p, tile, c, col))
+        });
+    pool.for_each_item(products * ncols, columns, |(p, tile, c, col)| {
+        let n = p.chunk_count(threads);
+        for i in 0..n {
+            let r = p.chunk_rows(i, n);
+            let piece = &tile[r.start * ncols..r.end * ncols];
+            col[r.clone()].copy_from_slice(&piece[c * r.len()..(c + 1) * r.len()]);
+        }
+    });
+    runner.finish(threads.min(chunks))
+}
