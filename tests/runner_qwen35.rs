@@ -10,7 +10,7 @@ use std::path::Path;
 
 use reference::*;
 use t2p::runner::gguf_writer::{GgufWriter, TensorSpec};
-use t2p::runner::model::{Exec, Loaded, Model, Qwen35};
+use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
 
@@ -96,10 +96,8 @@ fn qwen35_tiny_exact_weights_match_upstream_f32() {
         ..LoadOptions::default()
     };
     let mut l = Model::load(dir.join("qwen35-tiny-pq2_0.gguf"), &opts).unwrap();
-    match &mut l.model {
-        Model::Qwen35(q) => q.set_round_bf16_activations(false),
-        _ => panic!("qwen35-tiny is not loaded as qwen35"),
-    }
+    assert!(l.model.is_hybrid(), "qwen35-tiny is not loaded as a hybrid");
+    l.model.set_round_bf16_activations(false);
     let (max, _) = check_seq64(&l, &dir, "f32.upstream", 0.01, 2e-3);
     assert!(max < 2e-3, "f32 seq64 position 63: max difference {max}");
     check_prompts(
@@ -423,7 +421,7 @@ fn write_gguf(path: &Path, kv: &[(String, Value)], tensors: &Synth) {
 
 fn load_synth(path: &Path) -> t2p::runner::model::Result<Model> {
     let (gguf, store) = TensorStore::load_file(path, &LoadOptions::default()).unwrap();
-    Ok(Model::Qwen35(Qwen35::new(&gguf, store)?))
+    Model::new(&gguf, store)
 }
 
 /// `x -> H_B (s * x) / sqrt(B)` blockwise, from the definition `H[i][j] = (-1)^popcount(i & j)`
@@ -556,9 +554,7 @@ fn hadamard_fold_gives_the_unfolded_logits() {
     write_gguf(&p_bare, &synth_kv(), &f.tensors);
     let want = run(&load_synth(&p_plain).unwrap(), &exec);
     let folded = load_synth(&p_fold).unwrap();
-    if let Model::Qwen35(q) = &folded {
-        assert_eq!(q.hadamard().map(|h| h.block_size()), Some(BLOCK));
-    }
+    assert_eq!(folded.hadamard().map(|h| h.block_size()), Some(BLOCK));
     let got = run(&folded, &exec);
     let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let max = got

@@ -15,7 +15,7 @@
 use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
-use super::linear::Exec;
+use super::exec::Exec;
 use crate::runner::{Array, GgufFile, Value};
 
 const PREFIX: &str = "prism.hadamard.";

@@ -1,9 +1,9 @@
 //! Hyper-parameters: one reader of the GGUF metadata for every architecture, with the few
 //! defaults an architecture supplies.
 
-use super::deltanet::DeltaNetShape;
 use super::error::{ModelError, Result};
 use super::ops::RopeStyle;
+use super::recurrent::DeltaNetShape;
 use crate::runner::{Array, GgufFile, Value};
 
 /// What an architecture fixes that its metadata does not say.

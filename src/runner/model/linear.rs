@@ -3,44 +3,13 @@
 //! allocates once the buffers of a session have their size.
 
 use super::error::{ModelError, Result};
-use super::profile::{Phase, Profile};
-use crate::kernels::Kernels;
+use super::exec::Exec;
+use super::profile::Phase;
 use crate::matmul::{
-    ActQuant, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
+    QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
 };
-use crate::pool::ThreadPool;
 use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
-
-/// Where matmuls run: the kernels and the one thread pool of the process.
-pub struct Exec {
-    /// The kernel path.
-    pub kern: &'static Kernels,
-    /// The persistent pool every parallel step uses.
-    pub pool: ThreadPool,
-    /// How activations are quantized for the T2P matrices.
-    pub act: ActQuant,
-    /// Time per phase of the forward passes run on this `Exec` (off unless enabled).
-    pub profile: Profile,
-}
-
-impl Exec {
-    /// The active kernels on a pool of `threads` threads, with the default activation type.
-    pub fn new(threads: usize) -> Exec {
-        Exec {
-            kern: crate::kernels::active(),
-            pool: ThreadPool::new(threads.max(1)),
-            act: ActQuant::default(),
-            profile: Profile::default(),
-        }
-    }
-
-    /// The same with activations quantized as `act`.
-    pub fn with_act(mut self, act: ActQuant) -> Exec {
-        self.act = act;
-        self
-    }
-}
 
 /// `n` activation vectors of length `k` (token after token), with their quantized form when a
 /// T2P matrix reads them.

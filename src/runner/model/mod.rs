@@ -10,50 +10,37 @@
 //! as a list of layers and runs the forward pass; `llama.rs` and `qwen35.rs` only say what
 //! distinguishes their architectures; `state` is the run state a session owns.
 
-mod attention;
+mod arch;
+mod attend;
 mod blocks;
-pub mod deltanet;
 mod error;
+mod exec;
 pub mod hadamard;
 pub mod hparams;
 mod kv_cache;
 mod linear;
-mod llama;
 pub mod ops;
 pub mod profile;
-mod qwen35;
+pub mod recurrent;
 mod state;
 mod transformer;
 mod weights;
 
 use std::path::Path;
 
-pub use attention::{AttnShape, attend};
+pub use attend::{AttnShape, attend};
 pub use error::{ModelError, Result};
+pub use exec::Exec;
 pub use hparams::HParams;
 pub use kv_cache::KvCache;
-pub use linear::{Activations, Exec, Linear};
+pub use linear::{Activations, Linear};
 pub use profile::{Phase, Profile};
 pub use state::RunState;
-pub use transformer::Transformer;
+pub use transformer::Model;
 
-use deltanet::{RecurrentCheckpoint, RecurrentState};
+use recurrent::{RecurrentCheckpoint, RecurrentState};
 
 use crate::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
-
-/// A `llama` or `qwen3` model (the same [`Transformer`] as every architecture).
-pub type Llama = Transformer;
-/// A `qwen35` model (the same [`Transformer`] as every architecture).
-pub type Qwen35 = Transformer;
-
-/// A model of any supported architecture. Both variants hold the same [`Transformer`]; the
-/// variant says whether sessions carry a recurrent state.
-pub enum Model {
-    /// Attention only: `llama` or `qwen3`.
-    Llama(Llama),
-    /// Hybrid: `qwen35` (Gated DeltaNet + gated attention).
-    Qwen35(Qwen35),
-}
 
 /// Per-sequence state: the position, the KV cache, for hybrid models the recurrent state, and
 /// the buffers of a forward pass (sized by the first one).
@@ -167,11 +154,7 @@ impl Model {
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Loaded> {
         let (gguf, store) = TensorStore::load_file(path, opts)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let net = Transformer::new(&gguf, store)?;
-        let model = match net.is_hybrid() {
-            true => Model::Qwen35(net),
-            false => Model::Llama(net),
-        };
+        let model = Model::new(&gguf, store)?;
         Ok(Loaded {
             model,
             tokenizer,
@@ -179,35 +162,19 @@ impl Model {
         })
     }
 
-    /// The model.
-    pub fn net(&self) -> &Transformer {
-        match self {
-            Model::Llama(m) | Model::Qwen35(m) => m,
-        }
-    }
-
     /// Vocabulary size (length of a logit row).
     pub fn n_vocab(&self) -> usize {
-        self.net().cfg.n_vocab
+        self.cfg.n_vocab
     }
 
     /// Training context length.
     pub fn n_ctx_train(&self) -> usize {
-        self.net().cfg.n_ctx_train
+        self.cfg.n_ctx_train
     }
 
-    /// Bytes of weights streamed per decoded token.
-    pub fn bytes_per_token(&self) -> usize {
-        self.net().bytes_per_token()
-    }
-
-    /// A fresh session for up to `n_ctx` positions.
-    pub fn new_session(&self, n_ctx: usize) -> Session {
-        self.net().new_session(n_ctx)
-    }
-
-    /// Evaluates `tokens` after what `session` holds; returns the logits of every position
-    /// (`all_logits`, `tokens.len() * n_vocab` values) or of the last one.
+    /// Evaluates `tokens` after what `session` holds; returns a copy of the logits of every
+    /// position (`all_logits`, `tokens.len() * n_vocab` values) or of the last one. For tools
+    /// and tests; decoding loops use [`eval`](Self::eval), which does not allocate.
     pub fn forward(
         &self,
         exec: &Exec,
@@ -221,8 +188,9 @@ impl Model {
         Ok(self.eval(exec, session, tokens, all_logits)?.to_vec())
     }
 
-    /// [`forward`](Self::forward) without allocating after the session's first pass: the
-    /// logits stay in the session (also [`Session::logits`]).
+    /// Evaluates `tokens` after what `session` holds without allocating after the session's
+    /// first pass: the logits of every position (`all_logits`) or of the last one stay in the
+    /// session (also [`Session::logits`]).
     pub fn eval<'s>(
         &self,
         exec: &Exec,
@@ -230,17 +198,13 @@ impl Model {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<&'s [f32]> {
-        self.net()
-            .forward(exec, &mut [(&mut *session, tokens)], all_logits)?;
+        self.forward_seqs(exec, &mut [(&mut *session, tokens)], all_logits)?;
         Ok(session.logits())
     }
 
     /// Evaluates several sequences in one pass, each `(session, tokens)` after what its
-    /// session holds, and returns the last position's logits of each (empty for a sequence
-    /// without tokens). Every matrix runs once over the columns of all sequences; attention
-    /// and the recurrent layers run per sequence on its own session. The logits are bit for
-    /// bit those of separate [`forward`](Self::forward) calls (a matmul column and its
-    /// activation quantization do not depend on the other columns).
+    /// session holds, and returns a copy of the last position's logits of each (empty for a
+    /// sequence without tokens); see [`eval_batch`](Self::eval_batch).
     pub fn forward_batch(
         &self,
         exec: &Exec,
@@ -250,10 +214,13 @@ impl Model {
         Ok(seqs.iter().map(|(s, _)| s.logits().to_vec()).collect())
     }
 
-    /// [`forward_batch`](Self::forward_batch) leaving each sequence's logits in its session
-    /// ([`Session::logits`]); allocates nothing once the first session has seen a batch this
-    /// large (it holds the batch's buffers).
+    /// Evaluates several sequences in one pass and leaves each one's last logits in its
+    /// session ([`Session::logits`]). Every matrix runs once over the columns of all
+    /// sequences; attention and the recurrent layers run per sequence on its own session. The
+    /// logits are bit for bit those of separate [`eval`](Self::eval) calls (a matmul column
+    /// and its activation quantization do not depend on the other columns). Allocates nothing
+    /// once the first session has seen a batch this large (it holds the batch's buffers).
     pub fn eval_batch(&self, exec: &Exec, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
-        self.net().forward(exec, seqs, false)
+        self.forward_seqs(exec, seqs, false)
     }
 }

@@ -5,8 +5,8 @@
 //! Shapes below: `n` = tokens of the batch (all sequences), `r` = rows the LM head reads (the
 //! last token of each sequence, or every token), `d` = `n_embd`.
 
-use super::deltanet::Update;
 use super::hparams::HParams;
+use super::recurrent::Update;
 use crate::matmul::QuantizedBatch;
 
 /// Where one sequence of a batched forward pass sits: its columns in the batch and the

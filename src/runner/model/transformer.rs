@@ -1,48 +1,25 @@
 //! The decoder every architecture is: a token table, a list of layers
 //! `{mixer norm, mixer: attention | DeltaNet, FFN norm, FFN}`, a final norm and an LM head.
-//! An architecture is an [`Arch`] (its tensor names and options, a few lines in its own file);
+//! An architecture is an [`Arch`](super::arch::Arch) (its tensor names and options, a few
+//! lines in `arch.rs`);
 //! this module builds any of them and runs the one forward pass.
 
 use super::Session;
+use super::arch::ARCHS;
 use super::blocks::{Attention, Ctx, DeltaNet, Ffn, Layer, Mixer, add, norm_rows, project};
-use super::deltanet::RecurrentState;
 use super::error::{ModelError, Result};
+use super::exec::Exec;
 use super::hadamard::HadamardFold;
-use super::hparams::{ArchDefaults, HParams};
+use super::hparams::HParams;
 use super::kv_cache::KvCache;
-use super::linear::Exec;
 use super::profile::Phase;
+use super::recurrent::RecurrentState;
 use super::state::{RunState, Span};
 use super::weights::{Embedding, WeightLoader};
 use crate::runner::{GgufFile, TensorStore};
 
-/// What distinguishes an architecture from the others.
-pub(crate) struct Arch {
-    /// `general.architecture` values it reads.
-    pub names: &'static [&'static str],
-    /// RoPE pairing, default epsilon and context, hybrid or not.
-    pub defaults: ArchDefaults,
-    /// Attention has per-head q/k RMSNorm (`attn_q_norm`, `attn_k_norm`).
-    pub qk_norm: bool,
-    /// The q projection also yields a per-head output gate.
-    pub gated_attention: bool,
-    /// Name of the RMSNorm before the FFN (`blk.N.<name>.weight`).
-    pub ffn_norm: &'static str,
-    /// Honour a `prism.hadamard.*` fold.
-    pub hadamard: bool,
-    /// Round activations to bf16 before BF16 weights (llama.cpp's CPU matmul does).
-    pub round_bf16: bool,
-}
-
-/// The architectures this runner implements.
-const ARCHS: [&Arch; 3] = [
-    &super::llama::LLAMA,
-    &super::llama::QWEN3,
-    &super::qwen35::QWEN35,
-];
-
-/// A loaded model of any architecture.
-pub struct Transformer {
+/// A loaded model of any architecture: the one model type.
+pub struct Model {
     /// Hyper-parameters.
     pub cfg: HParams,
     /// Boxed: rarely present.
@@ -53,9 +30,9 @@ pub struct Transformer {
     round_bf16: bool,
 }
 
-impl Transformer {
+impl Model {
     /// Builds the model of the file's architecture from its metadata and loaded tensors.
-    pub fn new(gguf: &GgufFile, mut store: TensorStore) -> Result<Transformer> {
+    pub fn new(gguf: &GgufFile, mut store: TensorStore) -> Result<Model> {
         let name = gguf.architecture()?;
         let arch = ARCHS
             .iter()
@@ -66,32 +43,39 @@ impl Transformer {
             true => HadamardFold::from_gguf(gguf)?.map(Box::new),
             false => None,
         };
-        let mut ld = WeightLoader::new(&mut store, fold.as_deref());
-        let emb = ld.embedding(cfg.n_embd)?;
+        let mut weights = WeightLoader::new(&mut store, fold.as_deref());
+        let emb = weights.embedding(cfg.n_embd)?;
         cfg.n_vocab = emb.n_vocab;
         let (mut n_attn, mut n_rec) = (0, 0);
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let mixer = if cfg.recurrent[i] {
                 n_rec += 1;
-                Mixer::DeltaNet(DeltaNet::load(&mut ld, i, &cfg, n_rec - 1)?)
+                Mixer::DeltaNet(DeltaNet::load(&mut weights, i, &cfg, n_rec - 1)?)
             } else {
                 n_attn += 1;
                 let (qk, gated) = (arch.qk_norm, arch.gated_attention);
-                Mixer::Attention(Attention::load(&mut ld, i, &cfg, qk, gated, n_attn - 1)?)
+                Mixer::Attention(Attention::load(
+                    &mut weights,
+                    i,
+                    &cfg,
+                    qk,
+                    gated,
+                    n_attn - 1,
+                )?)
             };
-            let norm = |ld: &mut WeightLoader, s: &str| {
-                ld.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd)
+            let norm = |weights: &mut WeightLoader, s: &str| {
+                weights.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd)
             };
             layers.push(Layer {
-                mixer_norm: norm(&mut ld, "attn_norm")?,
+                mixer_norm: norm(&mut weights, "attn_norm")?,
                 mixer,
-                ffn_norm: norm(&mut ld, arch.ffn_norm)?,
-                ffn: Ffn::load(&mut ld, i, &cfg)?,
+                ffn_norm: norm(&mut weights, arch.ffn_norm)?,
+                ffn: Ffn::load(&mut weights, i, &cfg)?,
             });
         }
-        ld.finish()?;
-        Ok(Transformer {
+        weights.finish()?;
+        Ok(Model {
             cfg,
             fold,
             emb,
@@ -141,7 +125,7 @@ impl Transformer {
     /// each sequence gets exactly the logits it would get alone. Nothing is written unless
     /// every sequence fits, every id is in the vocabulary and every state is at its position.
     /// The first session's run state holds the batch's buffers.
-    pub fn forward(
+    pub(crate) fn forward_seqs(
         &self,
         exec: &Exec,
         seqs: &mut [(&mut Session, &[u32])],

@@ -7,6 +7,7 @@ use std::collections::HashSet;
 use super::error::{ModelError, Result};
 use super::hadamard::{FoldKind, GdnGeometry, HadamardFold};
 use super::linear::Linear;
+use crate::matmul::T2pMatrix;
 use crate::runner::{GgmlType, TensorStore};
 
 /// A matrix with what its activation needs first.
@@ -19,10 +20,40 @@ pub struct Mat {
     pub bf16_input: bool,
 }
 
+/// What a matrix does to its input activation before multiplying: matrices of one kind read
+/// one transformed (and quantized) copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputKind {
+    /// The fold's rotation.
+    pub rotation: FoldKind,
+    /// Rounding to bf16 (before a BF16 weight, as llama.cpp does).
+    pub bf16: bool,
+}
+
+impl InputKind {
+    /// The activation as it is.
+    pub const PLAIN: InputKind = InputKind {
+        rotation: FoldKind::None,
+        bf16: false,
+    };
+}
+
 impl Mat {
-    /// The transform of its input: (rotation, bf16 rounding).
-    pub fn input_kind(&self, round_bf16: bool) -> (FoldKind, bool) {
-        (self.fold, self.bf16_input && round_bf16)
+    /// What its input goes through first (`round_bf16`: whether the model rounds activations
+    /// before BF16 weights).
+    pub fn input_kind(&self, round_bf16: bool) -> InputKind {
+        InputKind {
+            rotation: self.fold,
+            bf16: self.bf16_input && round_bf16,
+        }
+    }
+
+    /// Its T2P weights if it is ternary and reads input kind `kind`.
+    pub(crate) fn ternary_for(&self, kind: InputKind, round_bf16: bool) -> Option<&T2pMatrix> {
+        match &self.lin {
+            Linear::T2p(t) if self.input_kind(round_bf16) == kind => Some(t),
+            _ => None,
+        }
     }
 }
 

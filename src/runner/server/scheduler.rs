@@ -295,7 +295,7 @@ fn admit<'t>(
         )));
         return;
     }
-    let recurrent = matches!(model, Model::Qwen35(_));
+    let recurrent = model.is_hybrid();
     let waits = group.is_some()
         && slots.iter().any(|s| {
             s.active
@@ -339,7 +339,7 @@ fn admit<'t>(
 
 /// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
 fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
-    let recurrent = matches!(model, Model::Qwen35(_));
+    let recurrent = model.is_hybrid();
     let a = slot.active.as_mut().expect("a job to start");
     let keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
     let session = slot

@@ -3,7 +3,7 @@
 //! per head `head_dim` query rows then `head_dim` gate rows) and the output projection.
 
 use super::{Ctx, Seqs, project};
-use crate::runner::model::attention::{AttnShape, attend};
+use crate::runner::model::attend::{AttnShape, attend};
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, rope, rope_angles, sigmoid};
@@ -28,7 +28,7 @@ pub(crate) struct Attention {
 impl Attention {
     /// Loads `blk.{i}.attn_*` (with `attn_q_norm`/`attn_k_norm` when `qk_norm`).
     pub fn load(
-        ld: &mut WeightLoader,
+        weights: &mut WeightLoader,
         i: usize,
         hp: &HParams,
         qk_norm: bool,
@@ -39,14 +39,14 @@ impl Attention {
         let (d, hd) = (hp.n_embd, hp.head_dim);
         let q_rows = if gated { 2 } else { 1 } * hp.q_dim();
         let mut norm = |s: &str| -> Result<Option<Vec<f32>>> {
-            qk_norm.then(|| ld.vector(&p(s), hd)).transpose()
+            qk_norm.then(|| weights.vector(&p(s), hd)).transpose()
         };
         let (q_norm, k_norm) = (norm("attn_q_norm")?, norm("attn_k_norm")?);
         Ok(Attention {
-            wq: ld.mat(&p("attn_q"), q_rows, d, None)?,
-            wk: ld.mat(&p("attn_k"), hp.kv_dim(), d, None)?,
-            wv: ld.mat(&p("attn_v"), hp.kv_dim(), d, None)?,
-            wo: ld.mat(&p("attn_output"), d, hp.q_dim(), None)?,
+            wq: weights.mat(&p("attn_q"), q_rows, d, None)?,
+            wk: weights.mat(&p("attn_k"), hp.kv_dim(), d, None)?,
+            wv: weights.mat(&p("attn_v"), hp.kv_dim(), d, None)?,
+            wo: weights.mat(&p("attn_output"), d, hp.q_dim(), None)?,
             q_norm,
             k_norm,
             gated,

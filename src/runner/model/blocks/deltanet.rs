@@ -4,12 +4,12 @@
 //! `ssm_out`.
 
 use super::{Ctx, Seqs, project};
-use crate::runner::model::deltanet::l2_norm_heads;
 use crate::runner::model::error::{ModelError, Result};
 use crate::runner::model::hadamard::GdnGeometry;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, sigmoid, silu};
 use crate::runner::model::profile::Phase;
+use crate::runner::model::recurrent::l2_norm_heads;
 use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Mat, WeightLoader};
 
@@ -32,7 +32,12 @@ pub(crate) struct DeltaNet {
 
 impl DeltaNet {
     /// Loads `blk.{i}.attn_qkv`, `attn_gate`, `ssm_*`.
-    pub fn load(ld: &mut WeightLoader, i: usize, hp: &HParams, slot: usize) -> Result<DeltaNet> {
+    pub fn load(
+        weights: &mut WeightLoader,
+        i: usize,
+        hp: &HParams,
+        slot: usize,
+    ) -> Result<DeltaNet> {
         let s = hp
             .ssm
             .ok_or_else(|| ModelError::BadShape("a DeltaNet layer without ssm.* keys".into()))?;
@@ -44,15 +49,15 @@ impl DeltaNet {
             n_v_heads: s.n_v_heads,
         };
         Ok(DeltaNet {
-            qkv: ld.mat(&p("attn_qkv"), s.conv_channels(), d, None)?,
-            gate: ld.mat(&p("attn_gate"), s.value_dim(), d, None)?,
-            alpha: ld.mat(&p("ssm_alpha"), s.n_v_heads, d, None)?,
-            beta: ld.mat(&p("ssm_beta"), s.n_v_heads, d, None)?,
-            conv: ld.vector(&p("ssm_conv1d"), s.conv_channels() * s.conv_kernel)?,
-            dt_bias: ld.vector(&format!("blk.{i}.ssm_dt.bias"), s.n_v_heads)?,
-            a: ld.vector(&format!("blk.{i}.ssm_a"), s.n_v_heads)?,
-            norm: ld.vector(&p("ssm_norm"), s.head_v_dim)?,
-            out: ld.mat(&p("ssm_out"), d, s.value_dim(), Some(geo))?,
+            qkv: weights.mat(&p("attn_qkv"), s.conv_channels(), d, None)?,
+            gate: weights.mat(&p("attn_gate"), s.value_dim(), d, None)?,
+            alpha: weights.mat(&p("ssm_alpha"), s.n_v_heads, d, None)?,
+            beta: weights.mat(&p("ssm_beta"), s.n_v_heads, d, None)?,
+            conv: weights.vector(&p("ssm_conv1d"), s.conv_channels() * s.conv_kernel)?,
+            dt_bias: weights.vector(&format!("blk.{i}.ssm_dt.bias"), s.n_v_heads)?,
+            a: weights.vector(&format!("blk.{i}.ssm_a"), s.n_v_heads)?,
+            norm: weights.vector(&p("ssm_norm"), s.head_v_dim)?,
+            out: weights.mat(&p("ssm_out"), d, s.value_dim(), Some(geo))?,
             slot,
         })
     }

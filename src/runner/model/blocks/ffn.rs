@@ -17,13 +17,13 @@ pub(crate) struct Ffn {
 
 impl Ffn {
     /// Loads `blk.{i}.ffn_{gate,up,down}`.
-    pub fn load(ld: &mut WeightLoader, i: usize, hp: &HParams) -> Result<Ffn> {
+    pub fn load(weights: &mut WeightLoader, i: usize, hp: &HParams) -> Result<Ffn> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
         let (d, ff) = (hp.n_embd, hp.n_ff);
         Ok(Ffn {
-            gate: ld.mat(&p("ffn_gate"), ff, d, None)?,
-            up: ld.mat(&p("ffn_up"), ff, d, None)?,
-            down: ld.mat(&p("ffn_down"), d, ff, None)?,
+            gate: weights.mat(&p("ffn_gate"), ff, d, None)?,
+            up: weights.mat(&p("ffn_up"), ff, d, None)?,
+            down: weights.mat(&p("ffn_down"), d, ff, None)?,
         })
     }
 

@@ -11,13 +11,14 @@ pub(crate) use ffn::Ffn;
 
 use super::Session;
 use super::error::Result;
-use super::hadamard::{FoldKind, HadamardFold};
+use super::exec::Exec;
+use super::hadamard::HadamardFold;
 use super::hparams::HParams;
-use super::linear::{Activations, Exec, Linear, run_step};
+use super::linear::{Activations, run_step};
 use super::profile::Phase;
 use super::state::MatmulScratch;
-use super::weights::Mat;
-use crate::matmul::{T2pMatrix, T2pProduct};
+use super::weights::{InputKind, Mat};
+use crate::matmul::T2pProduct;
 
 /// The sequences of a batch: each session with the tokens it runs.
 pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
@@ -66,8 +67,8 @@ impl Layer {
 }
 
 /// `out_i = m_i x` for matrices reading the same activation `x` (`n x k`): each distinct
-/// transform of `x` (rotation, bf16 rounding) is computed once and its quantized form is
-/// shared by every ternary matrix reading it.
+/// transform of `x` ([`InputKind`]) is computed once and its quantized form is shared by every
+/// ternary matrix reading it, all of which run as one step of the matmul driver.
 pub(crate) fn project(
     ctx: &Ctx,
     mm: &mut MatmulScratch,
@@ -77,29 +78,27 @@ pub(crate) fn project(
     phase: Phase,
 ) -> Result<()> {
     let MatmulScratch { xt, act, tiles } = mm;
+    let kind_of = |m: &Mat| m.input_kind(ctx.round_bf16);
+    // A layer passes at most four matrices: scanning the earlier ones finds each kind's first.
     for i in 0..jobs.len() {
-        let kind = jobs[i].0.input_kind(ctx.round_bf16);
-        if jobs[..i]
-            .iter()
-            .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind)
-        {
+        let kind = kind_of(jobs[i].0);
+        if jobs[..i].iter().any(|(m, _)| kind_of(m) == kind) {
             continue;
         }
         let input = transform(ctx, kind, x, k, xt);
         let quantize = jobs[i..]
             .iter()
-            .any(|(m, _)| m.input_kind(ctx.round_bf16) == kind && m.lin.is_ternary());
+            .any(|(m, _)| kind_of(m) == kind && m.lin.is_ternary());
         let acts = Activations::prepare(ctx.exec, act, input, k, quantize)?;
-        // The ternary matrices of this input share one step of the matmul driver.
         if let Some(batch) = acts.quantized() {
             let product = |&m: &_| {
-                let t = ternary_of(m, ctx.round_bf16, kind);
+                let t = Mat::ternary_for(m, kind, ctx.round_bf16);
                 t.map(|t| T2pProduct::new(t, batch)).transpose()
             };
             run_step(ctx.exec, &mut jobs[i..], product, tiles, phase)?;
         }
         for (m, out) in jobs[i..].iter_mut() {
-            if m.input_kind(ctx.round_bf16) == kind && !m.lin.is_ternary() {
+            if kind_of(m) == kind && !m.lin.is_ternary() {
                 m.lin.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
@@ -107,35 +106,27 @@ pub(crate) fn project(
     Ok(())
 }
 
-/// `m`'s T2P weights if it reads input kind `kind`.
-fn ternary_of(m: &Mat, round_bf16: bool, kind: (FoldKind, bool)) -> Option<&T2pMatrix> {
-    match &m.lin {
-        Linear::T2p(t) if m.input_kind(round_bf16) == kind => Some(t),
-        _ => None,
-    }
-}
-
 /// `x` as a matmul of input kind `kind` reads it: itself, or rotated and/or rounded to bf16
 /// in `xt`.
 fn transform<'a>(
     ctx: &Ctx,
-    kind: (FoldKind, bool),
+    kind: InputKind,
     x: &'a [f32],
     k: usize,
     xt: &'a mut Vec<f32>,
 ) -> &'a [f32] {
-    if kind == (FoldKind::None, false) {
+    if kind == InputKind::PLAIN {
         return x;
     }
     let _t = ctx.exec.profile.time(Phase::Elementwise);
     match ctx.fold {
-        Some(f) => f.apply_into(ctx.exec, kind.0, x, k, xt),
+        Some(f) => f.apply_into(ctx.exec, kind.rotation, x, k, xt),
         None => {
             xt.clear();
             xt.extend_from_slice(x);
         }
     }
-    if kind.1 {
+    if kind.bf16 {
         xt.iter_mut()
             .for_each(|v| *v = half::bf16::from_f32(*v).to_f32());
     }

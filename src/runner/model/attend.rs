@@ -1,12 +1,12 @@
 //! Causal multi-head attention over the f16 KV cache, with grouped KV heads (query head `h`
 //! reads KV head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses). The scores and
-//! the weighted V sum read the cached halves directly ([`simd`]); the softmax is f32 with an f64
-//! sum, as before.
+//! the weighted V sum read the cached halves directly ([`simd`], on the matmul kernels' path);
+//! the softmax is f32 with an f64 sum.
 
 mod simd;
 
+use super::exec::Exec;
 use super::kv_cache::KvCache;
-use super::linear::Exec;
 use super::ops::softmax;
 
 /// The shape of one attention layer.
@@ -38,7 +38,7 @@ pub fn attend(
     let n = q.len() / q_dim;
     let (k, v) = cache.layer(layer, pos0 + n);
     let group = s.n_head / s.n_head_kv;
-    let isa = simd::Isa::detect();
+    let isa = simd::Isa::for_kernels(exec.kern.isa());
     exec.pool
         .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
             let (t, h) = (j / s.n_head, j % s.n_head);

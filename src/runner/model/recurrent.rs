@@ -22,7 +22,7 @@
 //! buffer is allocated on the first checkpoint only.
 
 use super::error::{ModelError, Result};
-use super::linear::Exec;
+use super::exec::Exec;
 use super::ops::{dot, silu};
 
 /// The dimensions of a Gated DeltaNet layer.

@@ -11,7 +11,8 @@ use half::slice::HalfFloatSliceExt;
 
 use super::super::ops::dot;
 
-/// The instruction set the loops run on, chosen once per attention call.
+/// The instruction set the loops run on: the one the matmul kernels run on
+/// ([`Isa::for_kernels`]), so `T2P_ISA` and the C ABI's choice hold for attention too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
     /// Halves converted a row at a time by `half`, then plain f32 loops (vectorised by the
@@ -23,22 +24,25 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The fastest path this CPU runs.
-    pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
-            return Isa::Avx2F16c;
+    /// The loops for the kernels' path `isa`: every x86 SIMD path has AVX2 and F16C (the
+    /// kernels' dispatch checked them), the others run the portable loops.
+    pub fn for_kernels(isa: crate::kernels::Isa) -> Isa {
+        use crate::kernels::Isa as K;
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            K::Avx2 | K::AvxVnni | K::Avx512Vnni => Isa::Avx2F16c,
+            _ => Isa::Portable,
         }
-        Isa::Portable
     }
 
     /// Every path this CPU runs (for tests that compare them).
     #[cfg(test)]
     pub fn available() -> Vec<Isa> {
-        let mut v = vec![Isa::Portable];
-        if Isa::detect() != Isa::Portable {
-            v.push(Isa::detect());
-        }
+        let mut v: Vec<Isa> = crate::kernels::Isa::available()
+            .into_iter()
+            .map(Isa::for_kernels)
+            .collect();
+        v.dedup();
         v
     }
 
@@ -51,8 +55,8 @@ impl Isa {
         match self {
             Isa::Portable => scores_portable(q, k, stride, scale, out),
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `detect` chose this path only where the CPU has AVX2 and F16C, and the
-            // rows were bounds-checked above.
+            // SAFETY: only x86 kernel paths map here, and the dispatch offers those only on
+            // CPUs with AVX2 and F16C; the rows were bounds-checked above.
             Isa::Avx2F16c => unsafe { x86::scores(q, k, stride, scale, out) },
         }
     }
@@ -320,6 +324,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "out of bounds")]
     fn short_rows_are_refused() {
-        Isa::detect().scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
+        Isa::Portable.scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
     }
 }
