@@ -6,10 +6,10 @@ mod runner_data;
 use std::path::Path;
 
 use t2p::runner::LoadOptions;
-use t2p::runner::generate::generate;
+use t2p::runner::generate::Decoder;
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
-use t2p::runner::speculative::{DraftStats, LookupConfig, generate_drafted, generate_lookup};
+use t2p::runner::speculative::{DraftStats, Drafting, LookupConfig};
 
 fn plain(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut s = l.model.new_session(prompt.len() + n + 8);
@@ -18,21 +18,18 @@ fn plain(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
         ..Default::default()
     });
     let mut out = Vec::new();
-    generate(
-        &l.model,
-        exec,
-        &mut s,
-        prompt,
-        n,
-        512,
-        &mut sampler,
-        |id| l.tokenizer.is_eog(id),
-        |id| {
-            out.push(id);
-            true
-        },
-    )
-    .unwrap();
+    Decoder::new(&l.model, exec, &mut s, 512)
+        .generate(
+            prompt,
+            n,
+            &mut sampler,
+            |id| l.tokenizer.is_eog(id),
+            |id| {
+                out.push(id);
+                true
+            },
+        )
+        .unwrap();
     out
 }
 
@@ -49,21 +46,18 @@ fn drafted(
         ..Default::default()
     };
     let mut out = Vec::new();
-    let (_, d) = generate_lookup(
-        &l.model,
-        exec,
-        &mut s,
-        prompt,
-        n,
-        512,
-        &cfg,
-        |id| l.tokenizer.is_eog(id),
-        |id| {
-            out.push(id);
-            true
-        },
-    )
-    .unwrap();
+    let (_, d) = Decoder::new(&l.model, exec, &mut s, 512)
+        .generate_lookup(
+            prompt,
+            n,
+            &cfg,
+            |id| l.tokenizer.is_eog(id),
+            |id| {
+                out.push(id);
+                true
+            },
+        )
+        .unwrap();
     (out, d)
 }
 
@@ -93,22 +87,23 @@ fn check(path: &Path, prompt: &str, n: usize) -> DraftStats {
     };
     let mut s = l.model.new_session(ids.len() + n + 8);
     let mut got = Vec::new();
-    let (_, d) = generate_drafted(
-        &l.model,
-        &exec,
-        &mut s,
-        &ids,
-        n,
-        512,
-        3,
-        oracle,
-        |id| l.tokenizer.is_eog(id),
-        |id| {
-            got.push(id);
-            true
-        },
-    )
-    .unwrap();
+    let drafting = Drafting {
+        draft: oracle,
+        max_draft: 3,
+        policy: None,
+    };
+    let (_, d) = Decoder::new(&l.model, &exec, &mut s, 512)
+        .generate_drafted(
+            &ids,
+            n,
+            drafting,
+            |id| l.tokenizer.is_eog(id),
+            |id| {
+                got.push(id);
+                true
+            },
+        )
+        .unwrap();
     assert_eq!(got, want, "{}: oracle drafter", path.display());
     assert!(
         d.accepted > 0 && d.accepted < d.drafted,

@@ -1,5 +1,5 @@
-//! The generation loop shared by `run`, `chat` and `bench`: the prompt in batches, then one
-//! token per forward pass, with timings.
+//! The generation loop shared by `run`, `chat` and `bench` ([`Decoder`]): the prompt in
+//! batches, then one token per forward pass, with timings.
 
 use std::time::Instant;
 
@@ -32,54 +32,86 @@ impl GenStats {
     }
 }
 
-/// Evaluates `tokens` in batches of at most `n_batch`, returning the last position's logits.
-pub fn prefill(
-    model: &Model,
-    exec: &Exec,
-    session: &mut Session,
-    tokens: &[u32],
+/// A generation in progress on one session: the model, where it runs and the session it
+/// extends. Its methods are the steps every decoding loop is made of (prompt batches, one-token
+/// steps, draft verification); none allocates after the session's first pass.
+pub struct Decoder<'a> {
+    model: &'a Model,
+    exec: &'a Exec,
+    session: &'a mut Session,
     n_batch: usize,
-) -> Result<Vec<f32>> {
-    let mut logits = Vec::new();
-    for chunk in tokens.chunks(n_batch.max(1)) {
-        logits = model.forward(exec, session, chunk, false)?;
-    }
-    Ok(logits)
 }
 
-/// Generates up to `n` tokens after `prompt`. `on_token` sees each sampled id and returns
-/// `false` to stop; generation also stops after an end-of-generation token (`is_eog`), which is
-/// reported to `on_token` but not evaluated.
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    model: &Model,
-    exec: &Exec,
-    session: &mut Session,
-    prompt: &[u32],
-    n: usize,
-    n_batch: usize,
-    sampler: &mut Sampler,
-    is_eog: impl Fn(u32) -> bool,
-    mut on_token: impl FnMut(u32) -> bool,
-) -> Result<GenStats> {
-    let mut stats = GenStats {
-        prompt_tokens: prompt.len(),
-        ..Default::default()
-    };
-    let t0 = Instant::now();
-    let mut logits = prefill(model, exec, session, prompt, n_batch)?;
-    stats.prompt_secs = t0.elapsed().as_secs_f64();
-    let mut history = prompt.to_vec();
-    let t1 = Instant::now();
-    for i in 0..n {
-        let id = sampler.sample(&logits, &history, prompt.len());
-        history.push(id);
-        stats.gen_tokens += 1;
-        if !on_token(id) || is_eog(id) || i + 1 == n {
-            break;
+impl<'a> Decoder<'a> {
+    /// Extends `session` with `model` on `exec`, evaluating prompts `n_batch` tokens at a time.
+    pub fn new(model: &'a Model, exec: &'a Exec, session: &'a mut Session, n_batch: usize) -> Self {
+        Decoder {
+            model,
+            exec,
+            session,
+            n_batch: n_batch.max(1),
         }
-        logits = model.forward(exec, session, &[id], false)?;
     }
-    stats.gen_secs = t1.elapsed().as_secs_f64();
-    Ok(stats)
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        self.model
+    }
+
+    /// The session being extended.
+    pub fn session(&mut self) -> &mut Session {
+        self.session
+    }
+
+    /// Evaluates `tokens` in batches of at most `n_batch`; returns the last position's logits
+    /// (empty for no tokens).
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        for chunk in tokens.chunks(self.n_batch) {
+            self.model.eval(self.exec, self.session, chunk, false)?;
+        }
+        Ok(self.session.logits())
+    }
+
+    /// Evaluates one token; returns its logits.
+    pub fn step(&mut self, id: u32) -> Result<&[f32]> {
+        self.model.eval(self.exec, self.session, &[id], false)
+    }
+
+    /// Evaluates `tokens` in one pass; returns the logits of every position.
+    pub fn eval_all(&mut self, tokens: &[u32]) -> Result<&[f32]> {
+        self.model.eval(self.exec, self.session, tokens, true)
+    }
+
+    /// Generates up to `n` tokens after `prompt`. `on_token` sees each sampled id and returns
+    /// `false` to stop; generation also stops after an end-of-generation token (`is_eog`),
+    /// which is reported to `on_token` but not evaluated.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        sampler: &mut Sampler,
+        is_eog: impl Fn(u32) -> bool,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<GenStats> {
+        let mut stats = GenStats {
+            prompt_tokens: prompt.len(),
+            ..Default::default()
+        };
+        let t0 = Instant::now();
+        self.prefill(prompt)?;
+        stats.prompt_secs = t0.elapsed().as_secs_f64();
+        let mut history = prompt.to_vec();
+        let t1 = Instant::now();
+        for i in 0..n {
+            let id = sampler.sample(self.session.logits(), &history, prompt.len());
+            history.push(id);
+            stats.gen_tokens += 1;
+            if !on_token(id) || is_eog(id) || i + 1 == n {
+                break;
+            }
+            self.step(id)?;
+        }
+        stats.gen_secs = t1.elapsed().as_secs_f64();
+        Ok(stats)
+    }
 }

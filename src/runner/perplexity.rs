@@ -24,7 +24,7 @@ pub fn perplexity(
             batch[0] = b;
         }
         let mut session = model.new_session(n_ctx);
-        let logits = model.forward(exec, &mut session, &batch, true)?;
+        let logits = model.eval(exec, &mut session, &batch, true)?;
         for j in first..n_ctx - 1 {
             let row = &logits[j * n_vocab..(j + 1) * n_vocab];
             nll -= log_softmax_at(row, chunk[j + 1] as usize);

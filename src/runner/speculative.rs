@@ -6,8 +6,8 @@
 
 use std::time::Instant;
 
-use super::generate::{GenStats, prefill};
-use super::model::{Exec, Model, Result, Session};
+use super::generate::{Decoder, GenStats};
+use super::model::Result;
 use super::sample::argmax;
 
 /// Prompt-lookup drafter settings.
@@ -270,57 +270,20 @@ impl DraftStats {
     }
 }
 
-/// Greedy generation of up to `n` tokens with prompt-lookup drafting; `on_token` as in
-/// [`super::generate::generate`]. Produces exactly the tokens plain greedy would.
-#[allow(clippy::too_many_arguments)]
-pub fn generate_lookup(
-    model: &Model,
-    exec: &Exec,
-    session: &mut Session,
-    prompt: &[u32],
-    n: usize,
-    n_batch: usize,
-    cfg: &LookupConfig,
-    is_eog: impl Fn(u32) -> bool,
-    on_token: impl FnMut(u32) -> bool,
-) -> Result<(GenStats, DraftStats)> {
-    let drafter = |context: &[u32], max: usize| lookup_draft(context, cfg, max);
-    let mut policy = cfg.adaptive.then(|| DraftModel::new(cfg.max_draft));
-    generate_drafted_with(
-        model,
-        exec,
-        session,
-        prompt,
-        n,
-        n_batch,
-        cfg.max_draft,
-        drafter,
-        policy.as_mut(),
-        is_eog,
-        on_token,
-    )
-}
-
-/// Greedy generation with any drafter: `draft(context, max)` proposes up to `max` tokens to
-/// follow `context` (prompt and tokens so far). The draft length adapts: it grows by one after
-/// a fully accepted draft (up to `max_draft`) and drops to one past the accepted prefix otherwise.
-/// Every proposed draft is verified (see [`generate_drafted_with`] for the adaptive policy).
-#[allow(clippy::too_many_arguments)]
-pub fn generate_drafted(
-    model: &Model,
-    exec: &Exec,
-    session: &mut Session,
-    prompt: &[u32],
-    n: usize,
-    n_batch: usize,
-    max_draft: usize,
-    draft_fn: impl FnMut(&[u32], usize) -> Vec<u32>,
-    is_eog: impl Fn(u32) -> bool,
-    on_token: impl FnMut(u32) -> bool,
-) -> Result<(GenStats, DraftStats)> {
-    generate_drafted_with(
-        model, exec, session, prompt, n, n_batch, max_draft, draft_fn, None, is_eog, on_token,
-    )
+/// How a drafted generation proposes tokens.
+pub struct Drafting<'p, D> {
+    /// `draft(context, max)` proposes up to `max` tokens to follow `context` (prompt and
+    /// tokens so far).
+    pub draft: D,
+    /// Most tokens drafted at once.
+    pub max_draft: usize,
+    /// The adaptive policy: with one, a step drafts only while [`DraftModel::best`] expects a
+    /// gain over a one-token decode, with the length it expects to be fastest, and a declined
+    /// draft is kept as a shadow and scored against the tokens plain decoding produces, so the
+    /// acceptance estimate stays current. Without one, every proposal is verified and the
+    /// draft length grows by one after a fully accepted draft (up to `max_draft`) and drops to
+    /// one past the accepted prefix otherwise.
+    pub policy: Option<&'p mut DraftModel>,
 }
 
 /// Plain decodes between forced verifications while the policy declines to draft (so a verify
@@ -328,166 +291,223 @@ pub fn generate_drafted(
 /// plain decodes while it drafts (so the decode cost follows the growing context).
 const REPROBE_EVERY: usize = 48;
 
-/// [`generate_drafted`] with an optional adaptive policy: with `Some(policy)`, a step drafts
-/// only while [`DraftModel::best`] expects a gain over a one-token decode, with the length it
-/// expects to be fastest; otherwise the drafter's proposal is kept as a shadow and scored
-/// against the tokens plain decoding produces, so the acceptance estimate stays current. The
-/// first steps decode plainly (to time a decode), then draft (to time a verification).
-/// Output is the same as plain greedy whatever the policy decides.
-#[allow(clippy::too_many_arguments)]
-pub fn generate_drafted_with(
-    model: &Model,
-    exec: &Exec,
-    session: &mut Session,
-    prompt: &[u32],
+/// The state of a drafted generation between steps: the tokens so far and where to stop, the
+/// counters, and the policy's view (a declined draft being scored, the runs of each kind of
+/// step, the next draft length without a policy).
+struct DraftRun<'p, E, T> {
+    context: Vec<u32>,
+    stats: GenStats,
+    drafts: DraftStats,
     n: usize,
-    n_batch: usize,
+    is_eog: E,
+    on_token: T,
+    policy: Option<&'p mut DraftModel>,
     max_draft: usize,
-    mut draft_fn: impl FnMut(&[u32], usize) -> Vec<u32>,
-    mut policy: Option<&mut DraftModel>,
-    is_eog: impl Fn(u32) -> bool,
-    mut on_token: impl FnMut(u32) -> bool,
-) -> Result<(GenStats, DraftStats)> {
-    let mut stats = GenStats {
-        prompt_tokens: prompt.len(),
-        ..Default::default()
-    };
-    let mut draft_stats = DraftStats::default();
-    let t0 = Instant::now();
-    let logits = prefill(model, exec, session, prompt, n_batch)?;
-    stats.prompt_secs = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let mut context = prompt.to_vec();
-    let mut next = argmax(&logits);
-    let max_draft = max_draft.max(1);
-    let mut draft_len = max_draft;
-    // Emits `id`; returns false when generation must stop.
-    let mut emit = |id: u32, context: &mut Vec<u32>, stats: &mut GenStats| {
-        context.push(id);
-        stats.gen_tokens += 1;
-        on_token(id) && !is_eog(id) && stats.gen_tokens < n
-    };
-    if n == 0 {
-        return Ok((stats, draft_stats));
+    draft_len: usize,
+    /// A declined draft being scored: its tokens and the context length it was proposed at.
+    shadow: Option<(Vec<u32>, usize)>,
+    plain_run: usize,
+    verify_run: usize,
+}
+
+impl<E: Fn(u32) -> bool, T: FnMut(u32) -> bool> DraftRun<'_, E, T> {
+    /// Emits `id`; false when generation must stop.
+    fn emit(&mut self, id: u32) -> bool {
+        self.context.push(id);
+        self.stats.gen_tokens += 1;
+        (self.on_token)(id) && !(self.is_eog)(id) && self.stats.gen_tokens < self.n
     }
-    if !emit(next, &mut context, &mut stats) {
-        stats.gen_secs = t1.elapsed().as_secs_f64();
-        return Ok((stats, draft_stats));
-    }
-    // A declined draft being scored: (its tokens, the context length it was proposed at).
-    let mut shadow: Option<(Vec<u32>, usize)> = None;
-    // Consecutive plain steps and verifications, for the re-measurements.
-    let (mut plain_run, mut verify_run) = (0usize, 0usize);
-    loop {
-        let remaining = n - stats.gen_tokens;
-        let ask = if policy.is_some() {
-            max_draft
-        } else {
-            draft_len
+
+    /// How many tokens to ask the drafter for.
+    fn ask(&self) -> usize {
+        let want = match self.policy {
+            Some(_) => self.max_draft,
+            None => self.draft_len,
         };
-        let mut draft = draft_fn(&context, remaining.min(ask));
-        draft.truncate(remaining.min(ask));
-        // How many of the proposed tokens to verify now (0: decode one token plainly).
-        let take = match policy.as_deref() {
-            None => draft.len(),
-            Some(_) if draft.is_empty() => 0,
+        (self.n - self.stats.gen_tokens).min(want)
+    }
+
+    /// How many of the `proposed` tokens to verify now (0: decode one token plainly).
+    fn take(&mut self, proposed: usize) -> usize {
+        let take = match self.policy.as_deref() {
+            None => proposed,
+            Some(_) if proposed == 0 => 0,
             Some(p) if !p.knows_decode() => 0,
-            Some(p) if !p.knows_verify() => draft.len(),
-            Some(p) => match p.best(draft.len()) {
-                Some(e) if e.gain > 1.0 && verify_run < REPROBE_EVERY => e.best_len,
-                Some(e) if e.gain <= 1.0 && plain_run >= REPROBE_EVERY => e.best_len,
+            Some(p) if !p.knows_verify() => proposed,
+            Some(p) => match p.best(proposed) {
+                Some(e) if e.gain > 1.0 && self.verify_run < REPROBE_EVERY => e.best_len,
+                Some(e) if e.gain <= 1.0 && self.plain_run >= REPROBE_EVERY => e.best_len,
                 _ => 0,
             },
         };
         if take > 0 {
-            (plain_run, verify_run) = (0, verify_run + 1);
+            (self.plain_run, self.verify_run) = (0, self.verify_run + 1);
         } else {
-            (plain_run, verify_run) = (plain_run + 1, 0);
+            (self.plain_run, self.verify_run) = (self.plain_run + 1, 0);
         }
-        if take == 0 {
-            if let Some(p) = policy.as_deref_mut() {
-                if shadow.is_none() && !draft.is_empty() {
-                    draft_stats.shadow_drafted += draft.len();
-                    shadow = Some((draft, context.len()));
-                }
+        take
+    }
+
+    /// Keeps a declined draft to score (one at a time).
+    fn shadow(&mut self, draft: Vec<u32>) {
+        if self.policy.is_some() && self.shadow.is_none() && !draft.is_empty() {
+            self.drafts.shadow_drafted += draft.len();
+            self.shadow = Some((draft, self.context.len()));
+        }
+    }
+
+    /// Scores the shadow draft against the tokens emitted since, once it is decided.
+    fn score_shadow(&mut self) {
+        let (Some(p), Some((tokens, at))) = (self.policy.as_deref_mut(), self.shadow.as_ref())
+        else {
+            return;
+        };
+        let got = &self.context[*at..];
+        let matched = got.iter().zip(tokens).take_while(|(g, t)| g == t).count();
+        if matched < got.len().min(tokens.len()) || matched == tokens.len() {
+            p.record_outcome(tokens.len(), matched);
+            self.drafts.shadow_accepted += matched;
+            self.shadow = None;
+        }
+    }
+
+    /// Books a verification of `len` tokens of which `accepted` were kept.
+    fn verified(&mut self, len: usize, accepted: usize, secs: f64) {
+        self.drafts.drafted += len;
+        self.drafts.accepted += accepted;
+        self.drafts.verifications += 1;
+        if let Some(p) = self.policy.as_deref_mut() {
+            p.record_verify(len, secs);
+            p.record_outcome(len, accepted);
+        }
+        self.draft_len = if accepted == len {
+            (self.draft_len + 1).min(self.max_draft)
+        } else {
+            (accepted + 1).max(1)
+        };
+    }
+}
+
+impl Decoder<'_> {
+    /// Greedy generation of up to `n` tokens with prompt-lookup drafting; `is_eog` and
+    /// `on_token` as in [`Decoder::generate`]. Produces exactly the tokens plain greedy would.
+    pub fn generate_lookup(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        cfg: &LookupConfig,
+        is_eog: impl Fn(u32) -> bool,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<(GenStats, DraftStats)> {
+        let mut policy = cfg.adaptive.then(|| DraftModel::new(cfg.max_draft));
+        let drafting = Drafting {
+            draft: |context: &[u32], max: usize| lookup_draft(context, cfg, max),
+            max_draft: cfg.max_draft,
+            policy: policy.as_mut(),
+        };
+        self.generate_drafted(prompt, n, drafting, is_eog, on_token)
+    }
+
+    /// Greedy generation with any drafter ([`Drafting`]). The first steps decode plainly (to
+    /// time a decode), then draft (to time a verification). Output is the same as plain greedy
+    /// whatever the drafter proposes and the policy decides.
+    pub fn generate_drafted(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        mut drafting: Drafting<impl FnMut(&[u32], usize) -> Vec<u32>>,
+        is_eog: impl Fn(u32) -> bool,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<(GenStats, DraftStats)> {
+        let max_draft = drafting.max_draft.max(1);
+        let mut run = DraftRun {
+            context: prompt.to_vec(),
+            stats: GenStats {
+                prompt_tokens: prompt.len(),
+                ..Default::default()
+            },
+            drafts: DraftStats::default(),
+            n,
+            is_eog,
+            on_token,
+            policy: drafting.policy.take(),
+            max_draft,
+            draft_len: max_draft,
+            shadow: None,
+            plain_run: 0,
+            verify_run: 0,
+        };
+        let t0 = Instant::now();
+        let mut next = argmax(self.prefill(prompt)?);
+        run.stats.prompt_secs = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let mut go = n > 0 && run.emit(next);
+        let mut batch = Vec::with_capacity(max_draft + 1);
+        while go {
+            let ask = run.ask();
+            let mut draft = (drafting.draft)(&run.context, ask);
+            draft.truncate(ask);
+            let take = run.take(draft.len());
+            if take == 0 {
+                run.shadow(draft);
                 let t = Instant::now();
-                next = argmax(&model.forward(exec, session, &[next], false)?);
-                p.record_decode(t.elapsed().as_secs_f64());
-            } else {
-                next = argmax(&model.forward(exec, session, &[next], false)?);
-            }
-            draft_stats.plain_steps += 1;
-            let go = emit(next, &mut context, &mut stats);
-            if let (Some(p), Some((tokens, at))) = (policy.as_deref_mut(), shadow.as_ref()) {
-                let got = &context[*at..];
-                let matched = got.iter().zip(tokens).take_while(|(g, t)| g == t).count();
-                if matched < got.len().min(tokens.len()) || matched == tokens.len() {
-                    p.record_outcome(tokens.len(), matched);
-                    draft_stats.shadow_accepted += matched;
-                    shadow = None;
+                next = argmax(self.step(next)?);
+                if let Some(p) = run.policy.as_deref_mut() {
+                    p.record_decode(t.elapsed().as_secs_f64());
                 }
+                run.drafts.plain_steps += 1;
+                go = run.emit(next);
+                run.score_shadow();
+                continue;
             }
-            if !go {
-                break;
-            }
-            continue;
+            run.shadow = None;
+            draft.truncate(take);
+            let t = Instant::now();
+            let (accepted, following) = self.verify(next, &draft, &mut batch)?;
+            run.verified(draft.len(), accepted, t.elapsed().as_secs_f64());
+            go = draft[..accepted].iter().all(|&d| run.emit(d)) && run.emit(following);
+            next = following;
         }
-        shadow = None;
-        draft.truncate(take);
-        let t_verify = Instant::now();
-        let base = session.len();
-        let checkpoint = session.checkpoint();
-        let mut batch = Vec::with_capacity(draft.len() + 1);
+        run.drafts.estimate = run.policy.and_then(|p| p.summary());
+        run.stats.gen_secs = t1.elapsed().as_secs_f64();
+        Ok((run.stats, run.drafts))
+    }
+
+    /// Verifies `draft` as the continuation of `next` (the token sampled last, not yet
+    /// evaluated) in one forward pass over both (`batch` is its scratch); keeps `next` and the
+    /// accepted prefix in the session and drops the rest (the KV cache truncates; a recurrent
+    /// state returns to a checkpoint and replays what was kept). Returns how many draft tokens
+    /// greedy agrees with and the token greedy picks after them.
+    pub fn verify(
+        &mut self,
+        next: u32,
+        draft: &[u32],
+        batch: &mut Vec<u32>,
+    ) -> Result<(usize, u32)> {
+        let base = self.session().len();
+        let checkpoint = self.session().checkpoint();
+        batch.clear();
         batch.push(next);
-        batch.extend(&draft);
-        let rows = model.forward(exec, session, &batch, true)?;
-        let nv = model.n_vocab();
+        batch.extend_from_slice(draft);
+        let nv = self.model().n_vocab();
+        let rows = self.eval_all(batch)?;
         let row = |i: usize| &rows[i * nv..(i + 1) * nv];
         let accepted = draft
             .iter()
             .enumerate()
             .take_while(|&(i, &d)| argmax(row(i)) == d)
             .count();
-        draft_stats.drafted += draft.len();
-        draft_stats.accepted += accepted;
-        draft_stats.verifications += 1;
-        // Keep `next` and the accepted draft tokens in the state; drop the rest. The KV cache
-        // truncates; a recurrent state returns to the checkpoint and replays what was kept.
+        let following = argmax(row(accepted));
         if accepted < draft.len() {
-            if session.recurrent.is_some() {
-                session.rollback(&checkpoint)?;
-                model.forward(exec, session, &batch[..accepted + 1], false)?;
+            if self.session().recurrent.is_some() {
+                self.session().rollback(&checkpoint)?;
+                self.eval_all(&batch[..accepted + 1])?;
             } else {
-                session.truncate(base + accepted + 1);
+                self.session().truncate(base + accepted + 1);
             }
         }
-        if let Some(p) = policy.as_deref_mut() {
-            p.record_verify(draft.len(), t_verify.elapsed().as_secs_f64());
-            p.record_outcome(draft.len(), accepted);
-        }
-        draft_len = if accepted == draft.len() {
-            (draft_len + 1).min(max_draft)
-        } else {
-            (accepted + 1).max(1)
-        };
-        let mut stop = false;
-        for &d in &draft[..accepted] {
-            if !emit(d, &mut context, &mut stats) {
-                stop = true;
-                break;
-            }
-        }
-        if stop {
-            break;
-        }
-        next = argmax(row(accepted));
-        if !emit(next, &mut context, &mut stats) {
-            break;
-        }
+        Ok((accepted, following))
     }
-    draft_stats.estimate = policy.and_then(|p| p.summary());
-    stats.gen_secs = t1.elapsed().as_secs_f64();
-    Ok((stats, draft_stats))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
 use t2p::runner::chat::{ChatTemplate, Message};
-use t2p::runner::generate::generate;
+use t2p::runner::generate::Decoder;
 
 use crate::run::{ModelArgs, SampleArgs};
 
@@ -76,25 +76,16 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let mut stream = tok.stream_decoder(false);
         let stdout = std::io::stdout();
         let eog = |id| tok.is_eog(id);
-        let stats = generate(
-            &loaded.model,
-            &exec,
-            &mut session,
-            &ids[keep..],
-            args.n_predict,
-            args.model.batch,
-            &mut sampler,
-            eog,
-            |id| {
-                if !tok.is_eog(id) {
-                    answer.push(id);
-                    let mut out = stdout.lock();
-                    let _ = out.write_all(stream.push(id).as_bytes());
-                    let _ = out.flush();
-                }
-                true
-            },
-        )?;
+        let mut decoder = Decoder::new(&loaded.model, &exec, &mut session, args.model.batch);
+        let stats = decoder.generate(&ids[keep..], args.n_predict, &mut sampler, eog, |id| {
+            if !tok.is_eog(id) {
+                answer.push(id);
+                let mut out = stdout.lock();
+                let _ = out.write_all(stream.push(id).as_bytes());
+                let _ = out.flush();
+            }
+            true
+        })?;
         println!("{}", stream.finish());
         // Everything but the last sampled token was evaluated; a hybrid model's state cannot
         // be cut back, so a mismatch starts the next turn from scratch.

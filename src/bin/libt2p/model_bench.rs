@@ -87,12 +87,12 @@ fn time_forward(
     if ctx > 0 {
         loaded
             .model
-            .forward(exec, &mut s, &tokens(loaded, ctx), false)?;
+            .eval(exec, &mut s, &tokens(loaded, ctx), false)?;
     }
     let t = Instant::now();
     loaded
         .model
-        .forward(exec, &mut s, &tokens(loaded, n), false)?;
+        .eval(exec, &mut s, &tokens(loaded, n), false)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -130,10 +130,10 @@ pub fn run(
     if args.n_gen > 0 {
         let run_tg = || -> Result<f64, Box<dyn std::error::Error>> {
             let mut s = loaded.model.new_session(args.n_gen + 2);
-            loaded.model.forward(&exec, &mut s, &[1], false)?;
+            loaded.model.eval(&exec, &mut s, &[1], false)?;
             let t = Instant::now();
             for i in 0..args.n_gen {
-                loaded.model.forward(
+                loaded.model.eval(
                     &exec,
                     &mut s,
                     &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32],

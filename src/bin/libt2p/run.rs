@@ -8,10 +8,10 @@ use std::time::Instant;
 use t2p::bandwidth::BandwidthProbe;
 use t2p::matmul::ActQuant;
 use t2p::runner::LoadOptions;
-use t2p::runner::generate::{GenStats, generate};
+use t2p::runner::generate::{Decoder, GenStats};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
-use t2p::runner::speculative::{DraftStats, LookupConfig, generate_lookup};
+use t2p::runner::speculative::{DraftStats, LookupConfig};
 
 /// Options shared by every command that loads a model.
 #[derive(clap::Args, Clone)]
@@ -256,32 +256,19 @@ fn generate_streaming(
         }
         true
     };
+    let mut decoder = Decoder::new(&loaded.model, exec, &mut session, args.model.batch);
     let (stats, draft) = if drafting {
         let cfg = LookupConfig {
             max_draft: args.draft_max.max(1),
             adaptive: !args.draft_always,
             ..Default::default()
         };
-        let (s, d) = generate_lookup(
-            &loaded.model,
-            exec,
-            &mut session,
-            ids,
-            n,
-            args.model.batch,
-            &cfg,
-            |id| tok.is_eog(id),
-            &mut on_token,
-        )?;
+        let (s, d) = decoder.generate_lookup(ids, n, &cfg, |id| tok.is_eog(id), &mut on_token)?;
         (s, Some(d))
     } else {
-        let s = generate(
-            &loaded.model,
-            exec,
-            &mut session,
+        let s = decoder.generate(
             ids,
             n,
-            args.model.batch,
             &mut args.sample.sampler(),
             |id| tok.is_eog(id),
             &mut on_token,
