@@ -6,6 +6,7 @@
 //! last token of each sequence, or every token), `d` = `n_embd`.
 
 use super::hparams::HParams;
+use super::ops::rope_angles;
 use super::recurrent::Update;
 use crate::matmul::QuantizedBatch;
 
@@ -55,9 +56,10 @@ pub struct RunState {
     pub(crate) v: Vec<f32>,
     /// `[n][n_head * head_dim]`: attention output.
     pub(crate) att: Vec<f32>,
-    /// `[rope_dims / 2]`: RoPE cosines of one position.
+    /// `[n][rope_dims / 2]`: RoPE cosines of each token's position (made once per pass, read
+    /// by every attention layer).
     pub(crate) cos: Vec<f32>,
-    /// `[rope_dims / 2]`: RoPE sines of one position.
+    /// `[n][rope_dims / 2]`: RoPE sines, likewise.
     pub(crate) sin: Vec<f32>,
     /// `[n][n_ff]`: FFN gate, then `silu(gate) * up`.
     pub(crate) ff_gate: Vec<f32>,
@@ -105,8 +107,10 @@ impl RunState {
             sized(&mut self.v, n * kv);
             sized(&mut self.att, n * q);
         }
-        sized(&mut self.cos, hp.rope_dims / 2);
-        sized(&mut self.sin, hp.rope_dims / 2);
+        if hp.n_attn() > 0 {
+            sized(&mut self.cos, n * (hp.rope_dims / 2));
+            sized(&mut self.sin, n * (hp.rope_dims / 2));
+        }
         sized(&mut self.ff_gate, n * hp.n_ff);
         sized(&mut self.ff_up, n * hp.n_ff);
         if let Some(s) = hp.ssm {
@@ -118,5 +122,22 @@ impl RunState {
         }
         sized(&mut self.head_in, r * d);
         sized(&mut self.logits, r * hp.n_vocab);
+    }
+
+    /// The RoPE tables of every token of the batch (`spans` laid out by the pass), once per
+    /// pass rather than once per attention layer.
+    pub(crate) fn rope_tables(&mut self, hp: &HParams) {
+        let half = hp.rope_dims / 2;
+        if hp.n_attn() == 0 || half == 0 {
+            return;
+        }
+        let tables = self.cos.chunks_exact_mut(half).zip(self.sin.chunks_exact_mut(half));
+        let positions = self
+            .spans
+            .iter()
+            .flat_map(|s| s.pos0..s.pos0 + s.cols.len());
+        for ((cos, sin), pos) in tables.zip(positions) {
+            rope_angles(pos, hp.rope_dims, hp.rope_base, cos, sin);
+        }
     }
 }

@@ -161,6 +161,10 @@ impl Model {
             return Ok(());
         }
         self.embed(&ctx, st, seqs);
+        {
+            let _t = exec.profile.time(Phase::Elementwise);
+            st.rope_tables(&self.cfg);
+        }
         for layer in &self.layers {
             norm_rows(&ctx, &mut st.xn, &st.x, &layer.mixer_norm);
             match &layer.mixer {

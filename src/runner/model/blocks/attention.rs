@@ -6,7 +6,7 @@ use super::{Ctx, Seqs, project};
 use crate::runner::model::attend::{AttnShape, attend};
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
-use crate::runner::model::ops::{rms_norm, rope, rope_angles, sigmoid};
+use crate::runner::model::ops::{rms_norm, rope, sigmoid};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Mat, WeightLoader};
@@ -98,20 +98,23 @@ impl Attention {
         };
         for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
             let t = prof.time(Phase::Elementwise);
+            let half = hp.rope_dims / 2;
             for c in span.cols.clone() {
-                let pos = span.pos0 + c - span.cols.start;
-                rope_angles(pos, hp.rope_dims, hp.rope_base, &mut st.cos, &mut st.sin);
+                let (cos, sin) = (
+                    &st.cos[c * half..(c + 1) * half],
+                    &st.sin[c * half..(c + 1) * half],
+                );
                 for head in st.q[c * q_dim..(c + 1) * q_dim].chunks_exact_mut(hd) {
                     if let Some(w) = &self.q_norm {
                         rms_norm(head, w, hp.eps);
                     }
-                    rope(head, hp.rope_dims, hp.rope_style, &st.cos, &st.sin);
+                    rope(head, hp.rope_dims, hp.rope_style, cos, sin);
                 }
                 for head in st.k[c * kv_dim..(c + 1) * kv_dim].chunks_exact_mut(hd) {
                     if let Some(w) = &self.k_norm {
                         rms_norm(head, w, hp.eps);
                     }
-                    rope(head, hp.rope_dims, hp.rope_style, &st.cos, &st.sin);
+                    rope(head, hp.rope_dims, hp.rope_style, cos, sin);
                 }
             }
             drop(t);
