@@ -26,7 +26,22 @@ pub struct Bandwidth {
     pub worst_gbps: f64,
 }
 
+/// The default probe size when the last-level cache's size is unknown.
+const DEFAULT_PROBE_BYTES: usize = 256 << 20;
+
+/// A probe this many times the last-level cache reads DRAM, not cache.
+const LLC_MULTIPLE: usize = 8;
+
 impl BandwidthProbe {
+    /// The probe size that measures DRAM without doubling a tool's footprint: eight times the
+    /// last-level cache (Linux sysfs; 256 MiB elsewhere), within 64 MiB..512 MiB. A 32 MiB L3
+    /// gets 256 MiB: the probe then adds a quarter of a GiB to a run's peak, not a whole one.
+    pub fn default_bytes() -> usize {
+        last_level_cache_bytes()
+            .map_or(DEFAULT_PROBE_BYTES, |c| c.saturating_mul(LLC_MULTIPLE))
+            .clamp(64 << 20, 512 << 20)
+    }
+
     /// Allocates `bytes` (rounded down to 8) and writes every page, in parallel on `pool`, so the
     /// reads measure DRAM and not page faults.
     pub fn new(pool: &ThreadPool, bytes: usize) -> BandwidthProbe {
@@ -77,8 +92,44 @@ impl BandwidthProbe {
     }
 }
 
+/// The largest cache of CPU 0 in bytes, from Linux sysfs (`None` elsewhere or unreadable).
+fn last_level_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| parse_cache_size(s.trim()))
+        .max()
+}
+
+/// `"32768K"`, `"1M"` or `"512"` (sysfs cache sizes) in bytes.
+fn parse_cache_size(s: &str) -> Option<usize> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let mul = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn cache_sizes_parse_and_the_default_probe_is_bounded() {
+        assert_eq!(super::parse_cache_size("32768K"), Some(32 << 20));
+        assert_eq!(super::parse_cache_size("1M"), Some(1 << 20));
+        assert_eq!(super::parse_cache_size("512"), Some(512));
+        assert_eq!(super::parse_cache_size("12X"), None);
+        assert_eq!(super::parse_cache_size(""), None);
+        let b = super::BandwidthProbe::default_bytes();
+        assert!((64 << 20..=512 << 20).contains(&b), "{b}");
+    }
+
     use super::*;
 
     #[test]

@@ -90,9 +90,7 @@ fn time_forward(
             .eval(exec, &mut s, &tokens(loaded, ctx), false)?;
     }
     let t = Instant::now();
-    loaded
-        .model
-        .eval(exec, &mut s, &tokens(loaded, n), false)?;
+    loaded.model.eval(exec, &mut s, &tokens(loaded, n), false)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -119,7 +117,7 @@ pub fn run(
     // The ceiling is read right before and right after the tg runs (5 reps each; the median of
     // the 10 is the ceiling, their range is printed): on a shared machine the bandwidth drifts,
     // and one reading minutes away from the decode can be far off.
-    let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
+    let probe = BandwidthProbe::new(&exec.pool, BandwidthProbe::default_bytes());
     let mut readings = Vec::new();
     let read_ceiling = |readings: &mut Vec<f64>| {
         for _ in 0..5 {

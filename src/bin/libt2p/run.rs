@@ -310,7 +310,7 @@ impl Memory {
             .map_or(0, |r| 2 * r.state_bytes()) as f64;
         let bytes_per_token = weights_per_token + state_per_token;
         let ceiling = (!args.no_ceiling).then(|| {
-            let probe = BandwidthProbe::new(&exec.pool, 1 << 30);
+            let probe = BandwidthProbe::new(&exec.pool, BandwidthProbe::default_bytes());
             probe.measure(&exec.pool, 3).median_gbps
         });
         let gen_gbps = stats.gen_tps() * bytes_per_token / 1e9;

@@ -131,7 +131,10 @@ impl RunState {
         if hp.n_attn() == 0 || half == 0 {
             return;
         }
-        let tables = self.cos.chunks_exact_mut(half).zip(self.sin.chunks_exact_mut(half));
+        let tables = self
+            .cos
+            .chunks_exact_mut(half)
+            .zip(self.sin.chunks_exact_mut(half));
         let positions = self
             .spans
             .iter()
