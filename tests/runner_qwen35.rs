@@ -9,10 +9,10 @@ mod runner_data;
 use std::path::Path;
 
 use reference::*;
-use t2p::runner::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
+use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
 
 fn tiny() -> Option<(std::path::PathBuf, Loaded)> {
     let dir = runner_data::testdata()?.join("qwen35-tiny");

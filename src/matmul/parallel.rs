@@ -221,8 +221,41 @@ pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
     // Checked above: from here on `product` gives the same `Some` again.
     let product = |m: &M| product(m).ok().flatten();
     let runner = ChunkRunner::new(timed);
+    let step = Step {
+        pool,
+        kern,
+        ncols,
+        products,
+        chunks,
+        runner: &runner,
+    };
     if ncols == 1 {
-        // One column: each chunk's rows are one contiguous piece of its output.
+        step.run_one_column(jobs, &product);
+    } else {
+        step.run_tiled(jobs, &product, tile_len, tiles);
+    }
+    runner.finish(threads.min(chunks))
+}
+
+/// A step's fixed parts, for the passes of a several-column step.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    pool: &'a ThreadPool,
+    kern: &'a Kernels,
+    ncols: usize,
+    products: usize,
+    chunks: usize,
+    runner: &'a ChunkRunner,
+}
+
+impl Step<'_> {
+    /// One column: each chunk's rows are one contiguous piece of its output.
+    fn run_one_column<M: Send + Sync, P: RowChunked + Copy + Send>(
+        &self,
+        jobs: &mut [(M, &mut [f32])],
+        product: &(impl Fn(&M) -> Option<P> + Sync),
+    ) {
+        let (kern, runner, threads) = (self.kern, self.runner, self.pool.threads());
         let items = jobs
             .iter_mut()
             .flat_map(|(m, out)| {
@@ -235,46 +268,65 @@ pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
                 )
             })
             .flatten();
-        pool.for_each_item(chunks, items, |(p, rows, piece)| {
-            runner.run(|| p.compute_rows(kern, rows, piece, 0));
-        });
-        return runner.finish(threads.min(chunks));
+        self.pool
+            .for_each_item(self.chunks, items, |(p, rows, piece)| {
+                runner.run(|| p.compute_rows(kern, rows, piece, 0));
+            });
     }
-    tiles.resize(tiles.len().max(tile_len), 0.0);
-    let mut rest = &mut tiles[..tile_len];
-    let items = jobs
-        .iter()
-        .filter_map(|(m, _)| product(m))
-        .flat_map(move |p| {
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.rows() * ncols);
-            rest = tail;
+
+    /// Several columns: every chunk into its own tile (one pool call), then each column of
+    /// each product gathered from its chunks' tiles (a second one).
+    fn run_tiled<M: Send + Sync, P: RowChunked + Copy + Send>(
+        &self,
+        jobs: &mut [(M, &mut [f32])],
+        product: &(impl Fn(&M) -> Option<P> + Sync),
+        tile_len: usize,
+        tiles: &mut Vec<f32>,
+    ) {
+        let Step {
+            pool,
+            kern,
+            ncols,
+            products,
+            chunks,
+            runner,
+        } = *self;
+        let threads = pool.threads();
+        tiles.resize(tiles.len().max(tile_len), 0.0);
+        let mut rest = &mut tiles[..tile_len];
+        let items = jobs
+            .iter()
+            .filter_map(|(m, _)| product(m))
+            .flat_map(move |p| {
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(p.rows() * ncols);
+                rest = tail;
+                let n = p.chunk_count(threads);
+                pieces(mine, n, move |i| p.chunk_rows(i, n).len() * ncols)
+                    .map(move |(i, tile)| (p, p.chunk_rows(i, n), tile))
+            });
+        pool.for_each_item(chunks, items, |(p, rows, tile)| {
+            runner.run(|| p.compute_rows(kern, rows.clone(), tile, rows.len()));
+        });
+        // Chunk i's tile holds its rows of column c at [c * len, (c + 1) * len).
+        let (tiles, mut at) = (&tiles[..], 0);
+        let columns = jobs
+            .iter_mut()
+            .filter_map(|(m, out)| Some((product(m)?, out)))
+            .flat_map(|(p, out)| {
+                let tile = &tiles[at..at + p.rows() * ncols];
+                at += p.rows() * ncols;
+                out[..p.rows() * ncols]
+                    .chunks_mut(p.rows())
+                    .enumerate()
+                    .map(move |(c, col)| (p, tile, c, col))
+            });
+        pool.for_each_item(products * ncols, columns, |(p, tile, c, col)| {
             let n = p.chunk_count(threads);
-            pieces(mine, n, move |i| p.chunk_rows(i, n).len() * ncols)
-                .map(move |(i, tile)| (p, p.chunk_rows(i, n), tile))
+            for i in 0..n {
+                let r = p.chunk_rows(i, n);
+                let piece = &tile[r.start * ncols..r.end * ncols];
+                col[r.clone()].copy_from_slice(&piece[c * r.len()..(c + 1) * r.len()]);
+            }
         });
-    pool.for_each_item(chunks, items, |(p, rows, tile)| {
-        runner.run(|| p.compute_rows(kern, rows.clone(), tile, rows.len()));
-    });
-    // Chunk i's tile holds its rows of column c at [c * len, (c + 1) * len).
-    let (tiles, mut at) = (&tiles[..], 0);
-    let columns = jobs
-        .iter_mut()
-        .filter_map(|(m, out)| Some((product(m)?, out)))
-        .flat_map(|(p, out)| {
-            let tile = &tiles[at..at + p.rows() * ncols];
-            at += p.rows() * ncols;
-            out[..p.rows() * ncols]
-                .chunks_mut(p.rows())
-                .enumerate()
-                .map(move |(c, col)| (p, tile, c, col))
-        });
-    pool.for_each_item(products * ncols, columns, |(p, tile, c, col)| {
-        let n = p.chunk_count(threads);
-        for i in 0..n {
-            let r = p.chunk_rows(i, n);
-            let piece = &tile[r.start * ncols..r.end * ncols];
-            col[r.clone()].copy_from_slice(&piece[c * r.len()..(c + 1) * r.len()]);
-        }
-    });
-    runner.finish(threads.min(chunks))
+    }
 }

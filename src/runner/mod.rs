@@ -40,9 +40,3 @@ pub use loader::{
     current_rss_bytes, peak_rss_bytes,
 };
 pub use tokenizer::{StreamDecoder, TokenType, Tokenizer, TokenizerKind};
-
-/// The fixture writers' old paths (`runner::synth`, ...), kept for callers not yet moved to
-/// [`crate::testkit`]; not part of the runner's API.
-#[cfg(feature = "testkit")]
-#[doc(hidden)]
-pub use crate::testkit::{gguf_writer, synth, synth_qwen35};

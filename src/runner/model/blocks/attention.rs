@@ -65,60 +65,22 @@ impl Attention {
     /// `st.out = attention(st.xn)` for every sequence, appending K/V to each cache.
     pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
         let hp = ctx.hp;
-        let (d, hd, q_dim, kv_dim) = (hp.n_embd, hp.head_dim, hp.q_dim(), hp.kv_dim());
+        let (hd, q_dim, kv_dim) = (hp.head_dim, hp.q_dim(), hp.kv_dim());
         let prof = &ctx.exec.profile;
-        if self.gated {
-            let jobs = &mut [
-                (&self.wq, &mut st.qg[..]),
-                (&self.wk, &mut st.k[..]),
-                (&self.wv, &mut st.v[..]),
-            ];
-            project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
-            let _t = prof.time(Phase::Elementwise);
-            // Per head `hd` query values then `hd` gate values.
-            let q_heads = st.q.chunks_exact_mut(hd);
-            let g_heads = st.gate.chunks_exact_mut(hd);
-            for ((q, g), pair) in q_heads.zip(g_heads).zip(st.qg.chunks_exact(2 * hd)) {
-                q.copy_from_slice(&pair[..hd]);
-                g.copy_from_slice(&pair[hd..]);
-            }
-        } else {
-            let jobs = &mut [
-                (&self.wq, &mut st.q[..]),
-                (&self.wk, &mut st.k[..]),
-                (&self.wv, &mut st.v[..]),
-            ];
-            project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
-        }
+        self.project_qkv(ctx, st)?;
         let shape = AttnShape {
             n_head: hp.n_head,
             n_head_kv: hp.n_head_kv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
         };
+        {
+            let _t = prof.time(Phase::Elementwise);
+            let n = st.spans.last().map_or(0, |s| s.cols.end);
+            (0..n).for_each(|c| self.norm_and_rope(hp, st, c));
+        }
+        let _t = prof.time(Phase::Attention);
         for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
-            let t = prof.time(Phase::Elementwise);
-            let half = hp.rope_dims / 2;
-            for c in span.cols.clone() {
-                let (cos, sin) = (
-                    &st.cos[c * half..(c + 1) * half],
-                    &st.sin[c * half..(c + 1) * half],
-                );
-                for head in st.q[c * q_dim..(c + 1) * q_dim].chunks_exact_mut(hd) {
-                    if let Some(w) = &self.q_norm {
-                        rms_norm(head, w, hp.eps);
-                    }
-                    rope(head, hp.rope_dims, hp.rope_style, cos, sin);
-                }
-                for head in st.k[c * kv_dim..(c + 1) * kv_dim].chunks_exact_mut(hd) {
-                    if let Some(w) = &self.k_norm {
-                        rms_norm(head, w, hp.eps);
-                    }
-                    rope(head, hp.rope_dims, hp.rope_style, cos, sin);
-                }
-            }
-            drop(t);
-            let _t = prof.time(Phase::Attention);
             for c in span.cols.clone() {
                 let pos = span.pos0 + c - span.cols.start;
                 sess.cache.store(
@@ -146,13 +108,55 @@ impl Attention {
                 .zip(&st.gate)
                 .for_each(|(a, g)| *a *= sigmoid(*g));
         }
-        project(
-            ctx,
-            &mut st.mm,
-            &st.att,
-            q_dim,
-            &mut [(&self.wo, &mut st.out[..])],
-            Phase::Matmul,
-        )
+        let jobs = &mut [(&self.wo, &mut st.out[..])];
+        project(ctx, &mut st.mm, &st.att, q_dim, jobs, Phase::Matmul)
+    }
+
+    /// `st.q`, `st.k`, `st.v` (and `st.gate`) of every token from `st.xn`.
+    fn project_qkv(&self, ctx: &Ctx, st: &mut RunState) -> Result<()> {
+        let (d, hd) = (ctx.hp.n_embd, ctx.hp.head_dim);
+        if !self.gated {
+            let jobs = &mut [
+                (&self.wq, &mut st.q[..]),
+                (&self.wk, &mut st.k[..]),
+                (&self.wv, &mut st.v[..]),
+            ];
+            return project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul);
+        }
+        let jobs = &mut [
+            (&self.wq, &mut st.qg[..]),
+            (&self.wk, &mut st.k[..]),
+            (&self.wv, &mut st.v[..]),
+        ];
+        project(ctx, &mut st.mm, &st.xn, d, jobs, Phase::Matmul)?;
+        let _t = ctx.exec.profile.time(Phase::Elementwise);
+        // Per head `hd` query values then `hd` gate values.
+        let q_heads = st.q.chunks_exact_mut(hd);
+        let g_heads = st.gate.chunks_exact_mut(hd);
+        for ((q, g), pair) in q_heads.zip(g_heads).zip(st.qg.chunks_exact(2 * hd)) {
+            q.copy_from_slice(&pair[..hd]);
+            g.copy_from_slice(&pair[hd..]);
+        }
+        Ok(())
+    }
+
+    /// The q/k norms and RoPE of batch column `c`, at the position its tables were made for.
+    fn norm_and_rope(&self, hp: &HParams, st: &mut RunState, c: usize) {
+        let (hd, q_dim, kv_dim, half) = (hp.head_dim, hp.q_dim(), hp.kv_dim(), hp.rope_dims / 2);
+        let (cos, sin) = (
+            &st.cos[c * half..(c + 1) * half],
+            &st.sin[c * half..(c + 1) * half],
+        );
+        let q = st.q[c * q_dim..(c + 1) * q_dim].chunks_exact_mut(hd);
+        let k = st.k[c * kv_dim..(c + 1) * kv_dim].chunks_exact_mut(hd);
+        for (head, norm) in q
+            .map(|h| (h, &self.q_norm))
+            .chain(k.map(|h| (h, &self.k_norm)))
+        {
+            if let Some(w) = norm {
+                rms_norm(head, w, hp.eps);
+            }
+            rope(head, hp.rope_dims, hp.rope_style, cos, sin);
+        }
     }
 }
