@@ -520,9 +520,10 @@ fn matrix_dims(t: &TensorInfo) -> Result<(usize, usize)> {
     Ok((dim(0)?, dim(1)?))
 }
 
-/// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when [`LoadOptions::uses_t2p`],
-/// else converted to pq2_0 blocks. Reads whole row groups (or, for pq2_0 blocks, whole source
-/// blocks) a chunk at a time into one reused buffer, so memory is the result plus one chunk.
+/// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when
+/// [`LoadOptions::uses_t2p`], else converted to pq2_0 blocks. Reads whole row groups (or, for
+/// pq2_0 blocks, whole source blocks) a chunk at a time into one reused buffer, so memory is
+/// the result plus one chunk.
 fn load_ternary<B: TernaryBlock, R: Read>(
     gguf: &GgufFile,
     src: &mut R,
@@ -557,70 +558,101 @@ fn load_ternary<B: TernaryBlock, R: Read>(
             t.n_bytes
         )));
     }
-    let start = gguf.tensor_file_range(t).start;
-    let what = || format!("data of tensor {name:?}");
-    let per_pq = B::WEIGHTS / QK_PQ2_0;
+    let mut data = TensorBytes {
+        src,
+        start: gguf.tensor_file_range(t).start,
+        progress,
+        name,
+    };
     if opts.uses_t2p(t) {
         let (k, rows) = matrix_dims(t)?;
+        return data.repack_to_t2p::<B>(rows, k, opts.chunk_bytes);
+    }
+    // Any other shape: lossless pq2_0 blocks (formats with a scale per 128 weights only:
+    // Q2_0 runs as stored instead).
+    if B::WEIGHTS / QK_PQ2_0 == 0 {
+        return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
+    }
+    data.convert_to_pq2_0::<B>(n_src, opts.chunk_bytes)
+}
+
+/// A tensor's bytes in the file, read a chunk at a time into one reused buffer.
+struct TensorBytes<'a, R> {
+    src: &'a mut R,
+    start: u64,
+    progress: &'a Counter<'a>,
+    name: &'a str,
+}
+
+impl<R: Read> TensorBytes<'_, R> {
+    /// Reads source blocks from byte `offset` of the tensor into `part`.
+    fn read<B: TernaryBlock>(&mut self, part: &mut [B], offset: usize) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
+        let len = bytes.len();
+        let what = || format!("data of tensor {:?}", self.name);
+        let at = self.start + offset as u64;
+        read_chunked(self.src, bytes, len, self.progress, &what, at)
+    }
+
+    /// The `rows x k` matrix repacked into T2P, whole row groups a chunk at a time (the last
+    /// group may be short).
+    fn repack_to_t2p<B: TernaryBlock>(
+        &mut self,
+        rows: usize,
+        k: usize,
+        chunk_bytes: usize,
+    ) -> Result<TensorData> {
+        let name = self.name;
         let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
         let nb = k / QK_PQ2_0;
-        // Source blocks of one row and of one row group (4 rows); the last group may be short.
         let per_row = k / B::WEIGHTS;
-        let row_bytes = per_row * src_size;
+        let row_bytes = per_row * size_of::<B>();
         let groups = t2p_row_groups(rows);
-        let groups_per_chunk = (opts.chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
+        let groups_per_chunk = (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
         let mut blocks = vec![B::Target::zeroed(); nblocks];
         let mut buf = vec![B::zeroed(); groups_per_chunk * ROWS_PER_T2P * per_row];
         for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
             let r0 = c * groups_per_chunk * ROWS_PER_T2P;
             let n_rows = (out.len() / nb * ROWS_PER_T2P).min(rows - r0);
             let part = &mut buf[..n_rows * per_row];
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
-            let len = bytes.len();
-            let offset = start + (r0 * row_bytes) as u64;
-            read_chunked(src, bytes, len, progress, &what, offset)?;
+            self.read(part, r0 * row_bytes)?;
             repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
         }
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
-        return Ok(TensorData::T2p(m));
+        Ok(TensorData::T2p(m))
     }
-    // Any other shape: lossless pq2_0 blocks, converted a chunk of source blocks at a time
-    // (formats with a scale per 128 weights only: Q2_0 runs as stored instead).
-    if per_pq == 0 {
-        return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
-    }
-    let per_chunk = (opts.chunk_bytes / src_size).clamp(1, n_src.max(1));
-    let n_out = n_src
-        .checked_mul(per_pq)
-        .ok_or_else(|| bad("block count does not fit in memory".into()))?;
-    let mut out = Vec::with_capacity(n_out);
-    let mut buf = vec![B::zeroed(); per_chunk];
-    let (mut codes, mut scales) = (vec![0u8; B::WEIGHTS], vec![0u16; per_pq]);
-    let mut done = 0usize;
-    while done < n_src {
-        let part = &mut buf[..per_chunk.min(n_src - done)];
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(part);
-        let len = bytes.len();
-        read_chunked(
-            src,
-            bytes,
-            len,
-            progress,
-            &what,
-            start + (done * src_size) as u64,
-        )?;
-        for b in part.iter() {
-            b.decode(&mut codes, &mut scales);
-            for (half, d) in codes.chunks_exact(QK_PQ2_0).zip(&scales) {
-                out.push(
-                    BlockPq2_0::encode(half, std::slice::from_ref(d))
-                        .map_err(|e| shape_err(name, e))?,
-                );
+
+    /// `n_src` source blocks converted losslessly to pq2_0 blocks, a chunk at a time.
+    fn convert_to_pq2_0<B: TernaryBlock>(
+        &mut self,
+        n_src: usize,
+        chunk_bytes: usize,
+    ) -> Result<TensorData> {
+        let name = self.name;
+        let (src_size, per_pq) = (size_of::<B>(), B::WEIGHTS / QK_PQ2_0);
+        let per_chunk = (chunk_bytes / src_size).clamp(1, n_src.max(1));
+        let n_out = n_src.checked_mul(per_pq).ok_or_else(|| GgufError::Shape {
+            name: name.to_string(),
+            reason: "block count does not fit in memory".into(),
+        })?;
+        let mut out = Vec::with_capacity(n_out);
+        let mut buf = vec![B::zeroed(); per_chunk];
+        let (mut codes, mut scales) = (vec![0u8; B::WEIGHTS], vec![0u16; per_pq]);
+        let mut done = 0usize;
+        while done < n_src {
+            let part = &mut buf[..per_chunk.min(n_src - done)];
+            self.read(part, done * src_size)?;
+            for b in part.iter() {
+                b.decode(&mut codes, &mut scales);
+                for (half, d) in codes.chunks_exact(QK_PQ2_0).zip(&scales) {
+                    let block = BlockPq2_0::encode(half, std::slice::from_ref(d));
+                    out.push(block.map_err(|e| shape_err(name, e))?);
+                }
             }
+            done += part.len();
         }
-        done += part.len();
+        Ok(TensorData::Pq2_0(out))
     }
-    Ok(TensorData::Pq2_0(out))
 }
 
 fn proc_status_kb(field: &str) -> Option<u64> {

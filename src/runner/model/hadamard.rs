@@ -76,6 +76,45 @@ fn bad(msg: impl std::fmt::Display) -> ModelError {
     ModelError::BadShape(format!("prism.hadamard: {msg}"))
 }
 
+/// Checks that `{PREFIX}{name}` is the one value this runner implements.
+fn only(gguf: &GgufFile, name: &str, want: &str) -> Result<()> {
+    let got = gguf.get_str(&format!("{PREFIX}{name}"))?;
+    if got != want {
+        return Err(bad(format!(
+            "{name} {got:?} is not implemented (only {want:?})"
+        )));
+    }
+    Ok(())
+}
+
+/// The explicit sign vectors: `sign_widths[i]` values of `sign_values` for width
+/// `sign_widths[i]`, each +1 or -1, one vector per width.
+fn explicit_signs(gguf: &GgufFile) -> Result<Vec<(usize, Vec<f32>)>> {
+    let widths = gguf.get_i64_array(&format!("{PREFIX}sign_widths"))?;
+    let values = gguf.get_f32_array(&format!("{PREFIX}sign_values"))?;
+    let total: i64 = widths.iter().sum();
+    if widths.iter().any(|&w| w <= 0) || total as usize != values.len() {
+        return Err(bad(format!(
+            "sign_widths {widths:?} do not add up to the {} sign_values",
+            values.len()
+        )));
+    }
+    if let Some(v) = values.iter().find(|&&v| v != 1.0 && v != -1.0) {
+        return Err(bad(format!("sign value {v} is not +1 or -1")));
+    }
+    let mut signs: Vec<(usize, Vec<f32>)> = Vec::new();
+    let mut at = 0;
+    for &w in &widths {
+        let w = w as usize;
+        if signs.iter().any(|(x, _)| *x == w) {
+            return Err(bad(format!("width {w} has two sign vectors")));
+        }
+        signs.push((w, values[at..at + w].to_vec()));
+        at += w;
+    }
+    Ok(signs)
+}
+
 fn strings(gguf: &GgufFile, key: &str) -> Result<Vec<String>> {
     match gguf.get(key) {
         None => Ok(Vec::new()),
@@ -113,18 +152,8 @@ impl HadamardFold {
                 "version {version} is not implemented (only 1)"
             )));
         }
-        let transform = gguf.get_str(&key("transform"))?;
-        if transform != TRANSFORM {
-            return Err(bad(format!(
-                "transform {transform:?} is not implemented (only {TRANSFORM:?})"
-            )));
-        }
-        let axis = gguf.get_str(&key("axis"))?;
-        if axis != AXIS {
-            return Err(bad(format!(
-                "axis {axis:?} is not implemented (only {AXIS:?})"
-            )));
-        }
+        only(gguf, "transform", TRANSFORM)?;
+        only(gguf, "axis", AXIS)?;
         let block = gguf.get_u32(&key("block_size"))? as usize;
         if !block.is_power_of_two() || block < 2 {
             return Err(bad(format!(
@@ -140,34 +169,14 @@ impl HadamardFold {
                 )));
             }
         };
-        let mut signs = Vec::new();
-        if identity_signs {
+        let signs = if identity_signs {
             if gguf.get(&key("sign_values")).is_some() {
                 return Err(bad("sign_mode identity with sign_values"));
             }
+            Vec::new()
         } else {
-            let widths = gguf.get_i64_array(&key("sign_widths"))?;
-            let values = gguf.get_f32_array(&key("sign_values"))?;
-            let total: i64 = widths.iter().sum();
-            if widths.iter().any(|&w| w <= 0) || total as usize != values.len() {
-                return Err(bad(format!(
-                    "sign_widths {widths:?} do not add up to the {} sign_values",
-                    values.len()
-                )));
-            }
-            if let Some(v) = values.iter().find(|&&v| v != 1.0 && v != -1.0) {
-                return Err(bad(format!("sign value {v} is not +1 or -1")));
-            }
-            let mut at = 0;
-            for &w in &widths {
-                let w = w as usize;
-                if signs.iter().any(|(x, _)| *x == w) {
-                    return Err(bad(format!("width {w} has two sign vectors")));
-                }
-                signs.push((w, values[at..at + w].to_vec()));
-                at += w;
-            }
-        }
+            explicit_signs(gguf)?
+        };
         let forward: HashSet<String> = strings(gguf, &key("weight_names"))?.into_iter().collect();
         let inverse: HashSet<String> = strings(gguf, &key("inverse_weight_names"))?
             .into_iter()
