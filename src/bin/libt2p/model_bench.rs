@@ -101,75 +101,152 @@ pub fn run(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (loaded, load_secs) = model.load(json)?;
     let exec = model.exec();
-    let reps = args.reps.max(1);
     let traffic = Traffic::of(&loaded, args.n_gen);
-    let bytes = traffic.total();
-    let mut results = Vec::new();
-    if args.n_prompt > 0 {
-        time_forward(&loaded, &exec, 0, args.n_prompt.min(64))?; // warm-up
-        let t = median(
-            (0..reps)
-                .map(|_| time_forward(&loaded, &exec, 0, args.n_prompt))
-                .collect::<Result<_, _>>()?,
-        );
-        results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
-    }
-    // The ceiling is read right before and right after the tg runs (5 reps each; the median of
-    // the 10 is the ceiling, their range is printed): on a shared machine the bandwidth drifts,
-    // and one reading minutes away from the decode can be far off.
-    let probe = BandwidthProbe::new(&exec.pool, BandwidthProbe::default_bytes());
-    let mut readings = Vec::new();
-    let read_ceiling = |readings: &mut Vec<f64>| {
-        for _ in 0..5 {
-            readings.push(probe.measure(&exec.pool, 1).median_gbps);
-        }
+    let m = Measured::take(&loaded, &exec, args, traffic.total())?;
+    let report = Report {
+        model,
+        exec: &exec,
+        load_secs,
+        traffic: &traffic,
+        m: &m,
     };
-    read_ceiling(&mut readings);
-    if args.n_gen > 0 {
-        let run_tg = || -> Result<f64, Box<dyn std::error::Error>> {
-            let mut s = loaded.model.new_session(args.n_gen + 2);
-            loaded.model.eval(&exec, &mut s, &[1], false)?;
-            let t = Instant::now();
-            for i in 0..args.n_gen {
-                loaded.model.eval(
-                    &exec,
-                    &mut s,
-                    &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32],
-                    false,
-                )?;
-            }
-            Ok(t.elapsed().as_secs_f64())
-        };
-        run_tg()?;
-        let t = median((0..reps).map(|_| run_tg()).collect::<Result<_, _>>()?);
-        results.push(("tg", args.n_gen, args.n_gen as f64 / t));
+    if json {
+        report.print_json();
+    } else {
+        report.print_text();
     }
-    read_ceiling(&mut readings);
-    drop(probe);
-    let (lowest, highest) = (
-        readings.iter().copied().fold(f64::INFINITY, f64::min),
-        readings.iter().copied().fold(0.0, f64::max),
-    );
-    let ceiling = median(readings);
-    // Verification price: forward over B tokens (after 64 tokens of context) / 1 token.
-    let mut ratios = Vec::new();
-    if !args.verify_batches.is_empty() {
-        let one = median(
-            (0..reps + 2)
-                .map(|_| time_forward(&loaded, &exec, 64, 1))
-                .collect::<Result<_, _>>()?,
-        );
-        for &b in &args.verify_batches {
-            let tb = median(
-                (0..reps + 2)
-                    .map(|_| time_forward(&loaded, &exec, 64, b))
+    if args.profile {
+        profile(&loaded, &exec, args, json)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `bench -m` measured: pp / tg rates, the ceiling read around the tg runs, and the
+/// verification prices.
+struct Measured {
+    /// `(test, tokens, tok/s)`.
+    results: Vec<(&'static str, usize, f64)>,
+    /// Median of the ceiling readings, GB/s.
+    ceiling: f64,
+    /// Their range.
+    lowest: f64,
+    highest: f64,
+    /// `(batch, forward over batch / 1-token forward)`.
+    ratios: Vec<(usize, f64)>,
+    /// The ceiling in tok/s: `ceiling / bytes per token`.
+    tg_ceiling: f64,
+}
+
+impl Measured {
+    fn take(
+        loaded: &Loaded,
+        exec: &Exec,
+        args: &ModelBenchArgs,
+        bytes: f64,
+    ) -> Result<Measured, Box<dyn std::error::Error>> {
+        let reps = args.reps.max(1);
+        let mut results = Vec::new();
+        if args.n_prompt > 0 {
+            time_forward(loaded, exec, 0, args.n_prompt.min(64))?; // warm-up
+            let t = median(
+                (0..reps)
+                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt))
                     .collect::<Result<_, _>>()?,
             );
-            ratios.push((b, tb / one));
+            results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
         }
+        // The ceiling is read right before and right after the tg runs (5 reps each; the median of
+        // the 10 is the ceiling, their range is printed): on a shared machine the bandwidth drifts,
+        // and one reading minutes away from the decode can be far off.
+        let probe = BandwidthProbe::new(&exec.pool, BandwidthProbe::default_bytes());
+        let mut readings = Vec::new();
+        let read_ceiling = |readings: &mut Vec<f64>| {
+            for _ in 0..5 {
+                readings.push(probe.measure(&exec.pool, 1).median_gbps);
+            }
+        };
+        read_ceiling(&mut readings);
+        if args.n_gen > 0 {
+            let run_tg = || -> Result<f64, Box<dyn std::error::Error>> {
+                let mut s = loaded.model.new_session(args.n_gen + 2);
+                loaded.model.eval(exec, &mut s, &[1], false)?;
+                let t = Instant::now();
+                for i in 0..args.n_gen {
+                    loaded.model.eval(
+                        exec,
+                        &mut s,
+                        &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32],
+                        false,
+                    )?;
+                }
+                Ok(t.elapsed().as_secs_f64())
+            };
+            run_tg()?;
+            let t = median((0..reps).map(|_| run_tg()).collect::<Result<_, _>>()?);
+            results.push(("tg", args.n_gen, args.n_gen as f64 / t));
+        }
+        read_ceiling(&mut readings);
+        drop(probe);
+        let (lowest, highest) = (
+            readings.iter().copied().fold(f64::INFINITY, f64::min),
+            readings.iter().copied().fold(0.0, f64::max),
+        );
+        let ceiling = median(readings);
+        // Verification price: forward over B tokens (after 64 tokens of context) / 1 token.
+        let mut ratios = Vec::new();
+        if !args.verify_batches.is_empty() {
+            let one = median(
+                (0..reps + 2)
+                    .map(|_| time_forward(loaded, exec, 64, 1))
+                    .collect::<Result<_, _>>()?,
+            );
+            for &b in &args.verify_batches {
+                let tb = median(
+                    (0..reps + 2)
+                        .map(|_| time_forward(loaded, exec, 64, b))
+                        .collect::<Result<_, _>>()?,
+                );
+                ratios.push((b, tb / one));
+            }
+        }
+        Ok(Measured {
+            results,
+            ceiling,
+            lowest,
+            highest,
+            ratios,
+            tg_ceiling: ceiling * 1e9 / bytes,
+        })
     }
-    let tg_ceiling = ceiling * 1e9 / bytes;
-    if json {
+}
+
+/// The printed form of a [`Measured`].
+struct Report<'a> {
+    model: &'a ModelArgs,
+    exec: &'a Exec,
+    load_secs: f64,
+    traffic: &'a Traffic,
+    m: &'a Measured,
+}
+
+impl Report<'_> {
+    fn print_json(&self) {
+        let Report {
+            model,
+            exec,
+            load_secs,
+            traffic,
+            m,
+        } = self;
+        let Measured {
+            results,
+            ceiling,
+            lowest,
+            highest,
+            ratios,
+            tg_ceiling,
+        } = m;
+        let bytes = traffic.total();
         let res: Vec<_> = results
             .iter()
             .map(|(k, n, tps)| serde_json::json!({ "test": format!("{k}{n}"), "tokens": n, "tps": tps }))
@@ -196,7 +273,25 @@ pub fn run(
                 "verify": rat,
             })
         );
-    } else {
+    }
+
+    fn print_text(&self) {
+        let Report {
+            model,
+            exec,
+            traffic,
+            m,
+            ..
+        } = self;
+        let Measured {
+            results,
+            ceiling,
+            lowest,
+            highest,
+            ratios,
+            tg_ceiling,
+        } = m;
+        let bytes = traffic.total();
         println!(
             "model: {} | threads {} | kernels {}",
             model.model.display(),
@@ -217,7 +312,7 @@ pub fn run(
         );
         println!("| test | t/s | % of ceiling |");
         println!("|---|---|---|");
-        for (k, n, tps) in &results {
+        for (k, n, tps) in results.iter() {
             let pct = if *k == "tg" {
                 format!("{:.1}%", 100.0 * tps / tg_ceiling)
             } else {
@@ -225,14 +320,10 @@ pub fn run(
             };
             println!("| {k}{n} | {tps:.2} | {pct} |");
         }
-        for (b, r) in &ratios {
+        for (b, r) in ratios.iter() {
             println!("forward over {b} tokens = {r:.2} x a 1-token decode");
         }
     }
-    if args.profile {
-        profile(&loaded, &exec, args, json)?;
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs a pp and a tg pass with the forward pass's phase timers on and prints their shares.
