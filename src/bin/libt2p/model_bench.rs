@@ -231,22 +231,10 @@ struct Report<'a> {
 
 impl Report<'_> {
     fn print_json(&self) {
-        let Report {
-            model,
-            exec,
-            load_secs,
-            traffic,
-            m,
-        } = self;
-        let Measured {
-            results,
-            ceiling,
-            lowest,
-            highest,
-            ratios,
-            tg_ceiling,
-        } = m;
-        let bytes = traffic.total();
+        let Report { model, exec, m, .. } = self;
+        let (results, ratios, bytes) = (&m.results, &m.ratios, self.traffic.total());
+        let (ceiling, lowest, highest, tg_ceiling) = (m.ceiling, m.lowest, m.highest, m.tg_ceiling);
+        let (load_secs, traffic) = (self.load_secs, self.traffic);
         let res: Vec<_> = results
             .iter()
             .map(|(k, n, tps)| serde_json::json!({ "test": format!("{k}{n}"), "tokens": n, "tps": tps }))
@@ -276,22 +264,10 @@ impl Report<'_> {
     }
 
     fn print_text(&self) {
-        let Report {
-            model,
-            exec,
-            traffic,
-            m,
-            ..
-        } = self;
-        let Measured {
-            results,
-            ceiling,
-            lowest,
-            highest,
-            ratios,
-            tg_ceiling,
-        } = m;
-        let bytes = traffic.total();
+        let Report { model, exec, m, .. } = self;
+        let (results, ratios, bytes) = (&m.results, &m.ratios, self.traffic.total());
+        let (ceiling, lowest, highest, tg_ceiling) = (m.ceiling, m.lowest, m.highest, m.tg_ceiling);
+        let traffic = self.traffic;
         println!(
             "model: {} | threads {} | kernels {}",
             model.model.display(),
