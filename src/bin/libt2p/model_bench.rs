@@ -52,8 +52,7 @@ impl Traffic {
     fn of(loaded: &Loaded, n_gen: usize) -> Traffic {
         let s = loaded.model.new_session(1);
         let state = s.recurrent.as_ref().map_or(0, |r| 2 * r.state_bytes());
-        // A 1-position cache holds exactly one position's K and V of every layer.
-        let kv_per_pos = s.cache.size_bytes() as f64;
+        let kv_per_pos = s.cache.bytes_per_position() as f64;
         Traffic {
             weights: loaded.model.bytes_per_token() as f64,
             state: state as f64,

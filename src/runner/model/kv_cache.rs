@@ -1,11 +1,17 @@
-//! The attention KV cache: per layer, `n_ctx` positions of K and V stored as IEEE half, like
-//! llama.cpp's default (`-ctk f16 -ctv f16`) cache. Attention reads the halves directly
+//! The attention KV cache: per layer, up to `n_ctx` positions of K and V stored as IEEE half,
+//! like llama.cpp's default (`-ctk f16 -ctv f16`) cache. Memory follows the positions a
+//! sequence reaches, not its `n_ctx`: the buffers start empty and double (from
+//! [`MIN_POSITIONS`]) before a pass that needs more, so a server slot holding a short
+//! conversation holds a short cache, and a fresh session costs nothing to make. Attention reads the halves directly
 //! (converting eight at a time in registers, see `attention`), so the cache costs half the memory
 //! and half the bandwidth of an f32 one. Truncation is O(1), which speculative decoding uses to
 //! roll back.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+
+/// Positions a cache holds room for at least once it holds any.
+pub const MIN_POSITIONS: usize = 256;
 
 /// K and V of every attention layer for one sequence.
 #[derive(Clone)]
@@ -19,14 +25,28 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache for `n_layers` attention layers of `kv_dim` values per position.
+    /// Allocates nothing until [`reserve`](Self::reserve).
     pub fn new(n_layers: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
-        let zero = || vec![f16::ZERO; n_ctx * kv_dim];
         KvCache {
             n_ctx,
             kv_dim,
-            k: (0..n_layers).map(|_| zero()).collect(),
-            v: (0..n_layers).map(|_| zero()).collect(),
+            k: vec![Vec::new(); n_layers],
+            v: vec![Vec::new(); n_layers],
             len: 0,
+        }
+    }
+
+    /// Makes room for positions `0..n` (`n <= n_ctx`): each layer's buffers double (at least
+    /// to [`MIN_POSITIONS`], at most to `n_ctx`) when `n` is past them, so a sequence that
+    /// grows token by token reallocates `log2(n / MIN_POSITIONS)` times.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        let held = self.k.first().map_or(0, Vec::len) / self.kv_dim.max(1);
+        if n <= held {
+            return;
+        }
+        let positions = n.max(2 * held).max(MIN_POSITIONS).min(self.n_ctx).max(n);
+        for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
+            buf.resize(positions * self.kv_dim, f16::ZERO);
         }
     }
 
@@ -61,9 +81,15 @@ impl KvCache {
         self.len = len;
     }
 
-    /// Bytes held.
+    /// Bytes held now (the positions reserved so far).
     pub fn size_bytes(&self) -> usize {
-        2 * size_of::<f16>() * self.n_ctx * self.kv_dim * self.k.len()
+        let held: usize = self.k.iter().chain(&self.v).map(Vec::len).sum();
+        size_of::<f16>() * held
+    }
+
+    /// Bytes one position takes (K and V of every layer).
+    pub fn bytes_per_position(&self) -> usize {
+        2 * size_of::<f16>() * self.kv_dim * self.k.len()
     }
 
     /// Stores K and V of position `pos` in `layer`, rounding each value to the nearest half
@@ -90,7 +116,9 @@ mod tests {
     #[test]
     fn stores_halves_rounded_to_nearest_and_halves_the_f32_size() {
         let mut c = KvCache::new(2, 3, 4);
-        assert_eq!(c.size_bytes(), 2 * 2 * 2 * 3 * 4);
+        assert_eq!((c.size_bytes(), c.bytes_per_position()), (0, 2 * 2 * 2 * 4));
+        c.reserve(3);
+        assert_eq!(c.size_bytes(), 2 * 2 * 2 * 3 * 4, "capped at n_ctx");
         let k = [1.0, 1.0 + 1.0 / 4096.0, 65504.0, -3.0e-8];
         let v = [0.1, -0.2, 1e-5, 7.0];
         c.store(1, 2, &k, &v);
@@ -103,5 +131,31 @@ mod tests {
         // 1 + 2^-12 is halfway between two halves: ties go to the even one, 1.0.
         assert_eq!(ks[9].to_f32(), 1.0);
         assert!(c.layer(0, 3).0.iter().all(|h| *h == f16::ZERO));
+    }
+
+    #[test]
+    fn buffers_follow_the_positions_reached() {
+        let mut c = KvCache::new(1, 10_000, 2);
+        c.reserve(1);
+        assert_eq!(c.size_bytes(), 2 * 2 * 2 * MIN_POSITIONS);
+        c.reserve(MIN_POSITIONS);
+        assert_eq!(
+            c.size_bytes(),
+            2 * 2 * 2 * MIN_POSITIONS,
+            "no growth within what is held"
+        );
+        c.reserve(MIN_POSITIONS + 1);
+        assert_eq!(c.size_bytes(), 2 * 2 * 2 * 2 * MIN_POSITIONS, "doubles");
+        c.reserve(9_000);
+        assert_eq!(
+            c.size_bytes(),
+            2 * 2 * 2 * 9_000,
+            "to what is needed when more than double"
+        );
+        c.reserve(9_500);
+        assert_eq!(c.size_bytes(), 2 * 2 * 2 * 10_000, "capped at n_ctx");
+        c.store(0, 9_999, &[1.0, 2.0], &[3.0, 4.0]);
+        c.set_len(10_000);
+        assert_eq!(c.layer(0, 10_000).1[19_999], f16::from_f32(4.0));
     }
 }

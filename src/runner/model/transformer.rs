@@ -223,6 +223,11 @@ impl Model {
             st.rows.push(if all_logits { n } else { n.min(1) });
             at += n;
         }
+        // Room for every sequence's new positions: allocation only, before anything is written.
+        for (sess, tokens) in seqs.iter_mut() {
+            let needed = sess.cache.len() + tokens.len();
+            sess.cache.reserve(needed);
+        }
         // `begin` checks that each state is at its session's position and only allocates (the
         // second buffer of a checkpointed state), so a failure here leaves every state as it was.
         st.upds.clear();
