@@ -266,11 +266,41 @@ pub fn parse_common(
     n_ctx: usize,
     n_vocab: usize,
 ) -> Result<Common, ApiError> {
+    let n = match opt_int(m, "n")? {
+        None => 1,
+        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(out_of_range(
+                "n",
+                &format!("between 1 and {MAX_CHOICES}, not {n}"),
+            ));
+        }
+    };
+    let stream = opt_bool(m, "stream")?.unwrap_or(false);
+    let include_usage = match field(m, "stream_options") {
+        None => false,
+        Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
+        Some(v) => return Err(wrong("stream_options", "an object", v)),
+    };
+    Ok(Common {
+        max_tokens: parse_max_tokens(m, n_ctx)?,
+        sampler: parse_sampler(m, n_ctx, n_vocab)?,
+        stop: parse_stop(m)?,
+        stream,
+        include_usage,
+        return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
+        n,
+        logprobs: parse_logprobs(m, kind)?,
+    })
+}
+
+/// `max_tokens` (or `max_completion_tokens`), at most the context.
+fn parse_max_tokens(m: &Map<String, Value>, n_ctx: usize) -> Result<Option<usize>, ApiError> {
     let max_tokens = match opt_int(m, "max_tokens")? {
         Some(v) => Some(v),
         None => opt_int(m, "max_completion_tokens")?,
     };
-    let max_tokens = match max_tokens {
+    Ok(match max_tokens {
         None => None,
         Some(v) if v < 1 || v as u64 > n_ctx as u64 => {
             return Err(out_of_range(
@@ -279,7 +309,15 @@ pub fn parse_common(
             ));
         }
         Some(v) => Some(v as usize),
-    };
+    })
+}
+
+/// The sampling fields, each checked against its range.
+fn parse_sampler(
+    m: &Map<String, Value>,
+    n_ctx: usize,
+    n_vocab: usize,
+) -> Result<SamplerConfig, ApiError> {
     let d = SamplerConfig::default();
     let temperature = opt_f32(m, "temperature")?.unwrap_or(d.temperature);
     if !(temperature.is_finite() && (0.0..=100.0).contains(&temperature)) {
@@ -300,16 +338,6 @@ pub fn parse_common(
     };
     // Any integer: negative seeds are taken as their two's complement.
     let seed = opt_int(m, "seed")?.map_or(d.seed, |s| s as u64);
-    let n = match opt_int(m, "n")? {
-        None => 1,
-        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
-        Some(n) => {
-            return Err(out_of_range(
-                "n",
-                &format!("between 1 and {MAX_CHOICES}, not {n}"),
-            ));
-        }
-    };
     let presence_penalty = opt_penalty(
         m,
         "presence_penalty",
@@ -342,9 +370,23 @@ pub fn parse_common(
             ));
         }
     };
-    let logit_bias = parse_logit_bias(m, n_vocab)?;
-    let logprobs = parse_logprobs(m, kind)?;
-    let stop = match field(m, "stop") {
+    Ok(SamplerConfig {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        seed,
+        repeat_penalty,
+        repeat_last_n,
+        presence_penalty,
+        frequency_penalty,
+        logit_bias: parse_logit_bias(m, n_vocab)?,
+    })
+}
+
+/// `stop`: a string or an array of at most [`MAX_STOPS`] strings.
+fn parse_stop(m: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    Ok(match field(m, "stop") {
         None => Vec::new(),
         Some(Value::String(s)) => vec![s.clone()],
         Some(Value::Array(a)) => {
@@ -363,33 +405,6 @@ pub fn parse_common(
                 .collect::<Result<_, _>>()?
         }
         Some(v) => return Err(wrong("stop", "a string or an array of strings", v)),
-    };
-    let stream = opt_bool(m, "stream")?.unwrap_or(false);
-    let include_usage = match field(m, "stream_options") {
-        None => false,
-        Some(Value::Object(o)) => opt_bool(o, "include_usage")?.unwrap_or(false),
-        Some(v) => return Err(wrong("stream_options", "an object", v)),
-    };
-    Ok(Common {
-        max_tokens,
-        sampler: SamplerConfig {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            seed,
-            repeat_penalty,
-            repeat_last_n,
-            presence_penalty,
-            frequency_penalty,
-            logit_bias,
-        },
-        stop,
-        stream,
-        include_usage,
-        return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
-        n,
-        logprobs,
     })
 }
 

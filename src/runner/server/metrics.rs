@@ -76,119 +76,122 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every counter.
+    /// The Prometheus text exposition of every series of [`SERIES`].
     pub fn render(&self) -> String {
         let mut s = String::new();
-        let mut put = |name: &str, kind: &str, help: &str, v: f64| {
+        for (name, kind, help, read) in SERIES {
+            let v = read(self);
             let _ = writeln!(
                 s,
                 "# HELP t2p_{name} {help}\n# TYPE t2p_{name} {kind}\nt2p_{name} {v}"
             );
-        };
-        let g = |a: &AtomicU64| a.load(Relaxed) as f64;
-        put(
-            "requests_total",
-            "counter",
-            "Completion requests accepted.",
-            g(&self.requests),
-        );
-        put(
-            "requests_invalid_total",
-            "counter",
-            "Requests answered with a 4xx error.",
-            g(&self.requests_invalid),
-        );
-        put(
-            "requests_rejected_total",
-            "counter",
-            "Requests refused with 503 (queue full).",
-            g(&self.requests_rejected),
-        );
-        put(
-            "requests_cancelled_total",
-            "counter",
-            "Requests (each of n choices) whose client disconnected first.",
-            g(&self.requests_cancelled),
-        );
-        put(
-            "requests_finished_total",
-            "counter",
-            "Requests (each of n choices) that ran to a finish reason.",
-            g(&self.requests_finished),
-        );
-        put(
-            "prompt_tokens_total",
-            "counter",
-            "Prompt tokens of the requests run.",
-            g(&self.prompt_tokens),
-        );
-        put(
-            "prompt_tokens_cached_total",
-            "counter",
-            "Prompt tokens reused from a slot's cache.",
-            g(&self.prompt_tokens_cached),
-        );
-        put(
-            "completion_tokens_total",
-            "counter",
-            "Tokens generated.",
-            g(&self.completion_tokens),
-        );
-        put(
-            "steps_total",
-            "counter",
-            "Batched forward passes.",
-            g(&self.steps),
-        );
-        put(
-            "step_tokens_total",
-            "counter",
-            "Token columns over all forward passes.",
-            g(&self.step_tokens),
-        );
-        put(
-            "busy_seconds_total",
-            "counter",
-            "Seconds spent in forward passes and sampling.",
-            g(&self.busy_nanos) / 1e9,
-        );
-        put(
-            "queue_depth",
-            "gauge",
-            "Requests waiting for a slot.",
-            g(&self.queue_depth),
-        );
-        put(
-            "slots_busy",
-            "gauge",
-            "Slots holding a request.",
-            g(&self.slots_busy),
-        );
-        put("slots", "gauge", "Slots (--parallel).", g(&self.slots));
-        put(
-            "connections",
-            "gauge",
-            "Connections open.",
-            g(&self.connections),
-        );
-        put(
-            "connections_refused_total",
-            "counter",
-            "Connections refused with 503 (--max-connections reached).",
-            g(&self.connections_refused),
-        );
-        put(
-            "timeouts_total",
-            "counter",
-            "Connections closed for a request head or body slower than --timeout-header / --timeout-body.",
-            g(&self.timeouts),
-        );
-        put(
-            "tokens_per_second",
-            "gauge",
-            "Tokens generated per second over the last 10 s.",
-            self.tokens_per_second(),
-        );
+        }
         s
     }
 }
+
+/// A counter or gauge as a float.
+fn g(a: &AtomicU64) -> f64 {
+    a.load(Relaxed) as f64
+}
+
+/// A reader of one series.
+type Read = fn(&Metrics) -> f64;
+
+/// Every series `/metrics` exports: name (after `t2p_`), Prometheus type, help, value.
+const SERIES: &[(&str, &str, &str, Read)] = &[
+    (
+        "requests_total",
+        "counter",
+        "Completion requests accepted.",
+        |m| g(&m.requests),
+    ),
+    (
+        "requests_invalid_total",
+        "counter",
+        "Requests answered with a 4xx error.",
+        |m| g(&m.requests_invalid),
+    ),
+    (
+        "requests_rejected_total",
+        "counter",
+        "Requests refused with 503 (queue full).",
+        |m| g(&m.requests_rejected),
+    ),
+    (
+        "requests_cancelled_total",
+        "counter",
+        "Requests (each of n choices) whose client disconnected first.",
+        |m| g(&m.requests_cancelled),
+    ),
+    (
+        "requests_finished_total",
+        "counter",
+        "Requests (each of n choices) that ran to a finish reason.",
+        |m| g(&m.requests_finished),
+    ),
+    (
+        "prompt_tokens_total",
+        "counter",
+        "Prompt tokens of the requests run.",
+        |m| g(&m.prompt_tokens),
+    ),
+    (
+        "prompt_tokens_cached_total",
+        "counter",
+        "Prompt tokens reused from a slot's cache.",
+        |m| g(&m.prompt_tokens_cached),
+    ),
+    (
+        "completion_tokens_total",
+        "counter",
+        "Tokens generated.",
+        |m| g(&m.completion_tokens),
+    ),
+    ("steps_total", "counter", "Batched forward passes.", |m| {
+        g(&m.steps)
+    }),
+    (
+        "step_tokens_total",
+        "counter",
+        "Token columns over all forward passes.",
+        |m| g(&m.step_tokens),
+    ),
+    (
+        "busy_seconds_total",
+        "counter",
+        "Seconds spent in forward passes and sampling.",
+        |m| g(&m.busy_nanos) / 1e9,
+    ),
+    (
+        "queue_depth",
+        "gauge",
+        "Requests waiting for a slot.",
+        |m| g(&m.queue_depth),
+    ),
+    ("slots_busy", "gauge", "Slots holding a request.", |m| {
+        g(&m.slots_busy)
+    }),
+    ("slots", "gauge", "Slots (--parallel).", |m| g(&m.slots)),
+    ("connections", "gauge", "Connections open.", |m| {
+        g(&m.connections)
+    }),
+    (
+        "connections_refused_total",
+        "counter",
+        "Connections refused with 503 (--max-connections reached).",
+        |m| g(&m.connections_refused),
+    ),
+    (
+        "timeouts_total",
+        "counter",
+        "Connections closed for a request head or body slower than --timeout-header / --timeout-body.",
+        |m| g(&m.timeouts),
+    ),
+    (
+        "tokens_per_second",
+        "gauge",
+        "Tokens generated per second over the last 10 s.",
+        |m| m.tokens_per_second(),
+    ),
+];

@@ -383,48 +383,9 @@ fn step(
     slots: &mut [Slot],
     metrics: &Metrics,
 ) {
-    // Cancelled requests leave first; their sessions stay valid for prefix reuse.
-    for s in slots.iter_mut() {
-        if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
-            let a = s.active.take().expect("active");
-            metrics.requests_cancelled.fetch_add(1, Relaxed);
-            metrics.slots_busy.fetch_sub(1, Relaxed);
-            account_prompt(metrics, &a);
-        }
-    }
-    // A waiting choice whose prompt nobody evaluates any more (that choice was cancelled or
-    // failed) evaluates it itself.
-    for i in 0..slots.len() {
-        let orphan = slots[i].active.as_ref().is_some_and(|a| {
-            a.waiting
-                && !slots.iter().any(|s| {
-                    s.active.as_ref().is_some_and(|p| {
-                        p.group == a.group && p.in_prefill() && p.job.prompt == a.job.prompt
-                    })
-                })
-        });
-        if orphan {
-            start_prefill(model, cfg, &mut slots[i]);
-        }
-    }
-    // What each slot evaluates: its pending token, or the next prompt chunk, oldest first.
-    let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
-    let mut order: Vec<usize> = (0..slots.len()).collect();
-    order.sort_by_key(|&i| slots[i].since);
-    let mut budget = cfg.prefill_budget.max(1);
-    for &i in &order {
-        let Some(a) = &slots[i].active else { continue };
-        if a.waiting {
-            continue;
-        }
-        if let Some(id) = a.pending {
-            feeds[i] = vec![id];
-        } else if a.fed < a.job.prompt.len() && budget > 0 {
-            let n = (a.job.prompt.len() - a.fed).min(budget);
-            budget -= n;
-            feeds[i] = a.job.prompt[a.fed..a.fed + n].to_vec();
-        }
-    }
+    drop_cancelled(slots, metrics);
+    adopt_orphans(model, cfg, slots);
+    let feeds = plan_feeds(cfg, slots);
     if feeds.iter().all(|f| f.is_empty()) {
         return;
     }
@@ -446,71 +407,153 @@ fn step(
     let cols: usize = feeds.iter().map(Vec::len).sum();
     metrics.step_tokens.fetch_add(cols as u64, Relaxed);
     let logits = match result {
-        Ok(l) => l,
-        Err(e) => {
-            // Fail these requests and drop their sessions (a pass that failed midway may
-            // have written part of a recurrent state); keep serving.
-            for &i in &who {
-                let s = &mut slots[i];
-                if let Some(a) = s.active.take() {
-                    metrics.slots_busy.fetch_sub(1, Relaxed);
-                    let _ = a.job.events.send(Event::Error(e.to_string()));
-                }
-                s.session = None;
-                s.held.clear();
-            }
-            return;
-        }
+        Ok(logits) => logits,
+        Err(e) => return fail_batch(&who, slots, metrics, &e.to_string()),
     };
-    let mut sampled = 0;
-    // Slots that just finished evaluating a shared prompt: (slot, group, logits).
-    let mut evaluated = Vec::new();
-    for (&i, l) in who.iter().zip(&logits) {
-        let s = &mut slots[i];
-        s.held.extend_from_slice(&feeds[i]);
-        let a = s.active.as_mut().expect("fed slots are busy");
-        if a.pending.take().is_none() {
-            a.fed += feeds[i].len();
-            if a.fed < a.job.prompt.len() {
-                continue; // more prompt to go
-            }
-            if a.group.is_some() {
-                evaluated.push((i, a.group, a.job.prompt.clone(), l));
-            }
-        }
-        sampled += 1;
-        if let Some(finish) = sample_one(tok, a, l, metrics) {
-            let a = s.active.take().expect("active");
-            finish_job(metrics, a, finish);
-        }
-    }
-    for (from, group, prompt, l) in evaluated {
-        for to in 0..slots.len() {
-            let waits = slots[to]
-                .active
-                .as_ref()
-                .is_some_and(|a| a.waiting && a.group == group && a.job.prompt == prompt);
-            if !waits {
-                continue;
-            }
-            fork(model, cfg, slots, from, to);
-            sampled += 1;
-            let s = &mut slots[to];
-            let a = s.active.as_mut().expect("a forked job");
-            if let Some(finish) = sample_one(tok, a, l, metrics) {
-                let a = s.active.take().expect("active");
-                finish_job(metrics, a, finish);
-            }
-        }
-    }
-    metrics.step_sampled(sampled);
+    let pass = Evaluated {
+        who: &who,
+        feeds: &feeds,
+        logits: &logits,
+    };
+    metrics.step_sampled(pass.sample(model, tok, cfg, slots, metrics));
     metrics
         .busy_nanos
         .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
 }
 
+/// Cancelled requests leave first; their sessions stay valid for prefix reuse.
+fn drop_cancelled(slots: &mut [Slot], metrics: &Metrics) {
+    for s in slots.iter_mut() {
+        if s.active.as_ref().is_some_and(|a| a.job.events.is_closed()) {
+            let a = s.active.take().expect("active");
+            metrics.requests_cancelled.fetch_add(1, Relaxed);
+            metrics.slots_busy.fetch_sub(1, Relaxed);
+            account_prompt(metrics, &a);
+        }
+    }
+}
+
+/// A waiting choice whose prompt nobody evaluates any more (that choice was cancelled or
+/// failed) evaluates it itself.
+fn adopt_orphans(model: &Model, cfg: SchedulerConfig, slots: &mut [Slot]) {
+    for i in 0..slots.len() {
+        let orphan = slots[i].active.as_ref().is_some_and(|a| {
+            a.waiting
+                && !slots.iter().any(|s| {
+                    s.active.as_ref().is_some_and(|p| {
+                        p.group == a.group && p.in_prefill() && p.job.prompt == a.job.prompt
+                    })
+                })
+        });
+        if orphan {
+            start_prefill(model, cfg, &mut slots[i]);
+        }
+    }
+}
+
+/// What each slot evaluates this step: its pending token, or the next prompt chunk within the
+/// step's prompt budget, oldest request first.
+fn plan_feeds(cfg: SchedulerConfig, slots: &[Slot]) -> Vec<Vec<u32>> {
+    let mut feeds: Vec<Vec<u32>> = vec![Vec::new(); slots.len()];
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_by_key(|&i| slots[i].since);
+    let mut budget = cfg.prefill_budget.max(1);
+    for &i in &order {
+        let Some(a) = &slots[i].active else { continue };
+        if a.waiting {
+            continue;
+        }
+        if let Some(id) = a.pending {
+            feeds[i] = vec![id];
+        } else if a.fed < a.job.prompt.len() && budget > 0 {
+            let n = (a.job.prompt.len() - a.fed).min(budget);
+            budget -= n;
+            feeds[i] = a.job.prompt[a.fed..a.fed + n].to_vec();
+        }
+    }
+    feeds
+}
+
+/// Fails the requests of a pass that failed and drops their sessions (a pass that failed
+/// midway may have written part of a recurrent state); the server keeps serving.
+fn fail_batch(who: &[usize], slots: &mut [Slot], metrics: &Metrics, error: &str) {
+    for &i in who {
+        let s = &mut slots[i];
+        if let Some(a) = s.active.take() {
+            metrics.slots_busy.fetch_sub(1, Relaxed);
+            let _ = a.job.events.send(Event::Error(error.to_string()));
+        }
+        s.session = None;
+        s.held.clear();
+    }
+}
+
+/// A pass that ran: which slots it fed (`who`), with what, and their logits.
+struct Evaluated<'a> {
+    who: &'a [usize],
+    feeds: &'a [Vec<u32>],
+    logits: &'a [Vec<f32>],
+}
+
+impl Evaluated<'_> {
+    /// Samples every slot whose prompt is done, and every choice waiting on a prompt that just
+    /// finished; returns how many were sampled.
+    fn sample(
+        &self,
+        model: &Model,
+        tok: &Tokenizer,
+        cfg: SchedulerConfig,
+        slots: &mut [Slot],
+        metrics: &Metrics,
+    ) -> u64 {
+        let mut sampled = 0;
+        // Slots that just finished evaluating a shared prompt: (slot, group, prompt, logits).
+        let mut evaluated = Vec::new();
+        for (&i, l) in self.who.iter().zip(self.logits) {
+            let s = &mut slots[i];
+            s.held.extend_from_slice(&self.feeds[i]);
+            let a = s.active.as_mut().expect("fed slots are busy");
+            if a.pending.take().is_none() {
+                a.fed += self.feeds[i].len();
+                if a.fed < a.job.prompt.len() {
+                    continue; // more prompt to go
+                }
+                if a.group.is_some() {
+                    evaluated.push((i, a.group, a.job.prompt.clone(), l));
+                }
+            }
+            sampled += 1;
+            sample_into(tok, &mut slots[i], l, metrics);
+        }
+        for (from, group, prompt, l) in evaluated {
+            for to in 0..slots.len() {
+                let waits = slots[to]
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.waiting && a.group == group && a.job.prompt == prompt);
+                if waits {
+                    fork(model, cfg, slots, from, to);
+                    sampled += 1;
+                    sample_into(tok, &mut slots[to], l, metrics);
+                }
+            }
+        }
+        sampled
+    }
+}
+
+/// Samples the busy slot `s` from `logits`, finishing its request when it is done.
+fn sample_into(tok: &Tokenizer, s: &mut Slot, logits: &[f32], metrics: &Metrics) {
+    let a = s.active.as_mut().expect("a sampled slot is busy");
+    if let Some(finish) = sample_one(tok, a, logits, metrics) {
+        let a = s.active.take().expect("active");
+        finish_job(metrics, a, finish);
+    }
+}
+
 /// Samples the next token of `a` from `logits` and sends its text; returns the finish reason
-/// when the request is done (as [`crate::runner::generate::generate`] decides it).
+/// when the request is done (as [`Decoder::generate`](crate::runner::generate::Decoder::generate)
+/// decides it).
 fn sample_one(
     tok: &Tokenizer,
     a: &mut Active,
