@@ -112,44 +112,61 @@ pub fn serve(
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let limits = cfg.limits;
-    let result = rt.block_on(async move {
-        // Listen for the signals before anyone can connect: a signal that comes early is
-        // still a shutdown, never the default (abrupt) exit.
-        let mut signals = Signals::new()?;
-        let (count_tx, count_rx) = tokio::sync::watch::channel(0u32);
-        tokio::spawn(async move {
-            loop {
-                signals.next().await;
-                count_tx.send_modify(|n| *n += 1);
-            }
-        });
-        let nth = |n: u32| {
-            let mut rx = count_rx.clone();
-            async move {
-                let _ = rx.wait_for(|&seen| seen >= n).await;
-            }
-        };
-        let listener = tokio::net::TcpListener::bind(cfg.addr).await?;
-        on_listen(listener.local_addr()?);
-        let (first, second) = (nth(1), nth(2));
-        conn::accept_loop(
-            listener,
-            routes::router(state),
-            conn_metrics,
-            limits,
-            first,
-            second,
-            || cut.store(true, Ordering::Relaxed),
-        )
-        .await;
-        Ok::<_, std::io::Error>(())
-    });
+    let result = rt.block_on(listen(
+        cfg.addr,
+        cfg.limits,
+        state,
+        conn_metrics,
+        cut,
+        on_listen,
+    ));
     // Whatever is still open is dropped with the runtime, and with it the last sender of the
     // queue: the scheduler ends (every job was cut, or finished) and the thread returns.
     drop(rt);
     worker.join().map_err(|_| "the scheduler thread panicked")?;
     result?;
+    Ok(())
+}
+
+/// Binds `addr` and serves the routes until the signals end it: the first stops accepting and
+/// lets in-flight requests finish, the second (or the shutdown timeout) calls `cut`.
+async fn listen(
+    addr: SocketAddr,
+    limits: Limits,
+    state: Arc<AppState>,
+    conn_metrics: Arc<Metrics>,
+    cut: Arc<AtomicBool>,
+    on_listen: impl FnOnce(SocketAddr),
+) -> std::io::Result<()> {
+    // Listen for the signals before anyone can connect: a signal that comes early is still a
+    // shutdown, never the default (abrupt) exit.
+    let mut signals = Signals::new()?;
+    let (count_tx, count_rx) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        loop {
+            signals.next().await;
+            count_tx.send_modify(|n| *n += 1);
+        }
+    });
+    let nth = |n: u32| {
+        let mut rx = count_rx.clone();
+        async move {
+            let _ = rx.wait_for(|&seen| seen >= n).await;
+        }
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    on_listen(listener.local_addr()?);
+    let (first, second) = (nth(1), nth(2));
+    conn::accept_loop(
+        listener,
+        routes::router(state),
+        conn_metrics,
+        limits,
+        first,
+        second,
+        || cut.store(true, Ordering::Relaxed),
+    )
+    .await;
     Ok(())
 }
 
