@@ -118,7 +118,7 @@ pub(super) fn t2p_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T
     } else {
         T2P_T2P_BLOCK_BYTES
     };
-    Ok(shape(rows, k)? * block)
+    Ok(t2p_blocks_of(rows, k)? * block)
 }
 
 /// Whether the byte ranges `[a, a + a_len)` and `[b, b + b_len)` overlap.
@@ -185,7 +185,8 @@ pub(super) fn floats_len(p: *const f32, len: usize, need: usize) -> Result<(), T
     Ok(())
 }
 
-pub(super) fn shape(rows: usize, k: usize) -> Result<usize, T2pStatus> {
+/// T2P blocks of a `rows x k` matrix (its shape checked), as a C status on error.
+pub(super) fn t2p_blocks_of(rows: usize, k: usize) -> Result<usize, T2pStatus> {
     Ok(t2p_block_count(rows, k)?)
 }
 
@@ -278,7 +279,7 @@ pub unsafe extern "C" fn t2p_repack_size(
     k: usize,
     out_bytes: *mut usize,
 ) -> T2pStatus {
-    guard(|| write_out(out_bytes, shape(rows, k)? * T2P_T2P_BLOCK_BYTES))
+    guard(|| write_out(out_bytes, t2p_blocks_of(rows, k)? * T2P_T2P_BLOCK_BYTES))
 }
 
 /// Bytes of the T2P form of a `rows x k` matrix repacked from source format `src_type`
@@ -317,7 +318,7 @@ pub unsafe extern "C" fn t2p_source_size(
 /// Bytes of a `rows x k` matrix in source format `src_type`; `InvalidArgument` for an unknown
 /// type, `InvalidShape` for a shape T2P cannot hold.
 pub(super) fn source_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
-    shape(rows, k)?;
+    t2p_blocks_of(rows, k)?;
     let (weights, bytes) = source_type(src_type)?
         .block()
         .ok_or(T2pStatus::InvalidArgument)?;
@@ -334,7 +335,7 @@ fn repack_typed<B: TernaryBlock>(
     rows: usize,
     k: usize,
 ) -> Result<(), T2pStatus> {
-    let n = shape(rows, k)?;
+    let n = t2p_blocks_of(rows, k)?;
     if !k.is_multiple_of(B::WEIGHTS) {
         return Err(T2pStatus::InvalidShape);
     }

@@ -4,7 +4,8 @@
 use std::ffi::c_void;
 
 use super::abi::{
-    blocks, blocks_mut, bytes, bytes_mut, overlaps, shape, source_bytes, source_type, t2p_bytes,
+    blocks, blocks_mut, bytes, bytes_mut, overlaps, source_bytes, source_type, t2p_blocks_of,
+    t2p_bytes,
 };
 use super::status::{T2pStatus, guard};
 use crate::format::{
@@ -38,7 +39,7 @@ pub unsafe extern "C" fn t2p_unpack(
     k: usize,
 ) -> T2pStatus {
     guard(|| {
-        let n = shape(rows, k)?;
+        let n = t2p_blocks_of(rows, k)?;
         let need_src = t2p_bytes(dst_type, rows, k)?;
         let need_dst = source_bytes(dst_type, rows, k)?;
         if src.is_null() || dst.is_null() {
@@ -79,7 +80,7 @@ fn unpack_typed<B: TernaryBlock>(
     k: usize,
     dst: &mut [u8],
 ) -> Result<(), T2pStatus> {
-    let src = blocks::<B::Target>(src, shape(rows, k)?)?;
+    let src = blocks::<B::Target>(src, t2p_blocks_of(rows, k)?)?;
     let dst = blocks_mut::<B>(dst, rows * (k / B::WEIGHTS))?;
     let (nb, halves) = (k / QK_PQ2_0, <B::Target as RowPairBlock>::HALVES);
     let mut out = Vec::with_capacity(dst.len());

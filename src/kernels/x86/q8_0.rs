@@ -27,13 +27,11 @@
 //! to [`MAX_TILE_COLS`] columns, so a verification of up to 8 tokens reads each weight once.
 //! The tile's operands lie block by block for all its columns ([`TileBlock`]).
 //!
-//! **Cost (measured on Zen 3, one thread, L2/L3-resident runner shapes, min of 60).** The gemv
-//! runs ~72 instructions per block against ~125 for a per-block broadcast form (1.4-1.5x
-//! faster when compute-bound; it lost in the runner's decode until the next pass's weights were
-//! prefetched, [`super::prefetch`]); a 4-column tile costs ~3.2x a gemv and an 8-column one ~2x a 4-column one: per column and block the 16 `maddubs`, 12 int16 adds, the
-//! `hadd`/`madd` reduction and the float fold do not shrink with more columns, only the decode
-//! is shared. So a tile costs about one gemv only where the gemv waits for memory with that
-//! much compute to spare.
+//! **Why this form.** Broadcasting each block's activations per row group costs about 1.7x
+//! the instructions of the word-pair table, which matters once the next pass's weights are
+//! prefetched ([`super::prefetch`]) and the gemv is compute-bound. A tile shares only the weight
+//! decode among its columns (the `maddubs`, int16 adds, reduction and fold are per column), so
+//! it pays where the gemv waits for memory with that much compute to spare.
 
 use std::arch::x86_64::*;
 
