@@ -335,14 +335,9 @@ fn print_json(
     load_secs: f64,
 ) {
     let (stats, generated, text) = (&out.stats, &out.ids, &out.text);
-    let Memory {
-        weights_per_token,
-        state_per_token,
-        bytes_per_token,
-        gen_gbps,
-        ceiling,
-        pct,
-    } = *mem;
+    let Memory { ceiling, pct, .. } = *mem;
+    let (weights_per_token, state_per_token) = (mem.weights_per_token, mem.state_per_token);
+    let (bytes_per_token, gen_gbps) = (mem.bytes_per_token, mem.gen_gbps);
     let draft = out.draft;
     let obj = serde_json::json!({
         "prompt_ids": ids,

@@ -99,99 +99,24 @@ fn g(a: &AtomicU64) -> f64 {
 type Read = fn(&Metrics) -> f64;
 
 /// Every series `/metrics` exports: name (after `t2p_`), Prometheus type, help, value.
+#[rustfmt::skip]
 const SERIES: &[(&str, &str, &str, Read)] = &[
-    (
-        "requests_total",
-        "counter",
-        "Completion requests accepted.",
-        |m| g(&m.requests),
-    ),
-    (
-        "requests_invalid_total",
-        "counter",
-        "Requests answered with a 4xx error.",
-        |m| g(&m.requests_invalid),
-    ),
-    (
-        "requests_rejected_total",
-        "counter",
-        "Requests refused with 503 (queue full).",
-        |m| g(&m.requests_rejected),
-    ),
-    (
-        "requests_cancelled_total",
-        "counter",
-        "Requests (each of n choices) whose client disconnected first.",
-        |m| g(&m.requests_cancelled),
-    ),
-    (
-        "requests_finished_total",
-        "counter",
-        "Requests (each of n choices) that ran to a finish reason.",
-        |m| g(&m.requests_finished),
-    ),
-    (
-        "prompt_tokens_total",
-        "counter",
-        "Prompt tokens of the requests run.",
-        |m| g(&m.prompt_tokens),
-    ),
-    (
-        "prompt_tokens_cached_total",
-        "counter",
-        "Prompt tokens reused from a slot's cache.",
-        |m| g(&m.prompt_tokens_cached),
-    ),
-    (
-        "completion_tokens_total",
-        "counter",
-        "Tokens generated.",
-        |m| g(&m.completion_tokens),
-    ),
-    ("steps_total", "counter", "Batched forward passes.", |m| {
-        g(&m.steps)
-    }),
-    (
-        "step_tokens_total",
-        "counter",
-        "Token columns over all forward passes.",
-        |m| g(&m.step_tokens),
-    ),
-    (
-        "busy_seconds_total",
-        "counter",
-        "Seconds spent in forward passes and sampling.",
-        |m| g(&m.busy_nanos) / 1e9,
-    ),
-    (
-        "queue_depth",
-        "gauge",
-        "Requests waiting for a slot.",
-        |m| g(&m.queue_depth),
-    ),
-    ("slots_busy", "gauge", "Slots holding a request.", |m| {
-        g(&m.slots_busy)
-    }),
+    ("requests_total", "counter", "Completion requests accepted.", |m| g(&m.requests)),
+    ("requests_invalid_total", "counter", "Requests answered with a 4xx error.", |m| g(&m.requests_invalid)),
+    ("requests_rejected_total", "counter", "Requests refused with 503 (queue full).", |m| g(&m.requests_rejected)),
+    ("requests_cancelled_total", "counter", "Requests (each of n choices) whose client disconnected first.", |m| g(&m.requests_cancelled)),
+    ("requests_finished_total", "counter", "Requests (each of n choices) that ran to a finish reason.", |m| g(&m.requests_finished)),
+    ("prompt_tokens_total", "counter", "Prompt tokens of the requests run.", |m| g(&m.prompt_tokens)),
+    ("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", |m| g(&m.prompt_tokens_cached)),
+    ("completion_tokens_total", "counter", "Tokens generated.", |m| g(&m.completion_tokens)),
+    ("steps_total", "counter", "Batched forward passes.", |m| g(&m.steps)),
+    ("step_tokens_total", "counter", "Token columns over all forward passes.", |m| g(&m.step_tokens)),
+    ("busy_seconds_total", "counter", "Seconds spent in forward passes and sampling.", |m| g(&m.busy_nanos) / 1e9),
+    ("queue_depth", "gauge", "Requests waiting for a slot.", |m| g(&m.queue_depth)),
+    ("slots_busy", "gauge", "Slots holding a request.", |m| g(&m.slots_busy)),
     ("slots", "gauge", "Slots (--parallel).", |m| g(&m.slots)),
-    ("connections", "gauge", "Connections open.", |m| {
-        g(&m.connections)
-    }),
-    (
-        "connections_refused_total",
-        "counter",
-        "Connections refused with 503 (--max-connections reached).",
-        |m| g(&m.connections_refused),
-    ),
-    (
-        "timeouts_total",
-        "counter",
-        "Connections closed for a request head or body slower than --timeout-header / --timeout-body.",
-        |m| g(&m.timeouts),
-    ),
-    (
-        "tokens_per_second",
-        "gauge",
-        "Tokens generated per second over the last 10 s.",
-        |m| m.tokens_per_second(),
-    ),
+    ("connections", "gauge", "Connections open.", |m| g(&m.connections)),
+    ("connections_refused_total", "counter", "Connections refused with 503 (--max-connections reached).", |m| g(&m.connections_refused)),
+    ("timeouts_total", "counter", "Connections closed for a request head or body slower than --timeout-header / --timeout-body.", |m| g(&m.timeouts)),
+    ("tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", |m| m.tokens_per_second()),
 ];
