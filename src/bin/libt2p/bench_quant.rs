@@ -96,7 +96,7 @@ pub fn measure(
                 };
                 let budget = Duration::from_millis(if full { 2000 } else { 400 });
                 let times =
-                    crate::bench::time_reps(budget, 3, if full { 50 } else { 15 }, evict, || {
+                    crate::timing::time_reps(budget, 3, if full { 50 } else { 15 }, evict, || {
                         product(pool, kern, &m, &work, batch, &mut out);
                     });
                 let median = times[times.len() / 2];

@@ -46,6 +46,7 @@ mod run;
 mod serve;
 mod shape_model;
 mod synth;
+mod timing;
 
 /// Ternary language models on the T2P layout.
 #[derive(Parser)]

@@ -9,6 +9,7 @@
 //! [`conn`] owns the connections: their cap and timeouts, and the graceful shutdown.
 
 pub mod api;
+pub mod app;
 pub mod conn;
 pub mod metrics;
 pub mod respond;
@@ -23,8 +24,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde_json::json;
 
+use app::AppState;
 use metrics::Metrics;
-use routes::AppState;
 use scheduler::SchedulerConfig;
 
 use crate::runner::chat::ChatTemplate;

@@ -1,12 +1,13 @@
 //! The HTTP side: axum routes, the API key check, the body read (bounded in size and time),
 //! request -> [`Job`]s (one per choice), and the responses (one JSON object, or server-sent
 //! events ending with `data: [DONE]`, built in [`super::respond`]). The small endpoints
-//! (`/tokenize`, `/detokenize`, `/props`) are in [`super::tokens`].
+//! (`/tokenize`, `/detokenize`, `/props`) are in [`super::tokens`], the state both share in
+//! [`super::app`].
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{SyncSender, TrySendError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::TrySendError;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Body;
@@ -22,43 +23,11 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::api::{self, ApiError, Kind, Prompt};
-use super::metrics::Metrics;
+
+use super::app::{AppState, MAX_BODY, object_body, too_large};
 use super::respond::{self, Reply};
 use super::scheduler::Job;
 use super::tokens;
-use crate::runner::Tokenizer;
-use crate::runner::chat::ChatTemplate;
-
-/// Largest request body accepted (413 past it).
-pub const MAX_BODY: usize = 16 << 20;
-
-/// What every handler shares.
-pub struct AppState {
-    /// The scheduler's queue (bounded: full means 503).
-    pub jobs: SyncSender<Job>,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
-    /// The model's tokenizer.
-    pub tokenizer: Arc<Tokenizer>,
-    /// Its chat template, if the file has one.
-    pub template: Option<Arc<ChatTemplate>>,
-    /// The name `/v1/models` lists and responses carry.
-    pub model_name: String,
-    /// Context of a slot.
-    pub n_ctx: usize,
-    /// Vocabulary size (token-id prompts are checked against it).
-    pub n_vocab: usize,
-    /// `--api-key`.
-    pub api_key: Option<String>,
-    /// Seconds since the epoch at start-up (`created` of the model).
-    pub started: u64,
-    /// Source of response ids.
-    pub next_id: AtomicU64,
-    /// Longest a request body may take to arrive (408 past it).
-    pub body_timeout: Duration,
-    /// What `/props` answers.
-    pub props: Value,
-}
 
 type Shared = Arc<AppState>;
 
@@ -180,15 +149,6 @@ fn closing(mut resp: Response) -> Response {
     resp
 }
 
-fn too_large() -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "invalid_request_error",
-        "body_too_large",
-        format!("the request body is larger than {MAX_BODY} bytes"),
-    )
-}
-
 async fn not_found() -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -307,27 +267,6 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
         ));
     }
     Ok(ids)
-}
-
-/// Bad-body rejections of the `Bytes` extractor as API errors (the body is already read).
-fn body_error(e: BytesRejection) -> ApiError {
-    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        too_large()
-    } else {
-        ApiError::new(
-            e.status(),
-            "invalid_request_error",
-            "bad_body",
-            e.body_text(),
-        )
-    }
-}
-
-/// Parses a JSON-object body (the small endpoints share this with the completions).
-pub(super) fn object_body(
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Map<String, Value>, ApiError> {
-    api::parse_object(&body.map_err(body_error)?)
 }
 
 async fn complete(

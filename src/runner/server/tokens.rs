@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::api::ApiError;
-use super::routes::{AppState, object_body};
+use super::app::{AppState, object_body};
 
 fn flag(m: &Map<String, Value>, name: &str, default: bool) -> Result<bool, ApiError> {
     match m.get(name) {
