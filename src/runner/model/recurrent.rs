@@ -94,6 +94,18 @@ impl RecurrentCheckpoint {
     }
 }
 
+/// What the recurrence of a batch reads: per token, `c` holds q | k | v after the conv (q and
+/// k already L2-normalised), `decay[t][h] = exp(g)` and `beta[t][h]` the gates.
+#[derive(Clone, Copy)]
+pub(crate) struct DeltaInput<'a> {
+    /// `[n][conv_channels]`.
+    pub c: &'a [f32],
+    /// `[n][n_v_heads]`.
+    pub decay: &'a [f32],
+    /// `[n][n_v_heads]`.
+    pub beta: &'a [f32],
+}
+
 /// The conv and SSM state of every DeltaNet layer of one sequence, double-buffered for O(1)
 /// checkpoints (see the module documentation).
 #[derive(Clone, Debug)]
@@ -276,24 +288,20 @@ impl RecurrentState {
         dst.conv.copy_from_slice(&all[n * ch..]);
     }
 
-    /// The delta-rule recurrence of DeltaNet layer `layer` over a batch: `c` holds per token
-    /// q | k | v after the conv (q and k already L2-normalised), `decay[t][h] = exp(g)` and
-    /// `beta[t][h]` the gates; writes `o` (`n x value_dim`). Per token and value head:
+    /// The delta-rule recurrence of DeltaNet layer `layer` over a batch, with update `u`, from
+    /// `input` ([`DeltaInput`]); writes `o` (`n x value_dim`). Per token and value head:
     /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`. `heads` is scratch
     /// for the output in head-major order (`n_v_heads x n x head_v_dim`), so each pool job
     /// writes one contiguous piece.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn recurrence(
         &mut self,
         exec: &Exec,
-        u: Update,
-        layer: usize,
-        c: &[f32],
-        decay: &[f32],
-        beta: &[f32],
+        (u, layer): (Update, usize),
+        input: DeltaInput,
         o: &mut [f32],
         heads: &mut Vec<f32>,
     ) {
+        let DeltaInput { c, decay, beta } = input;
         let s = self.shape;
         let (dk, dv, nv, nk) = (s.head_k_dim, s.head_v_dim, s.n_v_heads, s.n_k_heads);
         let ch = s.conv_channels();

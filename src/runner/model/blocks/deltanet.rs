@@ -9,7 +9,7 @@ use crate::runner::model::hadamard::GdnGeometry;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, sigmoid, silu};
 use crate::runner::model::profile::Phase;
-use crate::runner::model::recurrent::l2_norm_heads;
+use crate::runner::model::recurrent::{DeltaInput, l2_norm_heads};
 use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Mat, WeightLoader};
 
@@ -102,16 +102,13 @@ impl DeltaNet {
             for row in qkv.chunks_exact_mut(ch) {
                 l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, hp.eps);
             }
-            rec.recurrence(
-                ctx.exec,
-                upd,
-                self.slot,
-                qkv,
-                &st.dn_decay[cols.start * nv..cols.end * nv],
-                &st.dn_beta[cols.start * nv..cols.end * nv],
-                &mut st.dn_o[cols.start * vd..cols.end * vd],
-                &mut st.dn_heads,
-            );
+            let input = DeltaInput {
+                c: qkv,
+                decay: &st.dn_decay[cols.start * nv..cols.end * nv],
+                beta: &st.dn_beta[cols.start * nv..cols.end * nv],
+            };
+            let o = &mut st.dn_o[cols.start * vd..cols.end * vd];
+            rec.recurrence(ctx.exec, (upd, self.slot), input, o, &mut st.dn_heads);
         }
         drop(t);
         let t = prof.time(Phase::Elementwise);
