@@ -2,10 +2,10 @@
 //! like llama.cpp's default (`-ctk f16 -ctv f16`) cache. Memory follows the positions a
 //! sequence reaches, not its `n_ctx`: the buffers start empty and double (from
 //! [`MIN_POSITIONS`]) before a pass that needs more, so a server slot holding a short
-//! conversation holds a short cache, and a fresh session costs nothing to make. Attention reads the halves directly
-//! (converting eight at a time in registers, see `attention`), so the cache costs half the memory
-//! and half the bandwidth of an f32 one. Truncation is O(1), which speculative decoding uses to
-//! roll back.
+//! conversation holds a short cache, and a fresh session costs nothing to make. Attention
+//! reads the halves directly (converting eight at a time in registers, see `attend`), so the
+//! cache costs half the memory and half the bandwidth of an f32 one. Truncation is O(1), which
+//! speculative decoding uses to roll back.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -25,7 +25,7 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache for `n_layers` attention layers of `kv_dim` values per position.
-    /// Allocates nothing until [`reserve`](Self::reserve).
+    /// Allocates nothing until a forward pass reserves its positions.
     pub fn new(n_layers: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
         KvCache {
             n_ctx,

@@ -1,14 +1,15 @@
 //! Forward passes of the architectures the runner implements, on T2P matmuls.
 //!
 //! [`Model::load`] reads a GGUF file (pq2_0 matrices straight into T2P), picks the architecture
-//! and returns a model whose [`Model::forward`] evaluates a batch of tokens against a
-//! [`Session`] (KV cache, recurrent state for hybrid models, and the buffers of a pass).
+//! and returns the one [`Model`] type, whose [`Model::eval`] evaluates a batch of tokens against
+//! a [`Session`] (KV cache, recurrent state for hybrid models, and the buffers of a pass).
 //!
-//! Where things are: [`hparams`] reads the hyper-parameters of every architecture; `weights`
-//! holds matrices, the loader and the token table / LM head; `blocks` the attention, SwiGLU
-//! FFN and Gated DeltaNet blocks, each written once; `transformer` builds any architecture
-//! as a list of layers and runs the forward pass; `llama.rs` and `qwen35.rs` only say what
-//! distinguishes their architectures; `state` is the run state a session owns.
+//! Where things are: `arch` says what distinguishes each architecture; [`hparams`] reads the
+//! hyper-parameters of every architecture; `weights` holds matrices, the loader and the token
+//! table / LM head; `blocks` the attention, SwiGLU FFN and Gated DeltaNet layers, each written
+//! once; `transformer` builds any architecture as a list of layers and runs the forward pass;
+//! `attend` and [`recurrent`] are the attention and DeltaNet inner loops; `state` is the run
+//! state a session owns; `exec` where a pass runs (kernels, pool, profile).
 
 mod arch;
 mod attend;

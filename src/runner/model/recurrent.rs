@@ -1,6 +1,6 @@
 //! Gated DeltaNet (the linear-attention layers of `qwen35`): the per-sequence recurrent state
 //! and the two sequential pieces of a layer, the causal depthwise conv1d and the delta-rule
-//! recurrence. The projections around them are ordinary matmuls (see `qwen35.rs`).
+//! recurrence. The projections around them are ordinary matmuls (see `blocks/deltanet.rs`).
 //!
 //! **Batches.** A prompt batch runs every projection over the whole batch (gemm tiles); the
 //! recurrence then runs token by token inside the batch, one pool job per value head. Per token

@@ -76,7 +76,7 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition of every series of [`SERIES`].
+    /// The Prometheus text exposition of every series (one table, `SERIES`).
     pub fn render(&self) -> String {
         let mut s = String::new();
         for (name, kind, help, read) in SERIES {
