@@ -18,6 +18,8 @@
 //! ```
 
 pub mod chat;
+#[cfg(feature = "grammar")]
+pub mod constrain;
 mod error;
 pub mod generate;
 mod gguf;
