@@ -5,13 +5,22 @@ use minijinja::{Environment, context};
 
 use super::{GgufError, GgufFile};
 
-/// One message of a conversation.
-#[derive(Clone, Debug, serde::Serialize)]
+/// One message of a conversation, as chat templates read it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
-    /// The text.
+    /// The text (empty for an assistant turn that only calls tools).
     pub content: String,
+    /// The tools an assistant turn called.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a `tool` message: the call it answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For a `tool` message: the function's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -20,7 +29,46 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            ..Message::default()
         }
+    }
+}
+
+/// A function call of an assistant turn; templates see OpenAI's shape,
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The call's id (`tool_call_id` of the answer).
+    pub id: String,
+    /// The function.
+    pub name: String,
+    /// Its arguments: a JSON document, as text.
+    pub arguments: String,
+}
+
+impl serde::Serialize for ToolCall {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            arguments: &'a str,
+        }
+        #[derive(serde::Serialize)]
+        struct Call<'a> {
+            id: &'a str,
+            #[serde(rename = "type")]
+            kind: &'a str,
+            function: Function<'a>,
+        }
+        Call {
+            id: &self.id,
+            kind: "function",
+            function: Function {
+                name: &self.name,
+                arguments: &self.arguments,
+            },
+        }
+        .serialize(s)
     }
 }
 
@@ -78,8 +126,21 @@ impl ChatTemplate {
         messages: &[Message],
         add_generation_prompt: bool,
     ) -> Result<String, GgufError> {
+        self.render_with_tools::<()>(messages, &[], add_generation_prompt)
+    }
+
+    /// As [`ChatTemplate::render`], with the tools the model may call (OpenAI's `tools`
+    /// objects, which templates such as Qwen3's list in the system turn).
+    pub fn render_with_tools<T: serde::Serialize>(
+        &self,
+        messages: &[Message],
+        tools: &[T],
+        add_generation_prompt: bool,
+    ) -> Result<String, GgufError> {
         let tmpl = self.env.get_template("chat").map_err(template_error)?;
-        tmpl.render(context! { messages => messages, add_generation_prompt => add_generation_prompt, bos_token => &self.bos, eos_token => &self.eos })
+        // No tools is `tools` undefined (templates test `{% if tools %}`).
+        let tools = (!tools.is_empty()).then_some(tools);
+        tmpl.render(context! { messages => messages, tools => tools, add_generation_prompt => add_generation_prompt, bos_token => &self.bos, eos_token => &self.eos })
             .map_err(template_error)
     }
 }

@@ -25,12 +25,16 @@ import urllib.error
 import urllib.request
 
 import openai
+import pydantic
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("T2P_LIBT2P", os.path.join(ROOT, "target", "release", "libt2p"))
 DATA = os.environ.get("T2P_TESTDATA", os.path.join(ROOT, "..", "shared", "testdata"))
 QWEN3 = os.path.join(DATA, "qwen3-tiny", "qwen3-tiny-pq2_0.gguf")
 QWEN35 = os.path.join(DATA, "qwen35-tiny", "qwen35-tiny-pq2_0.gguf")
+# qwen3-tiny with the real Qwen3 chat template (tools, <tool_call> blocks); random weights, so
+# only a constrained output is well-formed.
+CHAT = os.path.join(DATA, "chat", "qwen3-tiny-chat.gguf")
 CTX = 512
 THREADS = "2"
 
@@ -1009,6 +1013,184 @@ class Shutdown(unittest.TestCase):
             self.assertEqual(got["usage"]["completion_tokens"], 400)
         finally:
             srv.close()
+
+
+class Person(pydantic.BaseModel):
+    """What `chat.completions.parse` asks for in the structured-output tests."""
+    name: str = pydantic.Field(max_length=12)
+    age: int = pydantic.Field(ge=0, le=150)
+    pets: list[pydantic.constr(max_length=8)] = pydantic.Field(max_length=3)
+    kind: str = pydantic.Field(pattern="^(cat|dog)$")
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 16},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"]}}}
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {
+        "zone": {"type": "integer", "minimum": -12, "maximum": 14}}, "required": ["zone"]}}}
+
+
+class StructuredOutput(unittest.TestCase):
+    """response_format, json_schema, grammar and tool calls on a model with random weights:
+    whatever it prefers, the mask makes the output valid."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(CHAT, "--parallel", "4")
+        cls.client = cls.srv.client()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.srv.close()
+
+    msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+
+    def check_person(self, p):
+        self.assertLessEqual(len(p.name), 12)
+        self.assertTrue(0 <= p.age <= 150)
+        self.assertLessEqual(len(p.pets), 3)
+        self.assertTrue(all(len(x) <= 8 for x in p.pets))
+        self.assertIn(p.kind, ("cat", "dog"))
+
+    def test_parse_with_a_pydantic_model(self):
+        for temp, seed in [(0, 0), (1.0, 1), (1.5, 2)]:
+            r = self.client.chat.completions.parse(model="x", messages=self.msgs, response_format=Person,
+                                                   max_tokens=400, temperature=temp, seed=seed)
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "stop", c.message.content)
+            self.check_person(c.message.parsed)
+        # n choices each follow the schema; streamed, the deltas join into the same document.
+        r = self.client.chat.completions.parse(model="x", messages=self.msgs, response_format=Person,
+                                               max_tokens=400, temperature=1.0, seed=5, n=3)
+        for c in r.choices:
+            self.check_person(c.message.parsed)
+        fmt = {"type": "json_schema", "json_schema": {"name": "Person", "schema": Person.model_json_schema()}}
+        whole = self.client.chat.completions.create(model="x", messages=self.msgs, response_format=fmt,
+                                                    max_tokens=400, temperature=0)
+        parts = [ch.choices[0].delta.content or "" for ch in self.client.chat.completions.create(
+            model="x", messages=self.msgs, response_format=fmt, max_tokens=400, temperature=0, stream=True)
+            if ch.choices]
+        self.assertEqual("".join(parts), whole.choices[0].message.content)
+        self.check_person(Person.model_validate_json(whole.choices[0].message.content))
+        m = self.srv.metrics()
+        self.assertGreater(m["grammar_masks_total"], 0)
+        self.assertGreater(m["grammar_mask_seconds_total"], 0)
+
+    def test_json_mode_and_llama_server_fields(self):
+        # JSON mode bounds nothing: a random model writes strings of ~200 tokens. A bias towards
+        # the tokens that close strings and objects (which the mask still filters) ends it.
+        closers = {}
+        for text in ['"', '":', '",', '"}', '}']:
+            st, tok = self.srv.http("POST", "/tokenize", {"content": text})
+            self.assertEqual(len(tok["tokens"]), 1, (text, tok))
+            closers[str(tok["tokens"][0])] = 20
+        r = self.client.chat.completions.create(model="x", messages=self.msgs, max_tokens=400, temperature=0,
+                                                response_format={"type": "json_object"}, logit_bias=closers)
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "stop", c.message.content)
+        self.assertIsInstance(json.loads(c.message.content), dict)
+        # llama-server's fields on /v1/completions: a schema, and a GBNF grammar.
+        st, body = self.srv.http("POST", "/v1/completions", {
+            "prompt": "The answer is", "max_tokens": 8, "temperature": 1.0, "seed": 4,
+            "json_schema": {"type": "integer", "minimum": 1, "maximum": 9}})
+        self.assertEqual(st, 200, body)
+        self.assertIn(json.loads(body["choices"][0]["text"]), range(1, 10))
+        gbnf = 'root ::= answer " " [0-9]{2}\nanswer ::= "yes" | "no"'
+        for seed in range(3):
+            st, body = self.srv.http("POST", "/v1/completions", {
+                "prompt": "Well,", "max_tokens": 10, "temperature": 1.0, "seed": seed, "grammar": gbnf})
+            self.assertEqual(st, 200, body)
+            self.assertRegex(body["choices"][0]["text"], r"^(yes|no) [0-9]{2}$")
+            self.assertEqual(body["choices"][0]["finish_reason"], "stop")
+
+    def test_bad_grammars_are_400_naming_the_problem(self):
+        deep = {"type": "integer"}
+        for _ in range(60):
+            deep = {"type": "array", "items": deep}
+        for extra, want in [
+            ({"response_format": {"type": "json_schema", "json_schema": {"schema": deep}}}, "nested"),
+            ({"response_format": {"type": "json_schema", "json_schema": {
+                "schema": {"type": "integer", "minimum": 5, "maximum": 3}}}}, "grammar"),
+            ({"response_format": {"type": "yaml"}}, "response_format.type"),
+            ({"response_format": {"type": "json_schema"}}, "json_schema"),
+            ({"response_format": {"type": "json_object"}, "grammar": "root ::= \"a\""}, "only one"),
+            ({"grammar": "root ::= undefined-rule"}, "never defined"),
+            ({"grammar": 7}, "grammar"),
+            ({"json_schema": {"enum": ["v%d-%d" % (i, i * i) for i in range(200000)]}}, "grammar"),
+            ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+            ({"tools": [{"type": "function"}]}, "tools[0]"),
+            ({"tool_choice": "required"}, "tools"),
+            ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}},
+             "cannot be combined"),
+        ]:
+            st, body = self.srv.http("POST", "/v1/chat/completions", dict(
+                {"messages": self.msgs, "max_tokens": 4}, **extra))
+            self.assertEqual(st, 400, (extra if len(str(extra)) < 300 else want, body))
+            self.assertIn(want, body["error"]["message"])
+        self.assertTrue(self.srv.alive())
+
+    def tool_request(self, **kw):
+        return self.client.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+            tools=[WEATHER, CLOCK], max_tokens=200, temperature=0, **kw)
+
+    def check_weather(self, call):
+        self.assertEqual(call.type, "function")
+        self.assertTrue(call.id)
+        args = json.loads(call.function.arguments)
+        if call.function.name == "get_weather":
+            self.assertLessEqual(len(args["city"]), 16)
+            self.assertIn(args["unit"], ("celsius", "fahrenheit"))
+        else:
+            self.assertEqual(call.function.name, "get_time")
+            self.assertTrue(-12 <= args["zone"] <= 14)
+
+    def test_tool_call_round_trip(self):
+        r = self.tool_request(tool_choice="required")
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "tool_calls")
+        self.assertTrue(c.message.tool_calls)
+        for call in c.message.tool_calls:
+            self.check_weather(call)
+        self.assertIsNone(c.message.content)
+        named = self.tool_request(tool_choice={"type": "function", "function": {"name": "get_time"}})
+        calls = named.choices[0].message.tool_calls
+        self.assertEqual([x.function.name for x in calls], ["get_time"])
+        self.check_weather(calls[0])
+        # Streamed: the deltas carry the same calls.
+        got = {}
+        for ch in self.tool_request(tool_choice="required", stream=True):
+            if not ch.choices:
+                continue
+            for d in ch.choices[0].delta.tool_calls or []:
+                e = got.setdefault(d.index, {"id": d.id, "name": "", "args": ""})
+                e["name"] += d.function.name or ""
+                e["args"] += d.function.arguments or ""
+            if ch.choices[0].finish_reason:
+                self.assertEqual(ch.choices[0].finish_reason, "tool_calls")
+        self.assertEqual([(g["name"], g["args"]) for _, g in sorted(got.items())],
+                         [(x.function.name, x.function.arguments) for x in c.message.tool_calls])
+        # The call and its result go back through the template: the prompt grows by the turn.
+        call = c.message.tool_calls[0]
+        history = [{"role": "user", "content": "What is the weather in Paris?"},
+                   {"role": "assistant", "content": None, "tool_calls": [
+                       {"id": call.id, "type": "function",
+                        "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                   {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+        back = self.client.chat.completions.create(model="x", messages=history, tools=[WEATHER, CLOCK],
+                                                   max_tokens=4, temperature=0)
+        st, tok = self.srv.http("POST", "/tokenize", {"content": "<tool_response>\n18 degrees and sunny\n</tool_response>"})
+        self.assertEqual(st, 200, tok)
+        self.assertGreaterEqual(back.usage.prompt_tokens, r.usage.prompt_tokens + len(tok["tokens"]))
+        self.assertIsInstance(back.choices[0].message.content, str)
+        # tool_choice none: the answer is text, however it looks.
+        none = self.client.chat.completions.create(model="x", messages=history, tools=[WEATHER],
+                                                   tool_choice="none", max_tokens=8, temperature=0)
+        self.assertIsNone(none.choices[0].message.tool_calls)
 
 
 class Interleave(unittest.TestCase):

@@ -124,10 +124,7 @@ impl GrammarCompiler {
                 "type": "object",
                 "x-guidance": {"whitespace_flexible": false},
             })),
-            Grammar::JsonSchema(schema) => {
-                check_depth(schema, 0)?;
-                TopLevelGrammar::from_json_schema(compact(schema))
-            }
+            Grammar::JsonSchema(schema) => TopLevelGrammar::from_json_schema(prepare(schema)?),
             Grammar::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
             Grammar::Gbnf(src) => TopLevelGrammar::from_lark(gbnf_to_lark(src)?),
             Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
@@ -149,6 +146,18 @@ impl GrammarCompiler {
             Ok(c)
         })
     }
+}
+
+/// `schema` as a Lark expression (`%json {...}`), prepared as [`Grammar::JsonSchema`] prepares
+/// it, for grammars that embed JSON documents (tool calls).
+pub fn lark_json(schema: &Value) -> Result<String, GrammarError> {
+    Ok(format!("%json {}", prepare(schema)?))
+}
+
+/// `schema` checked for depth and made ready: see [`compact`].
+fn prepare(schema: &Value) -> Result<Value, GrammarError> {
+    check_depth(schema, 0)?;
+    Ok(compact(schema))
 }
 
 /// `schema` as it is compiled: compact JSON, unless the schema sets its own `x-guidance` (a

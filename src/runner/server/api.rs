@@ -6,7 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::runner::chat::Message;
+use crate::runner::chat::{Message, ToolCall};
+use crate::runner::constrain::Grammar;
 use crate::runner::sample::SamplerConfig;
 
 /// Most stop strings a request may give.
@@ -107,6 +108,8 @@ pub struct Common {
     /// Log-probabilities asked for: `Some(k)` with `k` alternatives per token (chat:
     /// `logprobs: true` and `top_logprobs`; completions: `logprobs: k`), `None` when not.
     pub logprobs: Option<usize>,
+    /// The grammar of structured output (`response_format`, `json_schema`, `grammar`).
+    pub grammar: Option<Grammar>,
 }
 
 /// Parses a request body into a JSON object.
@@ -291,6 +294,7 @@ pub fn parse_common(
         return_tokens: opt_bool(m, "return_tokens")?.unwrap_or(false),
         n,
         logprobs: parse_logprobs(m, kind)?,
+        grammar: parse_grammar(m)?,
     })
 }
 
@@ -497,9 +501,258 @@ pub fn parse_messages(m: &Map<String, Value>) -> Result<Vec<Message>, ApiError> 
                     ));
                 }
             };
-            Ok(Message { role, content })
+            let opt_str = |name: &str| match field(o, name) {
+                None => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(v) => Err(wrong(&format!("messages[{i}].{name}"), "a string", v)),
+            };
+            Ok(Message {
+                role,
+                content,
+                tool_calls: parse_tool_calls(o, i)?,
+                tool_call_id: opt_str("tool_call_id")?,
+                name: opt_str("name")?,
+            })
         })
         .collect()
+}
+
+/// Reads an assistant message's `tool_calls`: `[{id, type: "function", function: {name,
+/// arguments}}]`, the arguments a JSON string (or an object, which is written out).
+fn parse_tool_calls(o: &Map<String, Value>, i: usize) -> Result<Vec<ToolCall>, ApiError> {
+    let calls = match field(o, "tool_calls") {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(wrong(&format!("messages[{i}].tool_calls"), "an array", v)),
+    };
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let at = format!("messages[{i}].tool_calls[{j}]");
+            let f = c
+                .get("function")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    ApiError::invalid("invalid_value", format!("{at} has no 'function' object"))
+                })?;
+            let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::invalid(
+                    "invalid_value",
+                    format!("{at}.function has no 'name' string"),
+                )
+            })?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => "{}".to_string(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v @ Value::Object(_)) => v.to_string(),
+                Some(v) => {
+                    return Err(wrong(
+                        &format!("{at}.function.arguments"),
+                        "a JSON string",
+                        v,
+                    ));
+                }
+            };
+            Ok(ToolCall {
+                id: c
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                name: name.to_string(),
+                arguments,
+            })
+        })
+        .collect()
+}
+
+/// The grammar a request constrains its output to, from `response_format` (OpenAI:
+/// `{"type": "json_object"}`, `{"type": "json_schema", "json_schema": {"schema": ...}}`;
+/// llama-server: `{"type": "json_object", "schema": ...}`), or llama-server's `json_schema`
+/// (a schema) or `grammar` (GBNF; llguidance's Lark when it starts with `%llguidance`).
+pub fn parse_grammar(m: &Map<String, Value>) -> Result<Option<Grammar>, ApiError> {
+    let from_format = match field(m, "response_format") {
+        None => None,
+        Some(Value::Object(o)) => match field(o, "type").and_then(Value::as_str) {
+            Some("text") => None,
+            Some("json_object") => Some(match field(o, "schema") {
+                Some(schema) => Grammar::JsonSchema(schema.clone()),
+                None => Grammar::JsonObject,
+            }),
+            Some("json_schema") => {
+                let schema = field(o, "json_schema")
+                    .and_then(|j| field(j.as_object()?, "schema"))
+                    .or_else(|| field(o, "schema"))
+                    .ok_or_else(|| {
+                        ApiError::invalid(
+                            "invalid_value",
+                            "'response_format' of type json_schema needs 'json_schema': {\"schema\": {...}}",
+                        )
+                    })?;
+                Some(Grammar::JsonSchema(schema.clone()))
+            }
+            _ => {
+                return Err(out_of_range(
+                    "response_format.type",
+                    "\"text\", \"json_object\" or \"json_schema\"",
+                ));
+            }
+        },
+        Some(v) => return Err(wrong("response_format", "an object", v)),
+    };
+    let from_schema = field(m, "json_schema").map(|s| Grammar::JsonSchema(s.clone()));
+    let from_grammar = match field(m, "grammar") {
+        None => None,
+        Some(Value::String(g)) if g.trim_start().starts_with("%llguidance") => {
+            Some(Grammar::Lark(g.clone()))
+        }
+        Some(Value::String(g)) => Some(Grammar::Gbnf(g.clone())),
+        Some(v) => return Err(wrong("grammar", "a string (GBNF)", v)),
+    };
+    let mut given = [from_format, from_schema, from_grammar]
+        .into_iter()
+        .flatten();
+    let first = given.next();
+    if given.next().is_some() {
+        return Err(ApiError::invalid(
+            "invalid_value",
+            "give only one of 'response_format', 'json_schema' and 'grammar'",
+        ));
+    }
+    Ok(first)
+}
+
+/// Which tool calls a request allows (`tool_choice`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// `none`: the tools are shown, the output is text.
+    None,
+    /// `auto` (the default with tools): the model may call them.
+    Auto,
+    /// `required`: the output is one or more calls.
+    Required,
+    /// `{"type": "function", "function": {"name"}}`: the output is a call of this one.
+    Named(String),
+}
+
+/// A tool the model may call: its name and its parameters' schema.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tool {
+    /// `function.name`.
+    pub name: String,
+    /// `function.parameters` (`{"type": "object"}` when absent).
+    pub parameters: Value,
+}
+
+/// The tools of a chat request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tools {
+    /// The `tools` objects as given (what the chat template renders).
+    pub raw: Vec<Value>,
+    /// Their names and schemas.
+    pub list: Vec<Tool>,
+    /// `tool_choice`.
+    pub choice: ToolChoice,
+    /// `parallel_tool_calls` (default true): more than one call allowed.
+    pub parallel: bool,
+}
+
+/// Most tools one request may give.
+pub const MAX_TOOLS: usize = 128;
+
+/// Reads `tools`, `tool_choice` and `parallel_tool_calls`; `None` when there are no tools.
+pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
+    let raw = match field(m, "tools") {
+        None => Vec::new(),
+        Some(Value::Array(a)) if a.len() <= MAX_TOOLS => a.clone(),
+        Some(Value::Array(_)) => {
+            return Err(out_of_range("tools", &format!("at most {MAX_TOOLS} tools")));
+        }
+        Some(v) => {
+            return Err(wrong(
+                "tools",
+                "an array of {type: function, function} objects",
+                v,
+            ));
+        }
+    };
+    let list = raw
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let f = t
+                .get("function")
+                .and_then(Value::as_object)
+                .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
+                .ok_or_else(|| {
+                    ApiError::invalid(
+                        "invalid_value",
+                        format!("tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", \"parameters\"}}}}"),
+                    )
+                })?;
+            let name = match f.get("name") {
+                Some(Value::String(n)) if !n.is_empty() => n.clone(),
+                _ => {
+                    return Err(ApiError::invalid(
+                        "invalid_value",
+                        format!("tools[{i}].function needs a non-empty 'name'"),
+                    ));
+                }
+            };
+            let parameters = match field(f, "parameters") {
+                None => json!({"type": "object"}),
+                Some(p @ Value::Object(_)) => p.clone(),
+                Some(v) => return Err(wrong(&format!("tools[{i}].function.parameters"), "a JSON schema object", v)),
+            };
+            Ok(Tool { name, parameters })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let choice = match field(m, "tool_choice") {
+        None if list.is_empty() => ToolChoice::None,
+        None => ToolChoice::Auto,
+        Some(Value::String(c)) => match c.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(out_of_range(
+                    "tool_choice",
+                    "\"none\", \"auto\", \"required\" or a function",
+                ));
+            }
+        },
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid("invalid_value", "'tool_choice' names no function: {\"type\": \"function\", \"function\": {\"name\": ...}}"))?;
+            if !list.iter().any(|t| t.name == name) {
+                return Err(out_of_range(
+                    "tool_choice",
+                    &format!("a function of 'tools', not {name:?}"),
+                ));
+            }
+            ToolChoice::Named(name.to_string())
+        }
+        Some(v) => return Err(wrong("tool_choice", "a string or an object", v)),
+    };
+    if list.is_empty() {
+        return match choice {
+            ToolChoice::None | ToolChoice::Auto => Ok(None),
+            _ => Err(ApiError::invalid(
+                "invalid_value",
+                "'tool_choice' needs 'tools'",
+            )),
+        };
+    }
+    Ok(Some(Tools {
+        raw,
+        list,
+        choice,
+        parallel: opt_bool(m, "parallel_tool_calls")?.unwrap_or(true),
+    }))
 }
 
 #[cfg(test)]
@@ -617,6 +870,114 @@ mod tests {
         assert_eq!(c.stop, ["a", "b"]);
         assert_eq!(c.sampler.seed, u64::MAX);
         assert_eq!(c.sampler.top_k, SamplerConfig::default().top_k);
+    }
+
+    #[test]
+    fn grammar_fields_take_openai_and_llama_server_shapes() {
+        let g = |s: &str| parse_grammar(&obj(s));
+        assert_eq!(g("{}").unwrap(), None);
+        assert_eq!(g(r#"{"response_format": {"type": "text"}}"#).unwrap(), None);
+        assert_eq!(
+            g(r#"{"response_format": {"type": "json_object"}}"#).unwrap(),
+            Some(Grammar::JsonObject)
+        );
+        let schema = json!({"type": "integer"});
+        for body in [
+            r#"{"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}}"#,
+            r#"{"response_format": {"type": "json_object", "schema": {"type": "integer"}}}"#,
+            r#"{"json_schema": {"type": "integer"}}"#,
+        ] {
+            assert_eq!(
+                g(body).unwrap(),
+                Some(Grammar::JsonSchema(schema.clone())),
+                "{body}"
+            );
+        }
+        assert_eq!(
+            g(r#"{"grammar": "root ::= \"a\""}"#).unwrap(),
+            Some(Grammar::Gbnf(r#"root ::= "a""#.into()))
+        );
+        assert!(matches!(
+            g(r#"{"grammar": "%llguidance {}\nstart: \"a\""}"#).unwrap(),
+            Some(Grammar::Lark(_))
+        ));
+        for (body, name) in [
+            (r#"{"response_format": "json"}"#, "response_format"),
+            (
+                r#"{"response_format": {"type": "xml"}}"#,
+                "response_format.type",
+            ),
+            (
+                r#"{"response_format": {"type": "json_schema"}}"#,
+                "json_schema",
+            ),
+            (r#"{"grammar": 1}"#, "grammar"),
+            (
+                r#"{"grammar": "root ::= \"a\"", "json_schema": {}}"#,
+                "only one",
+            ),
+        ] {
+            names(g(body).unwrap_err(), name);
+        }
+    }
+
+    #[test]
+    fn tools_and_tool_choice_are_checked() {
+        let t = |s: &str| parse_tools(&obj(s));
+        let f =
+            r#"{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}"#;
+        assert_eq!(t("{}").unwrap(), None);
+        let tools = t(&format!(r#"{{"tools": [{f}]}}"#)).unwrap().unwrap();
+        assert_eq!((tools.choice, tools.parallel), (ToolChoice::Auto, true));
+        assert_eq!(tools.list[0].name, "f");
+        let named = t(&format!(
+            r#"{{"tools": [{f}], "tool_choice": {{"type": "function", "function": {{"name": "f"}}}}, "parallel_tool_calls": false}}"#
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (named.choice, named.parallel),
+            (ToolChoice::Named("f".into()), false)
+        );
+        for (body, name) in [
+            (
+                format!(r#"{{"tools": [{f}], "tool_choice": "sometimes"}}"#),
+                "tool_choice",
+            ),
+            (
+                format!(r#"{{"tools": [{f}], "tool_choice": {{"function": {{"name": "g"}}}}}}"#),
+                "tool_choice",
+            ),
+            (
+                r#"{"tools": [{"type": "function", "function": {}}]}"#.into(),
+                "tools[0]",
+            ),
+            (r#"{"tools": [{"type": "retrieval"}]}"#.into(), "tools[0]"),
+            (r#"{"tools": {}}"#.into(), "tools"),
+            (r#"{"tool_choice": "required"}"#.into(), "needs 'tools'"),
+        ] {
+            names(t(&body).unwrap_err(), name);
+        }
+        // Assistant tool calls and tool answers are read from the messages.
+        let m = parse_messages(&obj(
+            r#"{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            m[0].tool_calls,
+            [ToolCall {
+                id: "c1".into(),
+                name: "f".into(),
+                arguments: r#"{"x":1}"#.into()
+            }]
+        );
+        assert_eq!(m[1].tool_call_id.as_deref(), Some("c1"));
+        assert!(
+            parse_messages(&obj(
+                r#"{"messages": [{"role": "assistant", "tool_calls": [{}]}]}"#
+            ))
+            .is_err()
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::metrics::Metrics;
 use super::scheduler::Job;
 use crate::runner::Tokenizer;
 use crate::runner::chat::ChatTemplate;
+use crate::runner::constrain::{GrammarCompiler, GrammarError};
 
 /// Largest request body accepted (413 past it).
 pub const MAX_BODY: usize = 16 << 20;
@@ -30,6 +31,8 @@ pub struct AppState {
     pub tokenizer: Arc<Tokenizer>,
     /// Its chat template, if the file has one.
     pub template: Option<Arc<ChatTemplate>>,
+    /// Compiles the grammars of structured output, or says why the model cannot have any.
+    pub grammars: Result<Arc<GrammarCompiler>, GrammarError>,
     /// The name `/v1/models` lists and responses carry.
     pub model_name: String,
     /// Context of a slot.

@@ -17,6 +17,7 @@ pub mod routes;
 pub mod scheduler;
 pub mod text;
 pub mod tokens;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use metrics::Metrics;
 use scheduler::SchedulerConfig;
 
 use crate::runner::chat::ChatTemplate;
+use crate::runner::constrain::GrammarCompiler;
 use crate::runner::model::{Exec, Loaded};
 use crate::runner::sample::SamplerConfig;
 
@@ -77,6 +79,9 @@ pub fn serve(
         .opt_str("tokenizer.chat_template")?
         .unwrap_or_default()
         .to_string();
+    // A tokenizer with no end-of-generation token cannot end a grammar: such a model serves
+    // without structured output (those requests get a 400 saying why).
+    let grammars = GrammarCompiler::new(&tokenizer).map(Arc::new);
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::default());
     let conn_metrics = metrics.clone();
@@ -91,6 +96,7 @@ pub fn serve(
         metrics: metrics.clone(),
         tokenizer: tokenizer.clone(),
         template,
+        grammars,
         model_name: cfg.model_name.clone(),
         n_ctx: cfg.n_ctx,
         n_vocab: model.n_vocab(),

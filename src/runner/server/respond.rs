@@ -16,6 +16,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::api::{ApiError, Kind};
 use super::scheduler::{Event, Finish, TokenLogprob};
+use super::tools::{self, CallSplitter, Piece};
 use crate::runner::Tokenizer;
 
 /// The parts of every response object of one request that do not change.
@@ -34,6 +35,9 @@ pub struct Reply {
     pub prompt_tokens: usize,
     /// Whether the request asked for `logprobs`.
     pub logprobs: bool,
+    /// Whether the model's `<tool_call>` blocks become `tool_calls` (a chat with tools that
+    /// may be called).
+    pub tool_calls: bool,
 }
 
 /// What a finished choice adds to `usage`.
@@ -60,7 +64,25 @@ fn model_failed(msg: String) -> ApiError {
     )
 }
 
+/// The `finish_reason` of a choice that made `calls` tool calls.
+fn finish_reason(finish: Finish, calls: usize) -> &'static str {
+    if calls > 0 && finish == Finish::Stop {
+        "tool_calls"
+    } else {
+        finish.as_str()
+    }
+}
+
 impl Reply {
+    /// A tool call in OpenAI's shape; `k` numbers the calls of choice `index`.
+    fn tool_call(&self, index: usize, k: usize, name: &str, arguments: &str) -> Value {
+        json!({
+            "id": format!("call_{}_{index}_{k}", self.id),
+            "type": "function",
+            "function": {"name": name, "arguments": arguments},
+        })
+    }
+
     fn object(&self, chunk: bool) -> &'static str {
         match (self.kind, chunk) {
             (Kind::Text, _) => "text_completion",
@@ -145,22 +167,51 @@ impl Reply {
         index: usize,
         text: Option<&str>,
         logprobs: Value,
-        finish: Option<Finish>,
+        finish: Option<&str>,
     ) -> Value {
-        let finish = finish.map(Finish::as_str);
+        let delta = match text {
+            Some(t) => json!({"content": t}),
+            None => json!({}),
+        };
+        self.chunk_delta(index, delta, logprobs, finish)
+    }
+
+    /// A streamed chunk of choice `index` with a chat `delta` (completions: its `content` as
+    /// `text`).
+    fn chunk_delta(
+        &self,
+        index: usize,
+        delta: Value,
+        logprobs: Value,
+        finish: Option<&str>,
+    ) -> Value {
         let choice = match self.kind {
             Kind::Text => {
-                json!({"index": index, "text": text.unwrap_or(""), "logprobs": logprobs, "finish_reason": finish})
+                let text = delta.get("content").and_then(Value::as_str).unwrap_or("");
+                json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
             }
             Kind::Chat => {
-                let delta = match text {
-                    Some(t) => json!({"content": t}),
-                    None => json!({}),
-                };
                 json!({"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish})
             }
         };
         Value::Object(self.envelope(true, json!([choice])))
+    }
+
+    /// The `message` of a whole chat answer, and how many tool calls it made.
+    fn message(&self, index: usize, text: String) -> (Value, usize) {
+        if !self.tool_calls {
+            return (json!({"role": "assistant", "content": text}), 0);
+        }
+        let (content, calls) = tools::split_answer(&text);
+        let mut msg = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            msg["tool_calls"] = calls
+                .iter()
+                .enumerate()
+                .map(|(k, (name, args))| self.tool_call(index, k, name, args))
+                .collect();
+        }
+        (msg, calls.len())
     }
 }
 
@@ -194,18 +245,20 @@ pub async fn whole(
                     ..
                 }) => {
                     counts.add(cached_tokens, completion_tokens);
-                    let finish = finish.as_str();
                     let lp = reply.logprobs(&c.logprobs);
                     let mut choice = match reply.kind {
                         Kind::Text => {
-                            json!({"index": index, "text": c.text, "logprobs": lp, "finish_reason": finish})
+                            json!({"index": index, "text": c.text, "logprobs": lp, "finish_reason": finish.as_str()})
                         }
-                        Kind::Chat => json!({
-                            "index": index,
-                            "message": {"role": "assistant", "content": c.text},
-                            "logprobs": lp,
-                            "finish_reason": finish,
-                        }),
+                        Kind::Chat => {
+                            let (message, calls) = reply.message(index, c.text);
+                            json!({
+                                "index": index,
+                                "message": message,
+                                "logprobs": lp,
+                                "finish_reason": finish_reason(finish, calls),
+                            })
+                        }
                     };
                     if return_tokens {
                         choice["tokens"] = json!(tokens);
@@ -230,6 +283,8 @@ struct Streaming {
     reply: Reply,
     /// Per choice: log-probabilities waiting for the text their tokens bring.
     pending: Vec<Vec<TokenLogprob>>,
+    /// Per choice, when tool calls are parsed: the splitter and the calls made so far.
+    calls: Vec<Option<(CallSplitter, usize)>>,
     left: usize,
     counts: Counts,
     include_usage: bool,
@@ -237,22 +292,54 @@ struct Streaming {
 }
 
 impl Streaming {
+    /// Queues the chunks of choice `i`'s next text (split into content and calls when tool
+    /// calls are parsed; the pending log-probabilities go with the first chunk).
+    fn text(&mut self, i: usize, t: &str, end: bool) {
+        let r = &self.reply;
+        let mut pieces = Vec::new();
+        match &mut self.calls[i] {
+            None => pieces.push(Piece::Content(t.to_string())),
+            Some((splitter, _)) => {
+                splitter.push(t, &mut pieces);
+                if end {
+                    splitter.finish(&mut pieces);
+                }
+            }
+        }
+        for p in pieces {
+            if p == Piece::Content(String::new()) {
+                continue;
+            }
+            let lp = r.logprobs(&std::mem::take(&mut self.pending[i]));
+            let delta = match p {
+                Piece::Content(c) => json!({"content": c}),
+                Piece::Call { name, arguments } => {
+                    let (_, k) = self.calls[i].as_mut().expect("calls are parsed");
+                    // A streamed call carries its position among the choice's calls.
+                    let mut call = r.tool_call(i, *k, &name, &arguments);
+                    call["index"] = json!(*k);
+                    *k += 1;
+                    json!({"tool_calls": [call]})
+                }
+            };
+            self.out
+                .push_back(r.chunk_delta(i, delta, lp, None).to_string());
+        }
+    }
+
     /// Queues the chunks `ev` of choice `i` makes.
     fn on(&mut self, i: usize, ev: Event) {
-        let r = &self.reply;
         match ev {
             Event::Logprob(t) => self.pending[i].push(t),
-            Event::Text(t) => {
-                let lp = r.logprobs(&std::mem::take(&mut self.pending[i]));
-                self.out
-                    .push_back(r.chunk(i, Some(&t), lp, None).to_string());
-            }
+            Event::Text(t) => self.text(i, &t, false),
             Event::Done {
                 finish,
                 cached_tokens,
                 completion_tokens,
                 ..
             } => {
+                self.text(i, "", true);
+                let r = &self.reply;
                 if !self.pending[i].is_empty() {
                     // Tokens whose text never came (a held-back stop prefix, an unfinished
                     // character): their log-probabilities still arrive, with no text.
@@ -260,6 +347,8 @@ impl Streaming {
                     self.out
                         .push_back(r.chunk(i, Some(""), lp, None).to_string());
                 }
+                let calls = self.calls[i].as_ref().map_or(0, |c| c.1);
+                let finish = finish_reason(finish, calls);
                 self.out
                     .push_back(r.chunk(i, None, Value::Null, Some(finish)).to_string());
                 self.counts.add(cached_tokens, completion_tokens);
@@ -315,11 +404,15 @@ pub fn stream(
             .map(move |ev| (i, ev))
             .boxed()
         }));
+    let calls = (0..n)
+        .map(|_| reply.tool_calls.then(|| (CallSplitter::default(), 0)))
+        .collect();
     let state = Streaming {
         events,
         out,
         reply,
         pending: vec![Vec::new(); n],
+        calls,
         left: n,
         counts: Counts::default(),
         include_usage,

@@ -22,7 +22,9 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 
-use super::api::{self, ApiError, Kind, Prompt};
+use super::api::{self, ApiError, Kind, Prompt, ToolChoice, Tools};
+use super::tools;
+use crate::runner::constrain::{Constraint, Grammar};
 
 use super::app::{AppState, MAX_BODY, object_body, too_large};
 use super::respond::{self, Reply};
@@ -201,8 +203,14 @@ async fn chat_completions(
     complete(st, body, Kind::Chat).await
 }
 
-/// Tokenizes the request's prompt (off the async threads: a prompt can be megabytes).
-async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<Vec<u32>, ApiError> {
+/// Tokenizes the request's prompt (off the async threads: a prompt can be megabytes); a chat's
+/// tools are rendered by the template with the messages.
+async fn prompt_ids(
+    st: &Shared,
+    m: &Map<String, Value>,
+    kind: Kind,
+    tools: Option<&Tools>,
+) -> Result<Vec<u32>, ApiError> {
     enum Src {
         Text(String, bool),
         Ids(Vec<u32>),
@@ -221,9 +229,12 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
                 )
             })?;
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
-            let text = tmpl.render(&messages, true).map_err(|e| {
-                ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
-            })?;
+            let tools = tools.map_or(&[][..], |t| &t.raw[..]);
+            let text = tmpl
+                .render_with_tools(&messages, tools, true)
+                .map_err(|e| {
+                    ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
+                })?;
             Src::Text(text, false)
         }
     };
@@ -269,14 +280,66 @@ async fn prompt_ids(st: &Shared, m: &Map<String, Value>, kind: Kind) -> Result<V
     Ok(ids)
 }
 
+/// The grammar the output follows: the request's structured-output grammar, or the tool-call
+/// grammar when the request must call a tool (not both).
+fn output_grammar(
+    requested: Option<Grammar>,
+    tools: Option<&Tools>,
+) -> Result<Option<Grammar>, ApiError> {
+    let calls = match tools {
+        Some(t) => tools::call_grammar(t).map_err(|e| {
+            ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
+        })?,
+        None => None,
+    };
+    match (requested, calls) {
+        (Some(_), Some(_)) => Err(ApiError::invalid(
+            "invalid_value",
+            "'response_format' / 'json_schema' / 'grammar' and a 'tool_choice' that requires a call cannot be combined",
+        )),
+        (g, None) | (None, g) => Ok(g),
+    }
+}
+
+/// Compiles `g` off the async threads (a large schema takes milliseconds); a grammar the
+/// engine refuses is the client's error.
+async fn compile(st: &Shared, g: Grammar) -> Result<Constraint, ApiError> {
+    let compiler = st.grammars.clone().map_err(|e| {
+        ApiError::invalid(
+            "grammar_unsupported",
+            format!("this model cannot constrain its output: {e}"),
+        )
+    })?;
+    tokio::task::spawn_blocking(move || compiler.compile(&g))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal",
+                e.to_string(),
+            )
+        })?
+        .map_err(|e| ApiError::invalid("invalid_grammar", format!("the grammar was refused: {e}")))
+}
+
 async fn complete(
     st: Shared,
     body: Result<Bytes, BytesRejection>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let m = object_body(body)?;
-    let common = api::parse_common(&m, kind, st.n_ctx, st.n_vocab)?;
-    let prompt = prompt_ids(&st, &m, kind).await?;
+    let mut common = api::parse_common(&m, kind, st.n_ctx, st.n_vocab)?;
+    let tools = match kind {
+        Kind::Chat => api::parse_tools(&m)?,
+        Kind::Text => None,
+    };
+    let grammar = output_grammar(common.grammar.take(), tools.as_ref())?;
+    let prompt = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
+    let constraint = match grammar {
+        Some(g) => Some(compile(&st, g).await?),
+        None => None,
+    };
     let prompt_len = prompt.len();
     // OpenAI's defaults: 16 tokens for text completions, as many as fit for chat.
     let max_tokens = common.max_tokens.unwrap_or(match kind {
@@ -299,6 +362,7 @@ async fn complete(
                 sampler,
                 stop: common.stop.clone(),
                 logprobs: common.logprobs,
+                constraint: constraint.as_ref().map(Constraint::fork),
                 events: tx,
                 siblings: Vec::new(),
             }
@@ -336,6 +400,7 @@ async fn complete(
         tokenizer: st.tokenizer.clone(),
         prompt_tokens: prompt_len,
         logprobs: common.logprobs.is_some(),
+        tool_calls: tools.is_some_and(|t| t.choice != ToolChoice::None),
     };
     if common.stream {
         Ok(respond::stream(reply, receivers, common.include_usage))

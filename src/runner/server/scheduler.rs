@@ -24,6 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use super::metrics::Metrics;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
+use crate::runner::constrain::Constraint;
 use crate::runner::model::{Exec, Model, Session};
 use crate::runner::sample::{Sampler, SamplerConfig, log_softmax_top};
 
@@ -97,6 +98,8 @@ pub struct Job {
     pub stop: Vec<String>,
     /// `Some(k)`: send an [`Event::Logprob`] per token, with `k` alternatives.
     pub logprobs: Option<usize>,
+    /// The grammar the output must follow (its mask applied before sampling).
+    pub constraint: Option<Constraint>,
     /// Where the events go; a closed channel cancels the job.
     pub events: UnboundedSender<Event>,
     /// The request's further choices: the same prompt (and limits), their own sampler and
@@ -135,6 +138,16 @@ struct Active<'t> {
     group: Option<u64>,
     /// Waiting for a choice of its group to finish evaluating the prompt (then forked).
     waiting: bool,
+    /// The logits with the grammar's mask applied (kept to reuse its allocation).
+    masked: Vec<f32>,
+}
+
+/// How sampling ended a job.
+enum Ended {
+    /// A finish reason.
+    Finished(Finish),
+    /// The grammar failed (the job ends with this error).
+    Failed(String),
 }
 
 impl Active<'_> {
@@ -330,6 +343,7 @@ fn admit<'t>(
         pending: None,
         group,
         waiting: true,
+        masked: Vec::new(),
         job,
     });
     if !waits {
@@ -545,27 +559,57 @@ impl Evaluated<'_> {
 /// Samples the busy slot `s` from `logits`, finishing its request when it is done.
 fn sample_into(tok: &Tokenizer, s: &mut Slot, logits: &[f32], metrics: &Metrics) {
     let a = s.active.as_mut().expect("a sampled slot is busy");
-    if let Some(finish) = sample_one(tok, a, logits, metrics) {
-        let a = s.active.take().expect("active");
-        finish_job(metrics, a, finish);
+    match sample_one(tok, a, logits, metrics) {
+        None => {}
+        Some(Ended::Finished(finish)) => {
+            let a = s.active.take().expect("active");
+            finish_job(metrics, a, finish);
+        }
+        Some(Ended::Failed(e)) => {
+            let a = s.active.take().expect("active");
+            metrics.slots_busy.fetch_sub(1, Relaxed);
+            account_prompt(metrics, &a);
+            let _ = a.job.events.send(Event::Error(e));
+        }
     }
 }
 
-/// Samples the next token of `a` from `logits` and sends its text; returns the finish reason
-/// when the request is done (as [`Decoder::generate`](crate::runner::generate::Decoder::generate)
-/// decides it).
-fn sample_one(
-    tok: &Tokenizer,
-    a: &mut Active,
-    logits: &[f32],
-    metrics: &Metrics,
-) -> Option<Finish> {
-    let id = a.sampler.sample(logits, &a.history, a.job.prompt.len());
+/// Draws the next token of `a` from `logits`, masked by its grammar if it has one.
+fn draw(a: &mut Active, logits: &[f32], metrics: &Metrics) -> Result<u32, String> {
+    let n_prompt = a.job.prompt.len();
+    let Some(c) = &mut a.job.constraint else {
+        return Ok(a.sampler.sample(logits, &a.history, n_prompt));
+    };
+    let t0 = Instant::now();
+    a.masked.clear();
+    a.masked.extend_from_slice(logits);
+    let masked = c.apply(&mut a.masked);
+    metrics
+        .grammar_mask_nanos
+        .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+    metrics.grammar_masks.fetch_add(1, Relaxed);
+    masked.map_err(|e| format!("the grammar failed: {e}"))?;
+    Ok(a.sampler.sample(&a.masked, &a.history, n_prompt))
+}
+
+/// Samples the next token of `a` from `logits` and sends its text; says how the request
+/// ended when it is done (as [`Decoder::generate`](crate::runner::generate::Decoder::generate)
+/// decides it, and when its grammar is complete).
+fn sample_one(tok: &Tokenizer, a: &mut Active, logits: &[f32], metrics: &Metrics) -> Option<Ended> {
+    let id = match draw(a, logits, metrics) {
+        Ok(id) => id,
+        Err(e) => return Some(Ended::Failed(e)),
+    };
     metrics.completion_tokens.fetch_add(1, Relaxed);
     a.history.push(id);
     a.generated += 1;
     if tok.is_eog(id) {
-        return Some(Finish::Stop);
+        return Some(Ended::Finished(Finish::Stop));
+    }
+    if let Some(c) = &mut a.job.constraint
+        && let Err(e) = c.accept(id)
+    {
+        return Some(Ended::Failed(format!("the grammar failed: {e}")));
     }
     if let Some(k) = a.job.logprobs {
         let (logprob, top) = log_softmax_top(logits, id, k);
@@ -578,11 +622,16 @@ fn sample_one(
     }
     let piece = a.text.push(id);
     send_text(a, piece);
-    if a.text.stopped() {
-        return Some(Finish::Stop);
+    if a.text.stopped()
+        || a.job
+            .constraint
+            .as_ref()
+            .is_some_and(Constraint::is_finished)
+    {
+        return Some(Ended::Finished(Finish::Stop));
     }
     if a.generated >= a.limit {
-        return Some(Finish::Length);
+        return Some(Ended::Finished(Finish::Length));
     }
     a.pending = Some(id);
     None
