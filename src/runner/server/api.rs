@@ -758,6 +758,94 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// Keys the parsers read, so that random requests reach deep into them.
+    const KEYS: &[&str] = &[
+        "prompt",
+        "messages",
+        "role",
+        "content",
+        "type",
+        "text",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "seed",
+        "stop",
+        "n",
+        "stream",
+        "stream_options",
+        "include_usage",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "presence_penalty",
+        "frequency_penalty",
+        "repeat_penalty",
+        "repeat_last_n",
+        "response_format",
+        "json_schema",
+        "schema",
+        "grammar",
+        "tools",
+        "tool_choice",
+        "function",
+        "name",
+        "parameters",
+        "arguments",
+        "tool_calls",
+        "tool_call_id",
+        "id",
+        "parallel_tool_calls",
+        "0",
+        "7",
+    ];
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|i| json!(i)),
+            any::<f64>().prop_map(|f| json!(f)),
+            prop::sample::select(KEYS).prop_map(|k| json!(k)),
+            ".{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 64, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((prop::sample::select(KEYS), inner), 0..6).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        /// Whatever the request, every parser answers `Ok` or a 400 naming something.
+        #[test]
+        fn random_requests_get_answers_not_panics(
+            fields in prop::collection::vec((prop::sample::select(KEYS), any_json()), 0..12)
+        ) {
+            let v: Map<String, Value> = fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+            let body = serde_json::to_vec(&v).unwrap();
+            let m = parse_object(&body).unwrap();
+            for kind in [Kind::Text, Kind::Chat] {
+                if let Err(e) = parse_common(&m, kind, 64, 100) {
+                    prop_assert_eq!(e.status, StatusCode::BAD_REQUEST);
+                    prop_assert!(!e.message.is_empty());
+                }
+            }
+            let _ = parse_prompt(&m, 100);
+            let _ = parse_messages(&m);
+            if let Ok(Some(t)) = parse_tools(&m) {
+                let _ = crate::runner::server::tools::call_grammar(&t);
+            }
+        }
+    }
 
     fn obj(s: &str) -> Map<String, Value> {
         parse_object(s.as_bytes()).unwrap()
