@@ -1193,6 +1193,45 @@ class StructuredOutput(unittest.TestCase):
         self.assertIsNone(none.choices[0].message.tool_calls)
 
 
+class KvBudget(unittest.TestCase):
+    def test_requests_wait_for_kv_room_and_keep_their_outputs(self):
+        """--kv-budget 512 with 4 slots: requests reaching 210 positions run two at a time; the
+        others wait (not fail), every output is its single-stream output, and the KV memory
+        never passes the budget."""
+        prompts = ["Once upon a time", "The weather today", "In a small village", "My favourite food"]
+        srv = Server(QWEN3, "--parallel", "4", ctx=256)
+        try:
+            alone = [complete(srv.client(), p, 200, temperature=0)[0] for p in prompts]
+        finally:
+            srv.close()
+        srv = Server(QWEN3, "--parallel", "4", "--kv-budget", "512", ctx=256)
+        try:
+            _, props = srv.http("GET", "/props")
+            self.assertEqual(props["kv_budget"], 512)
+            limit = 512 * props["kv_bytes_per_position"]
+            peak, done = [0], threading.Event()
+
+            def watch():
+                while not done.is_set():
+                    peak[0] = max(peak[0], srv.metrics()["kv_cache_bytes"])
+                    time.sleep(0.01)
+
+            w = threading.Thread(target=watch)
+            w.start()
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                got = list(ex.map(lambda p: complete(srv.client(), p, 200, temperature=0)[0], prompts))
+            done.set()
+            w.join()
+            self.assertEqual(got, alone)
+            m = srv.metrics()
+            self.assertGreater(m["kv_waits_total"], 0, "some request waited for room")
+            self.assertGreater(peak[0], 0)
+            self.assertLessEqual(peak[0], limit)
+            self.assertLessEqual(m["kv_cache_bytes"], limit)
+        finally:
+            srv.close()
+
+
 class Interleave(unittest.TestCase):
     def test_a_long_prompt_is_fed_between_the_others_decode_steps(self):
         """While a 400-token prompt is evaluated 8 tokens a step, a running stream keeps

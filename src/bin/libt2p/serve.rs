@@ -40,6 +40,12 @@ pub struct Args {
     /// --ctx-size tokens).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
     parallel: u64,
+    /// KV-cache positions over all slots (default: --parallel x --ctx-size; at least one
+    /// context). A request is admitted when its prompt + max_tokens fit beside what the
+    /// running requests may reach and the idle slots still hold (those are dropped to make
+    /// room); otherwise it waits. Bounds the KV memory to this many positions.
+    #[arg(long = "kv-budget", value_parser = clap::value_parser!(u64).range(1..))]
+    kv_budget: Option<u64>,
     /// Requests that may wait for a free slot; past that the server answers 503.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
@@ -93,6 +99,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         parallel: args.parallel as usize,
         n_ctx,
         prefill_budget: margs.batch,
+        kv_budget: args.kv_budget.map(|n| n as usize),
         queue: args.queue as usize,
         api_key: args.api_key.clone(),
         model_name,
@@ -106,9 +113,10 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
     };
     eprintln!(
-        "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens | queue {} | threads {} | kernels {}",
+        "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",
         cfg.model_name,
         cfg.parallel,
+        t2p::runner::server::kv_budget(&cfg),
         cfg.queue,
         exec.pool.threads(),
         exec.kern.isa()

@@ -17,6 +17,9 @@ pub const MIN_POSITIONS: usize = 256;
 #[derive(Clone)]
 pub struct KvCache {
     n_ctx: usize,
+    /// Most positions the buffers may grow to (`n_ctx` unless a server slot caps it to what
+    /// its request can reach).
+    growth_cap: usize,
     kv_dim: usize,
     k: Vec<Vec<f16>>,
     v: Vec<Vec<f16>>,
@@ -29,6 +32,7 @@ impl KvCache {
     pub fn new(n_layers: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
         KvCache {
             n_ctx,
+            growth_cap: n_ctx,
             kv_dim,
             k: vec![Vec::new(); n_layers],
             v: vec![Vec::new(); n_layers],
@@ -40,14 +44,27 @@ impl KvCache {
     /// to [`MIN_POSITIONS`], at most to `n_ctx`) when `n` is past them, so a sequence that
     /// grows token by token reallocates `log2(n / MIN_POSITIONS)` times.
     pub(crate) fn reserve(&mut self, n: usize) {
-        let held = self.k.first().map_or(0, Vec::len) / self.kv_dim.max(1);
+        let held = self.positions();
         if n <= held {
             return;
         }
-        let positions = n.max(2 * held).max(MIN_POSITIONS).min(self.n_ctx).max(n);
+        let cap = self.growth_cap.min(self.n_ctx);
+        let positions = n.max(2 * held).max(MIN_POSITIONS).min(cap).max(n);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
             buf.resize(positions * self.kv_dim, f16::ZERO);
         }
+    }
+
+    /// Positions the buffers hold room for now.
+    pub fn positions(&self) -> usize {
+        self.k.first().map_or(0, Vec::len) / self.kv_dim.max(1)
+    }
+
+    /// Caps how far the buffers may grow (at least what they hold and what is asked): a
+    /// server slot sets it to the positions its request can reach, so that the memory it
+    /// takes is what the scheduler's budget counted.
+    pub fn cap_growth(&mut self, positions: usize) {
+        self.growth_cap = positions;
     }
 
     /// Positions filled.
@@ -131,6 +148,18 @@ mod tests {
         // 1 + 2^-12 is halfway between two halves: ties go to the even one, 1.0.
         assert_eq!(ks[9].to_f32(), 1.0);
         assert!(c.layer(0, 3).0.iter().all(|h| *h == f16::ZERO));
+    }
+
+    #[test]
+    fn a_growth_cap_stops_the_doubling_where_the_request_ends() {
+        let mut c = KvCache::new(1, 10_000, 2);
+        c.cap_growth(300);
+        c.reserve(1);
+        assert_eq!(c.positions(), MIN_POSITIONS);
+        c.reserve(MIN_POSITIONS + 1);
+        assert_eq!(c.positions(), 300, "doubling stops at the cap");
+        c.reserve(400);
+        assert_eq!(c.positions(), 400, "what is asked is always held");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Metrics {
     pub connections_refused: AtomicU64,
     /// Connections closed because a request head or body was slower than its timeout.
     pub timeouts: AtomicU64,
+    /// Bytes of KV cache the slots' sessions hold (after the latest step).
+    pub kv_cache_bytes: AtomicU64,
+    /// Admissions deferred because the KV budget was full.
+    pub kv_waits: AtomicU64,
     /// Grammar masks computed (one per token sampled under a grammar).
     pub grammar_masks: AtomicU64,
     /// Nanoseconds spent computing and applying them.
@@ -122,6 +126,8 @@ const SERIES: &[(&str, &str, &str, Read)] = &[
     ("connections", "gauge", "Connections open.", |m| g(&m.connections)),
     ("connections_refused_total", "counter", "Connections refused with 503 (--max-connections reached).", |m| g(&m.connections_refused)),
     ("timeouts_total", "counter", "Connections closed for a request head or body slower than --timeout-header / --timeout-body.", |m| g(&m.timeouts)),
+    ("kv_cache_bytes", "gauge", "Bytes of KV cache held by the slots.", |m| g(&m.kv_cache_bytes)),
+    ("kv_waits_total", "counter", "Admissions deferred until the KV budget had room.", |m| g(&m.kv_waits)),
     ("grammar_masks_total", "counter", "Token masks computed for constrained output (one per token).", |m| g(&m.grammar_masks)),
     ("grammar_mask_seconds_total", "counter", "Seconds spent computing and applying them.", |m| g(&m.grammar_mask_nanos) / 1e9),
     ("tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", |m| m.tokens_per_second()),

@@ -47,6 +47,9 @@ pub struct ServerConfig {
     pub n_ctx: usize,
     /// Most prompt tokens evaluated per step, over all slots.
     pub prefill_budget: usize,
+    /// Most KV-cache positions over all slots (`None`: `parallel * n_ctx`, no bound beyond
+    /// each slot's context; at least `n_ctx`).
+    pub kv_budget: Option<usize>,
     /// Requests that may wait for a slot before the server answers 503.
     pub queue: usize,
     /// Required `Authorization: Bearer` key of the `/v1` endpoints.
@@ -57,6 +60,13 @@ pub struct ServerConfig {
     pub model_path: String,
     /// Connection cap and timeouts, and the shutdown's grace period.
     pub limits: Limits,
+}
+
+/// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
+pub fn kv_budget(cfg: &ServerConfig) -> usize {
+    cfg.kv_budget
+        .unwrap_or(cfg.parallel.max(1) * cfg.n_ctx)
+        .max(cfg.n_ctx)
 }
 
 /// Serves `loaded` with `exec` until SIGINT / SIGTERM; `on_listen` sees the bound address.
@@ -90,6 +100,7 @@ pub fn serve(
         parallel: cfg.parallel.max(1),
         n_ctx: cfg.n_ctx,
         prefill_budget: cfg.prefill_budget.max(1),
+        kv_budget: kv_budget(&cfg),
     };
     let state = Arc::new(AppState {
         jobs,
@@ -106,7 +117,11 @@ pub fn serve(
             .map_or(0, |d| d.as_secs()),
         next_id: AtomicU64::new(0),
         body_timeout: cfg.limits.body_timeout,
-        props: props(&cfg, &template_source),
+        props: props(
+            &cfg,
+            &template_source,
+            model.new_session(1).cache.bytes_per_position(),
+        ),
     });
     let cut = Arc::new(AtomicBool::new(false));
     let sched_cut = cut.clone();
@@ -178,13 +193,15 @@ async fn listen(
 }
 
 /// `/props`: what llama-server reports that means something here.
-fn props(cfg: &ServerConfig, template: &str) -> serde_json::Value {
+fn props(cfg: &ServerConfig, template: &str, kv_bytes_per_position: usize) -> serde_json::Value {
     let d = SamplerConfig::default();
     json!({
         "model_path": cfg.model_path,
         "model_alias": cfg.model_name,
         "n_ctx": cfg.n_ctx,
         "total_slots": cfg.parallel.max(1),
+        "kv_budget": kv_budget(cfg),
+        "kv_bytes_per_position": kv_bytes_per_position,
         "chat_template": template,
         "default_generation_settings": {
             "n_ctx": cfg.n_ctx,

@@ -116,6 +116,11 @@ pub struct SchedulerConfig {
     pub n_ctx: usize,
     /// Most prompt tokens evaluated in one step, over all slots.
     pub prefill_budget: usize,
+    /// Most KV-cache positions over all slots (at least `n_ctx`): a request is admitted when
+    /// the positions it can reach (prompt + `max_tokens`) fit beside what the busy slots may
+    /// reach and the idle slots hold (idle sessions are dropped, oldest first, to make room);
+    /// otherwise it waits.
+    pub kv_budget: usize,
 }
 
 /// A request being served by a slot.
@@ -151,6 +156,11 @@ enum Ended {
 }
 
 impl Active<'_> {
+    /// KV positions this job can reach: its prompt and every token it may sample.
+    fn reach(&self) -> usize {
+        self.job.prompt.len() + self.limit
+    }
+
     /// Whether this job is evaluating its own prompt now.
     fn in_prefill(&self) -> bool {
         !self.waiting && self.pending.is_none() && self.fed < self.job.prompt.len()
@@ -164,6 +174,15 @@ struct Slot<'t> {
     active: Option<Active<'t>>,
     /// Admission order, for the prefill budget (oldest first).
     since: u64,
+}
+
+impl Slot<'_> {
+    /// KV positions this slot counts against the budget: what its session holds, and for a
+    /// busy slot what its request can reach.
+    fn charge(&self) -> usize {
+        let held = self.session.as_ref().map_or(0, |s| s.cache.positions());
+        self.active.as_ref().map_or(held, |a| held.max(a.reach()))
+    }
 }
 
 /// How many leading tokens of `prompt` a session holding `held` can keep. Attention-only
@@ -217,13 +236,7 @@ pub fn run(
             match rx.recv() {
                 Ok(job) => {
                     metrics.queue_depth.fetch_sub(1, Relaxed);
-                    admitted += 1;
-                    let a = Admission {
-                        job,
-                        group: None,
-                        order: admitted,
-                    };
-                    admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics);
+                    backlog.push_back((job, None));
                 }
                 Err(_) => return,
             }
@@ -250,7 +263,12 @@ pub fn run(
                 group,
                 order: admitted,
             };
-            admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics);
+            if let Err(a) = admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics) {
+                // Not enough KV budget until a busy slot finishes: first in line, it waits.
+                metrics.kv_waits.fetch_add(1, Relaxed);
+                backlog.push_front((a.job, a.group));
+                break;
+            }
         }
         if cut.load(Relaxed) {
             for s in slots.iter_mut() {
@@ -273,7 +291,8 @@ struct Admission {
 
 /// Puts a job into a free slot: to wait for a choice of its request that is evaluating the
 /// prompt, or into the slot whose session already holds the longest usable prefix. Its
-/// siblings go to `backlog`.
+/// siblings go to `backlog`. A job whose KV positions do not fit the budget, even with every
+/// other idle session dropped, is given back.
 fn admit<'t>(
     model: &Model,
     tok: &'t Tokenizer,
@@ -282,7 +301,7 @@ fn admit<'t>(
     adm: Admission,
     backlog: &mut VecDeque<(Job, Option<u64>)>,
     metrics: &Metrics,
-) {
+) -> Result<(), Box<Admission>> {
     let Admission {
         mut job,
         mut group,
@@ -296,7 +315,7 @@ fn admit<'t>(
     }
     if job.events.is_closed() {
         metrics.requests_cancelled.fetch_add(1, Relaxed);
-        return;
+        return Ok(());
     }
     if job.prompt.is_empty() || job.prompt.len() >= cfg.n_ctx || job.max_tokens == 0 {
         // The HTTP side checks this; a job that slips through fails alone.
@@ -306,7 +325,7 @@ fn admit<'t>(
             job.max_tokens,
             cfg.n_ctx
         )));
-        return;
+        return Ok(());
     }
     let recurrent = model.is_hybrid();
     let waits = group.is_some()
@@ -315,22 +334,34 @@ fn admit<'t>(
                 .as_ref()
                 .is_some_and(|a| a.group == group && a.in_prefill() && a.job.prompt == job.prompt)
         });
-    let Some(slot) = slots
-        .iter_mut()
-        .filter(|s| s.active.is_none())
-        .max_by_key(|s| {
+    let Some(c) = (0..slots.len())
+        .filter(|&i| slots[i].active.is_none())
+        .max_by_key(|&i| {
             (
-                reusable_prefix(&s.held, &job.prompt, recurrent),
-                std::cmp::Reverse(s.since),
+                reusable_prefix(&slots[i].held, &job.prompt, recurrent),
+                std::cmp::Reverse(slots[i].since),
             )
         })
     else {
         // `run` admits only while a slot is free; should that ever fail, the job fails alone.
         let _ = job.events.send(Event::Error("no free slot".into()));
-        return;
+        return Ok(());
     };
-    metrics.slots_busy.fetch_add(1, Relaxed);
     let limit = job.max_tokens.min(cfg.n_ctx - job.prompt.len());
+    let need = job.prompt.len() + limit;
+    if need > cfg.kv_budget {
+        // The HTTP side keeps the budget at least a context; a job that slips through fails.
+        let _ = job.events.send(Event::Error(format!(
+            "{need} KV positions do not fit the budget of {}",
+            cfg.kv_budget
+        )));
+        return Ok(());
+    }
+    if !make_room(slots, c, need, cfg.kv_budget) {
+        return Err(Box::new(Admission { job, group, order }));
+    }
+    let slot = &mut slots[c];
+    metrics.slots_busy.fetch_add(1, Relaxed);
     slot.since = order;
     slot.active = Some(Active {
         sampler: Sampler::new(job.sampler.clone()),
@@ -349,6 +380,39 @@ fn admit<'t>(
     if !waits {
         start_prefill(model, cfg, slot);
     }
+    Ok(())
+}
+
+/// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
+/// sessions of idle slots (oldest first) until it can; nothing is dropped when it cannot.
+fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize) -> bool {
+    let mine = slots[c]
+        .session
+        .as_ref()
+        .map_or(0, |s| s.cache.positions())
+        .max(need);
+    let others = |slots: &[Slot]| -> usize {
+        (0..slots.len())
+            .filter(|&i| i != c)
+            .map(|i| slots[i].charge())
+            .sum()
+    };
+    let mut idle: Vec<usize> = (0..slots.len())
+        .filter(|&i| i != c && slots[i].active.is_none() && slots[i].session.is_some())
+        .collect();
+    let droppable: usize = idle.iter().map(|&i| slots[i].charge()).sum();
+    if others(slots) - droppable + mine > budget {
+        return false;
+    }
+    idle.sort_by_key(|&i| slots[i].since);
+    for i in idle {
+        if others(slots) + mine <= budget {
+            break;
+        }
+        slots[i].session = None;
+        slots[i].held.clear();
+    }
+    true
 }
 
 /// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
@@ -360,6 +424,7 @@ fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
         .session
         .get_or_insert_with(|| model.new_session(cfg.n_ctx));
     session.truncate(keep);
+    session.cache.cap_growth(a.reach());
     slot.held.truncate(keep);
     a.fed = keep;
     a.cached = keep;
@@ -383,6 +448,7 @@ fn fork(model: &Model, cfg: SchedulerConfig, slots: &mut [Slot], from: usize, to
     session.recurrent = recurrent;
     dst.held = held;
     let a = dst.active.as_mut().expect("a waiting job");
+    session.cache.cap_growth(a.reach());
     a.fed = a.job.prompt.len();
     a.cached = a.fed;
     a.waiting = false;
@@ -433,6 +499,12 @@ fn step(
     metrics
         .busy_nanos
         .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+    let kv: usize = slots
+        .iter()
+        .filter_map(|s| s.session.as_ref())
+        .map(|s| s.cache.size_bytes())
+        .sum();
+    metrics.kv_cache_bytes.store(kv as u64, Relaxed);
 }
 
 /// Cancelled requests leave first; their sessions stay valid for prefix reuse.
