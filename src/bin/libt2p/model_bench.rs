@@ -88,8 +88,10 @@ fn time_forward(
             .model
             .eval(exec, &mut s, &tokens(loaded, ctx), false)?;
     }
+    // Every position's logits: what verifying n drafted tokens (or a server step over n
+    // sequences) needs, so the LM head runs over all n columns.
     let t = Instant::now();
-    loaded.model.eval(exec, &mut s, &tokens(loaded, n), false)?;
+    loaded.model.eval(exec, &mut s, &tokens(loaded, n), true)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -191,7 +193,8 @@ impl Measured {
             readings.iter().copied().fold(0.0, f64::max),
         );
         let ceiling = median(readings);
-        // Verification price: forward over B tokens (after 64 tokens of context) / 1 token.
+        // Verification price: forward over B tokens with all their logits (after 64 tokens of
+        // context) / 1 token.
         let mut ratios = Vec::new();
         if !args.verify_batches.is_empty() {
             let one = median(

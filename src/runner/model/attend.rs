@@ -22,32 +22,35 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// `out[t][h]` = `softmax(q[t][h] . K[0..=pos0+t]) V` for every token `t` of the batch and head `h`,
-/// reading K/V of `layer` from `cache` (already holding positions `0..pos0 + n`).
-pub fn attend(
+/// `out[c][h]` = `softmax(q[c][h] . K[0..=pos]) V` for every column `c` of a batch and head `h`,
+/// where `at(c)` gives the cache column `c`'s sequence reads (already holding its K/V up to
+/// and including `pos`), `pos` and the `layer`. The columns of every sequence of a server
+/// batch are spread over the pool in one call; each head is computed exactly as it would be
+/// alone, so batching changes no bit.
+pub fn attend<'c>(
     exec: &Exec,
     s: AttnShape,
     q: &[f32],
-    cache: &KvCache,
     layer: usize,
-    pos0: usize,
+    at: impl Fn(usize) -> (&'c KvCache, usize) + Sync,
     out: &mut [f32],
 ) {
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
-    debug_assert_eq!(kv_dim, cache.kv_dim());
     let n = q.len() / q_dim;
-    let (k, v) = cache.layer(layer, pos0 + n);
     let group = s.n_head / s.n_head_kv;
     let isa = simd::Isa::for_kernels(exec.kern.isa());
     exec.pool
         .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
-            let (t, h) = (j / s.n_head, j % s.n_head);
+            let (c, h) = (j / s.n_head, j % s.n_head);
+            let (cache, pos) = at(c);
+            debug_assert_eq!(kv_dim, cache.kv_dim());
+            let (k, v) = cache.layer(layer, pos + 1);
             let kvh = h / group;
-            let qh = &q[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+            let qh = &q[c * q_dim + h * hd..c * q_dim + (h + 1) * hd];
             let mut scores = SCORES.take();
             scores.clear();
             scores.reserve(cache.n_ctx());
-            scores.resize(pos0 + t + 1, 0.0);
+            scores.resize(pos + 1, 0.0);
             isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores);
             softmax(&mut scores);
             isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o);

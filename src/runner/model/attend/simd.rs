@@ -21,6 +21,10 @@ pub enum Isa {
     /// AVX2 with F16C: `vcvtph2ps` converts eight halves in a register.
     #[cfg(target_arch = "x86_64")]
     Avx2F16c,
+    /// AVX-512F: sixteen halves a register; the scores keep two rows' eight-lane sums in one
+    /// register, so every lane adds what the AVX2 lane adds, in the same order.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
 }
 
 impl Isa {
@@ -30,7 +34,9 @@ impl Isa {
         use crate::kernels::Isa as K;
         match isa {
             #[cfg(target_arch = "x86_64")]
-            K::Avx2 | K::AvxVnni | K::Avx512Vnni => Isa::Avx2F16c,
+            K::Avx2 | K::AvxVnni => Isa::Avx2F16c,
+            #[cfg(target_arch = "x86_64")]
+            K::Avx512Vnni => Isa::Avx512,
             _ => Isa::Portable,
         }
     }
@@ -58,6 +64,10 @@ impl Isa {
             // SAFETY: only x86 kernel paths map here, and the dispatch offers those only on
             // CPUs with AVX2 and F16C; the rows were bounds-checked above.
             Isa::Avx2F16c => unsafe { x86::scores(q, k, stride, scale, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: only the avx512-vnni kernel path maps here, which the dispatch offers
+            // only with AVX-512F (and AVX2, F16C); the rows were bounds-checked above.
+            Isa::Avx512 => unsafe { x86::scores_zmm(q, k, stride, scale, out) },
         }
     }
 
@@ -72,6 +82,9 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as in `scores`: the CPU has AVX2 and F16C, the rows are in bounds.
             Isa::Avx2F16c => unsafe { x86::weighted_sum(w, v, stride, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as in `scores`: the CPU has AVX-512F, AVX2 and F16C, the rows are in bounds.
+            Isa::Avx512 => unsafe { x86::weighted_sum_zmm(w, v, stride, out) },
         }
     }
 }
@@ -194,6 +207,108 @@ mod x86 {
         }
     }
 
+    /// Eight halves of row `a` in the low lanes and eight of row `b` in the high lanes, widened.
+    ///
+    /// # Safety
+    /// `a..a + 8` and `b..b + 8` must be readable.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn load8x2(a: *const f16, b: *const f16) -> __m512 {
+        // SAFETY: the caller guarantees eight readable halves at each; no alignment needed.
+        let (lo, hi) = unsafe { (_mm_loadu_si128(a.cast()), _mm_loadu_si128(b.cast())) };
+        _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
+    }
+
+    /// `x` in both 256-bit halves.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    fn twice(x: __m256) -> __m512 {
+        let d = _mm256_castps_pd(x);
+        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(d), d, 1))
+    }
+
+    /// [`scores`] eight positions per pass: register `r` holds the eight lane sums of rows
+    /// `p + 2r` (low half) and `p + 2r + 1` (high half), each lane adding exactly the products
+    /// [`scores`]' lane adds; the rest of the rows go to [`scores`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, AVX2 and F16C, and `k` holds `out.len()` rows of `stride`.
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    pub unsafe fn scores_zmm(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+        let hd = q.len();
+        let body = hd / 8 * 8;
+        let (qp, kp) = (q.as_ptr(), k.as_ptr());
+        let mut p = 0;
+        while p + 8 <= out.len() {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            let mut i = 0;
+            while i < body {
+                // SAFETY: `i + 8 <= hd`, so q and the eight rows (in bounds by the caller's
+                // guarantee) have eight values at `i`.
+                unsafe {
+                    let qv = twice(_mm256_loadu_ps(qp.add(i)));
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let row = kp.add((p + 2 * r) * stride + i);
+                        let kv = load8x2(row, row.add(stride));
+                        *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, kv));
+                    }
+                }
+                i += 8;
+            }
+            for (r, a) in acc.into_iter().enumerate() {
+                let halves = [_mm512_castps512_ps256(a), {
+                    let d = _mm512_extractf64x4_pd(_mm512_castps_pd(a), 1);
+                    _mm256_castpd_ps(d)
+                }];
+                for (h, lanes) in halves.into_iter().enumerate() {
+                    let at = p + 2 * r + h;
+                    let row = at * stride;
+                    out[at] = finish(lanes, &q[body..], &k[row + body..row + hd]) * scale;
+                }
+            }
+            p += 8;
+        }
+        if p < out.len() {
+            // SAFETY: the rows from `p` on are in bounds as the caller guaranteed; the CPU
+            // has AVX2 and F16C.
+            unsafe { scores(q, &k[p * stride..], stride, scale, &mut out[p..]) }
+        }
+    }
+
+    /// [`weighted_sum`] 128 outputs per pass in eight registers (each output adds the same
+    /// products in the same order); the rest of the outputs go to [`weighted_sum`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F, AVX2 and F16C, and `v` holds `w.len()` rows of `stride`.
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    pub unsafe fn weighted_sum_zmm(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+        let hd = out.len();
+        let vp = v.as_ptr();
+        let mut d = 0;
+        while d + 128 <= hd {
+            let mut acc = [_mm512_setzero_ps(); 8];
+            for (p, &wp) in w.iter().enumerate() {
+                let wv = _mm512_set1_ps(wp);
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: `d + 16 * j + 16 <= hd`, inside row `p`.
+                    let x = unsafe {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(p * stride + d + 16 * j).cast()))
+                    };
+                    *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, x));
+                }
+            }
+            for (j, a) in acc.into_iter().enumerate() {
+                // SAFETY: `out[d + 16 * j..d + 16 * j + 16]` is in bounds.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(d + 16 * j), a) };
+            }
+            d += 128;
+        }
+        if d < hd {
+            // SAFETY: the columns from `d` on are inside every row; the CPU has AVX2, F16C.
+            unsafe { weighted_sum(w, &v[d..], stride, &mut out[d..]) }
+        }
+    }
+
     /// See [`super::Isa::weighted_sum`]: 64 outputs per pass over the rows stay in eight
     /// registers, then 8 at a time, then the leftovers one by one.
     ///
@@ -275,7 +390,17 @@ mod tests {
         let paths = Isa::available();
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
-            assert!(paths.len() == 2, "the AVX2+F16C path must be tested here");
+            assert!(
+                paths.contains(&Isa::Avx2F16c),
+                "the AVX2+F16C path must be tested here"
+            );
+        }
+        #[cfg(target_arch = "x86_64")]
+        if crate::kernels::Isa::available().contains(&crate::kernels::Isa::Avx512Vnni) {
+            assert!(
+                paths.contains(&Isa::Avx512),
+                "the AVX-512 path must be tested here"
+            );
         }
         for (hd, extra) in [
             (1, 0),
@@ -285,10 +410,12 @@ mod tests {
             (64, 0),
             (72, 8),
             (128, 128),
+            (136, 8),
             (200, 1),
+            (256, 0),
         ] {
             let stride = hd + extra;
-            for len in [1, 3, 4, 5, 9, 33] {
+            for len in [1, 3, 4, 5, 8, 9, 16, 17, 33] {
                 let seed = (hd * 1000 + len) as u64;
                 let q = floats(hd, seed);
                 let k = halves(len * stride, seed + 1);

@@ -90,17 +90,26 @@ impl Attention {
                     &st.v[c * kv_dim..(c + 1) * kv_dim],
                 );
             }
-            let cols = span.cols.start * q_dim..span.cols.end * q_dim;
-            attend(
-                ctx.exec,
-                shape,
-                &st.q[cols.clone()],
-                &sess.cache,
-                self.slot,
-                span.pos0,
-                &mut st.att[cols],
-            );
         }
+        // Every sequence's heads in one pool call: column `c` reads its own sequence's cache.
+        let (spans, seqs) = (&st.spans, &*seqs);
+        let n = spans.last().map_or(0, |s| s.cols.end);
+        let at = |c: usize| {
+            let i = spans
+                .iter()
+                .position(|s| s.cols.contains(&c))
+                .expect("every column is in a span");
+            let span = &spans[i];
+            (&seqs[i].0.cache, span.pos0 + c - span.cols.start)
+        };
+        attend(
+            ctx.exec,
+            shape,
+            &st.q[..n * q_dim],
+            self.slot,
+            at,
+            &mut st.att[..n * q_dim],
+        );
         if self.gated {
             let _t = prof.time(Phase::Elementwise);
             st.att
