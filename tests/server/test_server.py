@@ -1232,6 +1232,32 @@ class KvBudget(unittest.TestCase):
             srv.close()
 
 
+class Drafting(unittest.TestCase):
+    def test_lookup_drafts_verified_in_the_batch_leave_every_output_unchanged(self):
+        """--draft lookup: greedy and seeded sampling, four streams at once, give what the
+        server gives without drafting (itself equal to `libt2p run`), and drafts are kept."""
+        prompts = [prompt_file("qwen3-tiny", "english"), "one two one two one two", "a b c a b c a b", "Hello"]
+        cases = [(p, kw) for p in prompts for kw in ({"temperature": 0}, {"temperature": 0.9, "seed": 7})]
+
+        def outputs(srv):
+            with concurrent.futures.ThreadPoolExecutor(4) as ex:
+                return list(ex.map(lambda c: complete(srv.client(), c[0], 48, **c[1])[0], cases))
+
+        plain = Server(QWEN3, "--parallel", "4")
+        try:
+            want = outputs(plain)
+        finally:
+            plain.close()
+        srv = Server(QWEN3, "--parallel", "4", "--draft", "lookup")
+        try:
+            self.assertEqual(outputs(srv), want)
+            m = srv.metrics()
+            self.assertGreater(m["draft_tokens_total"], 0)
+            self.assertGreater(m["draft_accepted_total"], 0, "some drafts were kept")
+        finally:
+            srv.close()
+
+
 class Interleave(unittest.TestCase):
     def test_a_long_prompt_is_fed_between_the_others_decode_steps(self):
         """While a 400-token prompt is evaluated 8 tokens a step, a running stream keeps

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use t2p::matmul::ActQuant;
 use t2p::runner::server::{Limits, ServerConfig, parse_duration, serve};
+use t2p::runner::speculative::LookupConfig;
 
 use crate::run::{ModelArgs, parse_act};
 
@@ -46,6 +47,14 @@ pub struct Args {
     /// room); otherwise it waits. Bounds the KV memory to this many positions.
     #[arg(long = "kv-budget", value_parser = clap::value_parser!(u64).range(1..))]
     kv_budget: Option<u64>,
+    /// Speculative decoding in every slot: `lookup` drafts the tokens that followed the
+    /// latest earlier occurrence of the text's suffix and verifies them inside the batch
+    /// (output unchanged, whatever the sampling); `none` is off. Attention-only models.
+    #[arg(long, default_value = "none", value_parser = ["none", "lookup"])]
+    draft: String,
+    /// Most tokens drafted at once per slot.
+    #[arg(long = "draft-max", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=16))]
+    draft_max: u64,
     /// Requests that may wait for a free slot; past that the server answers 503.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     queue: u64,
@@ -100,6 +109,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         n_ctx,
         prefill_budget: margs.batch,
         kv_budget: args.kv_budget.map(|n| n as usize),
+        draft: (args.draft == "lookup").then(|| LookupConfig {
+            max_draft: args.draft_max as usize,
+            adaptive: false,
+            ..LookupConfig::default()
+        }),
         queue: args.queue as usize,
         api_key: args.api_key.clone(),
         model_name,

@@ -199,7 +199,7 @@ impl Model {
         tokens: &[u32],
         all_logits: bool,
     ) -> Result<&'s [f32]> {
-        self.forward_seqs(exec, &mut [(&mut *session, tokens)], all_logits)?;
+        self.forward_seqs(exec, &mut [(&mut *session, tokens)], &[all_logits])?;
         Ok(session.logits())
     }
 
@@ -211,7 +211,19 @@ impl Model {
         exec: &Exec,
         seqs: &mut [(&mut Session, &[u32])],
     ) -> Result<Vec<Vec<f32>>> {
-        self.eval_batch(exec, seqs)?;
+        self.forward_batch_rows(exec, seqs, &[])
+    }
+
+    /// As [`forward_batch`](Self::forward_batch), with every position's logits (`n_vocab`
+    /// each, in order) for the sequences `i` with `all_logits[i]` (a sequence past the end of
+    /// `all_logits` gets its last position's): a server slot verifying drafted tokens.
+    pub fn forward_batch_rows(
+        &self,
+        exec: &Exec,
+        seqs: &mut [(&mut Session, &[u32])],
+        all_logits: &[bool],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.forward_seqs(exec, seqs, all_logits)?;
         Ok(seqs.iter().map(|(s, _)| s.logits().to_vec()).collect())
     }
 
@@ -222,6 +234,6 @@ impl Model {
     /// and its activation quantization do not depend on the other columns). Allocates nothing
     /// once the first session has seen a batch this large (it holds the batch's buffers).
     pub fn eval_batch(&self, exec: &Exec, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
-        self.forward_seqs(exec, seqs, false)
+        self.forward_seqs(exec, seqs, &[])
     }
 }

@@ -120,8 +120,8 @@ impl Model {
 
     /// Runs each `(session, tokens)` after what its session holds, every matrix once over the
     /// columns of all sequences (attention and the recurrence per sequence), and leaves each
-    /// session's logits in it (every position with `all_logits`, else the last; none for a
-    /// sequence without tokens). A column of a matmul does not depend on its neighbours, so
+    /// session's logits in it (every position for sequence `i` with `all_logits[i]`, else the
+    /// last; none for a sequence without tokens). A column of a matmul does not depend on its neighbours, so
     /// each sequence gets exactly the logits it would get alone. Nothing is written unless
     /// every sequence fits, every id is in the vocabulary and every state is at its position.
     /// The first session's run state holds the batch's buffers.
@@ -129,7 +129,7 @@ impl Model {
         &self,
         exec: &Exec,
         seqs: &mut [(&mut Session, &[u32])],
-        all_logits: bool,
+        all_logits: &[bool],
     ) -> Result<()> {
         let Some((host, _)) = seqs.first_mut() else {
             return Ok(());
@@ -148,7 +148,7 @@ impl Model {
         exec: &Exec,
         st: &mut RunState,
         seqs: &mut [(&mut Session, &[u32])],
-        all_logits: bool,
+        all_logits: &[bool],
     ) -> Result<()> {
         let ctx = Ctx {
             exec,
@@ -191,7 +191,7 @@ impl Model {
         &self,
         st: &mut RunState,
         seqs: &mut [(&mut Session, &[u32])],
-        all_logits: bool,
+        all_logits: &[bool],
     ) -> Result<usize> {
         let c = &self.cfg;
         for (sess, tokens) in seqs.iter() {
@@ -214,13 +214,14 @@ impl Model {
         st.spans.clear();
         st.rows.clear();
         let mut at = 0;
-        for (sess, tokens) in seqs.iter() {
+        for (i, (sess, tokens)) in seqs.iter().enumerate() {
             let n = tokens.len();
             st.spans.push(Span {
                 cols: at..at + n,
                 pos0: sess.cache.len(),
             });
-            st.rows.push(if all_logits { n } else { n.min(1) });
+            let all = all_logits.get(i).copied().unwrap_or(false);
+            st.rows.push(if all { n } else { n.min(1) });
             at += n;
         }
         // Room for every sequence's new positions: allocation only, before anything is written.

@@ -50,6 +50,10 @@ pub struct Metrics {
     pub kv_cache_bytes: AtomicU64,
     /// Admissions deferred because the KV budget was full.
     pub kv_waits: AtomicU64,
+    /// Tokens drafted by prompt lookup and fed for verification.
+    pub draft_tokens: AtomicU64,
+    /// Of those, tokens the sampler then drew (kept).
+    pub draft_accepted: AtomicU64,
     /// Grammar masks computed (one per token sampled under a grammar).
     pub grammar_masks: AtomicU64,
     /// Nanoseconds spent computing and applying them.
@@ -128,6 +132,8 @@ const SERIES: &[(&str, &str, &str, Read)] = &[
     ("timeouts_total", "counter", "Connections closed for a request head or body slower than --timeout-header / --timeout-body.", |m| g(&m.timeouts)),
     ("kv_cache_bytes", "gauge", "Bytes of KV cache held by the slots.", |m| g(&m.kv_cache_bytes)),
     ("kv_waits_total", "counter", "Admissions deferred until the KV budget had room.", |m| g(&m.kv_waits)),
+    ("draft_tokens_total", "counter", "Tokens drafted by prompt lookup (--draft lookup).", |m| g(&m.draft_tokens)),
+    ("draft_accepted_total", "counter", "Drafted tokens kept (the sampler drew them).", |m| g(&m.draft_accepted)),
     ("grammar_masks_total", "counter", "Token masks computed for constrained output (one per token).", |m| g(&m.grammar_masks)),
     ("grammar_mask_seconds_total", "counter", "Seconds spent computing and applying them.", |m| g(&m.grammar_mask_nanos) / 1e9),
     ("tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", |m| m.tokens_per_second()),

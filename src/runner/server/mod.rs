@@ -47,6 +47,8 @@ pub struct ServerConfig {
     pub n_ctx: usize,
     /// Most prompt tokens evaluated per step, over all slots.
     pub prefill_budget: usize,
+    /// Prompt-lookup drafting in every slot (`None`: off).
+    pub draft: Option<crate::runner::speculative::LookupConfig>,
     /// Most KV-cache positions over all slots (`None`: `parallel * n_ctx`, no bound beyond
     /// each slot's context; at least `n_ctx`).
     pub kv_budget: Option<usize>,
@@ -101,6 +103,7 @@ pub fn serve(
         n_ctx: cfg.n_ctx,
         prefill_budget: cfg.prefill_budget.max(1),
         kv_budget: kv_budget(&cfg),
+        draft: cfg.draft,
     };
     let state = Arc::new(AppState {
         jobs,

@@ -27,6 +27,7 @@ use crate::runner::Tokenizer;
 use crate::runner::constrain::Constraint;
 use crate::runner::model::{Exec, Model, Session};
 use crate::runner::sample::{Sampler, SamplerConfig, log_softmax_top};
+use crate::runner::speculative::{LookupConfig, lookup_draft};
 
 /// Why a completion ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +122,10 @@ pub struct SchedulerConfig {
     /// reach and the idle slots hold (idle sessions are dropped, oldest first, to make room);
     /// otherwise it waits.
     pub kv_budget: usize,
+    /// Prompt-lookup drafting (`--draft lookup`): a decoding slot feeds the tokens its
+    /// history predicts after its sampled one, and keeps those its sampler then draws.
+    /// Attention-only models only (a recurrent state cannot drop rejected tokens).
+    pub draft: Option<LookupConfig>,
 }
 
 /// A request being served by a slot.
@@ -215,6 +220,10 @@ pub fn run(
     cut: Arc<AtomicBool>,
 ) {
     metrics.slots.store(cfg.parallel as u64, Relaxed);
+    let cfg = SchedulerConfig {
+        draft: cfg.draft.filter(|_| !model.is_hybrid()),
+        ..cfg
+    };
     let mut slots: Vec<Slot> = (0..cfg.parallel)
         .map(|_| Slot {
             session: None,
@@ -470,6 +479,13 @@ fn step(
         return;
     }
     let t0 = Instant::now();
+    // A decoding slot that drafted needs the logits of every position it fed.
+    let verify: Vec<bool> = slots
+        .iter()
+        .zip(&feeds)
+        .filter(|(_, f)| !f.is_empty())
+        .map(|(s, f)| f.len() > 1 && s.active.as_ref().is_some_and(|a| a.pending.is_some()))
+        .collect();
     let mut seqs: Vec<(&mut Session, &[u32])> = Vec::new();
     let mut who = Vec::new();
     for (i, (s, f)) in slots.iter_mut().zip(&feeds).enumerate() {
@@ -481,7 +497,7 @@ fn step(
             who.push(i);
         }
     }
-    let result = model.forward_batch(exec, &mut seqs);
+    let result = model.forward_batch_rows(exec, &mut seqs, &verify);
     drop(seqs);
     metrics.steps.fetch_add(1, Relaxed);
     let cols: usize = feeds.iter().map(Vec::len).sum();
@@ -551,6 +567,11 @@ fn plan_feeds(cfg: SchedulerConfig, slots: &[Slot]) -> Vec<Vec<u32>> {
         }
         if let Some(id) = a.pending {
             feeds[i] = vec![id];
+            if let Some(d) = &cfg.draft {
+                // Never more than the request may still sample after `id`'s successor.
+                let room = a.limit.saturating_sub(a.generated + 1).min(d.max_draft);
+                feeds[i].extend(lookup_draft(&a.history, d, room));
+            }
         } else if a.fed < a.job.prompt.len() && budget > 0 {
             let n = (a.job.prompt.len() - a.fed).min(budget);
             budget -= n;
@@ -596,17 +617,20 @@ impl Evaluated<'_> {
         // Slots that just finished evaluating a shared prompt: (slot, group, prompt, logits).
         let mut evaluated = Vec::new();
         for (&i, l) in self.who.iter().zip(self.logits) {
+            let feed = &self.feeds[i];
             let s = &mut slots[i];
-            s.held.extend_from_slice(&self.feeds[i]);
             let a = s.active.as_mut().expect("fed slots are busy");
-            if a.pending.take().is_none() {
-                a.fed += self.feeds[i].len();
-                if a.fed < a.job.prompt.len() {
-                    continue; // more prompt to go
-                }
-                if a.group.is_some() {
-                    evaluated.push((i, a.group, a.job.prompt.clone(), l));
-                }
+            if a.pending.is_some() {
+                sampled += decode(tok, s, feed, l, metrics);
+                continue;
+            }
+            s.held.extend_from_slice(feed);
+            a.fed += feed.len();
+            if a.fed < a.job.prompt.len() {
+                continue; // more prompt to go
+            }
+            if a.group.is_some() {
+                evaluated.push((i, a.group, a.job.prompt.clone(), l));
             }
             sampled += 1;
             sample_into(tok, &mut slots[i], l, metrics);
@@ -628,16 +652,58 @@ impl Evaluated<'_> {
     }
 }
 
+/// Samples a decoding slot that was fed `feed` (its pending token, then any drafted ones) from
+/// `logits` (one row per fed token when it drafted): a drafted token is kept while it is the
+/// token the sampler draws at its place, so the output is the one plain decoding gives. The
+/// rejected rest leaves the cache. Returns how many tokens were sampled.
+fn decode(tok: &Tokenizer, s: &mut Slot, feed: &[u32], logits: &[f32], metrics: &Metrics) -> u64 {
+    let draft = &feed[1..];
+    let nv = logits.len() / if draft.is_empty() { 1 } else { feed.len() };
+    let session = s.session.as_mut().expect("a fed slot has a session");
+    let base = session.cache.len() - feed.len();
+    let mut kept = feed.len();
+    let mut sampled = 0;
+    for (j, row) in logits.chunks_exact(nv).enumerate() {
+        sampled += 1;
+        let a = s.active.as_mut().expect("a sampled slot is busy");
+        a.pending = None;
+        if let Some(end) = sample_one(tok, a, row, metrics) {
+            kept = j + 1;
+            end_job(s, end, metrics);
+            break;
+        }
+        if draft.get(j) != a.pending.as_ref() {
+            kept = j + 1;
+            break;
+        }
+        // The drafted token is the one drawn, and already in the cache.
+        a.pending = None;
+    }
+    metrics.draft_tokens.fetch_add(draft.len() as u64, Relaxed);
+    metrics.draft_accepted.fetch_add((kept - 1) as u64, Relaxed);
+    s.held.extend_from_slice(&feed[..kept]);
+    if let Some(session) = s.session.as_mut() {
+        session.truncate(base + kept);
+    }
+    sampled
+}
+
 /// Samples the busy slot `s` from `logits`, finishing its request when it is done.
 fn sample_into(tok: &Tokenizer, s: &mut Slot, logits: &[f32], metrics: &Metrics) {
     let a = s.active.as_mut().expect("a sampled slot is busy");
-    match sample_one(tok, a, logits, metrics) {
-        None => {}
-        Some(Ended::Finished(finish)) => {
+    if let Some(end) = sample_one(tok, a, logits, metrics) {
+        end_job(s, end, metrics);
+    }
+}
+
+/// Ends the busy slot `s`'s request as sampling decided.
+fn end_job(s: &mut Slot, end: Ended, metrics: &Metrics) {
+    match end {
+        Ended::Finished(finish) => {
             let a = s.active.take().expect("active");
             finish_job(metrics, a, finish);
         }
-        Some(Ended::Failed(e)) => {
+        Ended::Failed(e) => {
             let a = s.active.take().expect("active");
             metrics.slots_busy.fetch_sub(1, Relaxed);
             account_prompt(metrics, &a);
