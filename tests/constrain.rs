@@ -196,3 +196,56 @@ fn hostile_grammars_are_refused_when_compiled() {
     let huge: Vec<String> = (0..200_000).map(|i| format!("value-{i}-{i}-{i}")).collect();
     refuse(Grammar::JsonSchema(json!({"enum": huge})), "");
 }
+
+#[test]
+fn a_decoder_under_a_grammar_writes_schema_valid_json_with_the_real_model() {
+    use t2p::runner::LoadOptions;
+    use t2p::runner::generate::Decoder;
+    use t2p::runner::model::{Exec, Model};
+    use t2p::runner::sample::{Sampler, SamplerConfig};
+    let Some(dir) = runner_data::testdata() else {
+        return;
+    };
+    let l = Model::load(
+        dir.join("chat/qwen3-tiny-chat.gguf"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let exec = Exec::new(2);
+    let compiler = GrammarCompiler::new(&l.tokenizer).unwrap();
+    let schema = json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": -5, "maximum": 5}, "ok": {"type": "boolean"}},
+        "required": ["n", "ok"],
+    });
+    let base = compiler.compile(&Grammar::JsonSchema(schema)).unwrap();
+    let prompt = l.tokenizer.encode("Answer in JSON:", false, true);
+    for seed in 0..4 {
+        let mut s = l.model.new_session(256);
+        let mut sampler = Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            seed,
+            ..Default::default()
+        });
+        let mut ids = Vec::new();
+        let mut c = base.fork();
+        Decoder::new(&l.model, &exec, &mut s, 64)
+            .generate_masked(
+                &prompt,
+                100,
+                &mut sampler,
+                &mut c,
+                |id| l.tokenizer.is_eog(id),
+                |id| {
+                    ids.push(id);
+                    true
+                },
+            )
+            .unwrap();
+        ids.retain(|&id| !l.tokenizer.is_eog(id));
+        let text = l.tokenizer.decode_lossy(&ids, false);
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!((-5..=5).contains(&v["n"].as_i64().unwrap()), "{text}");
+        assert!(v["ok"].is_boolean(), "{text}");
+    }
+}

@@ -3,8 +3,8 @@
 
 use std::time::Instant;
 
-use super::model::{Exec, Model, Result, Session};
-use super::sample::Sampler;
+use super::model::{Exec, Model, ModelError, Result, Session};
+use super::sample::{Sampler, TokenMask};
 
 /// Timings of one generation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -91,6 +91,32 @@ impl<'a> Decoder<'a> {
         n: usize,
         sampler: &mut Sampler,
         is_eog: impl Fn(u32) -> bool,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<GenStats> {
+        self.generate_with(prompt, n, sampler, None, is_eog, on_token)
+    }
+
+    /// As [`generate`](Self::generate), sampling only what `mask` allows (a grammar: see
+    /// `runner::constrain`); generation also stops when the mask is finished.
+    pub fn generate_masked(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        sampler: &mut Sampler,
+        mask: &mut dyn TokenMask,
+        is_eog: impl Fn(u32) -> bool,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<GenStats> {
+        self.generate_with(prompt, n, sampler, Some(mask), is_eog, on_token)
+    }
+
+    fn generate_with(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        sampler: &mut Sampler,
+        mut mask: Option<&mut dyn TokenMask>,
+        is_eog: impl Fn(u32) -> bool,
         mut on_token: impl FnMut(u32) -> bool,
     ) -> Result<GenStats> {
         let mut stats = GenStats {
@@ -101,12 +127,29 @@ impl<'a> Decoder<'a> {
         self.prefill(prompt)?;
         stats.prompt_secs = t0.elapsed().as_secs_f64();
         let mut history = prompt.to_vec();
+        let mut masked = Vec::new();
         let t1 = Instant::now();
         for i in 0..n {
-            let id = sampler.sample(self.session.logits(), &history, prompt.len());
+            let logits = self.session.logits();
+            let id = match mask.as_deref_mut() {
+                None => sampler.sample(logits, &history, prompt.len()),
+                Some(m) => {
+                    masked.clear();
+                    masked.extend_from_slice(logits);
+                    m.apply(&mut masked).map_err(ModelError::Grammar)?;
+                    sampler.sample(&masked, &history, prompt.len())
+                }
+            };
             history.push(id);
             stats.gen_tokens += 1;
-            if !on_token(id) || is_eog(id) || i + 1 == n {
+            let finished = match mask.as_deref_mut() {
+                Some(m) if !is_eog(id) => {
+                    m.accept(id).map_err(ModelError::Grammar)?;
+                    m.is_finished()
+                }
+                _ => false,
+            };
+            if !on_token(id) || is_eog(id) || finished || i + 1 == n {
                 break;
             }
             self.step(id)?;

@@ -57,6 +57,18 @@ pub struct Sampler {
     state: u64,
 }
 
+/// What may be sampled next, beyond the sampler's own settings (a grammar: see
+/// `runner::constrain`): applied to a copy of the logits before sampling, and told each token
+/// drawn.
+pub trait TokenMask {
+    /// Sets every logit that may not be drawn next to `-inf`.
+    fn apply(&mut self, logits: &mut [f32]) -> Result<(), String>;
+    /// Advances past the drawn token `id`.
+    fn accept(&mut self, id: u32) -> Result<(), String>;
+    /// Whether nothing but the end may follow.
+    fn is_finished(&self) -> bool;
+}
+
 /// Index of the largest value, the lowest index on ties.
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;

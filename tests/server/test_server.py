@@ -1107,6 +1107,28 @@ class StructuredOutput(unittest.TestCase):
             self.assertRegex(body["choices"][0]["text"], r"^(yes|no) [0-9]{2}$")
             self.assertEqual(body["choices"][0]["finish_reason"], "stop")
 
+    def test_libt2p_run_takes_the_same_grammars(self):
+        """`libt2p run --json-schema / --grammar`, as llama-cli's flags: the same engine."""
+        def run(*extra):
+            out = subprocess.run([BIN, "run", "-m", CHAT, "-p", "Q:", "-n", "200", "-t", THREADS, "--json",
+                                  "--no-ceiling", "--temp", "1", *extra], capture_output=True, text=True)
+            return out.returncode, out.stdout, out.stderr
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10},
+                                                   "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+                  "required": ["name", "age"]}
+        for seed in range(3):
+            rc, out, err = run("-s", str(seed), "--json-schema", json.dumps(schema))
+            self.assertEqual(rc, 0, err)
+            v = json.loads(json.loads(out)["text"])
+            self.assertLessEqual(len(v["name"]), 10)
+            self.assertTrue(0 <= v["age"] <= 99)
+            rc, out, err = run("-s", str(seed), "--grammar", 'root ::= ("yes" | "no") "!"')
+            self.assertEqual(rc, 0, err)
+            self.assertIn(json.loads(out)["text"], ("yes!", "no!"))
+        rc, _, err = run("--grammar", "root ::= x")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("never defined", err)
+
     def test_bad_grammars_are_400_naming_the_problem(self):
         deep = {"type": "integer"}
         for _ in range(60):

@@ -10,6 +10,7 @@ use t2p::runner::chat::{ChatTemplate, Message};
 use t2p::runner::generate::Decoder;
 
 use crate::run::{ModelArgs, SampleArgs};
+use t2p::runner::constrain::Constraint;
 
 /// Options of `libt2p chat`.
 #[derive(clap::Args)]
@@ -36,6 +37,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut session = loaded.model.new_session(n_ctx);
     let mut in_cache: Vec<u32> = Vec::new();
     let mut sampler = args.sample.sampler();
+    let grammar = args.sample.constraint(&loaded.tokenizer)?;
     let mut messages: Vec<Message> = args
         .system
         .iter()
@@ -77,7 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let stdout = std::io::stdout();
         let eog = |id| tok.is_eog(id);
         let mut decoder = Decoder::new(&loaded.model, &exec, &mut session, args.model.batch);
-        let stats = decoder.generate(&ids[keep..], args.n_predict, &mut sampler, eog, |id| {
+        let on_token = |id| {
             if !tok.is_eog(id) {
                 answer.push(id);
                 let mut out = stdout.lock();
@@ -85,7 +87,20 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 let _ = out.flush();
             }
             true
-        })?;
+        };
+        let prompt = &ids[keep..];
+        // Each answer follows the grammar from its start.
+        let stats = match grammar.as_ref().map(Constraint::fork) {
+            Some(mut c) => decoder.generate_masked(
+                prompt,
+                args.n_predict,
+                &mut sampler,
+                &mut c,
+                eog,
+                on_token,
+            )?,
+            None => decoder.generate(prompt, args.n_predict, &mut sampler, eog, on_token)?,
+        };
         println!("{}", stream.finish());
         // Everything but the last sampled token was evaluated; a hybrid model's state cannot
         // be cut back, so a mismatch starts the next turn from scratch.

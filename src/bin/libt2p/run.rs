@@ -8,6 +8,7 @@ use std::time::Instant;
 use t2p::bandwidth::BandwidthProbe;
 use t2p::matmul::ActQuant;
 use t2p::runner::LoadOptions;
+use t2p::runner::constrain::{Constraint, Grammar, GrammarCompiler};
 use t2p::runner::generate::{Decoder, GenStats};
 use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::{Sampler, SamplerConfig};
@@ -96,9 +97,47 @@ pub struct SampleArgs {
     /// Random seed (same seed, same output).
     #[arg(short = 's', long, default_value_t = 0)]
     pub seed: u64,
+    /// Constrain the output to a GBNF grammar (llama.cpp's; Lark when it starts with
+    /// `%llguidance`).
+    #[arg(long, conflicts_with_all = ["grammar_file", "json_schema"])]
+    pub grammar: Option<String>,
+    /// Read the grammar from a file.
+    #[arg(long, conflicts_with = "json_schema")]
+    pub grammar_file: Option<PathBuf>,
+    /// Constrain the output to JSON valid under this schema (`{}`: any JSON object).
+    #[arg(short = 'j', long)]
+    pub json_schema: Option<String>,
 }
 
 impl SampleArgs {
+    /// The grammar these options ask for, compiled for `tok`, or `None`.
+    pub fn constraint(
+        &self,
+        tok: &t2p::runner::Tokenizer,
+    ) -> Result<Option<Constraint>, Box<dyn std::error::Error>> {
+        let text = match (&self.grammar, &self.grammar_file) {
+            (Some(g), _) => Some(g.clone()),
+            (None, Some(f)) => {
+                Some(std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?)
+            }
+            (None, None) => None,
+        };
+        let grammar = match (text, &self.json_schema) {
+            (Some(g), _) if g.trim_start().starts_with("%llguidance") => Grammar::Lark(g),
+            (Some(g), _) => Grammar::Gbnf(g),
+            (None, Some(schema)) => {
+                let v: serde_json::Value = serde_json::from_str(schema)
+                    .map_err(|e| format!("--json-schema is not JSON: {e}"))?;
+                match v.as_object() {
+                    Some(o) if o.is_empty() => Grammar::JsonObject,
+                    _ => Grammar::JsonSchema(v),
+                }
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(GrammarCompiler::new(tok)?.compile(&grammar)?))
+    }
+
     /// The sampler these options describe.
     pub fn sampler(&self) -> Sampler {
         Sampler::new(SamplerConfig {
@@ -232,6 +271,10 @@ fn generate_streaming(
     if drafting && args.sample.temperature > 0.0 {
         return Err("--draft lookup needs greedy sampling (--temp 0)".into());
     }
+    let mut constraint = args.sample.constraint(tok)?;
+    if drafting && constraint.is_some() {
+        return Err("--draft lookup does not take a grammar".into());
+    }
     let n = args.n_predict.min(n_ctx - ids.len());
     let mut session = loaded.model.new_session(n_ctx);
     let mut generated = Vec::new();
@@ -265,6 +308,11 @@ fn generate_streaming(
         };
         let (s, d) = decoder.generate_lookup(ids, n, &cfg, |id| tok.is_eog(id), &mut on_token)?;
         (s, Some(d))
+    } else if let Some(c) = constraint.as_mut() {
+        let eog = |id| tok.is_eog(id);
+        let mut sampler = args.sample.sampler();
+        let s = decoder.generate_masked(ids, n, &mut sampler, c, eog, &mut on_token)?;
+        (s, None)
     } else {
         let s = decoder.generate(
             ids,

@@ -20,6 +20,7 @@ use llguidance::{Matcher, ParserFactory};
 use serde_json::Value;
 use toktrie::{ApproximateTokEnv, SimpleVob, TokRxInfo, TokTrie};
 
+use super::sample::TokenMask;
 use super::{TokenType, Tokenizer};
 
 pub use gbnf::gbnf_to_lark;
@@ -279,6 +280,20 @@ impl Constraint {
             matcher: self.matcher.deep_clone(),
             n_vocab: self.n_vocab,
         }
+    }
+}
+
+impl TokenMask for Constraint {
+    fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        Constraint::apply(self, logits).map_err(|e| e.0)
+    }
+
+    fn accept(&mut self, id: u32) -> Result<(), String> {
+        Constraint::accept(self, id).map_err(|e| e.0)
+    }
+
+    fn is_finished(&self) -> bool {
+        Constraint::is_finished(self)
     }
 }
 

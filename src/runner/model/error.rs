@@ -26,6 +26,8 @@ pub enum ModelError {
     },
     /// A token id at or past the vocabulary size.
     BadToken(u32),
+    /// A grammar constraining the output failed.
+    Grammar(String),
 }
 
 impl fmt::Display for ModelError {
@@ -45,6 +47,7 @@ impl fmt::Display for ModelError {
                 write!(f, "{needed} tokens do not fit in the context of {n_ctx}")
             }
             ModelError::BadToken(t) => write!(f, "token id {t} is outside the vocabulary"),
+            ModelError::Grammar(e) => write!(f, "grammar: {e}"),
         }
     }
 }
