@@ -3,7 +3,10 @@
 //! satisfies the schema, sentences of a GBNF grammar, matches of a regex. Hostile grammars are
 //! refused when compiled.
 
+mod common;
 mod runner_data;
+
+use common::Lcg;
 
 use serde_json::{Value, json};
 use t2p::runner::constrain::{Constraint, Grammar, GrammarCompiler, MAX_SCHEMA_DEPTH};
@@ -15,28 +18,16 @@ fn tokenizer() -> Option<Tokenizer> {
     Some(Tokenizer::from_gguf(&gguf).unwrap())
 }
 
-/// A small xorshift generator for the random logits.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f32(&mut self) -> f32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 40) as f32 / (1u64 << 24) as f32
-    }
-}
-
 /// Decodes greedily from random logits (plus `boost` on token ids that the model "likes")
 /// under `c`; returns the text and whether the grammar ended it.
 fn decode(tok: &Tokenizer, mut c: Constraint, seed: u64, max: usize) -> (String, bool) {
     let n = tok.n_vocab() + 64; // the model's rows may pass the tokenizer's vocabulary
-    let mut rng = Rng(seed | 1);
+    let mut rng = Lcg(seed);
     let mut logits = vec![0f32; n];
     let mut ids = Vec::new();
     for _ in 0..max {
         for v in logits.iter_mut() {
-            *v = rng.next_f32() * 8.0;
+            *v = (rng.next() >> 8) as f32 / (1u32 << 24) as f32 * 8.0;
         }
         c.apply(&mut logits).unwrap();
         assert!(

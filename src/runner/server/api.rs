@@ -52,6 +52,16 @@ impl ApiError {
         }
     }
 
+    /// A 500 `server_error` (a task of the server failed, not the request).
+    pub fn internal(e: impl std::fmt::Display) -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal",
+            e.to_string(),
+        )
+    }
+
     /// Any status, kind and code.
     pub fn new(
         status: StatusCode,

@@ -81,3 +81,13 @@ pub(super) fn object_body(
 ) -> Result<Map<String, Value>, ApiError> {
     api::parse_object(&body.map_err(body_error)?)
 }
+
+/// Runs `f` on tokio's blocking threads (tokenizing a long prompt, compiling a grammar: work
+/// that would stall the async ones); a task that panicked is a 500.
+pub(super) async fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(ApiError::internal)
+}

@@ -26,7 +26,7 @@ use super::api::{self, ApiError, Kind, Prompt, ToolChoice, Tools};
 use super::tools;
 use crate::runner::constrain::{Constraint, Grammar};
 
-use super::app::{AppState, MAX_BODY, object_body, too_large};
+use super::app::{AppState, MAX_BODY, object_body, off_thread, too_large};
 use super::respond::{self, Reply};
 use super::scheduler::Job;
 use super::tokens;
@@ -242,7 +242,7 @@ async fn prompt_ids(
         Src::Ids(ids) => ids,
         Src::Text(text, add_bos) => {
             let tok = st.tokenizer.clone();
-            tokio::task::spawn_blocking(move || {
+            off_thread(move || {
                 let mut ids = tok.encode(&text, add_bos, true);
                 // As `libt2p run`: an empty prompt is the BOS token alone.
                 if ids.is_empty() {
@@ -250,15 +250,7 @@ async fn prompt_ids(
                 }
                 ids
             })
-            .await
-            .map_err(|e| {
-                ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    "internal",
-                    e.to_string(),
-                )
-            })?
+            .await?
         }
     };
     if ids.is_empty() {
@@ -310,16 +302,8 @@ async fn compile(st: &Shared, g: Grammar) -> Result<Constraint, ApiError> {
             format!("this model cannot constrain its output: {e}"),
         )
     })?;
-    tokio::task::spawn_blocking(move || compiler.compile(&g))
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal",
-                e.to_string(),
-            )
-        })?
+    off_thread(move || compiler.compile(&g))
+        .await?
         .map_err(|e| ApiError::invalid("invalid_grammar", format!("the grammar was refused: {e}")))
 }
 

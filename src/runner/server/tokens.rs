@@ -5,12 +5,11 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::api::ApiError;
-use super::app::{AppState, object_body};
+use super::app::{AppState, object_body, off_thread};
 
 fn flag(m: &Map<String, Value>, name: &str, default: bool) -> Result<bool, ApiError> {
     match m.get(name) {
@@ -21,15 +20,6 @@ fn flag(m: &Map<String, Value>, name: &str, default: bool) -> Result<bool, ApiEr
             format!("'{name}' must be a boolean"),
         )),
     }
-}
-
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "internal",
-        e.to_string(),
-    )
 }
 
 /// `{"content": text, "add_special": false, "parse_special": true, "with_pieces": false}` ->
@@ -55,7 +45,7 @@ pub async fn tokenize(
     let with_pieces = flag(&m, "with_pieces", false)?;
     let tok = st.tokenizer.clone();
     // Off the async threads: the text can be megabytes.
-    let tokens = tokio::task::spawn_blocking(move || {
+    let tokens = off_thread(move || {
         let ids = tok.encode(&content, add_special, parse_special);
         if !with_pieces {
             return json!(ids);
@@ -72,8 +62,7 @@ pub async fn tokenize(
             })
             .collect::<Value>()
     })
-    .await
-    .map_err(internal)?;
+    .await?;
     Ok(axum::Json(json!({"tokens": tokens})).into_response())
 }
 
@@ -105,9 +94,7 @@ pub async fn detokenize(
         None => return Err(ApiError::invalid("missing_field", "'tokens' is required")),
     };
     let tok = st.tokenizer.clone();
-    let content = tokio::task::spawn_blocking(move || tok.decode_lossy(&ids, true))
-        .await
-        .map_err(internal)?;
+    let content = off_thread(move || tok.decode_lossy(&ids, true)).await?;
     Ok(axum::Json(json!({"content": content})).into_response())
 }
 
