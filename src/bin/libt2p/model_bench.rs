@@ -75,12 +75,23 @@ fn tokens(loaded: &Loaded, n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919 + 13) % nv).collect()
 }
 
+/// Which logits a timed pass computes.
+#[derive(Clone, Copy)]
+enum Rows {
+    /// The last position's (a prompt, as llama-bench's pp).
+    Last,
+    /// Every position's: what verifying drafted tokens, or a server step over that many
+    /// sequences, needs (the LM head runs over every column).
+    All,
+}
+
 /// Seconds of one forward pass over `n` tokens after `ctx` tokens of context.
 fn time_forward(
     loaded: &Loaded,
     exec: &Exec,
     ctx: usize,
     n: usize,
+    rows: Rows,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let mut s = loaded.model.new_session(ctx + n + 1);
     if ctx > 0 {
@@ -88,10 +99,9 @@ fn time_forward(
             .model
             .eval(exec, &mut s, &tokens(loaded, ctx), false)?;
     }
-    // Every position's logits: what verifying n drafted tokens (or a server step over n
-    // sequences) needs, so the LM head runs over all n columns.
     let t = Instant::now();
-    loaded.model.eval(exec, &mut s, &tokens(loaded, n), true)?;
+    let all = matches!(rows, Rows::All);
+    loaded.model.eval(exec, &mut s, &tokens(loaded, n), all)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -148,10 +158,10 @@ impl Measured {
         let reps = args.reps.max(1);
         let mut results = Vec::new();
         if args.n_prompt > 0 {
-            time_forward(loaded, exec, 0, args.n_prompt.min(64))?; // warm-up
+            time_forward(loaded, exec, 0, args.n_prompt.min(64), Rows::Last)?; // warm-up
             let t = median(
                 (0..reps)
-                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt))
+                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt, Rows::Last))
                     .collect::<Result<_, _>>()?,
             );
             results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
@@ -199,13 +209,13 @@ impl Measured {
         if !args.verify_batches.is_empty() {
             let one = median(
                 (0..reps + 2)
-                    .map(|_| time_forward(loaded, exec, 64, 1))
+                    .map(|_| time_forward(loaded, exec, 64, 1, Rows::All))
                     .collect::<Result<_, _>>()?,
             );
             for &b in &args.verify_batches {
                 let tb = median(
                     (0..reps + 2)
-                        .map(|_| time_forward(loaded, exec, 64, b))
+                        .map(|_| time_forward(loaded, exec, 64, b, Rows::All))
                         .collect::<Result<_, _>>()?,
                 );
                 ratios.push((b, tb / one));
