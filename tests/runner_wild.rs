@@ -11,6 +11,7 @@ mod runner_data;
 use std::path::Path;
 
 use reference::*;
+use t2p::runner::model::{Exec, Loaded};
 use t2p::runner::{GgmlType, LoadOptions, TensorData, TensorStore};
 
 /// The `Final estimate: PPL = ...` of a reference file.
@@ -27,6 +28,23 @@ fn fork_ppl(path: &Path) -> f64 {
         .split_whitespace()
         .next();
     value.unwrap().parse().unwrap()
+}
+
+/// The logits of `ids` decoded one token at a time (one-column products, the decode path) are
+/// those of one batch over all of them, bit for bit: every kernel is exact per column.
+fn decoding_matches_the_batch(file: &str, l: &Loaded, exec: &Exec, ids: &[u32]) {
+    let mut s = l.model.new_session(ids.len());
+    let batch = l.model.forward(exec, &mut s, ids, true).unwrap();
+    let n_vocab = batch.len() / ids.len();
+    let mut s = l.model.new_session(ids.len());
+    for (i, &id) in ids.iter().enumerate() {
+        let one = l.model.forward(exec, &mut s, &[id], false).unwrap();
+        let want = &batch[i * n_vocab..(i + 1) * n_vocab];
+        assert!(
+            one.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{file}: position {i} decoded alone differs from the batch"
+        );
+    }
 }
 
 /// Loads `file`, checks that the tensors of `quant_types` are held as ggml blocks (not widened
@@ -95,6 +113,7 @@ fn check_wild(file: &str, quant_types: &[GgmlType], g64_types: &[GgmlType]) {
     let ids = l.tokenizer.encode(&text, true, true);
     let bos = l.tokenizer.add_bos().then(|| l.tokenizer.bos()).flatten();
     let exec = reference_exec();
+    decoding_matches_the_batch(file, &l, &exec, &ids[..8]);
     let ppl =
         t2p::runner::perplexity::perplexity(&l.model, &exec, &ids, 128, bos, |_, _| {}).unwrap();
     let reference = fork_ppl(&dir.join(format!("perplexity/{file}.txt")));

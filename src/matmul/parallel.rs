@@ -270,7 +270,10 @@ impl Step<'_> {
             .flatten();
         self.pool
             .for_each_item(self.chunks, items, |(p, rows, piece)| {
-                runner.run(|| p.compute_rows(kern, rows, piece, 0));
+                runner.run(|| {
+                    let ld = rows.len();
+                    p.compute_rows(kern, rows, piece, ld)
+                });
             });
     }
 
