@@ -41,7 +41,9 @@ fn decoding_matches_the_batch(file: &str, l: &Loaded, exec: &Exec, ids: &[u32]) 
         let one = l.model.forward(exec, &mut s, &[id], false).unwrap();
         let want = &batch[i * n_vocab..(i + 1) * n_vocab];
         assert!(
-            one.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            one.iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
             "{file}: position {i} decoded alone differs from the batch"
         );
     }

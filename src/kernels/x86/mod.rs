@@ -27,7 +27,7 @@ use super::{Isa, Kernels};
 use crate::format::{BlockQ8K, RowPairBlock};
 
 mod avx2;
-mod prefetch;
+pub(in crate::kernels) mod prefetch;
 mod q8_0;
 mod q8k;
 mod stock;

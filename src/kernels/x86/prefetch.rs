@@ -13,7 +13,7 @@ use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
 /// from the first block's start (consecutive calls cover a run). Indices past the end of `x`
 /// are fine: nothing is read.
 #[inline(always)]
-pub(super) fn blocks<const N: usize>(x: &[impl Sized], at: usize) {
+pub(in crate::kernels) fn blocks<const N: usize>(x: &[impl Sized], at: usize) {
     let p = x.as_ptr().wrapping_add(at).cast::<i8>();
     for line in 0..(N * elem_size(x)).div_ceil(64) {
         // SAFETY: a prefetch is only a hint: it never faults and reads nothing into the
