@@ -1,10 +1,11 @@
 //! AVX2 + F16C kernels for ggml block types.
 //!
-//! Rows go in groups of four (a short last group repeats its last row and drops the copies):
-//! per block and column each row's exact integer sums come from its SIMD dot step as eight
-//! int32 lanes, one `hadd` tree reduces the four rows to one vector, and the fold runs on the
-//! four rows at once, lane = row, with the same separately rounded operations, in the same
-//! order, as [`QuantBlock::fold`]. So the results equal the scalar reference bit for bit.
+//! The products go in tiles of four (row, column) pairs: four rows of one column (a gemv), two
+//! of two, or one row of four columns. Per block each pair's exact integer sums come from its
+//! SIMD dot step as eight int32 lanes, one `hadd` tree reduces the four pairs to one vector,
+//! and the fold runs on the four at once, lane = pair, with the same separately rounded
+//! operations, in the same order, as [`QuantBlock::fold`]. So the results equal the scalar
+//! reference bit for bit, whatever the tile.
 //!
 //! The int8 products go through `maddubs`, whose int16 pair sums saturate, so every weight
 //! operand is bounded: unsigned codes `<= 63` as they are (Q4_1, Q5_1, the K types; Q6_K adds
@@ -13,6 +14,7 @@
 //! int16. No pair sum exceeds 2 * 128 * 63, whatever the activations, -128 included.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::QuantKernels;
 use crate::format::{
@@ -51,10 +53,11 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
 trait Avx2Block: QuantBlock {
     /// The block's `isum` as eight int32 lanes and its `msum`.
     unsafe fn dot(&self, a: &Self::Act) -> (__m256i, i32);
-    /// `acc + fold` for four rows' blocks `w` (lane = row), from their sums.
+    /// `acc + fold` for four (weight block, activation block) pairs `w[l]`, `a[l]` (lane `l`),
+    /// from their sums.
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &Self::Act,
+        a: [&Self::Act; 4],
         isum: __m128i,
         msum: __m128i,
         acc: __m128,
@@ -70,38 +73,94 @@ unsafe fn rows<B: Avx2Block>(
     out: &mut [f32],
     ld: usize,
 ) {
-    let rows = w.len() / nb;
-    for r0 in (0..rows).step_by(4) {
-        let row = |i: usize| &w[(r0 + i).min(rows - 1) * nb..][..nb];
-        let group = [row(0), row(1), row(2), row(3)];
-        for c in 0..ncols {
-            let col = &y[c * nb..(c + 1) * nb];
+    let m = Product {
+        w,
+        nb,
+        y,
+        ncols,
+        rows: w.len() / nb,
+    };
+    // Columns in tiles of four one row wide, then what is left of them in the tile shape that
+    // wastes no lane (four rows of one column, two of two, or one row of three and a copy).
+    let wide = ncols / 4 * 4;
+    // SAFETY (all calls): the CPU has AVX2 and F16C (this fn's contract).
+    unsafe {
+        tiles::<B, 1, 4>(&m, 0..wide, out, ld);
+        match ncols - wide {
+            0 => {}
+            1 => tiles::<B, 4, 1>(&m, wide..ncols, out, ld),
+            2 => tiles::<B, 2, 2>(&m, wide..ncols, out, ld),
+            _ => tiles::<B, 1, 4>(&m, wide..ncols, out, ld),
+        }
+    }
+}
+
+/// A kernel call's operands: `rows` rows of `nb` weight blocks, `ncols` activation columns.
+struct Product<'a, B: QuantBlock> {
+    w: &'a [B],
+    nb: usize,
+    y: &'a [B::Act],
+    ncols: usize,
+    rows: usize,
+}
+
+/// The columns `cols` of every row, in tiles of `R` rows by `C` columns (`R * C = 4`), lane
+/// `l` = row `l / C`, column `l % C`; a short tile repeats its last row or column and drops
+/// the copies. The rows of a tile are decoded once per block for all of its columns: the
+/// lanes that share a row share the weight loads and decode steps of `dot` (one expression,
+/// which the compiler computes once).
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn tiles<B: Avx2Block, const R: usize, const C: usize>(
+    m: &Product<'_, B>,
+    cols: Range<usize>,
+    out: &mut [f32],
+    ld: usize,
+) {
+    let Product {
+        w,
+        nb,
+        y,
+        ncols,
+        rows,
+    } = *m;
+    let lane = |l: usize| (l / C, l % C);
+    for r0 in (0..rows).step_by(R) {
+        let row = |l: usize| &w[(r0 + lane(l).0).min(rows - 1) * nb..][..nb];
+        let wr = [row(0), row(1), row(2), row(3)];
+        for c0 in cols.clone().step_by(C) {
+            let col = |l: usize| &y[(c0 + lane(l).1).min(ncols - 1) * nb..][..nb];
+            let yc = [col(0), col(1), col(2), col(3)];
             let mut acc = _mm_setzero_ps();
-            for (b, a) in col.iter().enumerate() {
-                if c == 0 {
-                    // The four rows are four interleaved streams, which the hardware
-                    // prefetchers follow badly: ask for the next group's blocks at the rate
-                    // this group reads its own (the Q6_K head gemv ran at 18 % of the
-                    // 1-thread memory ceiling without this, 75-100 % with it, Zen 5).
-                    for i in 0..4 {
-                        prefetch::blocks::<1>(w, (r0 + 4 + i) * nb + b);
+            for b in 0..nb {
+                if c0 == cols.start {
+                    // The rows are interleaved streams, which the hardware prefetchers
+                    // follow badly: ask for the next tile's blocks at the rate this tile
+                    // reads its own (the Q6_K head gemv ran at 18 % of the 1-thread memory
+                    // ceiling without this, 75-100 % with it, Zen 5).
+                    for i in 0..R {
+                        prefetch::blocks::<1>(w, (r0 + R + i) * nb + b);
                     }
                 }
+                let ws = [&wr[0][b], &wr[1][b], &wr[2][b], &wr[3][b]];
+                let ys = [&yc[0][b], &yc[1][b], &yc[2][b], &yc[3][b]];
                 // SAFETY (all calls below): the CPU has AVX2 and F16C (this fn's contract).
-                let (i0, m0) = unsafe { group[0][b].dot(a) };
-                let (i1, m1) = unsafe { group[1][b].dot(a) };
-                let (i2, m2) = unsafe { group[2][b].dot(a) };
-                let (i3, m3) = unsafe { group[3][b].dot(a) };
+                let (i0, m0) = unsafe { ws[0].dot(ys[0]) };
+                let (i1, m1) = unsafe { ws[1].dot(ys[1]) };
+                let (i2, m2) = unsafe { ws[2].dot(ys[2]) };
+                let (i3, m3) = unsafe { ws[3].dot(ys[3]) };
                 let isum = reduce4(i0, i1, i2, i3);
                 let msum = _mm_setr_epi32(m0, m1, m2, m3);
-                let ws = [&group[0][b], &group[1][b], &group[2][b], &group[3][b]];
-                acc = unsafe { B::fold4(ws, a, isum, msum, acc) };
+                acc = unsafe { B::fold4(ws, ys, isum, msum, acc) };
             }
             let mut lanes = [0f32; 4];
             // SAFETY: `lanes` holds four f32.
             unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
-            let n = (rows - r0).min(4);
-            out[c * ld + r0..][..n].copy_from_slice(&lanes[..n]);
+            for (l, v) in lanes.into_iter().enumerate() {
+                let (r, c) = (r0 + lane(l).0, c0 + lane(l).1);
+                if r < rows && c < cols.end {
+                    out[c * ld + r] = v;
+                }
+            }
         }
     }
 }
@@ -182,12 +241,6 @@ fn bit_bytes(v: __m256i, masks: i64) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "f16c")]
-fn half(bits: u16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
-}
-
-#[inline]
-#[target_feature(enable = "f16c")]
 fn half4(b: [u16; 4]) -> __m128 {
     let v = _mm_setr_epi16(
         b[0] as i16,
@@ -205,17 +258,23 @@ fn half4(b: [u16; 4]) -> __m128 {
 /// `acc + isum * (d_w * d_a)` on four rows.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn fold_scaled(d_w: [u16; 4], d_a: f32, isum: __m128i, acc: __m128) -> __m128 {
-    let dd = _mm_mul_ps(half4(d_w), _mm_set1_ps(d_a));
+fn fold_scaled(d_w: [u16; 4], d_a: __m128, isum: __m128i, acc: __m128) -> __m128 {
+    let dd = _mm_mul_ps(half4(d_w), d_a);
     _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(isum), dd))
 }
 
 /// `acc + ((d_w * d_a) * isum + m_w * s_a)` on four rows.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn fold_offset(d_w: [u16; 4], m_w: [u16; 4], a: &BlockQ8_1, isum: __m128i, acc: __m128) -> __m128 {
-    let dd = _mm_mul_ps(half4(d_w), _mm_set1_ps(half(a.d)));
-    let ms = _mm_mul_ps(half4(m_w), _mm_set1_ps(half(a.s)));
+fn fold_offset(
+    d_w: [u16; 4],
+    m_w: [u16; 4],
+    a: [&BlockQ8_1; 4],
+    isum: __m128i,
+    acc: __m128,
+) -> __m128 {
+    let dd = _mm_mul_ps(half4(d_w), half4(a.map(|a| a.d)));
+    let ms = _mm_mul_ps(half4(m_w), half4(a.map(|a| a.s)));
     _mm_add_ps(acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps(isum)), ms))
 }
 
@@ -231,12 +290,12 @@ impl Avx2Block for BlockQ4_0 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_0,
+        a: [&BlockQ8_0; 4],
         isum: __m128i,
         _: __m128i,
         acc: __m128,
     ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
     }
 }
 
@@ -253,12 +312,12 @@ impl Avx2Block for BlockQ5_0 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_0,
+        a: [&BlockQ8_0; 4],
         isum: __m128i,
         _: __m128i,
         acc: __m128,
     ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
     }
 }
 
@@ -273,7 +332,7 @@ impl Avx2Block for BlockQ4_1 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_1,
+        a: [&BlockQ8_1; 4],
         isum: __m128i,
         _: __m128i,
         acc: __m128,
@@ -294,7 +353,7 @@ impl Avx2Block for BlockQ5_1 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_1,
+        a: [&BlockQ8_1; 4],
         isum: __m128i,
         _: __m128i,
         acc: __m128,
@@ -324,13 +383,20 @@ impl Avx2Block for BlockQ8_0 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_0,
+        a: [&BlockQ8_0; 4],
         isum: __m128i,
         _: __m128i,
         acc: __m128,
     ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half(a.d), isum, acc)
+        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
     }
+}
+
+/// The scales of four `q8_K` blocks.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q8k_scales(a: [&BlockQ8K; 4]) -> __m128 {
+    _mm_setr_ps(a[0].d, a[1].d, a[2].d, a[3].d)
 }
 
 /// Activation bytes `32c .. 32c + 32` of a `q8_K` block.
@@ -388,12 +454,12 @@ fn dot_k4(
 fn fold_k_min(
     d: [u16; 4],
     dmin: [u16; 4],
-    a: &BlockQ8K,
+    a: [&BlockQ8K; 4],
     isum: __m128i,
     msum: __m128i,
     acc: __m128,
 ) -> __m128 {
-    let da = _mm_set1_ps(a.d);
+    let da = q8k_scales(a);
     let dd = _mm_mul_ps(half4(d), da);
     let dm = _mm_mul_ps(half4(dmin), da);
     let sum = _mm_sub_ps(
@@ -414,7 +480,7 @@ impl Avx2Block for BlockQ4K {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8K,
+        a: [&BlockQ8K; 4],
         isum: __m128i,
         msum: __m128i,
         acc: __m128,
@@ -434,7 +500,7 @@ impl Avx2Block for BlockQ5K {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8K,
+        a: [&BlockQ8K; 4],
         isum: __m128i,
         msum: __m128i,
         acc: __m128,
@@ -519,8 +585,14 @@ impl Avx2Block for BlockQ6K {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(w: [&Self; 4], a: &BlockQ8K, isum: __m128i, _: __m128i, acc: __m128) -> __m128 {
-        let dd = _mm_mul_ps(half4(w.map(|b| b.d)), _mm_set1_ps(a.d));
+    unsafe fn fold4(
+        w: [&Self; 4],
+        a: [&BlockQ8K; 4],
+        isum: __m128i,
+        _: __m128i,
+        acc: __m128,
+    ) -> __m128 {
+        let dd = _mm_mul_ps(half4(w.map(|b| b.d)), q8k_scales(a));
         _mm_add_ps(acc, _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)))
     }
 }
@@ -566,13 +638,13 @@ impl Avx2Block for BlockQ2_0g64 {
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn fold4(
         w: [&Self; 4],
-        a: &BlockQ8_0x2,
+        a: [&BlockQ8_0x2; 4],
         isum: __m128i,
         msum: __m128i,
         acc: __m128,
     ) -> __m128 {
-        let d0 = _mm_set1_ps(half(a.b[0].d));
-        let d1 = _mm_set1_ps(half(a.b[1].d));
+        let d0 = half4(a.map(|a| a.b[0].d));
+        let d1 = half4(a.map(|a| a.b[1].d));
         let inner = _mm_add_ps(
             _mm_mul_ps(d0, _mm_cvtepi32_ps(isum)),
             _mm_mul_ps(d1, _mm_cvtepi32_ps(msum)),
