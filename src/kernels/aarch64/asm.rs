@@ -8,7 +8,7 @@ use core::arch::asm;
 /// `acc[i] += sum_{j<4} a[4i + j] * b[4i + j]` (SDOT, int8 x int8 into int32, exact).
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-pub(super) fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+pub(in crate::kernels) fn sdot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
     let mut acc = acc;
     // SAFETY: the instruction only reads and writes the three vector registers, and the
     // enclosing fn is compiled (and only callable) with dotprod enabled.

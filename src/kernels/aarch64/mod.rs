@@ -31,7 +31,7 @@ use core::arch::aarch64::*;
 use super::{Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, fold_q8_0, with_per_call_buffer};
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 
-mod asm;
+pub(in crate::kernels) mod asm;
 mod dotprod;
 mod i8mm;
 mod neon;
@@ -90,7 +90,7 @@ fn with_layout<T: Layout, R>(
 /// Loads a 16-byte word.
 #[inline]
 #[target_feature(enable = "neon")]
-fn load_u8x16(a: &[u8; 16]) -> uint8x16_t {
+pub(in crate::kernels) fn load_u8x16(a: &[u8; 16]) -> uint8x16_t {
     // SAFETY: `a` is a reference to 16 readable bytes; vld1q_u8 has no alignment requirement.
     unsafe { vld1q_u8(a.as_ptr()) }
 }
@@ -98,7 +98,7 @@ fn load_u8x16(a: &[u8; 16]) -> uint8x16_t {
 /// Loads 32 int8 as two vectors (one `ldp`).
 #[inline]
 #[target_feature(enable = "neon")]
-fn load_i8x16x2(a: &[i8; 32]) -> (int8x16_t, int8x16_t) {
+pub(in crate::kernels) fn load_i8x16x2(a: &[i8; 32]) -> (int8x16_t, int8x16_t) {
     // SAFETY: both loads read inside the 32 bytes `a` refers to (offsets 0 and 16).
     unsafe { (vld1q_s8(a.as_ptr()), vld1q_s8(a.as_ptr().add(16))) }
 }

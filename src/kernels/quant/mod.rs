@@ -8,6 +8,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod scalar;
 
 use super::{Isa, Kernels};
@@ -24,6 +26,8 @@ pub(crate) type QuantRowsFn<B> =
 /// The kernels of one path for ggml block types, one per type (opaque: reached through
 /// [`Kernels::quant_rows`]).
 pub struct QuantKernels {
+    /// The path's name, for `libt2p check` / `info`.
+    name: &'static str,
     q4_0: QuantRowsFn<BlockQ4_0>,
     q4_1: QuantRowsFn<BlockQ4_1>,
     q5_0: QuantRowsFn<BlockQ5_0>,
@@ -56,23 +60,21 @@ quant_kernel!(
     BlockQ2_0g64 => q2_0_g64,
 );
 
-/// The table of `isa`: AVX2 for every x86 SIMD path (the VNNI CPUs have AVX2), the scalar
-/// reference elsewhere.
+/// The table of `isa`: AVX2 for every x86 SIMD path (the VNNI CPUs have AVX2), SDOT for the
+/// aarch64 paths with dotprod, the scalar reference elsewhere.
 fn table(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => &avx2::KERNELS,
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDotprod | Isa::NeonI8mm => &neon::KERNELS,
         _ => &scalar::KERNELS,
     }
 }
 
 /// Which implementation `isa` runs for ggml block types (for `libt2p check` / `info`).
 pub fn quant_path_name(isa: Isa) -> &'static str {
-    if std::ptr::eq(table(isa), &scalar::KERNELS) {
-        "scalar"
-    } else {
-        "avx2"
-    }
+    table(isa).name
 }
 
 impl Kernels {

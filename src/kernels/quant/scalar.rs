@@ -4,6 +4,7 @@ use super::QuantKernels;
 use crate::format::{QuantBlock, vec_dot};
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
+    name: "scalar",
     q4_0: rows,
     q4_1: rows,
     q5_0: rows,

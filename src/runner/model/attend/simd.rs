@@ -31,12 +31,11 @@ impl Isa {
     /// The loops for the kernels' path `isa`: every x86 SIMD path has AVX2 and F16C (the
     /// kernels' dispatch checked them), the others run the portable loops.
     pub fn for_kernels(isa: crate::kernels::Isa) -> Isa {
-        use crate::kernels::Isa as K;
         match isa {
             #[cfg(target_arch = "x86_64")]
-            K::Avx2 | K::AvxVnni => Isa::Avx2F16c,
+            crate::kernels::Isa::Avx2 | crate::kernels::Isa::AvxVnni => Isa::Avx2F16c,
             #[cfg(target_arch = "x86_64")]
-            K::Avx512Vnni => Isa::Avx512,
+            crate::kernels::Isa::Avx512Vnni => Isa::Avx512,
             _ => Isa::Portable,
         }
     }
