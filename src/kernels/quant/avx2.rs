@@ -14,14 +14,12 @@
 //! int16. No pair sum exceeds 2 * 128 * 63, whatever the activations, -128 included.
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
 use super::QuantKernels;
 use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
-use crate::kernels::x86::prefetch;
 
 macro_rules! safe_rows {
     ($($name:ident: $B:ty),* $(,)?) => {
@@ -51,7 +49,7 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
 };
 
 /// A block type's AVX2 steps.
-trait Avx2Block: QuantBlock {
+pub(super) trait Avx2Block: QuantBlock {
     /// The block's `isum` as eight int32 lanes and its `msum`.
     unsafe fn dot(&self, a: &Self::Act) -> (__m256i, i32);
     /// `acc + fold` for four (weight block, activation block) pairs `w[l]`, `a[l]` (lane `l`),
@@ -65,111 +63,127 @@ trait Avx2Block: QuantBlock {
     ) -> __m128;
 }
 
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn rows<B: Avx2Block>(
-    w: &[B],
-    nb: usize,
-    y: &[B::Act],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let m = Product {
-        w,
-        nb,
-        y,
-        ncols,
-        rows: w.len() / nb,
-    };
-    // Columns in tiles of four one row wide, then what is left of them in the tile shape that
-    // wastes no lane (four rows of one column, two of two, or one row of three and a copy).
-    let wide = ncols / 4 * 4;
-    // SAFETY (all calls): the CPU has AVX2 and F16C (this fn's contract).
-    unsafe {
-        tiles::<B, 1, 4>(&m, 0..wide, out, ld);
-        match ncols - wide {
-            0 => {}
-            1 => tiles::<B, 4, 1>(&m, wide..ncols, out, ld),
-            2 => tiles::<B, 2, 2>(&m, wide..ncols, out, ld),
-            _ => tiles::<B, 1, 4>(&m, wide..ncols, out, ld),
+/// Defines `rows` (the kernel entry) and `tiles` (its tile loops) compiled for `$feat`, with
+/// `$Block::$dot` as the dot step: the one driver of the AVX2 path and of the AVX-512 one.
+macro_rules! quant_driver {
+    ($feat:literal, $Block:ident, $dot:ident) => {
+        #[target_feature(enable = $feat)]
+        unsafe fn rows<B: $Block>(
+            w: &[B],
+            nb: usize,
+            y: &[B::Act],
+            ncols: usize,
+            out: &mut [f32],
+            ld: usize,
+        ) {
+            let m = $crate::kernels::quant::avx2::Product {
+                w,
+                nb,
+                y,
+                ncols,
+                rows: w.len() / nb,
+            };
+            // Columns in tiles of four one row wide, then what is left of them in the tile shape that
+            // wastes no lane (four rows of one column, two of two, or one row of three and a copy).
+            let wide = ncols / 4 * 4;
+            // SAFETY (all calls): the CPU has `$feat` (this fn's contract).
+            unsafe {
+                tiles::<B, 1, 4>(&m, 0..wide, out, ld);
+                match ncols - wide {
+                    0 => {}
+                    1 => tiles::<B, 4, 1>(&m, wide..ncols, out, ld),
+                    2 => tiles::<B, 2, 2>(&m, wide..ncols, out, ld),
+                    _ => tiles::<B, 1, 4>(&m, wide..ncols, out, ld),
+                }
+            }
         }
-    }
-}
 
-/// A kernel call's operands: `rows` rows of `nb` weight blocks, `ncols` activation columns.
-struct Product<'a, B: QuantBlock> {
-    w: &'a [B],
-    nb: usize,
-    y: &'a [B::Act],
-    ncols: usize,
-    rows: usize,
-}
-
-/// The columns `cols` of every row, in tiles of `R` rows by `C` columns (`R * C = 4`), lane
-/// `l` = row `l / C`, column `l % C`; a short tile repeats its last row or column and drops
-/// the copies. The rows of a tile are decoded once per block for all of its columns: the
-/// lanes that share a row share the weight loads and decode steps of `dot` (one expression,
-/// which the compiler computes once).
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn tiles<B: Avx2Block, const R: usize, const C: usize>(
-    m: &Product<'_, B>,
-    cols: Range<usize>,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let Product {
-        w,
-        nb,
-        y,
-        ncols,
-        rows,
-    } = *m;
-    let lane = |l: usize| (l / C, l % C);
-    for r0 in (0..rows).step_by(R) {
-        let row = |l: usize| &w[(r0 + lane(l).0).min(rows - 1) * nb..][..nb];
-        let wr = [row(0), row(1), row(2), row(3)];
-        for c0 in cols.clone().step_by(C) {
-            let col = |l: usize| &y[(c0 + lane(l).1).min(ncols - 1) * nb..][..nb];
-            let yc = [col(0), col(1), col(2), col(3)];
-            let mut acc = _mm_setzero_ps();
-            for b in 0..nb {
-                if c0 == cols.start {
-                    // The rows are interleaved streams, which the hardware prefetchers
-                    // follow badly: ask for the next tile's blocks at the rate this tile
-                    // reads its own (the Q6_K head gemv ran at 18 % of the 1-thread memory
-                    // ceiling without this, 75-100 % with it, Zen 5).
-                    for i in 0..R {
-                        prefetch::blocks::<1>(w, (r0 + R + i) * nb + b);
+        /// The columns `cols` of every row, in tiles of `R` rows by `C` columns (`R * C = 4`), lane
+        /// `l` = row `l / C`, column `l % C`; a short tile repeats its last row or column and drops
+        /// the copies. The rows of a tile are decoded once per block for all of its columns: the
+        /// lanes that share a row share the weight loads and decode steps of `dot` (one expression,
+        /// which the compiler computes once).
+        #[target_feature(enable = $feat)]
+        unsafe fn tiles<B: $Block, const R: usize, const C: usize>(
+            m: &$crate::kernels::quant::avx2::Product<'_, B>,
+            cols: std::ops::Range<usize>,
+            out: &mut [f32],
+            ld: usize,
+        ) {
+            let $crate::kernels::quant::avx2::Product {
+                w,
+                nb,
+                y,
+                ncols,
+                rows,
+            } = *m;
+            let lane = |l: usize| (l / C, l % C);
+            for r0 in (0..rows).step_by(R) {
+                let row = |l: usize| &w[(r0 + lane(l).0).min(rows - 1) * nb..][..nb];
+                let wr = [row(0), row(1), row(2), row(3)];
+                for c0 in cols.clone().step_by(C) {
+                    let col = |l: usize| &y[(c0 + lane(l).1).min(ncols - 1) * nb..][..nb];
+                    let yc = [col(0), col(1), col(2), col(3)];
+                    let mut acc = _mm_setzero_ps();
+                    for b in 0..nb {
+                        if c0 == cols.start {
+                            // The rows are interleaved streams, which the hardware prefetchers
+                            // follow badly: ask for the next tile's blocks at the rate this tile
+                            // reads its own (the Q6_K head gemv ran at 18 % of the 1-thread memory
+                            // ceiling without this, 75-100 % with it, Zen 5).
+                            for i in 0..R {
+                                $crate::kernels::x86::prefetch::blocks::<1>(
+                                    w,
+                                    (r0 + R + i) * nb + b,
+                                );
+                            }
+                        }
+                        let ws = [&wr[0][b], &wr[1][b], &wr[2][b], &wr[3][b]];
+                        let ys = [&yc[0][b], &yc[1][b], &yc[2][b], &yc[3][b]];
+                        // SAFETY (all calls below): the CPU has `$feat` (this fn's contract).
+                        let (i0, m0) = unsafe { B::$dot(ws[0], ys[0]) };
+                        let (i1, m1) = unsafe { B::$dot(ws[1], ys[1]) };
+                        let (i2, m2) = unsafe { B::$dot(ws[2], ys[2]) };
+                        let (i3, m3) = unsafe { B::$dot(ws[3], ys[3]) };
+                        let isum = $crate::kernels::quant::avx2::reduce4(i0, i1, i2, i3);
+                        let msum = _mm_setr_epi32(m0, m1, m2, m3);
+                        acc = unsafe {
+                            <B as $crate::kernels::quant::avx2::Avx2Block>::fold4(
+                                ws, ys, isum, msum, acc,
+                            )
+                        };
+                    }
+                    let mut lanes = [0f32; 4];
+                    // SAFETY: `lanes` holds four f32.
+                    unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
+                    for (l, v) in lanes.into_iter().enumerate() {
+                        let (r, c) = (r0 + lane(l).0, c0 + lane(l).1);
+                        if r < rows && c < cols.end {
+                            out[c * ld + r] = v;
+                        }
                     }
                 }
-                let ws = [&wr[0][b], &wr[1][b], &wr[2][b], &wr[3][b]];
-                let ys = [&yc[0][b], &yc[1][b], &yc[2][b], &yc[3][b]];
-                // SAFETY (all calls below): the CPU has AVX2 and F16C (this fn's contract).
-                let (i0, m0) = unsafe { ws[0].dot(ys[0]) };
-                let (i1, m1) = unsafe { ws[1].dot(ys[1]) };
-                let (i2, m2) = unsafe { ws[2].dot(ys[2]) };
-                let (i3, m3) = unsafe { ws[3].dot(ys[3]) };
-                let isum = reduce4(i0, i1, i2, i3);
-                let msum = _mm_setr_epi32(m0, m1, m2, m3);
-                acc = unsafe { B::fold4(ws, ys, isum, msum, acc) };
-            }
-            let mut lanes = [0f32; 4];
-            // SAFETY: `lanes` holds four f32.
-            unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
-            for (l, v) in lanes.into_iter().enumerate() {
-                let (r, c) = (r0 + lane(l).0, c0 + lane(l).1);
-                if r < rows && c < cols.end {
-                    out[c * ld + r] = v;
-                }
             }
         }
-    }
+    };
+}
+pub(super) use quant_driver;
+
+quant_driver!("avx2,f16c", Avx2Block, dot);
+
+/// A kernel call's operands: `rows` rows of `nb` weight blocks, `ncols` activation columns.
+pub(super) struct Product<'a, B: QuantBlock> {
+    pub(super) w: &'a [B],
+    pub(super) nb: usize,
+    pub(super) y: &'a [B::Act],
+    pub(super) ncols: usize,
+    pub(super) rows: usize,
 }
 
 /// The four totals of four int32x8 vectors.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn reduce4(v0: __m256i, v1: __m256i, v2: __m256i, v3: __m256i) -> __m128i {
+pub(super) fn reduce4(v0: __m256i, v1: __m256i, v2: __m256i, v3: __m256i) -> __m128i {
     let a = _mm256_hadd_epi32(v0, v1);
     let b = _mm256_hadd_epi32(v2, v3);
     let c = _mm256_hadd_epi32(a, b);

@@ -11,6 +11,8 @@ mod avx2;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod scalar;
+#[cfg(target_arch = "x86_64")]
+mod zmm;
 
 use super::{Isa, Kernels};
 use crate::format::{
@@ -60,12 +62,15 @@ quant_kernel!(
     BlockQ2_0g64 => q2_0_g64,
 );
 
-/// The table of `isa`: AVX2 for every x86 SIMD path (the VNNI CPUs have AVX2), SDOT for the
+/// The table of `isa`: AVX2 for the AVX2 and AVX-VNNI paths, AVX-512 for Q6_K on the AVX-512
+/// one (its other types AVX2), SDOT for the
 /// aarch64 paths with dotprod, the scalar reference elsewhere.
 fn table(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => &avx2::KERNELS,
+        Isa::Avx2 | Isa::AvxVnni => &avx2::KERNELS,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => &zmm::KERNELS,
         #[cfg(target_arch = "aarch64")]
         Isa::NeonDotprod | Isa::NeonI8mm => &neon::KERNELS,
         _ => &scalar::KERNELS,

@@ -1,0 +1,115 @@
+//! The AVX-512 (F/BW/VL + VNNI) path's kernels for ggml block types: the AVX2 path's driver,
+//! tiles and folds ([`super::avx2`]), compiled for AVX-512, with a 512-bit dot step for Q6_K,
+//! `llama-quantize`'s LM-head type; the other types run the AVX2 path's kernels.
+//!
+//! Q6_K in 512 bits: each 64-byte `ql` load holds the low nibbles of 64 consecutive weights and
+//! the high nibbles of the next 64, and a broadcast 32-byte `qh` shifted per 256-bit half
+//! (`vpsllvq` / `vpsrlvq`) puts their two high bits in place; `maddubs` (codes <= 63, pairs
+//! <= 2 * 63 * 128, no saturation) then `vpdpwssd` with each 16 weights' int16 scale adds
+//! into int32 lanes. The `-32` offset comes back once per block from the activation sums, as
+//! in the AVX2 step, so the integer sums are the reference's exactly.
+
+use std::arch::x86_64::*;
+
+use super::QuantKernels;
+use super::avx2::{self, Avx2Block, quant_driver};
+use crate::format::{BlockQ6K, BlockQ8K};
+
+pub(super) static KERNELS: QuantKernels = QuantKernels {
+    name: "avx512-vnni",
+    q6_k,
+    ..avx2::KERNELS
+};
+
+fn q6_k(w: &[BlockQ6K], nb: usize, y: &[BlockQ8K], ncols: usize, out: &mut [f32], ld: usize) {
+    // SAFETY: this table is only reachable through the AVX-512 VNNI path's `Kernels`, which
+    // exists only after AVX2, F16C, AVX-512 F/BW/VL and VNNI were detected.
+    unsafe { rows::<BlockQ6K>(w, nb, y, ncols, out, ld) }
+}
+
+quant_driver!(
+    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    ZmmBlock,
+    dot_zmm
+);
+
+/// A block type's 512-bit dot step.
+trait ZmmBlock: Avx2Block {
+    /// [`Avx2Block::dot`]'s sums: `isum` spread over eight int32 lanes, and `msum`.
+    unsafe fn dot_zmm(&self, a: &Self::Act) -> (__m256i, i32);
+}
+
+/// `vpermw` indices: word `j` of chunk `v` (weights `64v .. 64v + 64`) takes the scale of its
+/// 16 weights, `4v + j / 8`, from the sixteen int16 scales.
+const Q6K_SCALE_WORDS: [[i16; 32]; 4] = {
+    let mut m = [[0i16; 32]; 4];
+    let mut v = 0;
+    while v < 4 {
+        let mut j = 0;
+        while j < 32 {
+            m[v][j] = (4 * v + j / 8) as i16;
+            j += 1;
+        }
+        v += 1;
+    }
+    m
+};
+
+impl ZmmBlock for BlockQ6K {
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dot_zmm(&self, a: &BlockQ8K) -> (__m256i, i32) {
+        let low = _mm512_set1_epi8(0x0F);
+        let two = _mm512_set1_epi8(0x30);
+        // SAFETY: `scales` is 16 bytes, `bsums` 16 int16.
+        let (sc16, bsums) = unsafe {
+            (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(self.scales.as_ptr().cast())),
+                _mm256_loadu_si256(a.bsums.as_ptr().cast()),
+            )
+        };
+        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bsums));
+        let mut acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset));
+        let sc = _mm512_zextsi256_si512(sc16);
+        // Bytes 0..32 of a broadcast `qh` serve weights `l`, bytes 32..64 weights `32 + l`.
+        let to_low = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
+        let to_high = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+        for n in 0..2 {
+            // SAFETY: bytes `64n .. 64n + 64` of `ql` (128) and `32n .. 32n + 32` of `qh` (64).
+            let (ql, qh) = unsafe {
+                (
+                    _mm512_loadu_si512(self.ql.as_ptr().add(64 * n).cast()),
+                    _mm512_broadcast_i64x4(_mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast())),
+                )
+            };
+            let codes = [
+                _mm512_or_si512(
+                    _mm512_and_si512(ql, low),
+                    _mm512_and_si512(_mm512_sllv_epi64(qh, to_low), two),
+                ),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16::<4>(ql), low),
+                    _mm512_and_si512(_mm512_srlv_epi64(qh, to_high), two),
+                ),
+            ];
+            for (h, q) in codes.into_iter().enumerate() {
+                let v = 2 * n + h;
+                // SAFETY: activation bytes `64v .. 64v + 64` of 256; the index table is 64
+                // bytes.
+                let (y, pick) = unsafe {
+                    (
+                        _mm512_loadu_si512(a.qs.as_ptr().add(64 * v).cast()),
+                        _mm512_loadu_si512(Q6K_SCALE_WORDS[v].as_ptr().cast()),
+                    )
+                };
+                let p = _mm512_maddubs_epi16(q, y);
+                acc = _mm512_dpwssd_epi32(acc, p, _mm512_permutexvar_epi16(pick, sc));
+            }
+        }
+        let sum = _mm256_add_epi32(
+            _mm512_castsi512_si256(acc),
+            _mm512_extracti64x4_epi64::<1>(acc),
+        );
+        (sum, 0)
+    }
+}
