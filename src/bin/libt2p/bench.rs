@@ -644,23 +644,7 @@ impl Report {
 
     /// The report as a table on stdout.
     fn print_table(&self) {
-        let (isa, threads, ceilings, results, overheads) = (
-            self.isa,
-            &self.threads[..],
-            &self.ceilings[..],
-            &self.results[..],
-            &self.overheads[..],
-        );
-        println!("t2p bench: isa {isa}, weights {} bytes per 128", 34);
-        for (t, c) in threads.iter().zip(ceilings) {
-            println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
-        }
-        for o in overheads {
-            println!(
-                "pool per-call overhead, {} thread(s): empty call {:.2} us; 64x1024 gemv split over the pool {:.2} us, on one thread {:.2} us",
-                o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
-            );
-        }
+        self.print_preamble();
         println!(
             "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10} {:>6} {:>7} {:>6} {:>8} {:>8} {:>9} {:>9} {:>8}",
             "kern",
@@ -680,63 +664,85 @@ impl Report {
             "vs scalar",
             "vs gemv"
         );
-        let ratio = |r: &Row, isa: Isa| {
-            results
-                .iter()
-                .find(|o| {
-                    o.layout == Layout::Stock
-                        && o.isa == isa
-                        && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
-                })
-                .map_or("-".to_string(), |o| {
-                    format!("{:.1}x", o.median_s / r.median_s)
-                })
-        };
-        // A gemm's time over the gemv's on the same matrix, layout, path and thread count.
-        let vs_gemv = |r: &Row| {
-            results
-                .iter()
-                .find(|o| {
-                    r.batch > 1
-                        && o.batch == 1
-                        && o.layout == r.layout
-                        && o.isa == r.isa
-                        && (o.rows, o.k, o.threads) == (r.rows, r.k, r.threads)
-                })
-                .map_or(String::new(), |o| {
-                    format!("{:.2}x", r.median_s / o.median_s)
-                })
-        };
-        for r in results {
-            let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
-                (ratio(r, r.isa), ratio(r, Isa::Scalar))
-            } else {
-                (String::new(), String::new())
-            };
-            println!(
-                "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9} {:>8}",
-                r.kernel(),
-                r.label,
-                r.layout.name(),
-                r.isa.name(),
-                format!("{}x{}", r.rows, r.k),
-                r.batch,
-                r.threads,
-                r.median_s * 1e3,
-                100.0 * r.spread,
-                r.gbps,
-                r.pct,
-                r.gflops / 2.0,
-                r.gflops,
-                vs_stock,
-                vs_scalar,
-                vs_gemv(r)
-            );
+        for r in &self.results {
+            self.print_row(r);
         }
         println!(
             "(median of {}..{} repetitions after a warm-up; spread = (max - min) / median; GB/s counts weight bytes; % of the ceiling at the same thread count)",
-            results.iter().map(|r| r.reps).min().unwrap_or(0),
-            results.iter().map(|r| r.reps).max().unwrap_or(0)
+            self.results.iter().map(|r| r.reps).min().unwrap_or(0),
+            self.results.iter().map(|r| r.reps).max().unwrap_or(0)
         );
+    }
+
+    /// The path, the ceilings and the pool's per-call overheads.
+    fn print_preamble(&self) {
+        println!("t2p bench: isa {}, weights {} bytes per 128", self.isa, 34);
+        for (t, c) in self.threads.iter().zip(&self.ceilings) {
+            println!("ceiling (read bandwidth, {t} thread(s)): {c:.2} GB/s");
+        }
+        for o in &self.overheads {
+            println!(
+                "pool per-call overhead, {} thread(s): empty call {:.2} us; 64x1024 gemv split over the pool {:.2} us, on one thread {:.2} us",
+                o.threads, o.empty_us, o.tiny_gemv_us, o.tiny_gemv_serial_us
+            );
+        }
+    }
+
+    /// One result's line.
+    fn print_row(&self, r: &Row) {
+        let (vs_stock, vs_scalar) = if r.layout == Layout::T2p {
+            (self.vs_stock(r, r.isa), self.vs_stock(r, Isa::Scalar))
+        } else {
+            (String::new(), String::new())
+        };
+        println!(
+            "{:<5} {:<8} {:<8} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>5.0}% {:>7.2} {:>5.1}% {:>8.1} {:>8.1} {:>9} {:>9} {:>8}",
+            r.kernel(),
+            r.label,
+            r.layout.name(),
+            r.isa.name(),
+            format!("{}x{}", r.rows, r.k),
+            r.batch,
+            r.threads,
+            r.median_s * 1e3,
+            100.0 * r.spread,
+            r.gbps,
+            r.pct,
+            r.gflops / 2.0,
+            r.gflops,
+            vs_stock,
+            vs_scalar,
+            self.vs_gemv(r)
+        );
+    }
+
+    /// The stock layout's time on path `isa` over `r`'s, on the same shape ("-" without one).
+    fn vs_stock(&self, r: &Row, isa: Isa) -> String {
+        self.results
+            .iter()
+            .find(|o| {
+                o.layout == Layout::Stock
+                    && o.isa == isa
+                    && (o.rows, o.k, o.batch, o.threads) == (r.rows, r.k, r.batch, r.threads)
+            })
+            .map_or("-".to_string(), |o| {
+                format!("{:.1}x", o.median_s / r.median_s)
+            })
+    }
+
+    /// A gemm's time over the gemv's on the same matrix, layout, path and thread count.
+    fn vs_gemv(&self, r: &Row) -> String {
+        self.results
+            .iter()
+            .find(|o| {
+                r.batch > 1
+                    && o.batch == 1
+                    && o.layout == r.layout
+                    && o.isa == r.isa
+                    && (o.rows, o.k, o.threads) == (r.rows, r.k, r.threads)
+            })
+            .map_or(String::new(), |o| {
+                format!("{:.2}x", r.median_s / o.median_s)
+            })
     }
 }

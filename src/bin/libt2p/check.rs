@@ -25,40 +25,63 @@ fn lcg(state: &mut u64) -> u32 {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    print_cpu();
+    let available = Isa::available();
+    let mut s = 0x5eed;
+    let (rows, k) = (args.rows, args.k);
+    let pq = random_pq2_0(rows, k, &mut s);
+    let w = T2pMatrix::from_pq2_0(&pq, rows, k)?;
+    let mut failed = !t2p_paths_exact(&w, &available, &mut s)?;
+    failed |= !stock_matches_t2p(&pq, &w, &available, &mut s)?;
+    println!("{}", if failed { "FAIL" } else { "PASS" });
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The version, the CPU's features and the kernel paths.
+fn print_cpu() {
     println!("t2p {}", env!("CARGO_PKG_VERSION"));
     println!(
         "cpu features: {}",
         kernels::cpu::feature_names(kernels::cpu::features()).join(" ")
     );
-    let available = Isa::available();
     println!(
         "paths available: {}",
-        available
+        Isa::available()
             .iter()
             .map(|i| i.name())
             .collect::<Vec<_>>()
             .join(", ")
     );
     println!("path chosen: {}", kernels::active().isa());
+}
 
-    let mut s = 0x5eed;
-    let (rows, k) = (args.rows, args.k);
-    // Every code including 3 (+2), random scales, extreme activations in one column.
-    let pq: Vec<BlockPq2_0> = (0..rows * k / 128)
+/// `rows x k` pq2_0 weights with every code including 3 (+2) and random scales.
+fn random_pq2_0(rows: usize, k: usize, s: &mut u64) -> Vec<BlockPq2_0> {
+    (0..rows * k / 128)
         .map(|_| {
-            let codes = std::array::from_fn(|_| (lcg(&mut s) % 4) as u8);
-            BlockPq2_0::from_codes(
-                &codes,
-                f32_to_f16(0.01 + (lcg(&mut s) % 100) as f32 / 1000.0),
-            )
+            let codes = std::array::from_fn(|_| (lcg(s) % 4) as u8);
+            BlockPq2_0::from_codes(&codes, f32_to_f16(0.01 + (lcg(s) % 100) as f32 / 1000.0))
         })
-        .collect();
-    let w = T2pMatrix::from_pq2_0(&pq, rows, k)?;
+        .collect()
+}
+
+/// Every path's T2P product against the oracle's, bit for bit, for 1..8 columns (extreme
+/// activations in the first) and both activation types; prints a line per comparison.
+fn t2p_paths_exact(
+    w: &T2pMatrix,
+    available: &[Isa],
+    s: &mut u64,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let (rows, k) = (w.rows(), w.k());
     let oracle = Kernels::for_isa(Isa::Scalar)?;
-    let mut failed = false;
+    let mut exact = true;
     for ncols in [1usize, 2, 3, 4, 5, 7, 8] {
         let mut x: Vec<f32> = (0..k * ncols)
-            .map(|_| lcg(&mut s) as f32 / u32::MAX as f32 - 0.5)
+            .map(|_| lcg(s) as f32 / u32::MAX as f32 - 0.5)
             .collect();
         x[..k]
             .iter_mut()
@@ -66,9 +89,9 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             .for_each(|(i, v)| *v = if i % 2 == 0 { 1.0 } else { -1.0 });
         for act_type in [ActQuant::Q8K, ActQuant::Q8_0] {
             let act = QuantizedBatch::new(&x, k, ncols, act_type)?;
-            let want = matmul(oracle, &w, &act)?;
-            for &isa in &available {
-                let got = matmul(Kernels::for_isa(isa)?, &w, &act)?;
+            let want = matmul(oracle, w, &act)?;
+            for &isa in available {
+                let got = matmul(Kernels::for_isa(isa)?, w, &act)?;
                 let same = got
                     .iter()
                     .zip(&want)
@@ -79,18 +102,31 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
                     act_type.name(),
                     if same { "exact" } else { "MISMATCH" }
                 );
-                failed |= !same;
+                exact &= same;
             }
         }
     }
-    // The stock layout on the same weights must agree with T2P (same float order).
+    Ok(exact)
+}
+
+/// The stock layout's vec_dot on the same weights agrees with T2P on every path (same float
+/// order); prints a line per path.
+fn stock_matches_t2p(
+    pq: &[BlockPq2_0],
+    w: &T2pMatrix,
+    available: &[Isa],
+    s: &mut u64,
+) -> Result<bool, Box<dyn std::error::Error>> {
+    let (rows, k) = (w.rows(), w.k());
     let col: Vec<f32> = (0..k)
-        .map(|_| lcg(&mut s) as f32 / u32::MAX as f32 - 0.5)
+        .map(|_| lcg(s) as f32 / u32::MAX as f32 - 0.5)
         .collect();
     let mut y = vec![BlockQ8K::default(); k / 256];
     t2p::format::quantize_row_q8k(&col, &mut y);
-    let t2p_out = matmul(oracle, &w, &QuantizedBatch::new(&col, k, 1, ActQuant::Q8K)?)?;
-    for &isa in &available {
+    let oracle = Kernels::for_isa(Isa::Scalar)?;
+    let t2p_out = matmul(oracle, w, &QuantizedBatch::new(&col, k, 1, ActQuant::Q8K)?)?;
+    let mut exact = true;
+    for &isa in available {
         let kern = Kernels::for_isa(isa)?;
         let same = (0..rows).all(|r| {
             kern.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &y)
@@ -102,12 +138,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             isa.name(),
             if same { "exact" } else { "MISMATCH" }
         );
-        failed |= !same;
+        exact &= same;
     }
-    println!("{}", if failed { "FAIL" } else { "PASS" });
-    Ok(if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exact)
 }
