@@ -541,6 +541,22 @@ const Q6K_SCALE_PICK: [[i8; 32]; 4] = {
     m
 };
 
+/// A Q6_K block's sixteen scales as int16, and `-32 * sc_g * bsums_g` over eight int32 lanes
+/// (the offset of its unsigned codes, which every dot step starts from).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6k_scales_and_offset(b: &BlockQ6K, a: &BlockQ8K) -> (__m256i, __m256i) {
+    // SAFETY: `scales` is 16 bytes, `bsums` 16 int16.
+    let (sc, bsums) = unsafe {
+        (
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(b.scales.as_ptr().cast())),
+            _mm256_loadu_si256(a.bsums.as_ptr().cast()),
+        )
+    };
+    let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc, bsums));
+    (sc, _mm256_sub_epi32(_mm256_setzero_si256(), offset))
+}
+
 impl Avx2Block for BlockQ6K {
     /// The six-bit codes `u = q + 32` go unsigned into `maddubs` (pairs <= 2 * 63 * 128); the
     /// offset comes back once per block as `32 * sum_g sc_g * bsums_g`.
@@ -549,15 +565,7 @@ impl Avx2Block for BlockQ6K {
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         let low = _mm256_set1_epi8(0x0F);
         let two = _mm256_set1_epi8(0x30);
-        // SAFETY: `scales` is 16 bytes, `bsums` 16 int16.
-        let (sc_all, bsums) = unsafe {
-            (
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(self.scales.as_ptr().cast())),
-                _mm256_loadu_si256(a.bsums.as_ptr().cast()),
-            )
-        };
-        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc_all, bsums));
-        let mut acc = _mm256_sub_epi32(_mm256_setzero_si256(), offset);
+        let (_, mut acc) = q6k_scales_and_offset(self, a);
         for n in 0..2 {
             // SAFETY: bytes `64n .. 64n + 64` of `ql` (128), `32n .. 32n + 32` of `qh` (64),
             // `8n .. 8n + 8` of `scales` (16).

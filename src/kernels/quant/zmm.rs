@@ -61,15 +61,8 @@ impl ZmmBlock for BlockQ6K {
     unsafe fn dot_zmm(&self, a: &BlockQ8K) -> (__m256i, i32) {
         let low = _mm512_set1_epi8(0x0F);
         let two = _mm512_set1_epi8(0x30);
-        // SAFETY: `scales` is 16 bytes, `bsums` 16 int16.
-        let (sc16, bsums) = unsafe {
-            (
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(self.scales.as_ptr().cast())),
-                _mm256_loadu_si256(a.bsums.as_ptr().cast()),
-            )
-        };
-        let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bsums));
-        let mut acc = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), offset));
+        let (sc16, offset) = avx2::q6k_scales_and_offset(self, a);
+        let mut acc = _mm512_zextsi256_si512(offset);
         let sc = _mm512_zextsi256_si512(sc16);
         // Bytes 0..32 of a broadcast `qh` serve weights `l`, bytes 32..64 weights `32 + l`.
         let to_low = _mm512_setr_epi64(4, 4, 4, 4, 2, 2, 2, 2);
