@@ -63,8 +63,8 @@ quant_kernel!(
 );
 
 /// The table of `isa`: AVX2 for the AVX2 and AVX-VNNI paths, AVX-512 for Q6_K on the AVX-512
-/// one (its other types AVX2), SDOT for the
-/// aarch64 paths with dotprod, the scalar reference elsewhere.
+/// one (its other types AVX2), SDOT for the aarch64 paths with dotprod, the scalar reference
+/// elsewhere.
 fn table(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
