@@ -215,7 +215,8 @@ pub struct SynthOptions {
     /// With 64 the second half of each 128 gets its own scale (`7/8` of the first's).
     pub scale_group: usize,
     /// Write `llama-quantize`'s default mix: `token_embd` as Q4_K and `output` as Q6_K
-    /// (rounded from the same ternary values), the rest in `ty`.
+    /// (rounded from the same ternary values; a tied table, being the head, as Q6_K), the
+    /// rest in `ty`.
     pub default_mix: bool,
 }
 
@@ -374,7 +375,7 @@ pub fn write_qwen3_with(
             name: spec.name.clone(),
             reason: e.to_string(),
         };
-        let mix = mix_type(&spec.name, opts);
+        let mix = mix_type(&spec.name, opts, s.tied);
         if mix == GgmlType::F32 {
             return ternary_matrix(rows, k, gain, &mut rng, opts).map_err(err);
         }
@@ -392,11 +393,13 @@ pub fn write_qwen3_with(
     })
 }
 
-/// The type the default mix gives tensor `name` (Q6_K head, Q4_K table), or F32 for "the
-/// file's ternary type".
-fn mix_type(name: &str, opts: &SynthOptions) -> GgmlType {
+/// The type the default mix gives tensor `name`, or F32 for "the file's ternary type". The
+/// head is Q6_K and the table Q4_K; a `tied` model's table is its head, so `llama-quantize`
+/// gives it the head's type.
+fn mix_type(name: &str, opts: &SynthOptions, tied: bool) -> GgmlType {
     match name {
         "output.weight" if opts.default_mix => GgmlType::Q6_K,
+        "token_embd.weight" if opts.default_mix && tied => GgmlType::Q6_K,
         "token_embd.weight" if opts.default_mix => GgmlType::Q4_K,
         _ => GgmlType::F32,
     }
@@ -430,7 +433,7 @@ fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), Gguf
 /// `opts`, vectors F32.
 fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Vec<TensorSpec> {
     let (d, hd, ff) = (s.n_embd, s.head_dim, s.n_ff);
-    let mat = |name: String, k: usize, rows: usize| match mix_type(&name, opts) {
+    let mat = |name: String, k: usize, rows: usize| match mix_type(&name, opts, s.tied) {
         GgmlType::F32 => {
             let mut spec = TensorSpec::new(name, &[k, rows], opts.ty.layout());
             spec.ggml_type = opts.ty.ggml_type();
@@ -463,4 +466,38 @@ fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Ve
         ]);
     }
     specs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The types `llama-quantize`'s default mix gives the head and the table, by name.
+    fn mix_types(shape: &Qwen3Shape) -> Vec<(String, u32)> {
+        let mut opts = SynthOptions::new(SynthType::Pq2_0);
+        opts.default_mix = true;
+        qwen3_tensor_specs(shape, 512, &opts)
+            .into_iter()
+            .filter(|s| !s.name.starts_with("blk.") && s.dims.len() == 2)
+            .map(|s| (s.name, s.ggml_type))
+            .collect()
+    }
+
+    #[test]
+    fn the_default_mix_gives_a_tied_table_the_head_type() {
+        let tied = QWEN3_SHAPES[0];
+        let untied = QWEN3_SHAPES[2];
+        assert!(tied.tied && !untied.tied);
+        assert_eq!(
+            mix_types(&tied),
+            [("token_embd.weight".into(), GgmlType::Q6_K.0)]
+        );
+        assert_eq!(
+            mix_types(&untied),
+            [
+                ("token_embd.weight".into(), GgmlType::Q4_K.0),
+                ("output.weight".into(), GgmlType::Q6_K.0)
+            ]
+        );
+    }
 }
