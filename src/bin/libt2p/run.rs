@@ -200,7 +200,7 @@ pub fn run(args: Args) -> Result<ExitCode, BoxError> {
     let n_ctx = args.model.n_ctx(&loaded);
     let ids = prompt_ids(&args, &loaded, &prompt, n_ctx)?;
     let out = generate_streaming(&args, &loaded, &exec, &ids, n_ctx)?;
-    let mem = Memory::measure(&args, &loaded, &exec, &out.stats);
+    let mem = Memory::measure(&args, loaded, &exec, &out.stats);
     if args.json {
         print_json(&args, &exec, &ids, &out, &mem, load_secs);
     } else {
@@ -346,7 +346,9 @@ struct Memory {
 }
 
 impl Memory {
-    fn measure(args: &Args, loaded: &Loaded, exec: &Exec, stats: &GenStats) -> Memory {
+    /// Takes the model to free it before the ceiling probe allocates its buffer, so the probe
+    /// does not add to the run's peak memory.
+    fn measure(args: &Args, loaded: Loaded, exec: &Exec, stats: &GenStats) -> Memory {
         let weights_per_token = loaded.model.bytes_per_token() as f64;
         // Hybrid models also read and write their recurrent state once per token (as `bench -m`
         // counts it; the KV cache read, small at these lengths, is left out here).
@@ -357,6 +359,7 @@ impl Memory {
             .as_ref()
             .map_or(0, |r| 2 * r.state_bytes()) as f64;
         let bytes_per_token = weights_per_token + state_per_token;
+        drop(loaded);
         let ceiling = (!args.no_ceiling).then(|| {
             let probe = BandwidthProbe::new(&exec.pool, BandwidthProbe::default_bytes());
             probe.measure(&exec.pool, 3).median_gbps
