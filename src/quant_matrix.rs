@@ -8,7 +8,7 @@ use bytemuck::Zeroable;
 
 use crate::error::{Error, Result};
 use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
-use crate::kernels::{Kernels, QuantKernel};
+use crate::kernels::{Gemm, Kernels, QuantKernel};
 
 /// A `rows x k` matrix of ggml blocks in file order (row `r`'s blocks at `r * k / WEIGHTS`).
 #[derive(Clone, Debug)]
@@ -186,7 +186,14 @@ impl QuantMatrix {
         let nb = self.k / B::WEIGHTS;
         let y = act_blocks::<B::Act>(work, ncols * nb);
         let w = &self.blocks::<B>()[rows.start * nb..rows.end * nb];
-        kern.quant_rows(w, nb, y, ncols, out, ld);
+        kern.quant_rows(Gemm {
+            x: w,
+            nb,
+            y,
+            ncols,
+            out,
+            ld,
+        });
     }
 }
 

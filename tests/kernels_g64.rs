@@ -12,7 +12,7 @@ use t2p::format::{
     BlockQ2_0g64, BlockQ8_0Quad, BlockT2pG64, GgmlType, QuantBlock, TernaryBlock, f16_to_f32,
     f32_to_f16, repack_to_t2p,
 };
-use t2p::kernels::Kernels;
+use t2p::kernels::{Gemm, Kernels};
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch, T2pMatrix};
 use t2p::quant_matrix::QuantMatrix;
 
@@ -71,7 +71,14 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, scales: Scales, acts
         if ncols == 1 {
             kern.gemv_q8_0(&w, nb, &cols, &mut out[..padded]);
         } else {
-            kern.gemm_q8_0(&w, nb, &cols, ncols, &mut out, ld);
+            kern.gemm_q8_0(Gemm {
+                x: &w,
+                nb,
+                y: &cols,
+                ncols,
+                out: &mut out,
+                ld,
+            });
         }
         out
     };

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use t2p::format::{BlockT2p, repack_pq2_0_to_t2p, t2p_block_count};
-use t2p::kernels::Kernels;
+use t2p::kernels::{Gemm, Kernels};
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
 /// `q8_K x4` tiles of `ncols` q8_K columns, the last one zero-padded (the gemm kernel's operand).
@@ -147,7 +147,14 @@ fn check_q8_0(
         if ncols == 1 {
             kern.gemv_q8_0(w, nb, &cols, &mut out[..rows]);
         } else {
-            kern.gemm_q8_0(w, nb, &cols, ncols, &mut out, ld);
+            kern.gemm_q8_0(Gemm {
+                x: w,
+                nb,
+                y: &cols,
+                ncols,
+                out: &mut out,
+                ld,
+            });
         }
         out
     };
@@ -466,9 +473,23 @@ fn gemm_every_leftover_width() {
             let run = |kern: &Kernels, q8_0: bool| {
                 let mut out = vec![sentinel; ld * ncols];
                 if q8_0 {
-                    kern.gemm_q8_0(&w, nb, &q0, ncols, &mut out, ld);
+                    kern.gemm_q8_0(Gemm {
+                        x: &w,
+                        nb,
+                        y: &q0,
+                        ncols,
+                        out: &mut out,
+                        ld,
+                    });
                 } else {
-                    kern.gemm(&w, nb, &x4, ncols, &mut out, ld);
+                    kern.gemm(Gemm {
+                        x: &w,
+                        nb,
+                        y: &x4,
+                        ncols,
+                        out: &mut out,
+                        ld,
+                    });
                 }
                 out
             };

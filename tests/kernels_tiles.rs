@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
-use t2p::kernels::Kernels;
+use t2p::kernels::{Gemm, Kernels};
 
 fn weights(rows: usize, k: usize, codes: Codes, scales: Scales, rng: &mut Lcg) -> Vec<BlockT2p> {
     let pq = pq2_0_tensor(rows, k, codes, scales, rng);
@@ -34,7 +34,14 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
         if ncols == 1 {
             kern.gemv_q8_0(&w, nb, &cols, &mut out[..rows]);
         } else {
-            kern.gemm_q8_0(&w, nb, &cols, ncols, &mut out, ld);
+            kern.gemm_q8_0(Gemm {
+                x: &w,
+                nb,
+                y: &cols,
+                ncols,
+                out: &mut out,
+                ld,
+            });
         }
         out
     };
@@ -87,7 +94,14 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
         if ncols == 1 {
             kern.gemv(&w, nb, &cols, &mut out[..rows]);
         } else {
-            kern.gemm(&w, nb, &tiles, ncols, &mut out, ld);
+            kern.gemm(Gemm {
+                x: &w,
+                nb,
+                y: &tiles,
+                ncols,
+                out: &mut out,
+                ld,
+            });
         }
         out
     };

@@ -11,7 +11,7 @@ use t2p::format::{
     BlockQ6K, BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock, dequantize_blocks,
     f16_to_f32, f32_to_f16, vec_dot,
 };
-use t2p::kernels::QuantKernel;
+use t2p::kernels::{Gemm, QuantKernel};
 use t2p::quant_matrix::QuantMatrix;
 
 /// A block type the tests can fill: random bytes, then finite random scales.
@@ -155,7 +155,14 @@ where
                     }
                     for kern in &paths {
                         let mut got = vec![0f32; ncols * ld];
-                        kern.quant_rows(&w, nb, &y, ncols, &mut got, ld);
+                        kern.quant_rows(Gemm {
+                            x: &w,
+                            nb,
+                            y: &y,
+                            ncols,
+                            out: &mut got,
+                            ld,
+                        });
                         let what = format!(
                             "{} on {}: rows {rows}, k {k}, {ncols} cols, {acts:?}",
                             B::TYPE,

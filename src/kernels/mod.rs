@@ -169,17 +169,87 @@ impl fmt::Display for Isa {
 pub(crate) type GemvFn = fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]);
 /// `x` as for gemv, `y`: `ceil(ncols / 4) * nb / 2` `q8_K x4` blocks (tile-major, the last tile
 /// zero-padded), `out[c * ld + r]` for column `c < ncols` and row `r < 4 * ng`.
-pub(crate) type GemmFn =
-    fn(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize);
+pub(crate) type GemmFn = fn(Gemm<'_, BlockT2p, BlockQ8Kx4>);
 /// `x` as for gemv (either T2P layout), `y`: the `nb` `q8_0` blocks of one column, `out`:
 /// `4 * ng` values.
 pub(crate) type GemvQ8_0Fn<B = BlockT2p> =
     fn(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]);
 /// `x` as for gemv, `y`: `ncols * nb` `q8_0` blocks (column `c` at `c * nb`), `out[c * ld + r]`.
-pub(crate) type GemmQ8_0Fn<B = BlockT2p> =
-    fn(x: &[B], nb: usize, y: &[BlockQ8_0Quad], ncols: usize, out: &mut [f32], ld: usize);
+pub(crate) type GemmQ8_0Fn<B = BlockT2p> = fn(Gemm<'_, B, BlockQ8_0Quad>);
 /// `x`: `n / 128` pq2_0 blocks, `y`: `n / 256` `q8_K` blocks.
 pub(crate) type VecDotFn = fn(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32;
+
+/// The operands of one gemm: `x` holds the weights (`nb` blocks per row group, or per row for
+/// the ggml block types), `y` the activations of `ncols` columns in the layout the entry takes,
+/// and column `c` of the result goes to `out[c * ld..][..rows]`. Named fields, so a caller
+/// cannot swap `ncols` and `ld`; the checked entries ([`Kernels::gemm`], [`Kernels::gemm_q8_0`],
+/// [`Kernels::quant_rows`]) validate the shapes before a kernel sees them.
+#[derive(Debug)]
+pub struct Gemm<'a, W, A> {
+    /// The weight blocks, row group (or row) after row group.
+    pub x: &'a [W],
+    /// Blocks per row group (or row).
+    pub nb: usize,
+    /// The activations of the `ncols` columns.
+    pub y: &'a [A],
+    /// Columns to compute.
+    pub ncols: usize,
+    /// The result, column `c` at `c * ld`.
+    pub out: &'a mut [f32],
+    /// Distance between two columns of `out`, at least the row count.
+    pub ld: usize,
+}
+
+impl<'a, W, A> Gemm<'a, W, A> {
+    /// The same operands with the weights seen as another block type (a layout's view of them).
+    pub(crate) fn with_weights<V>(self, x: &'a [V]) -> Gemm<'a, V, A> {
+        Gemm {
+            x,
+            nb: self.nb,
+            y: self.y,
+            ncols: self.ncols,
+            out: self.out,
+            ld: self.ld,
+        }
+    }
+
+    /// The same weights and output with the activations in another layout (a kernel's own).
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    pub(crate) fn with_activations<'b, V>(self, y: &'b [V]) -> Gemm<'b, W, V>
+    where
+        'a: 'b,
+    {
+        Gemm {
+            x: self.x,
+            nb: self.nb,
+            y,
+            ncols: self.ncols,
+            out: self.out,
+            ld: self.ld,
+        }
+    }
+
+    /// Column `c`'s first `rows` outputs.
+    pub(crate) fn column(&mut self, c: usize, rows: usize) -> &mut [f32] {
+        &mut self.out[c * self.ld..c * self.ld + rows]
+    }
+
+    /// Panics unless `x` is whole row groups of `nb` blocks and `out` holds `ncols` columns of
+    /// the `rows` that `rows_per_group` rows a group give.
+    fn assert_shape(&self, rows_per_group: usize) -> usize {
+        assert!(self.nb > 0, "nb must be positive");
+        assert_eq!(self.x.len() % self.nb, 0, "weight blocks");
+        let rows = self.x.len() / self.nb * rows_per_group;
+        assert!(self.ld >= rows, "ld smaller than the rows");
+        if self.ncols > 0 {
+            assert!(
+                self.out.len() >= (self.ncols - 1) * self.ld + rows,
+                "output too short"
+            );
+        }
+        rows
+    }
+}
 
 /// The kernels of one ISA path. Only obtainable for paths the CPU supports, so calling them is
 /// always sound.
@@ -257,27 +327,18 @@ impl Kernels {
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
-    pub fn gemm(
-        &self,
-        x: &[BlockT2p],
-        nb: usize,
-        y: &[BlockQ8Kx4],
-        ncols: usize,
-        out: &mut [f32],
-        ld: usize,
-    ) {
+    pub fn gemm(&self, g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
         assert!(
-            nb > 0 && nb.is_multiple_of(2),
+            g.nb.is_multiple_of(2),
             "nb must be a positive even block count"
         );
-        assert_eq!(x.len() % nb, 0, "weight blocks");
-        let rows = x.len() / nb * ROWS_PER_T2P;
-        assert_eq!(y.len(), ncols.div_ceil(4) * nb / 2, "activation tiles");
-        assert!(ld >= rows, "ld smaller than the rows");
-        if ncols > 0 {
-            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
-        }
-        (self.gemm)(x, nb, y, ncols, out, ld)
+        g.assert_shape(ROWS_PER_T2P);
+        assert_eq!(
+            g.y.len(),
+            g.ncols.div_ceil(4) * g.nb / 2,
+            "activation tiles"
+        );
+        (self.gemm)(g)
     }
 
     /// gemv with `q8_0` activations (llama.cpp's numerics for `pq2_0` and Q2_0): `x` holds
@@ -310,25 +371,13 @@ impl Kernels {
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
-    pub fn gemm_q8_0<B: RowPairBlock>(
-        &self,
-        x: &[B],
-        nb: usize,
-        y: &[BlockQ8_0Quad],
-        ncols: usize,
-        out: &mut [f32],
-        ld: usize,
-    ) {
-        assert!(nb > 0, "nb must be positive");
-        assert_eq!(x.len() % nb, 0, "weight blocks");
-        let rows = x.len() / nb * ROWS_PER_T2P;
-        assert_eq!(y.len(), ncols * nb, "activation blocks");
-        assert!(ld >= rows, "ld smaller than the rows");
-        if ncols > 0 {
-            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
-            match B::slice(x) {
-                T2pSlice::G128(x) => (self.gemm_q8_0)(x, nb, y, ncols, out, ld),
-                T2pSlice::G64(x) => (self.gemm_q8_0_g64)(x, nb, y, ncols, out, ld),
+    pub fn gemm_q8_0<B: RowPairBlock>(&self, g: Gemm<'_, B, BlockQ8_0Quad>) {
+        g.assert_shape(ROWS_PER_T2P);
+        assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
+        if g.ncols > 0 {
+            match B::slice(g.x) {
+                T2pSlice::G128(x) => (self.gemm_q8_0)(g.with_weights(x)),
+                T2pSlice::G64(x) => (self.gemm_q8_0_g64)(g.with_weights(x)),
             }
         }
     }

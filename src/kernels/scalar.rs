@@ -2,7 +2,7 @@
 //! float arithmetic only at the end of each 128-weight block. Every SIMD path is compared with
 //! these bit for bit.
 
-use super::{Isa, Kernels, fold_q8_0};
+use super::{Gemm, Isa, Kernels, fold_q8_0};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
     RowPairBlock, f16_to_f32,
@@ -48,7 +48,15 @@ pub fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 }
 
 /// Reference gemm: column `c` of tile `t = c / 4` is read from the interleaved blocks.
-pub fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+pub fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+    let Gemm {
+        x,
+        nb,
+        y,
+        ncols,
+        out,
+        ld,
+    } = g;
     let half = nb / 2;
     for c in 0..ncols {
         let tile = &y[(c / 4) * half..(c / 4 + 1) * half];
@@ -111,17 +119,10 @@ pub fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: 
 }
 
 /// Reference `q8_0` gemm: column `c` is `y[c * nb .. (c + 1) * nb]`, written to `out[c * ld + r]`.
-pub fn gemm_q8_0<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
-        gemv_q8_0(x, nb, col, &mut out[c * ld..c * ld + rows]);
+pub fn gemm_q8_0<B: RowPairBlock>(mut g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let rows = g.x.len() / g.nb * ROWS_PER_T2P;
+    for (c, col) in g.y.chunks_exact(g.nb).take(g.ncols).enumerate() {
+        gemv_q8_0(g.x, g.nb, col, g.column(c, rows));
     }
 }
 
@@ -175,7 +176,14 @@ mod tests {
         });
         let tile = [interleave_q8k_x4([&cols[0], &cols[1], &cols[2], &cols[3]])];
         let mut out = [0.0; 16];
-        gemm(&x, 2, &tile, 3, &mut out, 4);
+        gemm(Gemm {
+            x: &x,
+            nb: 2,
+            y: &tile,
+            ncols: 3,
+            out: &mut out,
+            ld: 4,
+        });
         for c in 0..3 {
             let mut col = [0.0; 4];
             gemv(&x, 2, &cols[c..c + 1], &mut col);

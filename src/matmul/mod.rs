@@ -32,7 +32,7 @@ use crate::format::{
     RowPairBlock, T2pSlice, T2pVec, check_matrix_shape, dequantize_t2p_row, quantize_q8k_x4,
     quantize_row_q8_0, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
 };
-use crate::kernels::Kernels;
+use crate::kernels::{Gemm, Kernels};
 use crate::pool::ThreadPool;
 
 pub mod parallel;
@@ -742,13 +742,27 @@ impl MatmulPlan {
         let m = w.len() / nb * ROWS_PER_T2P;
         match l.act {
             ActQuant::Q8_0 if l.ncols == 1 => kern.gemv_q8_0(w, nb, l.q8_0(work), &mut out[..m]),
-            ActQuant::Q8_0 => kern.gemm_q8_0(w, nb, l.q8_0(work), l.ncols, out, ld),
+            ActQuant::Q8_0 => kern.gemm_q8_0(Gemm {
+                x: w,
+                nb,
+                y: l.q8_0(work),
+                ncols: l.ncols,
+                out,
+                ld,
+            }),
             ActQuant::Q8K => {
                 let T2pSlice::G128(w) = B::slice(w) else {
                     unreachable!("compute refuses q8_K plans for group-64 weights")
                 };
                 if l.tile_cols() > 0 {
-                    kern.gemm(w, nb, l.q8k_tiles(work), l.tile_cols(), out, ld);
+                    kern.gemm(Gemm {
+                        x: w,
+                        nb,
+                        y: l.q8k_tiles(work),
+                        ncols: l.tile_cols(),
+                        out,
+                        ld,
+                    });
                 }
                 if l.has_plain_column() {
                     let o = (l.ncols - 1) * ld;

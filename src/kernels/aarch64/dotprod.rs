@@ -12,7 +12,7 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Isa, Kernels};
+use crate::kernels::{Gemm, Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::NeonDotprod,
@@ -36,12 +36,12 @@ pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     })
 }
 
-fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
     // Once per call (amortised over every row group of the call): each tile's halves in the
     // layout the SDOT tile loads without `dup`s, `nb` per tile.
-    with_halves(y, Q8Kx4Dup::new, |tiles| {
+    with_halves(g.y, Q8Kx4Dup::new, |tiles| {
         // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
-        unsafe { gemm_dotprod(x, nb, tiles, ncols, out, ld) }
+        unsafe { gemm_dotprod(g.with_activations(tiles)) }
     })
 }
 
@@ -80,17 +80,10 @@ fn gemv_q8_0_dotprod<B: RowPairBlock>(x: &[B], nb: usize, y: &[Q8_0Dup], out: &m
 }
 
 /// `q8_0` gemm entry: SDOT tiles of four columns.
-fn gemm_q8_0<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    with_q8_0_tiles(y, nb, ncols, Q8_0x4Dot::new, |tiles| {
+fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    with_q8_0_tiles(g.y, g.nb, g.ncols, Q8_0x4Dot::new, |tiles| {
         // SAFETY: reachable only through `KERNELS`, handed out only after detecting dotprod.
-        unsafe { gemm_q8_0_dotprod(x, nb, tiles, ncols, out, ld) }
+        unsafe { gemm_q8_0_dotprod(g.with_activations(tiles)) }
     })
 }
 
@@ -132,24 +125,8 @@ fn q8_0_tile_block<B: RowPairBlock>(
 
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemm_q8_0_dotprod<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    tiles: &[Q8_0x4Dot],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    gemm_local_tiles(
-        x,
-        nb,
-        tiles,
-        ncols,
-        out,
-        ld,
-        |b, y, acc| q8_0_tile_block(b, y, acc),
-        |a| a,
-    );
+fn gemm_q8_0_dotprod<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x4Dot>) {
+    gemm_local_tiles(g, |b, y, acc| q8_0_tile_block(b, y, acc), |a| a);
 }
 
 /// Stock vec_dot entry (also the i8mm path's).
@@ -338,21 +315,9 @@ fn tile_block(x: &BlockT2p, y: &Q8Kx4Dup) -> [int32x4_t; 4] {
 
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
-fn gemm_dotprod(
-    x: &[BlockT2p],
-    nb: usize,
-    tiles: &[Q8Kx4Dup],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+fn gemm_dotprod(g: Gemm<'_, BlockT2p, Q8Kx4Dup>) {
     gemm_local_tiles(
-        x,
-        nb,
-        tiles,
-        ncols,
-        out,
-        ld,
+        g,
         |blk, yb, acc| {
             let isum = tile_block(blk, yb);
             let dw = row_scales(&blk.d);

@@ -9,7 +9,7 @@ use super::{
     store_f32x4, with_q8_0_tiles,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, RowPairBlock};
-use crate::kernels::{Isa, Kernels, fold_q8_0};
+use crate::kernels::{Gemm, Isa, Kernels, fold_q8_0};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::NeonI8mm,
@@ -22,10 +22,10 @@ pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     vec_dot_stock: dotprod::vec_dot_stock,
 };
 
-fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
     // SAFETY: reachable only through `KERNELS`, which `aarch64::kernels` hands out only after
     // detecting i8mm (and dotprod).
-    unsafe { gemm_i8mm(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_i8mm(g) }
 }
 
 /// Exact sums `[column c: rows 0..3]` of one T2P block against half a `q8_K x4` block.
@@ -79,28 +79,14 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
 
 #[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
-fn gemm_i8mm(
-    x: &[BlockT2p],
-    nb: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+fn gemm_i8mm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+    gemm_tiles(g, |b, ys, s| tile_block(b, ys, s));
 }
 
-fn gemm_q8_0<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    with_q8_0_tiles(y, nb, ncols, Q8_0x8Mmla::new, |tiles| {
+fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    with_q8_0_tiles(g.y, g.nb, g.ncols, Q8_0x8Mmla::new, |tiles| {
         // SAFETY: reachable only through `KERNELS`, handed out only after detecting i8mm.
-        unsafe { gemm_q8_0_i8mm(x, nb, tiles, ncols, out, ld) }
+        unsafe { gemm_q8_0_i8mm(g.with_activations(tiles)) }
     })
 }
 
@@ -251,14 +237,15 @@ fn q8_0_tile<B: RowPairBlock, const CP: usize>(
 
 #[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
-fn gemm_q8_0_i8mm<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    tiles: &[Q8_0x8Mmla],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+fn gemm_q8_0_i8mm<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x8Mmla>) {
+    let Gemm {
+        x,
+        nb,
+        y: tiles,
+        ncols,
+        out,
+        ld,
+    } = g;
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
         for (t, tile) in tiles.chunks_exact(nb).enumerate() {

@@ -28,7 +28,9 @@
 
 use core::arch::aarch64::*;
 
-use super::{Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, fold_q8_0, with_per_call_buffer};
+use super::{
+    Gemm, Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, fold_q8_0, with_per_call_buffer,
+};
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 
 pub(in crate::kernels) mod asm;
@@ -227,14 +229,17 @@ fn mul_lane_f32(v: float32x4_t, w: float32x4_t, lane: usize) -> float32x4_t {
 #[inline]
 #[target_feature(enable = "neon")]
 fn gemm_tiles(
-    x: &[BlockT2p],
-    nb: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
+    g: Gemm<'_, BlockT2p, BlockQ8Kx4>,
     block: impl Fn(&BlockT2p, &[[i8; 32]; 16], int32x4_t) -> [int32x4_t; 4],
 ) {
+    let Gemm {
+        x,
+        nb,
+        y,
+        ncols,
+        out,
+        ld,
+    } = g;
     let half = nb / 2;
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
@@ -428,17 +433,19 @@ fn with_halves<B, T: Layout, R>(
 /// stored.
 #[inline]
 #[target_feature(enable = "neon")]
-#[allow(clippy::too_many_arguments)]
 fn gemm_local_tiles<B, T>(
-    x: &[B],
-    nb: usize,
-    tiles: &[T],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
+    g: Gemm<'_, B, T>,
     block: impl Fn(&B, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
     columns: impl Fn([float32x4_t; 4]) -> [float32x4_t; 4],
 ) {
+    let Gemm {
+        x,
+        nb,
+        y: tiles,
+        ncols,
+        out,
+        ld,
+    } = g;
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
         for (t, tile) in tiles.chunks_exact(nb).enumerate() {
@@ -536,7 +543,7 @@ mod stock {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Isa, Kernels, scalar};
+    use super::super::{Gemm, Isa, Kernels, scalar};
     use crate::format::{
         BlockPq2_0, BlockQ8K, BlockT2p, f32_to_f16, interleave_q8k_x4, repack_pq2_0_to_t2p,
     };
@@ -581,7 +588,14 @@ mod tests {
                         kern.isa()
                     );
                     let mut out = vec![f32::NAN; 4 * rows];
-                    kern.gemm(&w, k / 128, &x4, 3, &mut out, rows);
+                    kern.gemm(Gemm {
+                        x: &w,
+                        nb: k / 128,
+                        y: &x4,
+                        ncols: 3,
+                        out: &mut out,
+                        ld: rows,
+                    });
                     assert!(
                         out[..3 * rows].iter().all(|&v| v == exact),
                         "{} gemm",
@@ -636,7 +650,14 @@ mod tests {
         let mut want_v = vec![0.0; rows];
         oracle.gemv(&w, k / 128, &cols[0], &mut want_v);
         let mut want_m = vec![0.0; 4 * rows];
-        oracle.gemm(&w, k / 128, &x4, 4, &mut want_m, rows);
+        oracle.gemm(Gemm {
+            x: &w,
+            nb: k / 128,
+            y: &x4,
+            ncols: 4,
+            out: &mut want_m,
+            ld: rows,
+        });
         let want_s: Vec<f32> = (0..rows)
             .map(|r| oracle.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &cols[0]))
             .collect();
@@ -645,7 +666,14 @@ mod tests {
             kern.gemv(&w, k / 128, &cols[0], &mut got);
             assert_eq!(bits(&got), bits(&want_v), "{} gemv", kern.isa());
             let mut got = vec![0.0; 4 * rows];
-            kern.gemm(&w, k / 128, &x4, 4, &mut got, rows);
+            kern.gemm(Gemm {
+                x: &w,
+                nb: k / 128,
+                y: &x4,
+                ncols: 4,
+                out: &mut got,
+                ld: rows,
+            });
             assert_eq!(bits(&got), bits(&want_m), "{} gemm", kern.isa());
             let got: Vec<f32> = (0..rows)
                 .map(|r| kern.vec_dot_stock(&pq[r * k / 128..(r + 1) * k / 128], &cols[0]))

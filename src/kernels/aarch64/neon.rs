@@ -16,7 +16,7 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Isa, Kernels};
+use crate::kernels::{Gemm, Isa, Kernels};
 
 pub(in crate::kernels) static KERNELS: Kernels = Kernels {
     isa: Isa::Neon,
@@ -71,9 +71,9 @@ fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
     unsafe { gemv_neon(x, nb, y, out) }
 }
 
-fn gemm(x: &[BlockT2p], nb: usize, y: &[BlockQ8Kx4], ncols: usize, out: &mut [f32], ld: usize) {
+fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
     // SAFETY: as for `gemv`.
-    unsafe { gemm_neon(x, nb, y, ncols, out, ld) }
+    unsafe { gemm_neon(g) }
 }
 
 fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
@@ -84,17 +84,10 @@ fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut
     })
 }
 
-fn gemm_q8_0<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    with_q8_0_tiles(y, nb, ncols, Q8_0x4Dot::new, |tiles| {
+fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    with_q8_0_tiles(g.y, g.nb, g.ncols, Q8_0x4Dot::new, |tiles| {
         // SAFETY: as for `gemv`.
-        unsafe { gemm_q8_0_neon(x, nb, tiles, ncols, out, ld) }
+        unsafe { gemm_q8_0_neon(g.with_activations(tiles)) }
     })
 }
 
@@ -170,24 +163,8 @@ fn q8_0_tile_block<B: RowPairBlock>(
 
 #[inline(never)]
 #[target_feature(enable = "neon")]
-fn gemm_q8_0_neon<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    tiles: &[Q8_0x4Dot],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    gemm_local_tiles(
-        x,
-        nb,
-        tiles,
-        ncols,
-        out,
-        ld,
-        |b, y, acc| q8_0_tile_block(b, y, acc),
-        |a| a,
-    );
+fn gemm_q8_0_neon<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x4Dot>) {
+    gemm_local_tiles(g, |b, y, acc| q8_0_tile_block(b, y, acc), |a| a);
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
@@ -265,15 +242,8 @@ fn tile_block(x: &BlockT2p, y: &[[i8; 32]; 16], sums: int32x4_t) -> [int32x4_t; 
 
 #[inline(never)]
 #[target_feature(enable = "neon")]
-fn gemm_neon(
-    x: &[BlockT2p],
-    nb: usize,
-    y: &[BlockQ8Kx4],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    gemm_tiles(x, nb, y, ncols, out, ld, |b, ys, s| tile_block(b, ys, s));
+fn gemm_neon(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+    gemm_tiles(g, |b, ys, s| tile_block(b, ys, s));
 }
 
 /// The stock layout as it sits in the file, ggml's decode (table lookup, shift, mask, minus one)

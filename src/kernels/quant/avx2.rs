@@ -20,13 +20,14 @@ use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
+use crate::kernels::Gemm;
 
 macro_rules! safe_rows {
     ($($name:ident: $B:ty),* $(,)?) => {
-        $(fn $name(w: &[$B], nb: usize, y: &[<$B as QuantBlock>::Act], ncols: usize, out: &mut [f32], ld: usize) {
+        $(fn $name(g: Gemm<'_, $B, <$B as QuantBlock>::Act>) {
             // SAFETY: this table is only reachable through `Kernels` of the AVX2 / AVX-VNNI
             // paths, which exist only after AVX2 and F16C were detected.
-            unsafe { rows::<$B>(w, nb, y, ncols, out, ld) }
+            unsafe { rows::<$B>(g) }
         })*
     };
 }
@@ -68,32 +69,19 @@ pub(super) trait Avx2Block: QuantBlock {
 macro_rules! quant_driver {
     ($feat:literal, $Block:ident, $dot:ident) => {
         #[target_feature(enable = $feat)]
-        unsafe fn rows<B: $Block>(
-            w: &[B],
-            nb: usize,
-            y: &[B::Act],
-            ncols: usize,
-            out: &mut [f32],
-            ld: usize,
-        ) {
-            let m = $crate::kernels::quant::avx2::Product {
-                w,
-                nb,
-                y,
-                ncols,
-                rows: w.len() / nb,
-            };
+        unsafe fn rows<B: $Block>(mut g: $crate::kernels::Gemm<'_, B, B::Act>) {
+            let ncols = g.ncols;
             // Columns in tiles of four one row wide, then what is left of them in the tile shape that
             // wastes no lane (four rows of one column, two of two, or one row of three and a copy).
             let wide = ncols / 4 * 4;
             // SAFETY (all calls): the CPU has `$feat` (this fn's contract).
             unsafe {
-                tiles::<B, 1, 4>(&m, 0..wide, out, ld);
+                tiles::<B, 1, 4>(&mut g, 0..wide);
                 match ncols - wide {
                     0 => {}
-                    1 => tiles::<B, 4, 1>(&m, wide..ncols, out, ld),
-                    2 => tiles::<B, 2, 2>(&m, wide..ncols, out, ld),
-                    _ => tiles::<B, 1, 4>(&m, wide..ncols, out, ld),
+                    1 => tiles::<B, 4, 1>(&mut g, wide..ncols),
+                    2 => tiles::<B, 2, 2>(&mut g, wide..ncols),
+                    _ => tiles::<B, 1, 4>(&mut g, wide..ncols),
                 }
             }
         }
@@ -105,18 +93,11 @@ macro_rules! quant_driver {
         /// which the compiler computes once).
         #[target_feature(enable = $feat)]
         unsafe fn tiles<B: $Block, const R: usize, const C: usize>(
-            m: &$crate::kernels::quant::avx2::Product<'_, B>,
+            g: &mut $crate::kernels::Gemm<'_, B, B::Act>,
             cols: std::ops::Range<usize>,
-            out: &mut [f32],
-            ld: usize,
         ) {
-            let $crate::kernels::quant::avx2::Product {
-                w,
-                nb,
-                y,
-                ncols,
-                rows,
-            } = *m;
+            let (w, nb, y, ncols, ld) = (g.x, g.nb, g.y, g.ncols, g.ld);
+            let rows = w.len() / nb;
             let lane = |l: usize| (l / C, l % C);
             for r0 in (0..rows).step_by(R) {
                 let row = |l: usize| &w[(r0 + lane(l).0).min(rows - 1) * nb..][..nb];
@@ -159,7 +140,7 @@ macro_rules! quant_driver {
                     for (l, v) in lanes.into_iter().enumerate() {
                         let (r, c) = (r0 + lane(l).0, c0 + lane(l).1);
                         if r < rows && c < cols.end {
-                            out[c * ld + r] = v;
+                            g.out[c * ld + r] = v;
                         }
                     }
                 }
@@ -170,15 +151,6 @@ macro_rules! quant_driver {
 pub(super) use quant_driver;
 
 quant_driver!("avx2,f16c", Avx2Block, dot);
-
-/// A kernel call's operands: `rows` rows of `nb` weight blocks, `ncols` activation columns.
-pub(super) struct Product<'a, B: QuantBlock> {
-    pub(super) w: &'a [B],
-    pub(super) nb: usize,
-    pub(super) y: &'a [B::Act],
-    pub(super) ncols: usize,
-    pub(super) rows: usize,
-}
 
 /// The four totals of four int32x8 vectors.
 #[inline]

@@ -14,16 +14,15 @@ mod scalar;
 #[cfg(target_arch = "x86_64")]
 mod zmm;
 
-use super::{Isa, Kernels};
+use super::{Gemm, Isa, Kernels};
 use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, QuantBlock,
 };
 
-/// `w`: `rows * nb` blocks (row `r` at `r * nb`), `y`: `ncols * nb` activation blocks (column
+/// `x`: `rows * nb` blocks (row `r` at `r * nb`), `y`: `ncols * nb` activation blocks (column
 /// `c` at `c * nb`); writes `out[c * ld + r]`.
-pub(crate) type QuantRowsFn<B> =
-    fn(w: &[B], nb: usize, y: &[<B as QuantBlock>::Act], ncols: usize, out: &mut [f32], ld: usize);
+pub(crate) type QuantRowsFn<B> = fn(Gemm<'_, B, <B as QuantBlock>::Act>);
 
 /// The kernels of one path for ggml block types, one per type (opaque: reached through
 /// [`Kernels::quant_rows`]).
@@ -83,28 +82,16 @@ pub fn quant_path_name(isa: Isa) -> &'static str {
 }
 
 impl Kernels {
-    /// `out[c * ld + r] = dot(row r of w, column c of y)` for the `w.len() / nb` rows of ggml
-    /// blocks `w` and the `ncols` activation columns `y` (column `c` at `c * nb`).
+    /// `out[c * ld + r] = dot(row r of x, column c of y)` for the `x.len() / nb` rows of ggml
+    /// blocks `x` and the `ncols` activation columns `y` (column `c` at `c * nb`).
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
-    pub fn quant_rows<B: QuantKernel>(
-        &self,
-        w: &[B],
-        nb: usize,
-        y: &[B::Act],
-        ncols: usize,
-        out: &mut [f32],
-        ld: usize,
-    ) {
-        assert!(nb > 0, "nb must be positive");
-        assert_eq!(w.len() % nb, 0, "weight blocks");
-        let rows = w.len() / nb;
-        assert_eq!(y.len(), ncols * nb, "activation blocks");
-        assert!(ld >= rows, "ld smaller than the rows");
-        if ncols > 0 && rows > 0 {
-            assert!(out.len() >= (ncols - 1) * ld + rows, "output too short");
-            (B::pick(table(self.isa())))(w, nb, y, ncols, out, ld)
+    pub fn quant_rows<B: QuantKernel>(&self, g: Gemm<'_, B, B::Act>) {
+        let rows = g.assert_shape(1);
+        assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
+        if g.ncols > 0 && rows > 0 {
+            (B::pick(table(self.isa())))(g)
         }
     }
 }

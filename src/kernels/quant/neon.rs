@@ -12,6 +12,7 @@ use core::arch::aarch64::*;
 
 use super::QuantKernels;
 use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, QuantBlock};
+use crate::kernels::Gemm;
 use crate::kernels::aarch64::asm::sdot;
 use crate::kernels::aarch64::{load_i8x16x2, load_u8x16};
 
@@ -25,10 +26,10 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
 
 macro_rules! safe_rows {
     ($($name:ident: $B:ty),* $(,)?) => {
-        $(fn $name(w: &[$B], nb: usize, y: &[<$B as QuantBlock>::Act], ncols: usize, out: &mut [f32], ld: usize) {
+        $(fn $name(g: Gemm<'_, $B, <$B as QuantBlock>::Act>) {
             // SAFETY: this table is only reachable through `Kernels` of the dotprod and i8mm
             // paths, which exist only after dotprod was detected.
-            unsafe { rows::<$B>(w, nb, y, ncols, out, ld) }
+            unsafe { rows::<$B>(g) }
         })*
     };
 }
@@ -41,15 +42,16 @@ trait SdotBlock: QuantBlock {
 }
 
 #[target_feature(enable = "neon,dotprod")]
-unsafe fn rows<B: SdotBlock>(
-    w: &[B],
-    nb: usize,
-    y: &[B::Act],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
-    for (r, row) in w.chunks_exact(nb).enumerate() {
+unsafe fn rows<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {
+    let Gemm {
+        x,
+        nb,
+        y,
+        ncols,
+        out,
+        ld,
+    } = g;
+    for (r, row) in x.chunks_exact(nb).enumerate() {
         for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
             out[c * ld + r] = row.iter().zip(col).fold(0.0, |acc, (b, a)| {
                 // SAFETY: the CPU has dotprod (this fn's contract).

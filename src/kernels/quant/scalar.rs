@@ -2,6 +2,7 @@
 
 use super::QuantKernels;
 use crate::format::{QuantBlock, vec_dot};
+use crate::kernels::Gemm;
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "scalar",
@@ -16,8 +17,16 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
     q2_0_g64: rows,
 };
 
-fn rows<B: QuantBlock>(w: &[B], nb: usize, y: &[B::Act], ncols: usize, out: &mut [f32], ld: usize) {
-    for (r, row) in w.chunks_exact(nb).enumerate() {
+fn rows<B: QuantBlock>(g: Gemm<'_, B, B::Act>) {
+    let Gemm {
+        x,
+        nb,
+        y,
+        ncols,
+        out,
+        ld,
+    } = g;
+    for (r, row) in x.chunks_exact(nb).enumerate() {
         for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
             out[c * ld + r] = vec_dot(row, col);
         }

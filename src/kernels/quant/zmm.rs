@@ -14,6 +14,7 @@ use std::arch::x86_64::*;
 use super::QuantKernels;
 use super::avx2::{self, Avx2Block, quant_driver};
 use crate::format::{BlockQ6K, BlockQ8K};
+use crate::kernels::Gemm;
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "avx512-vnni",
@@ -21,10 +22,10 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
     ..avx2::KERNELS
 };
 
-fn q6_k(w: &[BlockQ6K], nb: usize, y: &[BlockQ8K], ncols: usize, out: &mut [f32], ld: usize) {
+fn q6_k(g: Gemm<'_, BlockQ6K, BlockQ8K>) {
     // SAFETY: this table is only reachable through the AVX-512 VNNI path's `Kernels`, which
     // exists only after AVX2, F16C, AVX-512 F/BW/VL and VNNI were detected.
-    unsafe { rows::<BlockQ6K>(w, nb, y, ncols, out, ld) }
+    unsafe { rows::<BlockQ6K>(g) }
 }
 
 quant_driver!(

@@ -76,25 +76,25 @@ macro_rules! x86_path {
                     // SAFETY: KERNELS is handed out only after this path's features were detected.
                     unsafe { gemv_q8k_impl(x, nb, y, out) }
                 },
-                gemm: |x, nb, y, ncols, out, ld| {
+                gemm: |g| {
                     // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8k_impl(x, nb, y, ncols, out, ld) }
+                    unsafe { gemm_q8k_impl(g) }
                 },
                 gemv_q8_0: |x, nb, y, out| {
                     // SAFETY: as for `gemv`.
                     unsafe { gemv_q8_0_impl(x, nb, y, out) }
                 },
-                gemm_q8_0: |x, nb, y, ncols, out, ld| {
+                gemm_q8_0: |g| {
                     // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
+                    unsafe { gemm_q8_0_impl(g) }
                 },
                 gemv_q8_0_g64: |x, nb, y, out| {
                     // SAFETY: as for `gemv`.
                     unsafe { gemv_q8_0_impl(x, nb, y, out) }
                 },
-                gemm_q8_0_g64: |x, nb, y, ncols, out, ld| {
+                gemm_q8_0_g64: |g| {
                     // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(x, nb, y, ncols, out, ld) }
+                    unsafe { gemm_q8_0_impl(g) }
                 },
                 vec_dot_stock: $crate::kernels::x86::stock::vec_dot_stock,
             };
@@ -209,17 +209,15 @@ fn scales_twice(d: &[u16; 4]) -> __m256 {
     scales_ab(d, d)
 }
 
-/// Stores the `real` columns of a tile result for row group `g`: `acc[cp]` holds
-/// `[c: r0..r3 | c': r0..r3]` for columns `c = 2cp`, `c' = 2cp + 1`, written to
-/// `out[(c0 + c) * ld + 4g ..]`.
+/// Stores the columns `cols` of a tile result for row group `grp`: `acc[cp]` holds
+/// `[c: r0..r3 | c': r0..r3]` for tile columns `c = 2cp`, `c' = 2cp + 1`, written to column
+/// `cols.start + c` of `g`'s output at row `4 * grp`.
 #[target_feature(enable = "avx2")]
 #[inline]
-fn store_column_pairs(
-    out: &mut [f32],
-    ld: usize,
-    c0: usize,
-    real: usize,
-    g: usize,
+fn store_column_pairs<W, A>(
+    g: &mut crate::kernels::Gemm<'_, W, A>,
+    cols: std::ops::Range<usize>,
+    grp: usize,
     acc: &[__m256],
 ) {
     let mut l = [[0.0f32; 8]; q8_0::MAX_TILE_COLS / 2];
@@ -227,10 +225,10 @@ fn store_column_pairs(
         // SAFETY: writes exactly the 8 floats of `l`, unaligned.
         unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *acc) };
     }
-    for c in 0..real {
-        let base = (c0 + c) * ld + crate::format::ROWS_PER_T2P * g;
+    for (c, col) in cols.enumerate() {
+        let base = col * g.ld + crate::format::ROWS_PER_T2P * grp;
         let h = 4 * (c % 2);
-        out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
+        g.out[base..base + 4].copy_from_slice(&l[c / 2][h..h + 4]);
     }
 }
 
@@ -238,7 +236,7 @@ fn store_column_pairs(
 mod tests {
     use super::*;
     use crate::format::{BlockPq2_0, BlockT2p, f32_to_f16, interleave_q8k_x4};
-    use crate::kernels::scalar;
+    use crate::kernels::{Gemm, scalar};
 
     /// Every x86 path this CPU runs.
     fn paths() -> impl Iterator<Item = &'static Kernels> {
@@ -271,8 +269,22 @@ mod tests {
             let tile = [interleave_q8k_x4([&y[0], &y[0], &y[0], &y[0]])];
             let mut want = [0.0; 16];
             let mut got = [0.0; 16];
-            scalar::gemm(&x, 2, &tile, 4, &mut want, 4);
-            k.gemm(&x, 2, &tile, 4, &mut got, 4);
+            scalar::gemm(Gemm {
+                x: &x,
+                nb: 2,
+                y: &tile,
+                ncols: 4,
+                out: &mut want,
+                ld: 4,
+            });
+            k.gemm(Gemm {
+                x: &x,
+                nb: 2,
+                y: &tile,
+                ncols: 4,
+                out: &mut got,
+                ld: 4,
+            });
             assert_eq!(
                 got.map(f32::to_bits),
                 want.map(f32::to_bits),
@@ -314,8 +326,22 @@ mod tests {
             let ld = 9;
             let mut want = vec![f32::NAN; ld * 8];
             let mut got = vec![f32::NAN; ld * 8];
-            scalar::gemm(&x, 2, &tiles, ncols, &mut want, ld);
-            k.gemm(&x, 2, &tiles, ncols, &mut got, ld);
+            scalar::gemm(Gemm {
+                x: &x,
+                nb: 2,
+                y: &tiles,
+                ncols,
+                out: &mut want,
+                ld,
+            });
+            k.gemm(Gemm {
+                x: &x,
+                nb: 2,
+                y: &tiles,
+                ncols,
+                out: &mut got,
+                ld,
+            });
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{} ncols {ncols}", k.isa());
         }

@@ -265,20 +265,16 @@ macro_rules! q8_0_kernels {
         /// once); a single column runs through the gemv.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_impl<B: $crate::format::RowPairBlock>(
-            x: &[B],
-            nb: usize,
-            y: &[$crate::format::BlockQ8_0Quad],
-            ncols: usize,
-            out: &mut [f32],
-            ld: usize,
+            mut g: $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
         ) {
             use $crate::kernels::x86::q8_0::{MAX_TILE_COLS, with_tables, with_tile};
+            let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
             let rows = x.len() / nb * $crate::format::ROWS_PER_T2P;
             for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
                 let real = (ncols - c0).min(MAX_TILE_COLS);
                 let cols = &y[c0 * nb..(c0 + real) * nb];
                 if real == 1 {
-                    let o = &mut out[c0 * ld..c0 * ld + rows];
+                    let o = g.column(c0, rows);
                     with_tables(1, |t| {
                         t[0].fill(cols);
                         // SAFETY: same CPU features as this function.
@@ -286,39 +282,37 @@ macro_rules! q8_0_kernels {
                     });
                     continue;
                 }
+                let stored = c0..c0 + real;
                 with_tile(cols, nb, real, |tile| {
                     // SAFETY: same CPU features as this function.
                     unsafe {
                         match real.div_ceil(2) {
-                            1 => gemm_q8_0_tile::<B, 1>(x, nb, tile, out, ld, c0, real),
-                            2 => gemm_q8_0_tile::<B, 2>(x, nb, tile, out, ld, c0, real),
-                            3 => gemm_q8_0_tile::<B, 3>(x, nb, tile, out, ld, c0, real),
-                            _ => gemm_q8_0_tile::<B, 4>(x, nb, tile, out, ld, c0, real),
+                            1 => gemm_q8_0_tile::<B, 1>(&mut g, tile, stored),
+                            2 => gemm_q8_0_tile::<B, 2>(&mut g, tile, stored),
+                            3 => gemm_q8_0_tile::<B, 3>(&mut g, tile, stored),
+                            _ => gemm_q8_0_tile::<B, 4>(&mut g, tile, stored),
                         }
                     }
                 });
             }
         }
 
-        /// One tile of `2 * NP` columns (`real` of them stored) over all row groups: per block
+        /// One tile of `2 * NP` columns (those of `cols` stored) over all row groups: per block
         /// and word pair `q`, both row pairs are decoded once and serve every column; the two
         /// halves `q` are written out so that the float fold of each column pair stays in
         /// registers.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_tile<B: $crate::format::RowPairBlock, const NP: usize>(
-            x: &[B],
-            nb: usize,
+            g: &mut $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
             tile: &[$crate::kernels::x86::q8_0::TileBlock],
-            out: &mut [f32],
-            ld: usize,
-            c0: usize,
-            real: usize,
+            cols: std::ops::Range<usize>,
         ) {
             use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
-            for (g, group) in x.chunks_exact(nb).enumerate() {
+            let (x, nb) = (g.x, g.nb);
+            for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
                 for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-                    prefetch::blocks::<1>(x, (g + 1) * nb + i);
+                    prefetch::blocks::<1>(x, (grp + 1) * nb + i);
                     // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
                     let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
                         let m: [__m256i; 2] = std::array::from_fn(|h| {
@@ -351,7 +345,7 @@ macro_rules! q8_0_kernels {
                         );
                     }
                 }
-                store_column_pairs(out, ld, c0, real, g, &acc);
+                store_column_pairs(g, cols.clone(), grp, &acc);
             }
         }
     };

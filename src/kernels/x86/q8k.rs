@@ -144,7 +144,7 @@ pub(super) fn for_each_pass(
     nb: usize,
     y: &[BlockQ8Kx4],
     ncols: usize,
-    mut tile: impl FnMut(&[TileOps], &[PairFactors], usize, usize),
+    mut tile: impl FnMut(&[TileOps], &[PairFactors], std::ops::Range<usize>),
 ) {
     let half_n = nb / 2;
     let tiles_per_pass = MAX_TILE_COLS / 4;
@@ -189,7 +189,7 @@ pub(super) fn for_each_pass(
         });
         with_per_call_buffer(&TILE_OPS, PER_CALL_MIN_BLOCKS, ops, |ops| {
             with_per_call_buffer(&PAIR_F, PER_CALL_MIN_BLOCKS, factors, |pf| {
-                tile(ops, pf, 4 * t0, real)
+                tile(ops, pf, 4 * t0..4 * t0 + real)
             })
         });
     }
@@ -202,44 +202,36 @@ macro_rules! q8k_gemm_kernel {
         /// The `q8_K x4` gemm (see `x86::q8k`): passes of up to 8 columns over the weights.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8k_impl(
-            x: &[BlockT2p],
-            nb: usize,
-            y: &[$crate::format::BlockQ8Kx4],
-            ncols: usize,
-            out: &mut [f32],
-            ld: usize,
+            mut g: $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
         ) {
-            $crate::kernels::x86::q8k::for_each_pass(nb, y, ncols, |ops, pf, c0, real| {
+            let (nb, y, ncols) = (g.nb, g.y, g.ncols);
+            $crate::kernels::x86::q8k::for_each_pass(nb, y, ncols, |ops, pf, cols| {
                 // SAFETY: same CPU features as this function.
                 unsafe {
-                    match real.div_ceil(2) {
-                        1 => gemm_q8k_tile::<1>(x, nb, ops, pf, out, ld, c0, real),
-                        2 => gemm_q8k_tile::<2>(x, nb, ops, pf, out, ld, c0, real),
-                        3 => gemm_q8k_tile::<3>(x, nb, ops, pf, out, ld, c0, real),
-                        _ => gemm_q8k_tile::<4>(x, nb, ops, pf, out, ld, c0, real),
+                    match cols.len().div_ceil(2) {
+                        1 => gemm_q8k_tile::<1>(&mut g, ops, pf, cols),
+                        2 => gemm_q8k_tile::<2>(&mut g, ops, pf, cols),
+                        3 => gemm_q8k_tile::<3>(&mut g, ops, pf, cols),
+                        _ => gemm_q8k_tile::<4>(&mut g, ops, pf, cols),
                     }
                 }
             });
         }
 
-        /// One pass (`2 * NP` columns computed, `real` stored) over all row groups.
+        /// One pass (`2 * NP` columns computed, those of `cols` stored) over all row groups.
         #[target_feature(enable = $feat)]
-        #[allow(clippy::too_many_arguments)]
         unsafe fn gemm_q8k_tile<const NP: usize>(
-            x: &[BlockT2p],
-            nb: usize,
+            g: &mut $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
             tile_ops: &[$crate::kernels::x86::q8k::TileOps],
             pair_f: &[$crate::kernels::x86::q8k::PairFactors],
-            out: &mut [f32],
-            ld: usize,
-            c0: usize,
-            real: usize,
+            cols: std::ops::Range<usize>,
         ) {
             use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
-            for (g, group) in x.chunks_exact(nb).enumerate() {
+            let (x, nb) = (g.x, g.nb);
+            for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
                 for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
-                    prefetch::blocks::<1>(x, (g + 1) * nb + i);
+                    prefetch::blocks::<1>(x, (grp + 1) * nb + i);
                     // Per word pair: decode both row pairs once, then every column's dot.
                     let mut m = [_mm256_setzero_si256(); $crate::kernels::x86::q8_0::MAX_TILE_COLS];
                     for q in 0..2 {
@@ -262,7 +254,7 @@ macro_rules! q8k_gemm_kernel {
                         *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
                     }
                 }
-                store_column_pairs(out, ld, c0, real, g, &acc);
+                store_column_pairs(g, cols.clone(), grp, &acc);
             }
         }
     };

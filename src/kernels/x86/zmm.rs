@@ -31,7 +31,7 @@ use std::arch::x86_64::*;
 use super::prefetch;
 use super::q8_0::MAX_TILE_COLS;
 use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
-use crate::kernels::{PER_CALL_MIN_BLOCKS, fold_q8_0, with_per_call_buffer};
+use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0, with_per_call_buffer};
 
 /// The operands of one `q8_0` block of one column in the 512-bit layout.
 #[derive(Clone, Copy)]
@@ -211,21 +211,15 @@ fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut
 /// # Safety
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(
-    x: &[B],
-    nb: usize,
-    y: &[BlockQ8_0Quad],
-    ncols: usize,
-    out: &mut [f32],
-    ld: usize,
-) {
+pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(mut g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
     let rows = x.len() / nb * ROWS_PER_T2P;
     for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
         let real = (ncols - c0).min(MAX_TILE_COLS);
         let cols = &y[c0 * nb..(c0 + real) * nb];
         if real == 1 {
             // SAFETY: same CPU features as this function.
-            unsafe { gemv_q8_0(x, nb, cols, &mut out[c0 * ld..c0 * ld + rows]) };
+            unsafe { gemv_q8_0(x, nb, cols, g.column(c0, rows)) };
             continue;
         }
         let width = 4 * real.div_ceil(4);
@@ -234,9 +228,9 @@ pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(
         });
         with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
             if width == 4 {
-                gemm_pass::<B, 1>(x, nb, ops, out, ld, c0, real)
+                gemm_pass::<B, 1>(&mut g, ops, c0..c0 + real)
             } else {
-                gemm_pass::<B, 2>(x, nb, ops, out, ld, c0, real)
+                gemm_pass::<B, 2>(&mut g, ops, c0..c0 + real)
             }
         });
     }
@@ -247,19 +241,17 @@ pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(
 /// the chunks an 8-column pass reads 3 KiB of operands per block from L2 for each row group.
 const CHUNK_BYTES: usize = 24 << 10;
 
-/// One pass of `4 * NQ` columns (`real` stored from `c0`) over every row group, in chunks of
+/// One pass of `4 * NQ` columns (those of `cols` stored) over every row group, in chunks of
 /// blocks ([`CHUNK_BYTES`]): each row group's sums resume from `out` at a chunk's start, so the
 /// float order is that of one pass over the row.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemm_pass<B: RowPairBlock, const NQ: usize>(
-    x: &[B],
-    nb: usize,
+    g: &mut Gemm<'_, B, BlockQ8_0Quad>,
     ops: &[ColumnBlock],
-    out: &mut [f32],
-    ld: usize,
-    c0: usize,
-    real: usize,
+    cols: std::ops::Range<usize>,
 ) {
+    let (x, nb, ld, out) = (g.x, g.nb, g.ld, &mut *g.out);
+    let (c0, real) = (cols.start, cols.len());
     let chunk = (CHUNK_BYTES / (4 * NQ * size_of::<ColumnBlock>())).max(1);
     for b0 in (0..nb).step_by(chunk) {
         let b1 = (b0 + chunk).min(nb);
