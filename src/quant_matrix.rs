@@ -8,7 +8,7 @@ use bytemuck::Zeroable;
 
 use crate::error::{Error, Result};
 use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
-use crate::kernels::{Gemm, Kernels, QuantKernel};
+use crate::kernels::{Gemm, Kernels};
 
 /// A `rows x k` matrix of ggml blocks in file order (row `r`'s blocks at `r * k / WEIGHTS`).
 #[derive(Clone, Debug)]
@@ -169,31 +169,14 @@ impl QuantMatrix {
             }
             crate::error::check_len("output", (ncols - 1) * ld + len, out.len())?;
         }
-        with_quant_block!(self.ty, B => self.compute_typed::<B>(kern, work, ncols, rows, out, ld),
+        with_quant_block!(self.ty, B => {
+                let nb = self.k / B::WEIGHTS;
+                let y = act_blocks::<<B as QuantBlock>::Act>(work, ncols * nb);
+                let x = &self.blocks::<B>()[rows.start * nb..rows.end * nb];
+                kern.quant_rows(Gemm { x, nb, y, ncols, out, ld })
+            },
             _ => unreachable!("a QuantMatrix holds a ggml block type"));
         Ok(())
-    }
-
-    fn compute_typed<B: QuantKernel>(
-        &self,
-        kern: &Kernels,
-        work: &[u32],
-        ncols: usize,
-        rows: Range<usize>,
-        out: &mut [f32],
-        ld: usize,
-    ) {
-        let nb = self.k / B::WEIGHTS;
-        let y = act_blocks::<B::Act>(work, ncols * nb);
-        let w = &self.blocks::<B>()[rows.start * nb..rows.end * nb];
-        kern.quant_rows(Gemm {
-            x: w,
-            nb,
-            y,
-            ncols,
-            out,
-            ld,
-        });
     }
 }
 

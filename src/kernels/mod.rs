@@ -200,17 +200,30 @@ pub struct Gemm<'a, W, A> {
     pub ld: usize,
 }
 
+/// [`Gemm::into_parts`]: `(x, nb, y, ncols, out, ld)`.
+pub(crate) type GemmParts<'a, W, A> = (&'a [W], usize, &'a [A], usize, &'a mut [f32], usize);
+
 impl<'a, W, A> Gemm<'a, W, A> {
-    /// The same operands with the weights seen as another block type (a layout's view of them).
-    pub(crate) fn with_weights<V>(self, x: &'a [V]) -> Gemm<'a, V, A> {
+    /// The same output and shape over other weight and activation slices (views of them, or
+    /// a kernel's own layout of the activations).
+    fn with<'b, V, B>(self, x: &'b [V], y: &'b [B]) -> Gemm<'b, V, B>
+    where
+        'a: 'b,
+    {
         Gemm {
             x,
             nb: self.nb,
-            y: self.y,
+            y,
             ncols: self.ncols,
             out: self.out,
             ld: self.ld,
         }
+    }
+
+    /// The same operands with the weights seen as another block type (a layout's view of them).
+    pub(crate) fn with_weights<V>(self, x: &'a [V]) -> Gemm<'a, V, A> {
+        let y = self.y;
+        self.with(x, y)
     }
 
     /// The same weights and output with the activations in another layout (a kernel's own).
@@ -219,14 +232,14 @@ impl<'a, W, A> Gemm<'a, W, A> {
     where
         'a: 'b,
     {
-        Gemm {
-            x: self.x,
-            nb: self.nb,
-            y,
-            ncols: self.ncols,
-            out: self.out,
-            ld: self.ld,
-        }
+        let x = self.x;
+        self.with(x, y)
+    }
+
+    /// The operands as a tuple `(x, nb, y, ncols, out, ld)`, for kernels that index them
+    /// directly.
+    pub(crate) fn into_parts(self) -> GemmParts<'a, W, A> {
+        (self.x, self.nb, self.y, self.ncols, self.out, self.ld)
     }
 
     /// Column `c`'s first `rows` outputs.
@@ -288,6 +301,25 @@ pub(crate) fn fold_q8_0<V: Copy>(
         add(add(acc, mul(dw(0), s01)), mul(dw(1), add(p2, p3)))
     }
 }
+
+/// A path's [`Kernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
+/// `vec_dot_stock` in scope where it is invoked; the `q8_0` entries are generic over the T2P
+/// layout, so one function serves both groups.
+macro_rules! kernel_table {
+    ($isa:expr) => {
+        $crate::kernels::Kernels {
+            isa: $isa,
+            gemv,
+            gemm,
+            gemv_q8_0,
+            gemm_q8_0,
+            gemv_q8_0_g64: gemv_q8_0,
+            gemm_q8_0_g64: gemm_q8_0,
+            vec_dot_stock,
+        }
+    };
+}
+pub(crate) use kernel_table;
 
 fn table(isa: Isa) -> Option<&'static Kernels> {
     match isa {

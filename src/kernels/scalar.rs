@@ -2,22 +2,13 @@
 //! float arithmetic only at the end of each 128-weight block. Every SIMD path is compared with
 //! these bit for bit.
 
-use super::{Gemm, Isa, Kernels, fold_q8_0};
+use super::{Gemm, Isa, Kernels, fold_q8_0, kernel_table};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
     RowPairBlock, f16_to_f32,
 };
 
-pub(super) static KERNELS: Kernels = Kernels {
-    isa: Isa::Scalar,
-    gemv,
-    gemm,
-    gemv_q8_0,
-    gemm_q8_0,
-    gemv_q8_0_g64: gemv_q8_0,
-    gemm_q8_0_g64: gemm_q8_0,
-    vec_dot_stock,
-};
+pub(super) static KERNELS: Kernels = kernel_table!(Isa::Scalar);
 
 /// The float step every path shares: `acc + (d_w * d_y) * isum`, two roundings, no FMA.
 #[inline(always)]
@@ -49,14 +40,7 @@ pub fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
 
 /// Reference gemm: column `c` of tile `t = c / 4` is read from the interleaved blocks.
 pub fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
-    let Gemm {
-        x,
-        nb,
-        y,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, y, ncols, out, ld) = g.into_parts();
     let half = nb / 2;
     for c in 0..ncols {
         let tile = &y[(c / 4) * half..(c / 4 + 1) * half];

@@ -4,23 +4,15 @@
 use core::arch::aarch64::*;
 
 use super::asm::smmla;
+use super::dotprod::{gemv, gemv_q8_0, vec_dot_stock};
 use super::{
-    dotprod, gemm_tiles, load_i8x16x2, load_u8x16, per_call_layout, row_scales, slot_scaled, slots,
+    gemm_tiles, load_i8x16x2, load_u8x16, per_call_layout, row_scales, slot_scaled, slots,
     store_f32x4, with_q8_0_tiles,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, RowPairBlock};
-use crate::kernels::{Gemm, Isa, Kernels, fold_q8_0};
+use crate::kernels::{Gemm, Isa, Kernels, fold_q8_0, kernel_table};
 
-pub(in crate::kernels) static KERNELS: Kernels = Kernels {
-    isa: Isa::NeonI8mm,
-    gemv: dotprod::gemv,
-    gemm,
-    gemv_q8_0: dotprod::gemv_q8_0,
-    gemm_q8_0,
-    gemv_q8_0_g64: dotprod::gemv_q8_0,
-    gemm_q8_0_g64: gemm_q8_0,
-    vec_dot_stock: dotprod::vec_dot_stock,
-};
+pub(in crate::kernels) static KERNELS: Kernels = kernel_table!(Isa::NeonI8mm);
 
 fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
     // SAFETY: reachable only through `KERNELS`, which `aarch64::kernels` hands out only after
@@ -238,14 +230,7 @@ fn q8_0_tile<B: RowPairBlock, const CP: usize>(
 #[inline(never)]
 #[target_feature(enable = "neon,i8mm")]
 fn gemm_q8_0_i8mm<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x8Mmla>) {
-    let Gemm {
-        x,
-        nb,
-        y: tiles,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, tiles, ncols, out, ld) = g.into_parts();
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
         for (t, tile) in tiles.chunks_exact(nb).enumerate() {

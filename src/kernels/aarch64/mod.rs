@@ -232,14 +232,7 @@ fn gemm_tiles(
     g: Gemm<'_, BlockT2p, BlockQ8Kx4>,
     block: impl Fn(&BlockT2p, &[[i8; 32]; 16], int32x4_t) -> [int32x4_t; 4],
 ) {
-    let Gemm {
-        x,
-        nb,
-        y,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, y, ncols, out, ld) = g.into_parts();
     let half = nb / 2;
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
@@ -438,14 +431,7 @@ fn gemm_local_tiles<B, T>(
     block: impl Fn(&B, &T, [float32x4_t; 4]) -> [float32x4_t; 4],
     columns: impl Fn([float32x4_t; 4]) -> [float32x4_t; 4],
 ) {
-    let Gemm {
-        x,
-        nb,
-        y: tiles,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, tiles, ncols, out, ld) = g.into_parts();
     for (g, group) in x.chunks_exact(nb).enumerate() {
         // Row group outer, tiles inner: the group's weights stay in L1 across the tiles.
         for (t, tile) in tiles.chunks_exact(nb).enumerate() {

@@ -16,18 +16,9 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Gemm, Isa, Kernels};
+use crate::kernels::{Gemm, Isa, Kernels, kernel_table};
 
-pub(in crate::kernels) static KERNELS: Kernels = Kernels {
-    isa: Isa::Neon,
-    gemv,
-    gemm,
-    gemv_q8_0,
-    gemm_q8_0,
-    gemv_q8_0_g64: gemv_q8_0,
-    gemm_q8_0_g64: gemm_q8_0,
-    vec_dot_stock,
-};
+pub(in crate::kernels) static KERNELS: Kernels = kernel_table!(Isa::Neon);
 
 /// Four rows' int16 lane accumulators -> `[row 0, row 1, row 2, row 3]` in int32 (exact: sums of
 /// up to four lanes fit int16, see the module bounds; the last step widens).

@@ -43,14 +43,7 @@ trait SdotBlock: QuantBlock {
 
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn rows<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {
-    let Gemm {
-        x,
-        nb,
-        y,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, y, ncols, out, ld) = g.into_parts();
     for (r, row) in x.chunks_exact(nb).enumerate() {
         for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
             out[c * ld + r] = row.iter().zip(col).fold(0.0, |acc, (b, a)| {

@@ -18,14 +18,7 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
 };
 
 fn rows<B: QuantBlock>(g: Gemm<'_, B, B::Act>) {
-    let Gemm {
-        x,
-        nb,
-        y,
-        ncols,
-        out,
-        ld,
-    } = g;
+    let (x, nb, y, ncols, out, ld) = g.into_parts();
     for (r, row) in x.chunks_exact(nb).enumerate() {
         for (c, col) in y.chunks_exact(nb).take(ncols).enumerate() {
             out[c * ld + r] = vec_dot(row, col);
