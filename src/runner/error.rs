@@ -1,12 +1,11 @@
 //! The error type of the runner: every refusal names what was being read (key, tensor, field)
 //! and, where the file is involved, the byte offset.
 
-use std::fmt;
-
 /// Why a GGUF file, a tensor or a tokenizer was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GgufError {
     /// The operating system failed a read (or the file changed size under us).
+    #[error("I/O error reading {what} at byte {offset}: {message}")]
     Io {
         /// What was being read.
         what: String,
@@ -16,6 +15,7 @@ pub enum GgufError {
         message: String,
     },
     /// A field or payload extends past the end of the file.
+    #[error("truncated file: {what} at byte {offset} needs {needed} bytes, {available} left")]
     Truncated {
         /// What was being read.
         what: String,
@@ -27,16 +27,21 @@ pub enum GgufError {
         available: u64,
     },
     /// The first four bytes are not `GGUF`.
+    #[error("not a GGUF file (magic {found:02x?} at byte 0)")]
     BadMagic {
         /// The bytes found.
         found: [u8; 4],
     },
     /// A GGUF version other than 2 or 3 (big-endian files show up here as a byte-swapped number).
+    #[error(
+        "unsupported GGUF version {version} at byte 4 (2 and 3 are supported; big-endian files are not)"
+    )]
     UnsupportedVersion {
         /// The version number read.
         version: u32,
     },
     /// A count or length larger than the file could possibly hold, or than a sane limit.
+    #[error("{what} at byte {offset} is {value}, more than the file can hold (limit {limit})")]
     TooLarge {
         /// What was counted.
         what: String,
@@ -48,6 +53,7 @@ pub enum GgufError {
         limit: u64,
     },
     /// A metadata value type id outside 0..=12 (or arrays nested too deeply).
+    #[error("metadata key {key:?}: invalid value type {type_id} at byte {offset}")]
     BadValueType {
         /// The key whose value it is.
         key: String,
@@ -57,6 +63,7 @@ pub enum GgufError {
         type_id: u32,
     },
     /// A string that is not UTF-8.
+    #[error("{what} at byte {offset} is not valid UTF-8")]
     InvalidUtf8 {
         /// What string (key name or "value of KEY").
         what: String,
@@ -64,6 +71,7 @@ pub enum GgufError {
         offset: u64,
     },
     /// The same metadata key twice.
+    #[error("duplicate metadata key {key:?} at byte {offset}")]
     DuplicateKey {
         /// The key.
         key: String,
@@ -71,6 +79,7 @@ pub enum GgufError {
         offset: u64,
     },
     /// The same tensor name twice.
+    #[error("duplicate tensor {name:?} at byte {offset}")]
     DuplicateTensor {
         /// The tensor name.
         name: String,
@@ -78,6 +87,9 @@ pub enum GgufError {
         offset: u64,
     },
     /// `general.alignment` is zero, not a power of two, too large, or not an integer.
+    #[error(
+        "general.alignment at byte {offset} is {value}: must be a u32 power of two between 1 and 1 MiB"
+    )]
     BadAlignment {
         /// Byte offset of the key.
         offset: u64,
@@ -85,6 +97,7 @@ pub enum GgufError {
         value: u64,
     },
     /// A tensor info that cannot describe a valid tensor (dimensions, element count, offset).
+    #[error("tensor {name:?} (info at byte {offset}): {reason}")]
     BadTensor {
         /// Tensor name.
         name: String,
@@ -94,6 +107,7 @@ pub enum GgufError {
         reason: String,
     },
     /// A GGML type id this crate does not know.
+    #[error("tensor {name:?} (info at byte {offset}): unknown GGML type id {type_id}")]
     UnknownTensorType {
         /// Tensor name.
         name: String,
@@ -103,6 +117,7 @@ pub enum GgufError {
         type_id: u32,
     },
     /// A known type that cannot be loaded (or used where it was asked for).
+    #[error("tensor {name:?}: type {type_name} is not supported here (supported: {supported})", supported = crate::format::GgmlType::loadable_names())]
     UnsupportedTensorType {
         /// Tensor name.
         name: String,
@@ -110,11 +125,13 @@ pub enum GgufError {
         type_name: String,
     },
     /// A metadata key that is required is absent.
+    #[error("missing metadata key {key:?}")]
     MissingKey {
         /// The key.
         key: String,
     },
     /// A metadata key holds a value of the wrong type (or out of range for the requested type).
+    #[error("metadata key {key:?}: expected {expected}, found {found}")]
     KeyType {
         /// The key.
         key: String,
@@ -124,11 +141,13 @@ pub enum GgufError {
         found: String,
     },
     /// A tensor that is required is absent.
+    #[error("missing tensor {name:?}")]
     MissingTensor {
         /// Tensor name.
         name: String,
     },
     /// A tensor's shape does not fit the way it is used.
+    #[error("tensor {name:?}: {reason}")]
     Shape {
         /// Tensor name.
         name: String,
@@ -136,104 +155,12 @@ pub enum GgufError {
         reason: String,
     },
     /// The `tokenizer.ggml.*` metadata cannot build a tokenizer.
+    #[error("tokenizer: {reason}")]
     Tokenizer {
         /// What is wrong.
         reason: String,
     },
 }
-
-impl fmt::Display for GgufError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use GgufError::*;
-        match self {
-            Io {
-                what,
-                offset,
-                message,
-            } => write!(f, "I/O error reading {what} at byte {offset}: {message}"),
-            Truncated {
-                what,
-                offset,
-                needed,
-                available,
-            } => write!(
-                f,
-                "truncated file: {what} at byte {offset} needs {needed} bytes, {available} left"
-            ),
-            BadMagic { found } => write!(f, "not a GGUF file (magic {found:02x?} at byte 0)"),
-            UnsupportedVersion { version } => write!(
-                f,
-                "unsupported GGUF version {version} at byte 4 (2 and 3 are supported; \
-                 big-endian files are not)"
-            ),
-            TooLarge {
-                what,
-                offset,
-                value,
-                limit,
-            } => write!(
-                f,
-                "{what} at byte {offset} is {value}, more than the file can hold (limit {limit})"
-            ),
-            BadValueType {
-                key,
-                offset,
-                type_id,
-            } => write!(
-                f,
-                "metadata key {key:?}: invalid value type {type_id} at byte {offset}"
-            ),
-            InvalidUtf8 { what, offset } => {
-                write!(f, "{what} at byte {offset} is not valid UTF-8")
-            }
-            DuplicateKey { key, offset } => {
-                write!(f, "duplicate metadata key {key:?} at byte {offset}")
-            }
-            DuplicateTensor { name, offset } => {
-                write!(f, "duplicate tensor {name:?} at byte {offset}")
-            }
-            BadAlignment { offset, value } => write!(
-                f,
-                "general.alignment at byte {offset} is {value}: must be a u32 power of two \
-                 between 1 and 1 MiB"
-            ),
-            BadTensor {
-                name,
-                offset,
-                reason,
-            } => write!(f, "tensor {name:?} (info at byte {offset}): {reason}"),
-            UnknownTensorType {
-                name,
-                offset,
-                type_id,
-            } => write!(
-                f,
-                "tensor {name:?} (info at byte {offset}): unknown GGML type id {type_id}"
-            ),
-            UnsupportedTensorType { name, type_name } => {
-                write!(
-                    f,
-                    "tensor {name:?}: type {type_name} is not supported here (supported: {})",
-                    crate::format::GgmlType::loadable_names()
-                )
-            }
-            MissingKey { key } => write!(f, "missing metadata key {key:?}"),
-            KeyType {
-                key,
-                expected,
-                found,
-            } => write!(
-                f,
-                "metadata key {key:?}: expected {expected}, found {found}"
-            ),
-            MissingTensor { name } => write!(f, "missing tensor {name:?}"),
-            Shape { name, reason } => write!(f, "tensor {name:?}: {reason}"),
-            Tokenizer { reason } => write!(f, "tokenizer: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for GgufError {}
 
 /// Shorthand for results carrying [`GgufError`].
 pub type Result<T> = std::result::Result<T, GgufError>;

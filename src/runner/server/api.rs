@@ -690,35 +690,64 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
     let list = raw
         .iter()
         .enumerate()
-        .map(|(i, t)| {
-            let f = t
-                .get("function")
-                .and_then(Value::as_object)
-                .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        "invalid_value",
-                        format!("tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", \"parameters\"}}}}"),
-                    )
-                })?;
-            let name = match f.get("name") {
-                Some(Value::String(n)) if !n.is_empty() => n.clone(),
-                _ => {
-                    return Err(ApiError::invalid(
-                        "invalid_value",
-                        format!("tools[{i}].function needs a non-empty 'name'"),
-                    ));
-                }
-            };
-            let parameters = match field(f, "parameters") {
-                None => json!({"type": "object"}),
-                Some(p @ Value::Object(_)) => p.clone(),
-                Some(v) => return Err(wrong(&format!("tools[{i}].function.parameters"), "a JSON schema object", v)),
-            };
-            Ok(Tool { name, parameters })
-        })
+        .map(|(i, t)| parse_tool(i, t))
         .collect::<Result<Vec<_>, _>>()?;
-    let choice = match field(m, "tool_choice") {
+    let choice = parse_tool_choice(m, &list)?;
+    if list.is_empty() {
+        return match choice {
+            ToolChoice::None | ToolChoice::Auto => Ok(None),
+            _ => Err(ApiError::invalid(
+                "invalid_value",
+                "'tool_choice' needs 'tools'",
+            )),
+        };
+    }
+    Ok(Some(Tools {
+        raw,
+        list,
+        choice,
+        parallel: opt_bool(m, "parallel_tool_calls")?.unwrap_or(true),
+    }))
+}
+
+/// `tools[i]`: a `{type: function, function: {name, parameters}}` object.
+fn parse_tool(i: usize, t: &Value) -> Result<Tool, ApiError> {
+    let f = t
+        .get("function")
+        .and_then(Value::as_object)
+        .filter(|_| t.get("type").and_then(Value::as_str).unwrap_or("function") == "function")
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "invalid_value",
+                format!("tools[{i}] must be {{\"type\": \"function\", \"function\": {{\"name\", \"parameters\"}}}}"),
+            )
+        })?;
+    let name = match f.get("name") {
+        Some(Value::String(n)) if !n.is_empty() => n.clone(),
+        _ => {
+            return Err(ApiError::invalid(
+                "invalid_value",
+                format!("tools[{i}].function needs a non-empty 'name'"),
+            ));
+        }
+    };
+    let parameters = match field(f, "parameters") {
+        None => json!({"type": "object"}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(v) => {
+            return Err(wrong(
+                &format!("tools[{i}].function.parameters"),
+                "a JSON schema object",
+                v,
+            ));
+        }
+    };
+    Ok(Tool { name, parameters })
+}
+
+/// `tool_choice` (default `auto` with tools, `none` without); a named function must be in `list`.
+fn parse_tool_choice(m: &Map<String, Value>, list: &[Tool]) -> Result<ToolChoice, ApiError> {
+    Ok(match field(m, "tool_choice") {
         None if list.is_empty() => ToolChoice::None,
         None => ToolChoice::Auto,
         Some(Value::String(c)) => match c.as_str() {
@@ -747,22 +776,7 @@ pub fn parse_tools(m: &Map<String, Value>) -> Result<Option<Tools>, ApiError> {
             ToolChoice::Named(name.to_string())
         }
         Some(v) => return Err(wrong("tool_choice", "a string or an object", v)),
-    };
-    if list.is_empty() {
-        return match choice {
-            ToolChoice::None | ToolChoice::Auto => Ok(None),
-            _ => Err(ApiError::invalid(
-                "invalid_value",
-                "'tool_choice' needs 'tools'",
-            )),
-        };
-    }
-    Ok(Some(Tools {
-        raw,
-        list,
-        choice,
-        parallel: opt_bool(m, "parallel_tool_calls")?.unwrap_or(true),
-    }))
+    })
 }
 
 #[cfg(test)]

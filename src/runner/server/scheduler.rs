@@ -326,46 +326,24 @@ fn admit<'t>(
         metrics.requests_cancelled.fetch_add(1, Relaxed);
         return Ok(());
     }
-    if job.prompt.is_empty() || job.prompt.len() >= cfg.n_ctx || job.max_tokens == 0 {
+    if let Some(why) = unfit(&job, cfg) {
         // The HTTP side checks this; a job that slips through fails alone.
-        let _ = job.events.send(Event::Error(format!(
-            "a prompt of {} tokens with max_tokens {} does not fit a context of {}",
-            job.prompt.len(),
-            job.max_tokens,
-            cfg.n_ctx
-        )));
+        let _ = job.events.send(Event::Error(why));
         return Ok(());
     }
-    let recurrent = model.is_hybrid();
     let waits = group.is_some()
         && slots.iter().any(|s| {
             s.active
                 .as_ref()
                 .is_some_and(|a| a.group == group && a.in_prefill() && a.job.prompt == job.prompt)
         });
-    let Some(c) = (0..slots.len())
-        .filter(|&i| slots[i].active.is_none())
-        .max_by_key(|&i| {
-            (
-                reusable_prefix(&slots[i].held, &job.prompt, recurrent),
-                std::cmp::Reverse(slots[i].since),
-            )
-        })
-    else {
+    let Some(c) = best_slot(slots, &job.prompt, model.is_hybrid()) else {
         // `run` admits only while a slot is free; should that ever fail, the job fails alone.
         let _ = job.events.send(Event::Error("no free slot".into()));
         return Ok(());
     };
-    let limit = job.max_tokens.min(cfg.n_ctx - job.prompt.len());
+    let limit = token_limit(&job, cfg);
     let need = job.prompt.len() + limit;
-    if need > cfg.kv_budget {
-        // The HTTP side keeps the budget at least a context; a job that slips through fails.
-        let _ = job.events.send(Event::Error(format!(
-            "{need} KV positions do not fit the budget of {}",
-            cfg.kv_budget
-        )));
-        return Ok(());
-    }
     if !make_room(slots, c, need, cfg.kv_budget) {
         return Err(Box::new(Admission { job, group, order }));
     }
@@ -390,6 +368,45 @@ fn admit<'t>(
         start_prefill(model, cfg, slot);
     }
     Ok(())
+}
+
+/// The most tokens `job` may generate: its `max_tokens`, within the context.
+fn token_limit(job: &Job, cfg: SchedulerConfig) -> usize {
+    job.max_tokens
+        .min(cfg.n_ctx.saturating_sub(job.prompt.len()))
+}
+
+/// Why `job` can never run under `cfg`: a prompt that is empty or fills the context, no tokens
+/// to generate, or more KV positions than the whole budget.
+fn unfit(job: &Job, cfg: SchedulerConfig) -> Option<String> {
+    if job.prompt.is_empty() || job.prompt.len() >= cfg.n_ctx || job.max_tokens == 0 {
+        return Some(format!(
+            "a prompt of {} tokens with max_tokens {} does not fit a context of {}",
+            job.prompt.len(),
+            job.max_tokens,
+            cfg.n_ctx
+        ));
+    }
+    let need = job.prompt.len() + token_limit(job, cfg);
+    (need > cfg.kv_budget).then(|| {
+        format!(
+            "{need} KV positions do not fit the budget of {}",
+            cfg.kv_budget
+        )
+    })
+}
+
+/// The free slot for `prompt`: the one whose session holds the longest usable prefix of it,
+/// the longest idle among equals.
+fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool) -> Option<usize> {
+    (0..slots.len())
+        .filter(|&i| slots[i].active.is_none())
+        .max_by_key(|&i| {
+            (
+                reusable_prefix(&slots[i].held, prompt, recurrent),
+                std::cmp::Reverse(slots[i].since),
+            )
+        })
 }
 
 /// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
