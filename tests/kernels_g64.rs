@@ -12,7 +12,7 @@ use t2p::format::{
     BlockQ2_0g64, BlockQ8_0Quad, BlockT2pG64, GgmlType, QuantBlock, TernaryBlock, f16_to_f32,
     f32_to_f16, repack_to_t2p,
 };
-use t2p::kernels::{Gemm, Kernels};
+use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch, T2pMatrix};
 use t2p::quant_matrix::QuantMatrix;
 
@@ -66,22 +66,13 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, scales: Scales, acts
     let cols = q8_0_columns(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
     let ld = padded + 4;
     let sentinel = f32::from_bits(0x7fc0_4321);
-    let run = |kern: &Kernels| {
-        let mut out = vec![sentinel; ld * ncols];
-        if ncols == 1 {
-            kern.gemv_q8_0(&w, nb, &cols, &mut out[..padded]);
-        } else {
-            kern.gemm_q8_0(Gemm {
-                x: &w,
-                nb,
-                y: &cols,
-                ncols,
-                out: &mut out,
-                ld,
-            });
-        }
-        out
+    let written = Written {
+        rows: padded,
+        ncols,
+        ld,
+        sentinel,
     };
+    let run = |kern: &Kernels| written.q8_0(kern, &w, nb, &cols);
     let want = run(oracle());
     for c in 0..ncols {
         let col = &want[c * ld..(c + 1) * ld];

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use t2p::format::{BlockT2p, repack_pq2_0_to_t2p, t2p_block_count};
-use t2p::kernels::{Gemm, Kernels};
+use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
 /// `q8_K x4` tiles of `ncols` q8_K columns, the last one zero-padded (the gemm kernel's operand).
@@ -142,22 +142,13 @@ fn check_q8_0(
     let cols = q8_0_columns(k, ncols, acts, matches!(scales, Scales::One), rng);
     let ld = rows + 4;
     let sentinel = f32::from_bits(0x7fc0_4321);
-    let run = |kern: &Kernels| {
-        let mut out = vec![sentinel; ld * ncols];
-        if ncols == 1 {
-            kern.gemv_q8_0(w, nb, &cols, &mut out[..rows]);
-        } else {
-            kern.gemm_q8_0(Gemm {
-                x: w,
-                nb,
-                y: &cols,
-                ncols,
-                out: &mut out,
-                ld,
-            });
-        }
-        out
+    let written = Written {
+        rows,
+        ncols,
+        ld,
+        sentinel,
     };
+    let run = |kern: &Kernels| written.q8_0(kern, w, nb, &cols);
     let want = run(oracle());
     for c in 0..ncols {
         let col = &want[c * ld..(c + 1) * ld];
@@ -470,28 +461,18 @@ fn gemm_every_leftover_width() {
             let q0 = q8_0_columns(k, ncols, acts, one, &mut rng);
             let qk = q8k_columns(k, ncols, acts, one, &mut rng);
             let x4 = tiles(&qk, k, ncols);
+            let written = Written {
+                rows,
+                ncols,
+                ld,
+                sentinel,
+            };
             let run = |kern: &Kernels, q8_0: bool| {
-                let mut out = vec![sentinel; ld * ncols];
                 if q8_0 {
-                    kern.gemm_q8_0(Gemm {
-                        x: &w,
-                        nb,
-                        y: &q0,
-                        ncols,
-                        out: &mut out,
-                        ld,
-                    });
+                    written.gemm_q8_0_only(kern, &w, nb, &q0)
                 } else {
-                    kern.gemm(Gemm {
-                        x: &w,
-                        nb,
-                        y: &x4,
-                        ncols,
-                        out: &mut out,
-                        ld,
-                    });
+                    written.q8k(kern, &w, nb, None, &x4)
                 }
-                out
             };
             for q8_0 in [true, false] {
                 let want = run(oracle(), q8_0);

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
-use t2p::kernels::{Gemm, Kernels};
+use t2p::kernels::Kernels;
 
 fn weights(rows: usize, k: usize, codes: Codes, scales: Scales, rng: &mut Lcg) -> Vec<BlockT2p> {
     let pq = pq2_0_tensor(rows, k, codes, scales, rng);
@@ -29,22 +29,13 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
     let cols = q8_0_columns(k, ncols, acts, false, &mut rng);
     let ld = rows + 8;
     let sentinel = f32::from_bits(0x7fc0_7777);
-    let run = |kern: &Kernels| {
-        let mut out = vec![sentinel; ld * ncols];
-        if ncols == 1 {
-            kern.gemv_q8_0(&w, nb, &cols, &mut out[..rows]);
-        } else {
-            kern.gemm_q8_0(Gemm {
-                x: &w,
-                nb,
-                y: &cols,
-                ncols,
-                out: &mut out,
-                ld,
-            });
-        }
-        out
+    let written = Written {
+        rows,
+        ncols,
+        ld,
+        sentinel,
     };
+    let run = |kern: &Kernels| written.q8_0(kern, &w, nb, &cols);
     let want = run(oracle());
     for kern in paths_under_test() {
         let got = run(kern);
@@ -89,22 +80,13 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
         .collect();
     let ld = rows + 8;
     let sentinel = f32::from_bits(0x7fc0_8888);
-    let run = |kern: &Kernels| {
-        let mut out = vec![sentinel; ld * ncols];
-        if ncols == 1 {
-            kern.gemv(&w, nb, &cols, &mut out[..rows]);
-        } else {
-            kern.gemm(Gemm {
-                x: &w,
-                nb,
-                y: &tiles,
-                ncols,
-                out: &mut out,
-                ld,
-            });
-        }
-        out
+    let written = Written {
+        rows,
+        ncols,
+        ld,
+        sentinel,
     };
+    let run = |kern: &Kernels| written.q8k(kern, &w, nb, Some(&cols), &tiles);
     let want = run(oracle());
     for kern in paths_under_test() {
         assert_eq!(

@@ -1,8 +1,10 @@
 //! Shared fixtures for the kernel tests: deterministic random blocks and the comparison helpers.
 #![allow(dead_code)]
 
-use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, f32_to_f16};
-use t2p::kernels::{Isa, Kernels};
+use t2p::format::{
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, RowPairBlock, f32_to_f16,
+};
+use t2p::kernels::{Gemm, Isa, Kernels};
 
 /// A small deterministic generator (tests must be reproducible under qemu too).
 pub struct Lcg(pub u64);
@@ -176,5 +178,99 @@ pub fn assert_bits_eq(got: &[f32], want: &[f32], what: &str) {
             g.to_bits() == w.to_bits(),
             "{what}: index {i}: got {g:e}, oracle {w:e}"
         );
+    }
+}
+
+/// Where a test product writes: `ncols` columns `ld` apart, of which the first `rows` are
+/// outputs; everything starts as `sentinel`, so a test sees what a kernel wrote and what it left
+/// alone.
+#[derive(Clone, Copy, Debug)]
+pub struct Written {
+    pub rows: usize,
+    pub ncols: usize,
+    pub ld: usize,
+    pub sentinel: f32,
+}
+
+impl Written {
+    fn buffer(&self) -> Vec<f32> {
+        vec![self.sentinel; self.ld * self.ncols]
+    }
+
+    /// The `q8_0` product as the driver calls it: the gemv for one column, the gemm for more.
+    pub fn q8_0<B: RowPairBlock>(
+        &self,
+        kern: &Kernels,
+        w: &[B],
+        nb: usize,
+        cols: &[BlockQ8_0Quad],
+    ) -> Vec<f32> {
+        let mut out = self.buffer();
+        if self.ncols == 1 {
+            kern.gemv_q8_0(w, nb, cols, &mut out[..self.rows]);
+        } else {
+            self.gemm_q8_0(kern, w, nb, cols, &mut out);
+        }
+        out
+    }
+
+    /// The `q8_0` gemm alone (for any column count).
+    pub fn gemm_q8_0_only<B: RowPairBlock>(
+        &self,
+        kern: &Kernels,
+        w: &[B],
+        nb: usize,
+        cols: &[BlockQ8_0Quad],
+    ) -> Vec<f32> {
+        let mut out = self.buffer();
+        self.gemm_q8_0(kern, w, nb, cols, &mut out);
+        out
+    }
+
+    fn gemm_q8_0<B: RowPairBlock>(
+        &self,
+        kern: &Kernels,
+        w: &[B],
+        nb: usize,
+        y: &[BlockQ8_0Quad],
+        out: &mut [f32],
+    ) {
+        let (ncols, ld) = (self.ncols, self.ld);
+        kern.gemm_q8_0(Gemm {
+            x: w,
+            nb,
+            y,
+            ncols,
+            out,
+            ld,
+        });
+    }
+
+    /// The `q8_K` product: the gemv of `col` for one column, the gemm of the `tiles` for more
+    /// (`None`: the gemm whatever the count).
+    pub fn q8k(
+        &self,
+        kern: &Kernels,
+        w: &[BlockT2p],
+        nb: usize,
+        col: Option<&[BlockQ8K]>,
+        tiles: &[BlockQ8Kx4],
+    ) -> Vec<f32> {
+        let mut out = self.buffer();
+        match col {
+            Some(col) if self.ncols == 1 => kern.gemv(w, nb, col, &mut out[..self.rows]),
+            _ => {
+                let (ncols, ld) = (self.ncols, self.ld);
+                kern.gemm(Gemm {
+                    x: w,
+                    nb,
+                    y: tiles,
+                    ncols,
+                    out: &mut out,
+                    ld,
+                });
+            }
+        }
+        out
     }
 }
