@@ -72,7 +72,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, scales: Scales, acts
         ld,
         sentinel,
     };
-    let run = |kern: &Kernels| written.q8_0(kern, &w, nb, &cols);
+    let run = |kern: &Kernels| written.q8_0(kern, &w, &cols);
     let want = run(oracle());
     for c in 0..ncols {
         let col = &want[c * ld..(c + 1) * ld];

@@ -148,7 +148,7 @@ fn check_q8_0(
         ld,
         sentinel,
     };
-    let run = |kern: &Kernels| written.q8_0(kern, w, nb, &cols);
+    let run = |kern: &Kernels| written.q8_0(kern, w, &cols);
     let want = run(oracle());
     for c in 0..ncols {
         let col = &want[c * ld..(c + 1) * ld];
@@ -469,9 +469,9 @@ fn gemm_every_leftover_width() {
             };
             let run = |kern: &Kernels, q8_0: bool| {
                 if q8_0 {
-                    written.gemm_q8_0_only(kern, &w, nb, &q0)
+                    written.gemm_q8_0(kern, &w, &q0)
                 } else {
-                    written.q8k(kern, &w, nb, None, &x4)
+                    written.q8k(kern, &w, None, &x4)
                 }
             };
             for q8_0 in [true, false] {

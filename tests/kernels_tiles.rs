@@ -35,7 +35,7 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
         ld,
         sentinel,
     };
-    let run = |kern: &Kernels| written.q8_0(kern, &w, nb, &cols);
+    let run = |kern: &Kernels| written.q8_0(kern, &w, &cols);
     let want = run(oracle());
     for kern in paths_under_test() {
         let got = run(kern);
@@ -61,7 +61,6 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
 fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
     let mut rng = Lcg(seed);
     let w = weights(rows, k, Codes::Random, Scales::Random, &mut rng);
-    let nb = k / 128;
     let per = k / 256;
     let cols = q8k_columns(k, ncols, acts, false, &mut rng);
     let zero = t2p::format::BlockQ8K::default();
@@ -86,7 +85,7 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
         ld,
         sentinel,
     };
-    let run = |kern: &Kernels| written.q8k(kern, &w, nb, Some(&cols), &tiles);
+    let run = |kern: &Kernels| written.q8k(kern, &w, Some(&cols), &tiles);
     let want = run(oracle());
     for kern in paths_under_test() {
         assert_eq!(

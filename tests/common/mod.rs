@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use t2p::format::{
-    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, RowPairBlock, f32_to_f16,
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
+    f32_to_f16,
 };
 use t2p::kernels::{Gemm, Isa, Kernels};
 
@@ -197,53 +198,39 @@ impl Written {
         vec![self.sentinel; self.ld * self.ncols]
     }
 
+    /// Blocks per row group of `w`, whose row groups give the `rows` outputs.
+    fn nb<B>(&self, w: &[B]) -> usize {
+        w.len() * ROWS_PER_T2P / self.rows
+    }
+
     /// The `q8_0` product as the driver calls it: the gemv for one column, the gemm for more.
-    pub fn q8_0<B: RowPairBlock>(
-        &self,
-        kern: &Kernels,
-        w: &[B],
-        nb: usize,
-        cols: &[BlockQ8_0Quad],
-    ) -> Vec<f32> {
-        let mut out = self.buffer();
-        if self.ncols == 1 {
-            kern.gemv_q8_0(w, nb, cols, &mut out[..self.rows]);
-        } else {
-            self.gemm_q8_0(kern, w, nb, cols, &mut out);
+    pub fn q8_0<B: RowPairBlock>(&self, kern: &Kernels, w: &[B], y: &[BlockQ8_0Quad]) -> Vec<f32> {
+        if self.ncols > 1 {
+            return self.gemm_q8_0(kern, w, y);
         }
-        out
-    }
-
-    /// The `q8_0` gemm alone (for any column count).
-    pub fn gemm_q8_0_only<B: RowPairBlock>(
-        &self,
-        kern: &Kernels,
-        w: &[B],
-        nb: usize,
-        cols: &[BlockQ8_0Quad],
-    ) -> Vec<f32> {
         let mut out = self.buffer();
-        self.gemm_q8_0(kern, w, nb, cols, &mut out);
+        kern.gemv_q8_0(w, self.nb(w), y, &mut out[..self.rows]);
         out
     }
 
-    fn gemm_q8_0<B: RowPairBlock>(
+    /// The `q8_0` gemm, for any column count.
+    pub fn gemm_q8_0<B: RowPairBlock>(
         &self,
         kern: &Kernels,
         w: &[B],
-        nb: usize,
         y: &[BlockQ8_0Quad],
-        out: &mut [f32],
-    ) {
-        let (ncols, ld) = (self.ncols, self.ld);
+    ) -> Vec<f32> {
+        let (nb, ncols, ld) = (self.nb(w), self.ncols, self.ld);
+        let mut out = self.buffer();
         kern.gemm_q8_0(Gemm {
             x: w,
             nb,
             y,
             ncols,
-            out,
+            out: &mut out,
             ld,
         });
+        out
     }
 
     /// The `q8_K` product: the gemv of `col` for one column, the gemm of the `tiles` for more
@@ -252,24 +239,21 @@ impl Written {
         &self,
         kern: &Kernels,
         w: &[BlockT2p],
-        nb: usize,
         col: Option<&[BlockQ8K]>,
         tiles: &[BlockQ8Kx4],
     ) -> Vec<f32> {
+        let (nb, ncols, ld) = (self.nb(w), self.ncols, self.ld);
         let mut out = self.buffer();
         match col {
-            Some(col) if self.ncols == 1 => kern.gemv(w, nb, col, &mut out[..self.rows]),
-            _ => {
-                let (ncols, ld) = (self.ncols, self.ld);
-                kern.gemm(Gemm {
-                    x: w,
-                    nb,
-                    y: tiles,
-                    ncols,
-                    out: &mut out,
-                    ld,
-                });
-            }
+            Some(col) if ncols == 1 => kern.gemv(w, nb, col, &mut out[..self.rows]),
+            _ => kern.gemm(Gemm {
+                x: w,
+                nb,
+                y: tiles,
+                ncols,
+                out: &mut out,
+                ld,
+            }),
         }
         out
     }
