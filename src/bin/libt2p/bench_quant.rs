@@ -14,6 +14,8 @@ use t2p::quant_matrix::{QuantMatrix, zeroed_words};
 /// One measured product.
 pub struct QuantRow {
     pub ty: GgmlType,
+    /// The kernel path that ran it ([`t2p::kernels::quant_path_name`]).
+    pub path: &'static str,
     pub rows: usize,
     pub k: usize,
     pub batch: usize,
@@ -108,6 +110,7 @@ pub fn measure(
                 );
                 results.push(QuantRow {
                     ty,
+                    path: t2p::kernels::quant_path_name(kern.isa(), ty),
                     rows,
                     k,
                     batch,
@@ -124,13 +127,10 @@ pub fn measure(
 
 /// The rows as a table on stdout.
 pub fn print_table(rows: &[QuantRow]) {
+    println!("ggml block types (LM head shape):");
     println!(
-        "ggml block types (LM head shape; runs as `{}` for these types):",
-        rows.first().map_or("-", |_| "quant")
-    );
-    println!(
-        "{:<5} {:<6} {:>14} {:>5} {:>3} {:>10} {:>7} {:>6} {:>8}",
-        "kern", "type", "rows x k", "batch", "thr", "median ms", "GB/s", "%ceil", "vs gemv"
+        "{:<5} {:<6} {:<12} {:>14} {:>5} {:>3} {:>10} {:>7} {:>6} {:>8}",
+        "kern", "type", "path", "rows x k", "batch", "thr", "median ms", "GB/s", "%ceil", "vs gemv"
     );
     for r in rows {
         let gemv = rows
@@ -141,9 +141,10 @@ pub fn print_table(rows: &[QuantRow]) {
                 format!("{:.2}x", r.median_s / o.median_s)
             });
         println!(
-            "{:<5} {:<6} {:>14} {:>5} {:>3} {:>10.3} {:>7.2} {:>5.1}% {:>8}",
+            "{:<5} {:<6} {:<12} {:>14} {:>5} {:>3} {:>10.3} {:>7.2} {:>5.1}% {:>8}",
             if r.batch == 1 { "gemv" } else { "gemm" },
             r.ty.name(),
+            r.path,
             format!("{}x{}", r.rows, r.k),
             r.batch,
             r.threads,

@@ -254,7 +254,7 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
                 format!("{source} -> pq2_0 blocks (kept by the load options)")
             } else if t.ggml_type.is_quant() {
                 let act = t.ggml_type.vec_dot_type();
-                let path = t2p::kernels::quant_path_name(t2p::kernels::active().isa());
+                let path = t2p::kernels::quant_path_name(t2p::kernels::active().isa(), t.ggml_type);
                 format!("{source} as stored, x {act} activations ({path})")
             } else if t.ggml_type.is_loadable() {
                 format!("{source} (as stored)")

@@ -38,6 +38,7 @@ safe_rows!(
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "avx2",
+    inherits: None,
     q4_0,
     q4_1,
     q5_0,

@@ -17,7 +17,7 @@ mod zmm;
 use super::{Gemm, Isa, Kernels};
 use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ8_0, QuantBlock,
+    BlockQ8_0, GgmlType, QuantBlock,
 };
 
 /// `x`: `rows * nb` blocks (row `r` at `r * nb`), `y`: `ncols * nb` activation blocks (column
@@ -29,6 +29,9 @@ pub(crate) type QuantRowsFn<B> = fn(Gemm<'_, B, <B as QuantBlock>::Act>);
 pub struct QuantKernels {
     /// The path's name, for `libt2p check` / `info`.
     name: &'static str,
+    /// Where this table takes some types' entries from another one's: that table, and the
+    /// types this one has its own steps for.
+    inherits: Option<(&'static QuantKernels, &'static [GgmlType])>,
     q4_0: QuantRowsFn<BlockQ4_0>,
     q4_1: QuantRowsFn<BlockQ4_1>,
     q5_0: QuantRowsFn<BlockQ5_0>,
@@ -76,9 +79,16 @@ fn table(isa: Isa) -> &'static QuantKernels {
     }
 }
 
-/// Which implementation `isa` runs for ggml block types (for `libt2p check` / `info`).
-pub fn quant_path_name(isa: Isa) -> &'static str {
-    table(isa).name
+/// Which implementation `isa` runs for the ggml block type `ty` (for `libt2p info` / `bench`).
+pub fn quant_path_name(isa: Isa, ty: GgmlType) -> &'static str {
+    let mut t = table(isa);
+    while let Some((base, own)) = t.inherits {
+        if own.contains(&ty) {
+            break;
+        }
+        t = base;
+    }
+    t.name
 }
 
 impl Kernels {
@@ -92,6 +102,35 @@ impl Kernels {
         assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
         if g.ncols > 0 && rows > 0 {
             (B::pick(table(self.isa())))(g)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_names_follow_the_types_with_their_own_steps() {
+        assert_eq!(quant_path_name(Isa::Scalar, GgmlType::Q6_K), "scalar");
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(quant_path_name(Isa::Avx2, GgmlType::Q4_K), "avx2");
+            assert_eq!(quant_path_name(Isa::AvxVnni, GgmlType::Q6_K), "avx2");
+            assert_eq!(
+                quant_path_name(Isa::Avx512Vnni, GgmlType::Q6_K),
+                "avx512-vnni"
+            );
+            assert_eq!(quant_path_name(Isa::Avx512Vnni, GgmlType::Q4_0), "avx2");
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            assert_eq!(quant_path_name(Isa::Neon, GgmlType::Q6_K), "scalar");
+            assert_eq!(
+                quant_path_name(Isa::NeonI8mm, GgmlType::Q6_K),
+                "neon-dotprod"
+            );
+            assert_eq!(quant_path_name(Isa::NeonDotprod, GgmlType::Q4_K), "scalar");
         }
     }
 }

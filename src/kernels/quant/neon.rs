@@ -11,13 +11,17 @@
 use core::arch::aarch64::*;
 
 use super::QuantKernels;
-use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, QuantBlock};
+use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType, QuantBlock};
 use crate::kernels::Gemm;
 use crate::kernels::aarch64::asm::sdot;
 use crate::kernels::aarch64::{load_i8x16x2, load_u8x16};
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "neon-dotprod",
+    inherits: Some((
+        &super::scalar::KERNELS,
+        &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K],
+    )),
     q4_0,
     q8_0,
     q6_k,

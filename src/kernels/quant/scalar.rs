@@ -6,6 +6,7 @@ use crate::kernels::Gemm;
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "scalar",
+    inherits: None,
     q4_0: rows,
     q4_1: rows,
     q5_0: rows,

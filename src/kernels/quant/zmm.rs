@@ -13,11 +13,12 @@ use std::arch::x86_64::*;
 
 use super::QuantKernels;
 use super::avx2::{self, Avx2Block, quant_driver};
-use crate::format::{BlockQ6K, BlockQ8K};
+use crate::format::{BlockQ6K, BlockQ8K, GgmlType};
 use crate::kernels::Gemm;
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "avx512-vnni",
+    inherits: Some((&avx2::KERNELS, &[GgmlType::Q6_K])),
     q6_k,
     ..avx2::KERNELS
 };
