@@ -266,6 +266,37 @@ fn fold_offset(
     _mm_add_ps(acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps(isum)), ms))
 }
 
+/// `fold4` of a 32-weight block: one fp16 scale `d` against Q8_0 (Q4_0, Q5_0, Q8_0:
+/// [`fold_scaled`]), or a scale `d` and minimum `m` against Q8_1 (Q4_1, Q5_1: [`fold_offset`]).
+macro_rules! legacy_fold4 {
+    (scaled) => {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn fold4(
+            w: [&Self; 4],
+            a: [&BlockQ8_0; 4],
+            isum: __m128i,
+            _: __m128i,
+            acc: __m128,
+        ) -> __m128 {
+            fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
+        }
+    };
+    (offset) => {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn fold4(
+            w: [&Self; 4],
+            a: [&BlockQ8_1; 4],
+            isum: __m128i,
+            _: __m128i,
+            acc: __m128,
+        ) -> __m128 {
+            fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
+        }
+    };
+}
+
 impl Avx2Block for BlockQ4_0 {
     #[inline]
     #[target_feature(enable = "avx2")]
@@ -274,17 +305,7 @@ impl Avx2Block for BlockQ4_0 {
         (dot32(w, load32(&a.qs)), 0)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_0; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
-    }
+    legacy_fold4!(scaled);
 }
 
 impl Avx2Block for BlockQ5_0 {
@@ -296,17 +317,7 @@ impl Avx2Block for BlockQ5_0 {
         (dot32(w, load32(&a.qs)), 0)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_0; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
-    }
+    legacy_fold4!(scaled);
 }
 
 impl Avx2Block for BlockQ4_1 {
@@ -316,17 +327,7 @@ impl Avx2Block for BlockQ4_1 {
         (dot32_unsigned(nibbles(&self.qs), load32(&a.qs)), 0)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_1; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
-    }
+    legacy_fold4!(offset);
 }
 
 impl Avx2Block for BlockQ5_1 {
@@ -337,17 +338,7 @@ impl Avx2Block for BlockQ5_1 {
         (dot32_unsigned(q, load32(&a.qs)), 0)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_1; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
-    }
+    legacy_fold4!(offset);
 }
 
 impl Avx2Block for BlockQ8_0 {
@@ -367,17 +358,7 @@ impl Avx2Block for BlockQ8_0 {
         (_mm256_add_epi32(lo, hi), 0)
     }
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_0; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
-    }
+    legacy_fold4!(scaled);
 }
 
 /// The scales of four `q8_K` blocks.
