@@ -321,6 +321,26 @@ macro_rules! kernel_table {
 }
 pub(crate) use kernel_table;
 
+/// A constant `[[T; INNER]; OUTER]` lookup table with entry `[i][j] = $entry` (an expression of
+/// `i` and `j`), built at compile time: `const fn` cannot call a closure yet, so the loops are
+/// written out here once instead of in each table of shuffle indices.
+macro_rules! const_table {
+    ([[$t:ty; $inner:expr]; $outer:expr], |$i:ident, $j:ident| $entry:expr) => {{
+        let mut table = [[0 as $t; $inner]; $outer];
+        let mut $i = 0;
+        while $i < $outer {
+            let mut $j = 0;
+            while $j < $inner {
+                table[$i][$j] = $entry;
+                $j += 1;
+            }
+            $i += 1;
+        }
+        table
+    }};
+}
+pub(crate) use const_table;
+
 fn table(isa: Isa) -> Option<&'static Kernels> {
     match isa {
         Isa::Scalar => Some(&scalar::KERNELS),

@@ -5,9 +5,9 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, load_i8x16x2, load_u8x16,
-    mul_lane_f32, per_call_layout, q8_0_fold_columns, row_scales, scale_f32, slot_scaled, slots,
-    stock, store_f32x4, with_halves, with_q8_0_dup, with_q8_0_tiles,
+    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, load_u8x16, mul_lane_f32,
+    per_call_layout, q8_0_fold_columns, row_scales, slot_scaled, slots, stock, store_f32x4,
+    with_halves, with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
@@ -325,24 +325,11 @@ fn gemm_dotprod(g: Gemm<'_, BlockT2p, Q8Kx4Dup>) {
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn vec_dot_stock_dotprod(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
-    let k = stock::Consts::new();
-    let mut acc = 0.0f32;
-    for (pair, yb) in x.chunks_exact(2).zip(y) {
-        let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
-        for (blk, ys) in pair.iter().zip(ys) {
-            let raw: &[[u8; 16]; 2] = bytemuck::cast_ref(&blk.qs);
-            let mut s = [vdupq_n_s32(0); 2];
-            for (half, raw) in raw.iter().enumerate() {
-                let raw = load_u8x16(raw);
-                for j in 0..2 {
-                    let (y0, y1) = load_i8x16x2(&ys[2 * half + j]);
-                    s[0] = sdot(s[0], k.decode(raw, 2 * j), y0);
-                    s[1] = sdot(s[1], k.decode(raw, 2 * j + 1), y1);
-                }
-            }
-            let isum = vaddvq_s32(vaddq_s32(s[0], s[1]));
-            acc += (scale_f32(blk.d) * yb.d) * isum as f32;
-        }
-    }
-    acc
+    stock::vec_dot(
+        x,
+        y,
+        vdupq_n_s32(0),
+        |a, w, y| sdot(a, w, y),
+        |a, b| vaddvq_s32(vaddq_s32(a, b)),
+    )
 }

@@ -480,21 +480,12 @@ fn q8_0_fold_columns<B: RowPairBlock>(
 mod stock {
     use core::arch::aarch64::*;
 
+    use crate::format::{BlockPq2_0, BlockQ8K};
+
     /// `tbl` indices: group `q` of 16 weights (`16q..16q+16` of a 64-weight half) reads bytes
     /// `4q..4q+4`, each four times.
-    const IDX: [[u8; 16]; 4] = {
-        let mut idx = [[0u8; 16]; 4];
-        let mut q = 0;
-        while q < 4 {
-            let mut l = 0;
-            while l < 16 {
-                idx[q][l] = (4 * q + l / 4) as u8;
-                l += 1;
-            }
-            q += 1;
-        }
-        idx
-    };
+    const IDX: [[u8; 16]; 4] =
+        crate::kernels::const_table!([[u8; 16]; 4], |q, l| (4 * q + l / 4) as u8);
     /// Per-lane right shifts (negative left shifts) `2 * (lane % 4)`.
     const SHIFTS: [i8; 16] = [0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6];
 
@@ -524,6 +515,41 @@ mod stock {
             let codes = vandq_u8(vshlq_u8(spread, self.shifts), vdupq_n_u8(3));
             vsubq_s8(vreinterpretq_s8_u8(codes), vdupq_n_s8(1))
         }
+    }
+
+    /// ggml's stock-layout vec_dot loop, shared by the NEON and SDOT paths: each pq2_0 block of
+    /// `x` (two per `q8_K` block of `y`) decoded 16 weights at a time, `step(acc, w, y)` meeting
+    /// them with their activations in two independent chains (starting at `zero`; two chains so
+    /// the multiply-adds overlap), `isum` the block's exact integer sum of both; then ggml's
+    /// float step, one block at a time.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    pub(super) fn vec_dot<A: Copy>(
+        x: &[BlockPq2_0],
+        y: &[BlockQ8K],
+        zero: A,
+        step: impl Fn(A, int8x16_t, int8x16_t) -> A,
+        isum: impl Fn(A, A) -> i32,
+    ) -> f32 {
+        let k = Consts::new();
+        let mut acc = 0.0f32;
+        for (pair, yb) in x.chunks_exact(2).zip(y) {
+            let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
+            for (blk, ys) in pair.iter().zip(ys) {
+                let raw: &[[u8; 16]; 2] = bytemuck::cast_ref(&blk.qs);
+                let mut s = [zero; 2];
+                for (half, raw) in raw.iter().enumerate() {
+                    let raw = super::load_u8x16(raw);
+                    for j in 0..2 {
+                        let (y0, y1) = super::load_i8x16x2(&ys[2 * half + j]);
+                        s[0] = step(s[0], k.decode(raw, 2 * j), y0);
+                        s[1] = step(s[1], k.decode(raw, 2 * j + 1), y1);
+                    }
+                }
+                acc += (super::scale_f32(blk.d) * yb.d) * isum(s[0], s[1]) as f32;
+            }
+        }
+        acc
     }
 }
 

@@ -10,8 +10,8 @@ use core::arch::aarch64::*;
 
 use super::{
     Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_dup,
-    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, scale_f32, slots, stock,
-    store_f32x4, with_q8_0_dup, with_q8_0_tiles,
+    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, slots, stock, store_f32x4,
+    with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
@@ -243,31 +243,13 @@ fn gemm_neon(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
 #[inline(never)]
 #[target_feature(enable = "neon")]
 fn vec_dot_stock_neon(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
-    let k = stock::Consts::new();
-    let mut acc = 0.0f32;
-    for (pair, yb) in x.chunks_exact(2).zip(y) {
-        let ys: &[[[i8; 32]; 4]; 2] = bytemuck::cast_ref(&yb.qs);
-        for (blk, ys) in pair.iter().zip(ys) {
-            let raw: &[[u8; 16]; 2] = bytemuck::cast_ref(&blk.qs);
-            let mut s = [vdupq_n_s16(0); 2];
-            for (half, raw) in raw.iter().enumerate() {
-                let raw = load_u8x16(raw);
-                for j in 0..2 {
-                    let (y0, y1) = load_i8x16x2(&ys[2 * half + j]);
-                    for (acc, (w, y)) in s
-                        .iter_mut()
-                        .zip([(k.decode(raw, 2 * j), y0), (k.decode(raw, 2 * j + 1), y1)])
-                    {
-                        *acc = vmlal_s8(*acc, vget_low_s8(w), vget_low_s8(y));
-                        *acc = vmlal_high_s8(*acc, w, y);
-                    }
-                }
-            }
-            // A pairwise add (not `vaddq`) joins the two chains, so LLVM keeps them apart
-            // instead of reassociating them into one serial chain of `smlal`.
-            let isum = vaddlvq_s16(vpaddq_s16(s[0], s[1]));
-            acc += (scale_f32(blk.d) * yb.d) * isum as f32;
-        }
-    }
-    acc
+    stock::vec_dot(
+        x,
+        y,
+        vdupq_n_s16(0),
+        |a, w, y| vmlal_high_s8(vmlal_s8(a, vget_low_s8(w), vget_low_s8(y)), w, y),
+        // A pairwise add (not `vaddq`) joins the two chains, so LLVM keeps them apart instead
+        // of reassociating them into one serial chain of `smlal`.
+        |a, b| vaddlvq_s16(vpaddq_s16(a, b)),
+    )
 }

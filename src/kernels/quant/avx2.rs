@@ -21,6 +21,7 @@ use crate::format::{
     BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
 use crate::kernels::Gemm;
+use crate::kernels::const_table;
 
 macro_rules! safe_rows {
     ($($name:ident: $B:ty),* $(,)?) => {
@@ -480,20 +481,10 @@ impl Avx2Block for BlockQ5K {
 
 /// `pshufb` masks that put int16 scale `2i` of a lane's eight in every word of the low lane and
 /// scale `2i + 1` in every word of the high lane.
-const Q6K_SCALE_PICK: [[i8; 32]; 4] = {
-    let mut m = [[0i8; 32]; 4];
-    let mut i = 0;
-    while i < 4 {
-        let mut b = 0;
-        while b < 32 {
-            let word = if b < 16 { 2 * i } else { 2 * i + 1 };
-            m[i][b] = (2 * word + b % 2) as i8;
-            b += 1;
-        }
-        i += 1;
-    }
-    m
-};
+const Q6K_SCALE_PICK: [[i8; 32]; 4] = const_table!([[i8; 32]; 4], |i, b| {
+    let word = if b < 16 { 2 * i } else { 2 * i + 1 };
+    (2 * word + b % 2) as i8
+});
 
 /// A Q6_K block's sixteen scales as int16, and `-32 * sc_g * bsums_g` over eight int32 lanes
 /// (the offset of its unsigned codes, which every dot step starts from).

@@ -15,6 +15,7 @@ use super::QuantKernels;
 use super::avx2::{self, Avx2Block, quant_driver};
 use crate::format::{BlockQ6K, BlockQ8K, GgmlType};
 use crate::kernels::Gemm;
+use crate::kernels::const_table;
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "avx512-vnni",
@@ -43,19 +44,7 @@ trait ZmmBlock: Avx2Block {
 
 /// `vpermw` indices: word `j` of chunk `v` (weights `64v .. 64v + 64`) takes the scale of its
 /// 16 weights, `4v + j / 8`, from the sixteen int16 scales.
-const Q6K_SCALE_WORDS: [[i16; 32]; 4] = {
-    let mut m = [[0i16; 32]; 4];
-    let mut v = 0;
-    while v < 4 {
-        let mut j = 0;
-        while j < 32 {
-            m[v][j] = (4 * v + j / 8) as i16;
-            j += 1;
-        }
-        v += 1;
-    }
-    m
-};
+const Q6K_SCALE_WORDS: [[i16; 32]; 4] = const_table!([[i16; 32]; 4], |v, j| (4 * v + j / 8) as i16);
 
 impl ZmmBlock for BlockQ6K {
     #[inline]
