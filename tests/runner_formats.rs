@@ -16,6 +16,7 @@ use t2p::runner::model::{Exec, Model};
 use t2p::runner::{
     GgmlType, GgufError, GgufFile, LoadOptions, LoadProgress, TensorData, TensorStore, Value,
 };
+use t2p::testkit::DecoderDims;
 use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::testkit::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 
@@ -30,12 +31,14 @@ fn quiet() -> LoadOptions {
 const fn shape(tied: bool) -> Qwen3Shape {
     Qwen3Shape {
         name: "formats-test",
-        n_embd: 256,
-        n_layer: 2,
-        n_ff: 512,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
+        dims: DecoderDims {
+            n_embd: 256,
+            n_layer: 2,
+            n_ff: 512,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+        },
         tied,
     }
 }

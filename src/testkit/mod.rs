@@ -49,13 +49,25 @@ pub(crate) struct DecoderKv<'a> {
     pub name: &'a str,
     pub file_type: u32,
     pub n_ctx_train: usize,
-    pub n_embd: usize,
-    pub n_layer: usize,
-    pub n_ff: usize,
-    pub n_head: usize,
-    pub n_head_kv: usize,
-    pub head_dim: usize,
+    pub dims: DecoderDims,
     pub rope_base: f32,
+}
+
+/// The transformer dimensions every synthetic decoder shape has.
+#[derive(Clone, Copy, Debug)]
+pub struct DecoderDims {
+    /// Residual width (`embedding_length`).
+    pub n_embd: usize,
+    /// Decoder layers (`block_count`).
+    pub n_layer: usize,
+    /// FFN width (`feed_forward_length`).
+    pub n_ff: usize,
+    /// Query heads of the attention layers.
+    pub n_head: usize,
+    /// KV heads of the attention layers.
+    pub n_head_kv: usize,
+    /// Values per attention head (keys and values).
+    pub head_dim: usize,
 }
 
 impl DecoderKv<'_> {
@@ -75,13 +87,13 @@ impl DecoderKv<'_> {
             ("general.file_type".into(), Value::U32(self.file_type)),
             ("general.quantization_version".into(), Value::U32(2)),
             (a("context_length"), u(self.n_ctx_train)),
-            (a("embedding_length"), u(self.n_embd)),
-            (a("block_count"), u(self.n_layer)),
-            (a("feed_forward_length"), u(self.n_ff)),
-            (a("attention.head_count"), u(self.n_head)),
-            (a("attention.head_count_kv"), u(self.n_head_kv)),
-            (a("attention.key_length"), u(self.head_dim)),
-            (a("attention.value_length"), u(self.head_dim)),
+            (a("embedding_length"), u(self.dims.n_embd)),
+            (a("block_count"), u(self.dims.n_layer)),
+            (a("feed_forward_length"), u(self.dims.n_ff)),
+            (a("attention.head_count"), u(self.dims.n_head)),
+            (a("attention.head_count_kv"), u(self.dims.n_head_kv)),
+            (a("attention.key_length"), u(self.dims.head_dim)),
+            (a("attention.value_length"), u(self.dims.head_dim)),
             (a("rope.freq_base"), Value::F32(self.rope_base)),
             (a("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         ]

@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
-use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderDims, DecoderKv, Rng, f32_bytes, write_gguf};
 use crate::format::{
     BlockPq2_0, BlockQ2_0g64, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock, f16_to_f32,
     f32_to_f16,
@@ -20,18 +20,8 @@ use crate::runner::{GgufError, GgufFile};
 pub struct Qwen3Shape {
     /// Name used by `--shape`.
     pub name: &'static str,
-    /// Residual width.
-    pub n_embd: usize,
-    /// Layers.
-    pub n_layer: usize,
-    /// FFN width.
-    pub n_ff: usize,
-    /// Query heads.
-    pub n_head: usize,
-    /// KV heads.
-    pub n_head_kv: usize,
-    /// Values per head.
-    pub head_dim: usize,
+    /// Widths, layers and heads.
+    pub dims: DecoderDims,
     /// Whether `output.weight` is absent (the token table is the LM head).
     pub tied: bool,
 }
@@ -40,42 +30,50 @@ pub struct Qwen3Shape {
 pub const QWEN3_SHAPES: [Qwen3Shape; 4] = [
     Qwen3Shape {
         name: "bonsai-1.7b",
-        n_embd: 2048,
-        n_layer: 28,
-        n_ff: 6144,
-        n_head: 16,
-        n_head_kv: 8,
-        head_dim: 128,
+        dims: DecoderDims {
+            n_embd: 2048,
+            n_layer: 28,
+            n_ff: 6144,
+            n_head: 16,
+            n_head_kv: 8,
+            head_dim: 128,
+        },
         tied: true,
     },
     Qwen3Shape {
         name: "bonsai-4b",
-        n_embd: 2560,
-        n_layer: 36,
-        n_ff: 9728,
-        n_head: 32,
-        n_head_kv: 8,
-        head_dim: 128,
+        dims: DecoderDims {
+            n_embd: 2560,
+            n_layer: 36,
+            n_ff: 9728,
+            n_head: 32,
+            n_head_kv: 8,
+            head_dim: 128,
+        },
         tied: true,
     },
     Qwen3Shape {
         name: "bonsai-8b",
-        n_embd: 4096,
-        n_layer: 36,
-        n_ff: 12288,
-        n_head: 32,
-        n_head_kv: 8,
-        head_dim: 128,
+        dims: DecoderDims {
+            n_embd: 4096,
+            n_layer: 36,
+            n_ff: 12288,
+            n_head: 32,
+            n_head_kv: 8,
+            head_dim: 128,
+        },
         tied: false,
     },
     Qwen3Shape {
         name: "qwen3-test",
-        n_embd: 256,
-        n_layer: 2,
-        n_ff: 768,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 64,
+        dims: DecoderDims {
+            n_embd: 256,
+            n_layer: 2,
+            n_ff: 768,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+        },
         tied: false,
     },
 ];
@@ -344,12 +342,7 @@ pub fn write_qwen3_with(
         name: s.name,
         file_type: opts.ty.file_type(),
         n_ctx_train: 40960,
-        n_embd: s.n_embd,
-        n_layer: s.n_layer,
-        n_ff: s.n_ff,
-        n_head: s.n_head,
-        n_head_kv: s.n_head_kv,
-        head_dim: s.head_dim,
+        dims: s.dims,
         rope_base: 1e6,
     }
     .kv();
@@ -411,9 +404,13 @@ fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), Gguf
     let group_ok = match opts.scale_group {
         64 => block == 64,
         128 => block <= 128,
-        256 => [shape.n_embd, shape.n_ff, shape.n_head * shape.head_dim]
-            .iter()
-            .all(|k| k.is_multiple_of(256)),
+        256 => [
+            shape.dims.n_embd,
+            shape.dims.n_ff,
+            shape.dims.n_head * shape.dims.head_dim,
+        ]
+        .iter()
+        .all(|k| k.is_multiple_of(256)),
         _ => false,
     };
     if group_ok {
@@ -432,7 +429,7 @@ fn check_scale_group(shape: &Qwen3Shape, opts: &SynthOptions) -> Result<(), Gguf
 /// The tensors of a qwen3 `shape` with `n_vocab` tokens, in file order: matrices in the type of
 /// `opts`, vectors F32.
 fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Vec<TensorSpec> {
-    let (d, hd, ff) = (s.n_embd, s.head_dim, s.n_ff);
+    let (d, hd, ff) = (s.dims.n_embd, s.dims.head_dim, s.dims.n_ff);
     let mat = |name: String, k: usize, rows: usize| match mix_type(&name, opts, s.tied) {
         GgmlType::F32 => {
             let mut spec = TensorSpec::new(name, &[k, rows], opts.ty.layout());
@@ -449,16 +446,16 @@ fn qwen3_tensor_specs(s: &Qwen3Shape, n_vocab: usize, opts: &SynthOptions) -> Ve
     if !s.tied {
         specs.push(mat("output.weight".into(), d, n_vocab));
     }
-    for i in 0..s.n_layer {
+    for i in 0..s.dims.n_layer {
         let p = |t: &str| format!("blk.{i}.{t}.weight");
         specs.extend([
             vec(p("attn_norm"), d),
-            mat(p("attn_q"), d, s.n_head * hd),
-            mat(p("attn_k"), d, s.n_head_kv * hd),
-            mat(p("attn_v"), d, s.n_head_kv * hd),
+            mat(p("attn_q"), d, s.dims.n_head * hd),
+            mat(p("attn_k"), d, s.dims.n_head_kv * hd),
+            mat(p("attn_v"), d, s.dims.n_head_kv * hd),
             vec(p("attn_q_norm"), hd),
             vec(p("attn_k_norm"), hd),
-            mat(p("attn_output"), s.n_head * hd, d),
+            mat(p("attn_output"), s.dims.n_head * hd, d),
             vec(p("ffn_norm"), d),
             mat(p("ffn_gate"), d, ff),
             mat(p("ffn_up"), d, ff),

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
 use super::synth::ternary_pq2_0;
-use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderDims, DecoderKv, Rng, f32_bytes, write_gguf};
 use crate::format::GgmlType;
 use crate::runner::{Array, GgufError, GgufFile, Value};
 
@@ -26,18 +26,8 @@ use crate::runner::{Array, GgufError, GgufFile, Value};
 pub struct Qwen35Shape {
     /// Name used by `--shape`.
     pub name: &'static str,
-    /// Residual width.
-    pub n_embd: usize,
-    /// Decoder layers.
-    pub n_layer: usize,
-    /// FFN width.
-    pub n_ff: usize,
-    /// Query heads of the full-attention layers.
-    pub n_head: usize,
-    /// KV heads of the full-attention layers.
-    pub n_head_kv: usize,
-    /// Values per attention head (keys and values).
-    pub head_dim: usize,
+    /// Widths, layers and heads.
+    pub dims: DecoderDims,
     /// Rotated dimensions at the start of each attention head.
     pub rope_dims: usize,
     /// IMROPE sections (`rope.dimension_sections`, summing to `rope_dims / 2`).
@@ -89,10 +79,10 @@ impl Qwen35Shape {
     /// each (for Bonsai 2 27B: 5120, 6144, 17408).
     pub fn hadamard_widths(&self) -> Vec<usize> {
         let mut w = vec![
-            self.n_embd,
+            self.dims.n_embd,
             self.value_dim(),
-            self.n_head * self.head_dim,
-            self.n_ff,
+            self.dims.n_head * self.dims.head_dim,
+            self.dims.n_ff,
         ];
         w.sort_unstable();
         w.dedup();
@@ -121,12 +111,14 @@ impl Qwen35Shape {
 pub const QWEN35_SHAPES: [Qwen35Shape; 3] = [
     Qwen35Shape {
         name: "bonsai2-27b",
-        n_embd: 5120,
-        n_layer: 64,
-        n_ff: 17408,
-        n_head: 24,
-        n_head_kv: 4,
-        head_dim: 256,
+        dims: DecoderDims {
+            n_embd: 5120,
+            n_layer: 64,
+            n_ff: 17408,
+            n_head: 24,
+            n_head_kv: 4,
+            head_dim: 256,
+        },
         rope_dims: 64,
         rope_sections: [11, 11, 10, 0],
         rope_base: 1e7,
@@ -141,12 +133,14 @@ pub const QWEN35_SHAPES: [Qwen35Shape; 3] = [
     },
     Qwen35Shape {
         name: "qwen35-test",
-        n_embd: 256,
-        n_layer: 8,
-        n_ff: 1024,
-        n_head: 6,
-        n_head_kv: 1,
-        head_dim: 128,
+        dims: DecoderDims {
+            n_embd: 256,
+            n_layer: 8,
+            n_ff: 1024,
+            n_head: 6,
+            n_head_kv: 1,
+            head_dim: 128,
+        },
         rope_dims: 32,
         rope_sections: [6, 5, 5, 0],
         rope_base: 1e7,
@@ -161,12 +155,14 @@ pub const QWEN35_SHAPES: [Qwen35Shape; 3] = [
     },
     Qwen35Shape {
         name: "qwen35-odd",
-        n_embd: 256,
-        n_layer: 4,
-        n_ff: 640,
-        n_head: 4,
-        n_head_kv: 1,
-        head_dim: 128,
+        dims: DecoderDims {
+            n_embd: 256,
+            n_layer: 4,
+            n_ff: 640,
+            n_head: 4,
+            n_head_kv: 1,
+            head_dim: 128,
+        },
         rope_dims: 32,
         rope_sections: [6, 5, 5, 0],
         rope_base: 1e7,
@@ -203,10 +199,10 @@ fn shape_error(name: &str, reason: String) -> GgufError {
 /// fold (power-of-two blocks dividing every folded width) need from a shape.
 fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
     let bad = |reason: String| Err(shape_error(s.name, reason));
-    if s.n_head_kv == 0 || !s.n_head.is_multiple_of(s.n_head_kv) {
+    if s.dims.n_head_kv == 0 || !s.dims.n_head.is_multiple_of(s.dims.n_head_kv) {
         return bad(format!(
             "{} query heads cannot share {} KV heads",
-            s.n_head, s.n_head_kv
+            s.dims.n_head, s.dims.n_head_kv
         ));
     }
     if s.n_k_heads == 0 || !s.n_v_heads.is_multiple_of(s.n_k_heads) {
@@ -219,13 +215,13 @@ fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
         return bad("full_attention_interval and conv_kernel must be positive".into());
     }
     let half: i32 = s.rope_sections.iter().sum();
-    if s.rope_dims > s.head_dim
+    if s.rope_dims > s.dims.head_dim
         || !s.rope_dims.is_multiple_of(2)
         || half as usize * 2 != s.rope_dims
     {
         return bad(format!(
             "{} rotated dims of {} (sections {:?})",
-            s.rope_dims, s.head_dim, s.rope_sections
+            s.rope_dims, s.dims.head_dim, s.rope_sections
         ));
     }
     // pq2_0 blocks are 128 wide: every matrix's k must be a multiple of 128.
@@ -253,7 +249,7 @@ fn check_shape(s: &Qwen35Shape, n_vocab: usize) -> Result<(), GgufError> {
 
 /// Every tensor of `shape` with `n_vocab` tokens, in file order, with how it is filled.
 fn plan(s: &Qwen35Shape, n_vocab: usize) -> Vec<(TensorSpec, Init)> {
-    let d = s.n_embd;
+    let d = s.dims.n_embd;
     let pq = |name: String, k: usize, rows: usize, gain: f32| {
         let spec = TensorSpec::new(name, &[k, rows], GgmlType::PQ2_0);
         (spec, Init::Ternary(gain))
@@ -272,8 +268,8 @@ fn plan(s: &Qwen35Shape, n_vocab: usize) -> Vec<(TensorSpec, Init)> {
         norm("output_norm.weight".into(), d),
         pq("output.weight".into(), d, n_vocab, 3.0),
     ];
-    let (hd, ff) = (s.head_dim, s.n_ff);
-    for il in 0..s.n_layer {
+    let (hd, ff) = (s.dims.head_dim, s.dims.n_ff);
+    for il in 0..s.dims.n_layer {
         let p = |x: &str| format!("blk.{il}.{x}.weight");
         t.push(norm(p("attn_norm"), d));
         t.push(norm(p("post_attention_norm"), d));
@@ -297,12 +293,12 @@ fn plan(s: &Qwen35Shape, n_vocab: usize) -> Vec<(TensorSpec, Init)> {
             ]);
         } else {
             t.extend([
-                pq(p("attn_q"), d, 2 * s.n_head * hd, 1.0),
-                pq(p("attn_k"), d, s.n_head_kv * hd, 1.0),
-                pq(p("attn_v"), d, s.n_head_kv * hd, 1.0),
+                pq(p("attn_q"), d, 2 * s.dims.n_head * hd, 1.0),
+                pq(p("attn_k"), d, s.dims.n_head_kv * hd, 1.0),
+                pq(p("attn_v"), d, s.dims.n_head_kv * hd, 1.0),
                 norm(p("attn_q_norm"), hd),
                 norm(p("attn_k_norm"), hd),
-                pq(p("attn_output"), s.n_head * hd, d, 0.7),
+                pq(p("attn_output"), s.dims.n_head * hd, d, 0.7),
             ]);
         }
         t.extend([
@@ -388,12 +384,7 @@ fn model_kv(s: &Qwen35Shape, n_vocab: usize, rng: &mut Rng) -> Vec<(String, Valu
         name: s.name,
         file_type: 141,
         n_ctx_train: s.n_ctx_train,
-        n_embd: s.n_embd,
-        n_layer: s.n_layer,
-        n_ff: s.n_ff,
-        n_head: s.n_head,
-        n_head_kv: s.n_head_kv,
-        head_dim: s.head_dim,
+        dims: s.dims,
         rope_base: s.rope_base,
     }
     .kv();
@@ -496,8 +487,8 @@ mod tests {
         let s = shape("bonsai2-27b");
         let n_vocab = s.n_vocab.unwrap();
         check_shape(&s, n_vocab).unwrap();
-        let rec = (0..s.n_layer).filter(|&i| s.is_recurrent(i)).count();
-        assert_eq!((rec, s.n_layer - rec), (48, 16));
+        let rec = (0..s.dims.n_layer).filter(|&i| s.is_recurrent(i)).count();
+        assert_eq!((rec, s.dims.n_layer - rec), (48, 16));
         assert!(!s.is_recurrent(3) && !s.is_recurrent(63) && s.is_recurrent(0));
         assert_eq!(s.conv_channels(), 2048 + 2048 + 6144);
         assert_eq!(s.hadamard_widths(), [5120, 6144, 17408]);
