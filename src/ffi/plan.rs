@@ -23,7 +23,7 @@ use crate::format::{
     t2p_block_count,
 };
 use crate::kernels::{self, Isa, Kernels};
-use crate::matmul::{ActQuant, MatmulPlan, with_scratch};
+use crate::matmul::{ActQuant, MatmulPlan, Q8_0Quantizer, with_scratch};
 
 /// Activation type: q8_K, one scale per 256 values (ggml's type for tq1_0 / tq2_0).
 pub const T2P_ACT_Q8_K: u32 = 0;
@@ -205,12 +205,16 @@ pub unsafe extern "C" fn t2p_plan_quantize(
             std::slice::from_raw_parts_mut(work.cast::<u32>().add(share.start), share.len())
         };
         let (ith, nth) = (ith as usize, nth as usize);
-        match from_float {
-            None => l.quantize_share(xs, ld_x, ith, nth, out)?,
-            Some(f) => {
-                l.quantize_share_with(xs, ld_x, ith, nth, out, &|v, quads| ggml_q8_0(f, v, quads))?
-            }
-        }
+        let ggml = from_float
+            .map(|f| move |v: &[f32], quads: &mut [BlockQ8_0Quad]| ggml_q8_0(f, v, quads));
+        l.quantize_share(
+            xs,
+            ld_x,
+            ith,
+            nth,
+            out,
+            ggml.as_ref().map(|q| q as &Q8_0Quantizer),
+        )?;
         Ok(())
     })
 }

@@ -156,6 +156,10 @@ const _: () = assert!(
         && Q8KX4_WORDS * 4 == size_of::<BlockQ8Kx4>()
 );
 
+/// A `q8_0` quantizer: one column's floats into its quads (the library's
+/// [`quantize_row_q8_0`], or a caller's such as ggml's).
+pub type Q8_0Quantizer = dyn Fn(&[f32], &mut [BlockQ8_0Quad]);
+
 /// How `ncols` quantized activation columns of length `k` lie in a work buffer of `u32` words.
 ///
 /// * `q8_0`: `k / 128` quads per column, column after column. A quantization unit is one quad.
@@ -290,17 +294,18 @@ impl ActLayout {
 
     /// Quantizes share `ith` of `nth` of the columns of `x` (column `c` at
     /// `x[c * ld_x..c * ld_x + k]`) into `out`, which is exactly the words
-    /// [`ActLayout::share`] names. `q8_0` quads come from `q8_0` (the library's quantizer,
-    /// [`quantize_row_q8_0`], or another one such as ggml's).
-    pub fn quantize_share_with(
+    /// [`ActLayout::share`] names. `q8_0` quads come from `q8_0` (another quantizer such as
+    /// ggml's), or with `None` from the library's [`quantize_row_q8_0`].
+    pub fn quantize_share(
         &self,
         x: &[f32],
         ld_x: usize,
         ith: usize,
         nth: usize,
         out: &mut [u32],
-        q8_0: &dyn Fn(&[f32], &mut [BlockQ8_0Quad]),
+        q8_0: Option<&Q8_0Quantizer>,
     ) -> Result<()> {
+        let q8_0: &Q8_0Quantizer = q8_0.unwrap_or(&quantize_row_q8_0);
         self.check_x(x, ld_x)?;
         let words = self.share(ith, nth);
         check_len("work-buffer share words", words.len(), out.len())?;
@@ -349,18 +354,6 @@ impl ActLayout {
         Ok(())
     }
 
-    /// [`ActLayout::quantize_share_with`] with the library's `q8_0` quantizer.
-    pub fn quantize_share(
-        &self,
-        x: &[f32],
-        ld_x: usize,
-        ith: usize,
-        nth: usize,
-        out: &mut [u32],
-    ) -> Result<()> {
-        self.quantize_share_with(x, ld_x, ith, nth, out, &quantize_row_q8_0)
-    }
-
     /// The `q8_0` quads of a work buffer.
     fn q8_0<'a>(&self, work: &'a [u32]) -> &'a [BlockQ8_0Quad] {
         bytemuck::cast_slice(&work[..self.work_words()])
@@ -405,7 +398,7 @@ impl QuantizedBatch {
     pub fn new(x: &[f32], k: usize, ncols: usize, act: ActQuant) -> Result<Self> {
         let layout = ActLayout::new(k, ncols, act)?;
         let mut work = vec![0u32; layout.work_words()];
-        layout.quantize_share(x, k, 0, 1, &mut work)?;
+        layout.quantize_share(x, k, 0, 1, &mut work, None)?;
         Ok(QuantizedBatch { layout, work })
     }
 
@@ -471,7 +464,7 @@ impl QuantizedBatch {
         let first_error = std::sync::OnceLock::new();
         let shares = crate::pool::pieces(&mut self.work, nth, |i| layout.share(i, nth).len());
         pool.for_each_item(nth, shares, |(ith, share)| {
-            if let Err(e) = layout.quantize_share(x, k, ith, nth, share) {
+            if let Err(e) = layout.quantize_share(x, k, ith, nth, share, None) {
                 let _ = first_error.set(e);
             }
         });
@@ -887,7 +880,9 @@ mod tests {
                     let mut work = vec![0u32; layout.work_words()];
                     for ith in 0..3 {
                         let s = layout.share(ith, 3);
-                        layout.quantize_share(&x, k, ith, 3, &mut work[s]).unwrap();
+                        layout
+                            .quantize_share(&x, k, ith, 3, &mut work[s], None)
+                            .unwrap();
                     }
                     assert_eq!(work, batch.work, "{rows}x{k} {ncols} {act:?} shares");
                     let plan = MatmulPlan::for_batch(&w, &batch).unwrap();
