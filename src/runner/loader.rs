@@ -333,9 +333,15 @@ impl TensorStore {
         }
         let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
         let progress = Counter::new(opts.progress.as_ref(), total);
+        let mut file = FileReader {
+            gguf,
+            src,
+            opts,
+            progress: &progress,
+        };
         let mut store = TensorStore::default();
         for t in gguf.tensors() {
-            let tensor = load_one(gguf, src, t, opts, &progress)?;
+            let tensor = file.load_one(t)?;
             store.order.push(t.name.clone());
             store.tensors.insert(t.name.clone(), tensor);
         }
@@ -387,120 +393,167 @@ impl TensorStore {
     }
 }
 
-fn read_vec<T: Pod, R: Read>(
-    src: &mut R,
-    n: usize,
-    t: &TensorInfo,
-    gguf: &GgufFile,
-    opts: &LoadOptions,
-    progress: &Counter,
-) -> Result<Vec<T>> {
-    let mut v = vec![T::zeroed(); n];
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
-    if bytes.len() as u64 != t.n_bytes {
-        return Err(GgufError::Shape {
-            name: t.name.clone(),
-            reason: format!("{} bytes expected, {} in file", bytes.len(), t.n_bytes),
-        });
+/// One GGUF file being loaded: the header, where its bytes come from, how to load them and the
+/// count of bytes read so far.
+struct FileReader<'a, R> {
+    gguf: &'a GgufFile,
+    src: &'a mut R,
+    opts: &'a LoadOptions,
+    progress: &'a Counter<'a>,
+}
+
+impl<R: Read> FileReader<'_, R> {
+    /// Tensor `t`'s data as `n` values of `T` (its byte size checked against the file's).
+    fn read_vec<T: Pod>(&mut self, t: &TensorInfo, n: usize) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); n];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+        if bytes.len() as u64 != t.n_bytes {
+            return Err(GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!("{} bytes expected, {} in file", bytes.len(), t.n_bytes),
+            });
+        }
+        read_chunked(
+            self.src,
+            bytes,
+            self.opts.chunk_bytes,
+            self.progress,
+            &|| format!("data of tensor {:?}", t.name),
+            self.gguf.tensor_file_range(t).start,
+        )?;
+        Ok(v)
     }
-    read_chunked(
-        src,
-        bytes,
-        opts.chunk_bytes,
-        progress,
-        &|| format!("data of tensor {:?}", t.name),
-        gguf.tensor_file_range(t).start,
-    )?;
-    Ok(v)
+
+    /// Loads a tensor of one of ggml's block types as the file holds it (checked: the byte size
+    /// its shape needs, finite scales).
+    fn load_quant(&mut self, t: &TensorInfo) -> Result<TensorData> {
+        let k = usize::try_from(t.shape.first().copied().unwrap_or(0)).ok();
+        let rows = usize::try_from(t.n_rows()).ok();
+        let (Some(k), Some(rows)) = (k, rows) else {
+            return Err(GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!("shape {:?} does not fit in memory", t.shape),
+            });
+        };
+        let bytes = quant_matrix_bytes(t.ggml_type, rows, k).map_err(|e| shape_err(&t.name, e))?;
+        if bytes as u64 != t.n_bytes {
+            return Err(GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!(
+                    "{rows} rows of {k} {} take {bytes} bytes, the file gives {}",
+                    t.ggml_type, t.n_bytes
+                ),
+            });
+        }
+        let mut words: Vec<u16> = self.read_vec(t, bytes / 2)?;
+        if cfg!(target_endian = "big") {
+            // Only the fp16 fields are multi-byte, and they sit at even offsets of every block.
+            words.iter_mut().for_each(|x| *x = u16::from_le(*x));
+        }
+        let m = QuantMatrix::new(t.ggml_type, rows, k, words).map_err(|e| shape_err(&t.name, e))?;
+        Ok(TensorData::Quant(m))
+    }
+
+    /// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when
+    /// [`LoadOptions::uses_t2p`], else converted to pq2_0 blocks. Reads whole row groups (or, for
+    /// pq2_0 blocks, whole source blocks) a chunk at a time into one reused buffer, so memory is
+    /// the result plus one chunk.
+    fn load_ternary<B: TernaryBlock>(&mut self, t: &TensorInfo) -> Result<TensorData> {
+        let name = &t.name;
+        let bad = |reason: String| GgufError::Shape {
+            name: name.clone(),
+            reason,
+        };
+        let row_len = t.shape.first().copied().unwrap_or(0);
+        if !row_len.is_multiple_of(B::WEIGHTS as u64) {
+            // The header reader refuses this already; repeated so no path depends on it.
+            return Err(bad(format!(
+                "row length {row_len} is not a multiple of {} (the {} block)",
+                B::WEIGHTS,
+                B::NAME
+            )));
+        }
+        let src_size = std::mem::size_of::<B>();
+        let n_src = t
+            .n_elements()
+            .checked_div(B::WEIGHTS as u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| bad("block count does not fit in memory".into()))?;
+        if (n_src as u64).checked_mul(src_size as u64) != Some(t.n_bytes) {
+            return Err(bad(format!(
+                "{n_src} {} blocks of {src_size} bytes expected, {} bytes in file",
+                B::NAME,
+                t.n_bytes
+            )));
+        }
+        let mut data = TensorBytes {
+            src: &mut *self.src,
+            start: self.gguf.tensor_file_range(t).start,
+            progress: self.progress,
+            name,
+        };
+        if self.opts.uses_t2p(t) {
+            let (k, rows) = matrix_dims(t)?;
+            return data.repack_to_t2p::<B>(rows, k, self.opts.chunk_bytes);
+        }
+        // Any other shape: lossless pq2_0 blocks (formats with a scale per 128 weights only:
+        // Q2_0 runs as stored instead).
+        if B::WEIGHTS / QK_PQ2_0 == 0 {
+            return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
+        }
+        data.convert_to_pq2_0::<B>(n_src, self.opts.chunk_bytes)
+    }
 }
 
-fn load_one<R: Read + Seek>(
-    gguf: &GgufFile,
-    src: &mut R,
-    t: &TensorInfo,
-    opts: &LoadOptions,
-    progress: &Counter,
-) -> Result<Tensor> {
-    gguf.seek_to(src, t)?;
-    let n = t.n_elements() as usize;
-    let data = match t.ggml_type {
-        GgmlType::PQ2_0 if !opts.uses_t2p(t) => {
-            TensorData::Pq2_0(read_vec(src, n / QK_PQ2_0, t, gguf, opts, progress)?)
-        }
-        GgmlType::F32 => {
-            let mut v: Vec<f32> = read_vec(src, n, t, gguf, opts, progress)?;
-            if cfg!(target_endian = "big") {
-                v.iter_mut()
-                    .for_each(|x| *x = f32::from_bits(u32::from_le(x.to_bits())));
+impl<R: Read + Seek> FileReader<'_, R> {
+    /// Loads tensor `t`: T2P, pq2_0 blocks, a ggml block matrix or floats, as
+    /// [`LoadOptions`] and its type decide.
+    fn load_one(&mut self, t: &TensorInfo) -> Result<Tensor> {
+        self.gguf.seek_to(self.src, t)?;
+        let n = t.n_elements() as usize;
+        let data = match t.ggml_type {
+            GgmlType::PQ2_0 if !self.opts.uses_t2p(t) => {
+                TensorData::Pq2_0(self.read_vec(t, n / QK_PQ2_0)?)
             }
-            TensorData::F32(v)
-        }
-        GgmlType::F16 | GgmlType::BF16 => {
-            let mut v: Vec<u16> = read_vec(src, n, t, gguf, opts, progress)?;
-            if cfg!(target_endian = "big") {
-                v.iter_mut().for_each(|x| *x = u16::from_le(*x));
+            GgmlType::F32 => {
+                let mut v: Vec<f32> = self.read_vec(t, n)?;
+                if cfg!(target_endian = "big") {
+                    v.iter_mut()
+                        .for_each(|x| *x = f32::from_bits(u32::from_le(x.to_bits())));
+                }
+                TensorData::F32(v)
             }
-            if t.ggml_type == GgmlType::F16 {
-                TensorData::F16(v)
-            } else {
-                TensorData::Bf16(v)
+            GgmlType::F16 | GgmlType::BF16 => {
+                let mut v: Vec<u16> = self.read_vec(t, n)?;
+                if cfg!(target_endian = "big") {
+                    v.iter_mut().for_each(|x| *x = u16::from_le(*x));
+                }
+                if t.ggml_type == GgmlType::F16 {
+                    TensorData::F16(v)
+                } else {
+                    TensorData::Bf16(v)
+                }
             }
-        }
-        // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
-        ty if ty.is_quant() && !opts.uses_t2p(t) => load_quant(gguf, src, t, opts, progress)?,
-        other => with_ternary_block!(
-            other,
-            B => load_ternary::<B, R>(gguf, src, t, opts, progress)?,
-            _ => {
-                return Err(GgufError::UnsupportedTensorType {
-                    name: t.name.clone(),
-                    type_name: other.name(),
-                });
-            }
-        ),
-    };
-    Ok(Tensor {
-        name: t.name.clone(),
-        shape: t.shape.clone(),
-        source_type: t.ggml_type,
-        data,
-    })
-}
-
-/// Loads a tensor of one of ggml's block types as the file holds it (checked: the byte size
-/// its shape needs, finite scales).
-fn load_quant<R: Read>(
-    gguf: &GgufFile,
-    src: &mut R,
-    t: &TensorInfo,
-    opts: &LoadOptions,
-    progress: &Counter,
-) -> Result<TensorData> {
-    let k = usize::try_from(t.shape.first().copied().unwrap_or(0)).ok();
-    let rows = usize::try_from(t.n_rows()).ok();
-    let (Some(k), Some(rows)) = (k, rows) else {
-        return Err(GgufError::Shape {
-            name: t.name.clone(),
-            reason: format!("shape {:?} does not fit in memory", t.shape),
-        });
-    };
-    let bytes = quant_matrix_bytes(t.ggml_type, rows, k).map_err(|e| shape_err(&t.name, e))?;
-    if bytes as u64 != t.n_bytes {
-        return Err(GgufError::Shape {
-            name: t.name.clone(),
-            reason: format!(
-                "{rows} rows of {k} {} take {bytes} bytes, the file gives {}",
-                t.ggml_type, t.n_bytes
+            // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
+            ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,
+            other => with_ternary_block!(
+                other,
+                B => self.load_ternary::<B>(t)?,
+                _ => {
+                    return Err(GgufError::UnsupportedTensorType {
+                        name: t.name.clone(),
+                        type_name: other.name(),
+                    });
+                }
             ),
-        });
+        };
+        Ok(Tensor {
+            name: t.name.clone(),
+            shape: t.shape.clone(),
+            source_type: t.ggml_type,
+            data,
+        })
     }
-    let mut words: Vec<u16> = read_vec(src, bytes / 2, t, gguf, opts, progress)?;
-    if cfg!(target_endian = "big") {
-        // Only the fp16 fields are multi-byte, and they sit at even offsets of every block.
-        words.iter_mut().for_each(|x| *x = u16::from_le(*x));
-    }
-    let m = QuantMatrix::new(t.ggml_type, rows, k, words).map_err(|e| shape_err(&t.name, e))?;
-    Ok(TensorData::Quant(m))
 }
 
 /// `(k, rows)` of a 2-D tensor, as `usize`.
@@ -518,62 +571,6 @@ fn matrix_dims(t: &TensorInfo) -> Result<(usize, usize)> {
             })
     };
     Ok((dim(0)?, dim(1)?))
-}
-
-/// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when
-/// [`LoadOptions::uses_t2p`], else converted to pq2_0 blocks. Reads whole row groups (or, for
-/// pq2_0 blocks, whole source blocks) a chunk at a time into one reused buffer, so memory is
-/// the result plus one chunk.
-fn load_ternary<B: TernaryBlock, R: Read>(
-    gguf: &GgufFile,
-    src: &mut R,
-    t: &TensorInfo,
-    opts: &LoadOptions,
-    progress: &Counter,
-) -> Result<TensorData> {
-    let name = &t.name;
-    let bad = |reason: String| GgufError::Shape {
-        name: name.clone(),
-        reason,
-    };
-    let row_len = t.shape.first().copied().unwrap_or(0);
-    if !row_len.is_multiple_of(B::WEIGHTS as u64) {
-        // The header reader refuses this already; repeated so no path depends on it.
-        return Err(bad(format!(
-            "row length {row_len} is not a multiple of {} (the {} block)",
-            B::WEIGHTS,
-            B::NAME
-        )));
-    }
-    let src_size = std::mem::size_of::<B>();
-    let n_src = t
-        .n_elements()
-        .checked_div(B::WEIGHTS as u64)
-        .and_then(|n| usize::try_from(n).ok())
-        .ok_or_else(|| bad("block count does not fit in memory".into()))?;
-    if (n_src as u64).checked_mul(src_size as u64) != Some(t.n_bytes) {
-        return Err(bad(format!(
-            "{n_src} {} blocks of {src_size} bytes expected, {} bytes in file",
-            B::NAME,
-            t.n_bytes
-        )));
-    }
-    let mut data = TensorBytes {
-        src,
-        start: gguf.tensor_file_range(t).start,
-        progress,
-        name,
-    };
-    if opts.uses_t2p(t) {
-        let (k, rows) = matrix_dims(t)?;
-        return data.repack_to_t2p::<B>(rows, k, opts.chunk_bytes);
-    }
-    // Any other shape: lossless pq2_0 blocks (formats with a scale per 128 weights only:
-    // Q2_0 runs as stored instead).
-    if B::WEIGHTS / QK_PQ2_0 == 0 {
-        return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
-    }
-    data.convert_to_pq2_0::<B>(n_src, opts.chunk_bytes)
 }
 
 /// A tensor's bytes in the file, read a chunk at a time into one reused buffer.
