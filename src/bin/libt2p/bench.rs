@@ -108,20 +108,22 @@ fn lcg(s: &mut u64) -> u64 {
     *s
 }
 
-/// Random T2P blocks (ternary codes mostly, some code 3, small positive and negative scales).
-fn t2p_blocks(n: usize, seed: u64) -> Vec<BlockT2p> {
+/// `n` random blocks: every code byte of `parts(block).0` random (ternary codes mostly, some
+/// code 3), then each scale of `parts(block).1` small, positive or negative.
+fn random_blocks<B: Default>(
+    n: usize,
+    seed: u64,
+    parts: impl Fn(&mut B) -> (&mut [u8], &mut [u16]),
+) -> Vec<B> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            let mut b = BlockT2p::default();
-            for pair in b.qs.iter_mut() {
-                for word in pair.iter_mut() {
-                    for byte in word.iter_mut() {
-                        *byte = (lcg(&mut s) >> 40) as u8;
-                    }
-                }
+            let mut b = B::default();
+            let (codes, scales) = parts(&mut b);
+            for byte in codes {
+                *byte = (lcg(&mut s) >> 40) as u8;
             }
-            for d in b.d.iter_mut() {
+            for d in scales {
                 *d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
             }
             b
@@ -129,18 +131,16 @@ fn t2p_blocks(n: usize, seed: u64) -> Vec<BlockT2p> {
         .collect()
 }
 
+fn t2p_blocks(n: usize, seed: u64) -> Vec<BlockT2p> {
+    random_blocks(n, seed, |b: &mut BlockT2p| {
+        (b.qs.as_flattened_mut().as_flattened_mut(), &mut b.d[..])
+    })
+}
+
 fn pq2_0_blocks(n: usize, seed: u64) -> Vec<BlockPq2_0> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            let mut b = BlockPq2_0::default();
-            for q in b.qs.iter_mut() {
-                *q = (lcg(&mut s) >> 40) as u8;
-            }
-            b.d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
-            b
-        })
-        .collect()
+    random_blocks(n, seed, |b: &mut BlockPq2_0| {
+        (&mut b.qs[..], std::slice::from_mut(&mut b.d))
+    })
 }
 
 fn columns(k: usize, ncols: usize, seed: u64) -> Vec<f32> {
