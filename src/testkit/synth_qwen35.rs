@@ -131,51 +131,47 @@ pub const QWEN35_SHAPES: [Qwen35Shape; 3] = [
         n_vocab: Some(248320),
         hadamard_block: Some(1024),
     },
-    Qwen35Shape {
-        name: "qwen35-test",
-        dims: DecoderDims {
-            n_embd: 256,
-            n_layer: 8,
-            n_ff: 1024,
-            n_head: 6,
-            n_head_kv: 1,
-            head_dim: 128,
-        },
-        rope_dims: 32,
-        rope_sections: [6, 5, 5, 0],
-        rope_base: 1e7,
-        n_ctx_train: 4096,
-        full_attention_interval: 4,
-        conv_kernel: 4,
-        state_size: 64,
-        n_k_heads: 4,
-        n_v_heads: 12,
-        n_vocab: None,
-        hadamard_block: Some(256),
-    },
+    QWEN35_TEST,
+    // qwen35-test with the odd widths (see above).
     Qwen35Shape {
         name: "qwen35-odd",
         dims: DecoderDims {
-            n_embd: 256,
             n_layer: 4,
             n_ff: 640,
             n_head: 4,
-            n_head_kv: 1,
-            head_dim: 128,
+            ..QWEN35_TEST.dims
         },
-        rope_dims: 32,
-        rope_sections: [6, 5, 5, 0],
-        rope_base: 1e7,
-        n_ctx_train: 4096,
-        full_attention_interval: 4,
-        conv_kernel: 4,
         state_size: 128,
         n_k_heads: 1,
         n_v_heads: 3,
-        n_vocab: None,
         hadamard_block: None,
+        ..QWEN35_TEST
     },
 ];
+
+/// `qwen35-test` of [`QWEN35_SHAPES`] (which `qwen35-odd` varies).
+const QWEN35_TEST: Qwen35Shape = Qwen35Shape {
+    name: "qwen35-test",
+    dims: DecoderDims {
+        n_embd: 256,
+        n_layer: 8,
+        n_ff: 1024,
+        n_head: 6,
+        n_head_kv: 1,
+        head_dim: 128,
+    },
+    rope_dims: 32,
+    rope_sections: [6, 5, 5, 0],
+    rope_base: 1e7,
+    n_ctx_train: 4096,
+    full_attention_interval: 4,
+    conv_kernel: 4,
+    state_size: 64,
+    n_k_heads: 4,
+    n_v_heads: 12,
+    n_vocab: None,
+    hadamard_block: Some(256),
+};
 
 /// How a tensor's data is generated.
 #[derive(Clone, Copy, Debug)]
