@@ -311,6 +311,15 @@ impl ThreadPool {
     }
 }
 
+/// Chunk `i` of `n` of `len` items cut in whole units of `unit` items (the matmuls' row groups),
+/// as even as possible: consecutive chunks cover `0..len`, only the last unit may be short.
+pub fn unit_chunk(len: usize, unit: usize, i: usize, n: usize) -> std::ops::Range<usize> {
+    let units = len.div_ceil(unit);
+    let n = n.max(1);
+    let at = |j: usize| (units * j.min(n) / n * unit).min(len);
+    at(i)..at(i + 1)
+}
+
 /// The consecutive pieces of `buf` whose lengths `len(i)` gives for `i in 0..n`, each with its
 /// index: disjoint `&mut` pieces for [`ThreadPool::for_each_item`], so a parallel loop hands
 /// them out without `unsafe` and without a `Vec` of parts per call.

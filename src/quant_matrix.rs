@@ -116,9 +116,7 @@ impl QuantMatrix {
 
     /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
     pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        let groups = self.rows.div_ceil(4);
-        let at = |j: usize| (groups * j.min(n) / n * 4).min(self.rows);
-        at(i)..at(i + 1)
+        crate::pool::unit_chunk(self.rows, 4, i, n)
     }
 
     /// `u32` words of scratch [`quantize_acts`](Self::quantize_acts) needs for `ncols` columns.

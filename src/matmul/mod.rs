@@ -33,7 +33,7 @@ use crate::format::{
     quantize_row_q8_0, quantize_row_q8k, repack_pq2_0_to_t2p, t2p_block_count, t2p_row_groups,
 };
 use crate::kernels::{Gemm, Kernels};
-use crate::pool::ThreadPool;
+use crate::pool::{ThreadPool, unit_chunk};
 
 pub mod parallel;
 
@@ -569,10 +569,7 @@ impl MatmulPlan {
     /// Rows of chunk `i` of `n`: whole row groups, as even as possible (the last chunk ends at
     /// `rows`, which need not be a multiple of 4); empty when `n` exceeds the groups.
     pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        let groups = t2p_row_groups(self.rows);
-        let n = n.max(1);
-        let at = |j: usize| (groups * j.min(n) / n * ROWS_PER_T2P).min(self.rows);
-        at(i)..at(i + 1)
+        unit_chunk(self.rows, ROWS_PER_T2P, i, n)
     }
 
     /// Splits a column-strided output (`(ncols - 1) * ld + rows` values, `ld >= rows`) into the

@@ -15,9 +15,9 @@ use std::time::Instant;
 
 use super::{MatmulPlan, QuantizedBatch, T2pMatrix};
 use crate::error::{Error, Result};
-use crate::format::T2pSlice;
+use crate::format::{ROWS_PER_T2P, T2pSlice};
 use crate::kernels::Kernels;
-use crate::pool::{ThreadPool, pieces};
+use crate::pool::{ThreadPool, pieces, unit_chunk};
 use crate::quant_matrix::QuantMatrix;
 
 /// A matrix product whose output rows can be computed chunk by chunk, on any thread.
@@ -28,8 +28,11 @@ pub trait RowChunked: Sync {
     fn ncols(&self) -> usize;
     /// How many row chunks to hand out to `threads` threads.
     fn chunk_count(&self, threads: usize) -> usize;
-    /// Rows of chunk `i` of `n` (consecutive chunks cover `0..rows()`).
-    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize>;
+    /// Rows of chunk `i` of `n`: whole row groups of the kernels, as even as possible
+    /// (consecutive chunks cover `0..rows()`).
+    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        unit_chunk(self.rows(), ROWS_PER_T2P, i, n)
+    }
     /// Rows `rows` of every column into `out[c * ld + (r - rows.start)]`.
     fn compute_rows(
         &self,
@@ -72,10 +75,6 @@ impl RowChunked for T2pProduct<'_> {
         self.plan.chunk_count(threads)
     }
 
-    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        self.plan.chunk_rows(i, n)
-    }
-
     fn compute_rows(
         &self,
         kern: &Kernels,
@@ -115,10 +114,6 @@ impl RowChunked for QuantProduct<'_> {
 
     fn chunk_count(&self, threads: usize) -> usize {
         self.m.chunk_count(threads)
-    }
-
-    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        self.m.chunk_rows(i, n)
     }
 
     fn compute_rows(
