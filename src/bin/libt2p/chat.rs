@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use t2p::runner::chat::{ChatTemplate, Message};
 use t2p::runner::generate::Decoder;
+use t2p::runner::model::Session;
 
 use crate::run::{ModelArgs, SampleArgs};
 use t2p::runner::constrain::Constraint;
@@ -53,20 +54,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         messages.push(Message::new("user", line.trim_end()));
         let ids = tok.encode(&template.render(&messages, true)?, false, true);
-        // Keep the cached prefix that still matches; evaluate the rest.
-        let mut keep = in_cache
-            .iter()
-            .zip(&ids)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(ids.len().saturating_sub(1));
-        if keep < in_cache.len() {
-            if session.recurrent.is_some() {
-                keep = 0; // a recurrent state cannot be cut back to an arbitrary position
-            }
-            session.truncate(keep);
-            in_cache.truncate(keep);
-        }
+        let keep = keep_cached_prefix(&mut session, &mut in_cache, &ids);
         if ids.len() + args.n_predict > n_ctx {
             return Err(format!(
                 "the conversation ({} tokens) no longer fits in the context of {n_ctx}",
@@ -114,4 +102,25 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         messages.push(Message::new("assistant", &tok.decode_lossy(&answer, false)));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Cuts the session (and `in_cache`, the tokens it holds) back to the longest prefix it shares
+/// with `ids`, leaving at least the last token of `ids` to evaluate; returns that prefix length.
+/// A recurrent state cannot be cut back to an arbitrary position, so a hybrid model starts over
+/// on any mismatch.
+fn keep_cached_prefix(session: &mut Session, in_cache: &mut Vec<u32>, ids: &[u32]) -> usize {
+    let mut keep = in_cache
+        .iter()
+        .zip(ids)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(ids.len().saturating_sub(1));
+    if keep < in_cache.len() {
+        if session.recurrent.is_some() {
+            keep = 0;
+        }
+        session.truncate(keep);
+        in_cache.truncate(keep);
+    }
+    keep
 }

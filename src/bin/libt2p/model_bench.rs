@@ -178,22 +178,12 @@ impl Measured {
         };
         read_ceiling(&mut readings);
         if args.n_gen > 0 {
-            let run_tg = || -> Result<f64, Box<dyn std::error::Error>> {
-                let mut s = loaded.model.new_session(args.n_gen + 2);
-                loaded.model.eval(exec, &mut s, &[1], false)?;
-                let t = Instant::now();
-                for i in 0..args.n_gen {
-                    loaded.model.eval(
-                        exec,
-                        &mut s,
-                        &[(i as u32 * 31 + 7) % loaded.model.n_vocab() as u32],
-                        false,
-                    )?;
-                }
-                Ok(t.elapsed().as_secs_f64())
-            };
-            run_tg()?;
-            let t = median((0..reps).map(|_| run_tg()).collect::<Result<_, _>>()?);
+            time_decode(loaded, exec, args.n_gen)?; // warm-up
+            let t = median(
+                (0..reps)
+                    .map(|_| time_decode(loaded, exec, args.n_gen))
+                    .collect::<Result<_, _>>()?,
+            );
             results.push(("tg", args.n_gen, args.n_gen as f64 / t));
         }
         read_ceiling(&mut readings);
@@ -230,6 +220,22 @@ impl Measured {
             tg_ceiling: ceiling * 1e9 / bytes,
         })
     }
+}
+
+/// Seconds to decode `n_gen` tokens one at a time after a one-token prompt.
+fn time_decode(
+    loaded: &Loaded,
+    exec: &Exec,
+    n_gen: usize,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let mut s = loaded.model.new_session(n_gen + 2);
+    loaded.model.eval(exec, &mut s, &[1], false)?;
+    let t = Instant::now();
+    for i in 0..n_gen {
+        let id = (i as u32 * 31 + 7) % loaded.model.n_vocab() as u32;
+        loaded.model.eval(exec, &mut s, &[id], false)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
 
 /// The printed form of a [`Measured`].

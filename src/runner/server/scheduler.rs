@@ -251,20 +251,8 @@ pub fn run(
             }
         }
         while slots.iter().any(|s| s.active.is_none()) {
-            let (job, group) = match backlog.pop_front() {
-                Some(next) => next,
-                None if !open => break,
-                None => match rx.try_recv() {
-                    Ok(job) => {
-                        metrics.queue_depth.fetch_sub(1, Relaxed);
-                        (job, None)
-                    }
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        open = false;
-                        break;
-                    }
-                },
+            let Some((job, group)) = next_job(&mut backlog, &rx, &mut open, &metrics) else {
+                break;
             };
             admitted += 1;
             let a = Admission {
@@ -288,6 +276,33 @@ pub fn run(
             continue;
         }
         step(model, exec, tok, cfg, &mut slots, &metrics);
+    }
+}
+
+/// The next job to place: the backlog's first, else one the queue holds now (without waiting);
+/// `None` when neither has one. A closed queue clears `open`.
+fn next_job(
+    backlog: &mut VecDeque<(Job, Option<u64>)>,
+    rx: &Receiver<Job>,
+    open: &mut bool,
+    metrics: &Metrics,
+) -> Option<(Job, Option<u64>)> {
+    if let Some(next) = backlog.pop_front() {
+        return Some(next);
+    }
+    if !*open {
+        return None;
+    }
+    match rx.try_recv() {
+        Ok(job) => {
+            metrics.queue_depth.fetch_sub(1, Relaxed);
+            Some((job, None))
+        }
+        Err(TryRecvError::Empty) => None,
+        Err(TryRecvError::Disconnected) => {
+            *open = false;
+            None
+        }
     }
 }
 
