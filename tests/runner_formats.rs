@@ -12,11 +12,11 @@ use std::path::Path;
 
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
+use t2p::runner::model::DecoderDims;
 use t2p::runner::model::{Exec, Model};
 use t2p::runner::{
     GgmlType, GgufError, GgufFile, LoadOptions, LoadProgress, TensorData, TensorStore, Value,
 };
-use t2p::testkit::DecoderDims;
 use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
 use t2p::testkit::synth::{Qwen3Shape, SynthOptions, SynthType, write_qwen3_with};
 

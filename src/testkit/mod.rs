@@ -14,6 +14,7 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::Path;
 
+use crate::runner::model::DecoderDims;
 use crate::runner::{GgufError, Value};
 use gguf_writer::{GgufWriter, TensorSpec};
 
@@ -51,23 +52,6 @@ pub(crate) struct DecoderKv<'a> {
     pub n_ctx_train: usize,
     pub dims: DecoderDims,
     pub rope_base: f32,
-}
-
-/// The transformer dimensions every synthetic decoder shape has.
-#[derive(Clone, Copy, Debug)]
-pub struct DecoderDims {
-    /// Residual width (`embedding_length`).
-    pub n_embd: usize,
-    /// Decoder layers (`block_count`).
-    pub n_layer: usize,
-    /// FFN width (`feed_forward_length`).
-    pub n_ff: usize,
-    /// Query heads of the attention layers.
-    pub n_head: usize,
-    /// KV heads of the attention layers.
-    pub n_head_kv: usize,
-    /// Values per attention head (keys and values).
-    pub head_dim: usize,
 }
 
 impl DecoderKv<'_> {

@@ -8,11 +8,12 @@
 use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
-use super::{DecoderDims, DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderKv, Rng, f32_bytes, write_gguf};
 use crate::format::{
     BlockPq2_0, BlockQ2_0g64, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock, f16_to_f32,
     f32_to_f16,
 };
+use crate::runner::model::DecoderDims;
 use crate::runner::{GgufError, GgufFile};
 
 /// A qwen3 (Ternary Bonsai) shape.

@@ -17,8 +17,9 @@ use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
 use super::synth::ternary_pq2_0;
-use super::{DecoderDims, DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderKv, Rng, f32_bytes, write_gguf};
 use crate::format::GgmlType;
+use crate::runner::model::DecoderDims;
 use crate::runner::{Array, GgufError, GgufFile, Value};
 
 /// A `qwen35` shape: the hyper-parameters a synthetic file is written with.

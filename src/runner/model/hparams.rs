@@ -19,11 +19,10 @@ pub(crate) struct ArchDefaults {
     pub hybrid: bool,
 }
 
-/// Hyper-parameters of a model, read from the GGUF metadata.
-#[derive(Clone, Debug)]
-pub struct HParams {
-    /// `general.architecture`.
-    pub arch: String,
+/// The transformer dimensions of a decoder: what a model's hyper-parameters and every
+/// synthetic shape of the test kit have in common.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecoderDims {
     /// Residual width (`embedding_length`).
     pub n_embd: usize,
     /// Decoder layers run per token (`block_count` minus NextN/MTP blocks).
@@ -34,8 +33,18 @@ pub struct HParams {
     pub n_head: usize,
     /// KV heads of the attention layers (`attention.head_count_kv`, default `n_head`).
     pub n_head_kv: usize,
-    /// Values per attention head (`attention.key_length`, default `n_embd / n_head`).
+    /// Values per attention head, keys and values alike (`attention.key_length`, default
+    /// `n_embd / n_head`).
     pub head_dim: usize,
+}
+
+/// Hyper-parameters of a model, read from the GGUF metadata.
+#[derive(Clone, Debug)]
+pub struct HParams {
+    /// `general.architecture`.
+    pub arch: String,
+    /// Widths, layers and heads.
+    pub dims: DecoderDims,
     /// Dimensions rotated by RoPE from the start of each head (`rope.dimension_count`).
     pub rope_dims: usize,
     /// RoPE base frequency (`rope.freq_base`, default 10000).
@@ -57,12 +66,12 @@ pub struct HParams {
 impl HParams {
     /// Query width of an attention layer (`n_head * head_dim`).
     pub fn q_dim(&self) -> usize {
-        self.n_head * self.head_dim
+        self.dims.n_head * self.dims.head_dim
     }
 
     /// K (and V) width of an attention layer (`n_head_kv * head_dim`).
     pub fn kv_dim(&self) -> usize {
-        self.n_head_kv * self.head_dim
+        self.dims.n_head_kv * self.dims.head_dim
     }
 
     /// Attention layers.
@@ -72,7 +81,7 @@ impl HParams {
 
     /// DeltaNet layers.
     pub fn n_rec(&self) -> usize {
-        self.n_layer - self.n_attn()
+        self.dims.n_layer - self.n_attn()
     }
 
     /// Reads the hyper-parameters of `gguf` (`n_vocab` is left 0).
@@ -115,12 +124,14 @@ impl HParams {
         };
         Ok(HParams {
             arch: gguf.architecture()?.to_string(),
-            n_embd,
-            n_layer,
-            n_ff: u("feed_forward_length")?,
-            n_head,
-            n_head_kv,
-            head_dim,
+            dims: DecoderDims {
+                n_embd,
+                n_layer,
+                n_ff: u("feed_forward_length")?,
+                n_head,
+                n_head_kv,
+                head_dim,
+            },
             rope_dims,
             rope_base: gguf.opt_f32(&key("rope.freq_base")?)?.unwrap_or(10000.0),
             rope_style: def.rope_style,

@@ -32,7 +32,7 @@ use std::path::Path;
 pub use attend::{AttnShape, attend};
 pub use error::{ModelError, Result};
 pub use exec::Exec;
-pub use hparams::HParams;
+pub use hparams::{DecoderDims, HParams};
 pub use kv_cache::KvCache;
 pub use linear::{Activations, Linear};
 pub use profile::{Phase, Profile};

@@ -91,7 +91,7 @@ impl RunState {
     /// Gives every buffer its shape for `n` tokens and `r` head rows (allocating only when
     /// one grows past what an earlier pass needed); `gated`: the attention has an output gate.
     pub(crate) fn size(&mut self, hp: &HParams, gated: bool, n: usize, r: usize) {
-        let d = hp.n_embd;
+        let d = hp.dims.n_embd;
         let (q, kv) = (hp.q_dim(), hp.kv_dim());
         let sized = |v: &mut Vec<f32>, len: usize| v.resize(len, 0.0);
         sized(&mut self.x, n * d);
@@ -111,8 +111,8 @@ impl RunState {
             sized(&mut self.cos, n * (hp.rope_dims / 2));
             sized(&mut self.sin, n * (hp.rope_dims / 2));
         }
-        sized(&mut self.ff_gate, n * hp.n_ff);
-        sized(&mut self.ff_up, n * hp.n_ff);
+        sized(&mut self.ff_gate, n * hp.dims.n_ff);
+        sized(&mut self.ff_up, n * hp.dims.n_ff);
         if let Some(s) = hp.ssm {
             sized(&mut self.dn_qkv, n * s.conv_channels());
             sized(&mut self.dn_z, n * s.value_dim());

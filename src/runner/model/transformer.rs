@@ -44,11 +44,11 @@ impl Model {
             false => None,
         };
         let mut weights = WeightLoader::new(&mut store, fold.as_deref());
-        let emb = weights.embedding(cfg.n_embd)?;
+        let emb = weights.embedding(cfg.dims.n_embd)?;
         cfg.n_vocab = emb.n_vocab;
         let (mut n_attn, mut n_rec) = (0, 0);
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
+        let mut layers = Vec::with_capacity(cfg.dims.n_layer);
+        for i in 0..cfg.dims.n_layer {
             let mixer = if cfg.recurrent[i] {
                 n_rec += 1;
                 Mixer::DeltaNet(DeltaNet::load(&mut weights, i, &cfg, n_rec - 1)?)
@@ -65,7 +65,7 @@ impl Model {
                 )?)
             };
             let norm = |weights: &mut WeightLoader, s: &str| {
-                weights.vector(&format!("blk.{i}.{s}.weight"), cfg.n_embd)
+                weights.vector(&format!("blk.{i}.{s}.weight"), cfg.dims.n_embd)
             };
             layers.push(Layer {
                 mixer_norm: norm(&mut weights, "attn_norm")?,
@@ -247,7 +247,7 @@ impl Model {
     fn embed(&self, ctx: &Ctx, st: &mut RunState, seqs: &[(&mut Session, &[u32])]) {
         let _t = ctx.exec.profile.time(Phase::Elementwise);
         let tokens = seqs.iter().flat_map(|(_, t)| t.iter());
-        for (row, &id) in st.x.chunks_exact_mut(self.cfg.n_embd).zip(tokens) {
+        for (row, &id) in st.x.chunks_exact_mut(self.cfg.dims.n_embd).zip(tokens) {
             self.emb.lookup(id, row, self.fold.as_deref());
         }
     }
@@ -260,7 +260,7 @@ impl Model {
         st: &mut RunState,
         seqs: &mut [(&mut Session, &[u32])],
     ) -> Result<()> {
-        let (d, nv) = (self.cfg.n_embd, self.cfg.n_vocab);
+        let (d, nv) = (self.cfg.dims.n_embd, self.cfg.n_vocab);
         let mut at = 0;
         for (span, &r) in st.spans.iter().zip(&st.rows) {
             let first = span.cols.end - r;

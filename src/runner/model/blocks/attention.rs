@@ -36,7 +36,7 @@ impl Attention {
         slot: usize,
     ) -> Result<Attention> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
-        let (d, hd) = (hp.n_embd, hp.head_dim);
+        let (d, hd) = (hp.dims.n_embd, hp.dims.head_dim);
         let q_rows = if gated { 2 } else { 1 } * hp.q_dim();
         let mut norm = |s: &str| -> Result<Option<Vec<f32>>> {
             qk_norm.then(|| weights.vector(&p(s), hd)).transpose()
@@ -65,12 +65,12 @@ impl Attention {
     /// `st.out = attention(st.xn)` for every sequence, appending K/V to each cache.
     pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
         let hp = ctx.hp;
-        let (hd, q_dim, kv_dim) = (hp.head_dim, hp.q_dim(), hp.kv_dim());
+        let (hd, q_dim, kv_dim) = (hp.dims.head_dim, hp.q_dim(), hp.kv_dim());
         let prof = &ctx.exec.profile;
         self.project_qkv(ctx, st)?;
         let shape = AttnShape {
-            n_head: hp.n_head,
-            n_head_kv: hp.n_head_kv,
+            n_head: hp.dims.n_head,
+            n_head_kv: hp.dims.n_head_kv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
         };
@@ -123,7 +123,7 @@ impl Attention {
 
     /// `st.q`, `st.k`, `st.v` (and `st.gate`) of every token from `st.xn`.
     fn project_qkv(&self, ctx: &Ctx, st: &mut RunState) -> Result<()> {
-        let (d, hd) = (ctx.hp.n_embd, ctx.hp.head_dim);
+        let (d, hd) = (ctx.hp.dims.n_embd, ctx.hp.dims.head_dim);
         if !self.gated {
             let jobs = &mut [
                 (&self.wq, &mut st.q[..]),
@@ -151,7 +151,8 @@ impl Attention {
 
     /// The q/k norms and RoPE of batch column `c`, at the position its tables were made for.
     fn norm_and_rope(&self, hp: &HParams, st: &mut RunState, c: usize) {
-        let (hd, q_dim, kv_dim, half) = (hp.head_dim, hp.q_dim(), hp.kv_dim(), hp.rope_dims / 2);
+        let (hd, q_dim, kv_dim, half) =
+            (hp.dims.head_dim, hp.q_dim(), hp.kv_dim(), hp.rope_dims / 2);
         let (cos, sin) = (
             &st.cos[c * half..(c + 1) * half],
             &st.sin[c * half..(c + 1) * half],

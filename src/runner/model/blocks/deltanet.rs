@@ -42,7 +42,7 @@ impl DeltaNet {
             .ssm
             .ok_or_else(|| ModelError::BadShape("a DeltaNet layer without ssm.* keys".into()))?;
         let p = |n: &str| format!("blk.{i}.{n}.weight");
-        let d = hp.n_embd;
+        let d = hp.dims.n_embd;
         let geo = GdnGeometry {
             head_dim: s.head_v_dim,
             n_k_heads: s.n_k_heads,
@@ -82,7 +82,7 @@ impl DeltaNet {
             (&self.alpha, &mut st.dn_decay[..]),
             (&self.beta, &mut st.dn_beta[..]),
         ];
-        project(ctx, &mut st.mm, &st.xn, hp.n_embd, jobs, Phase::Matmul)?;
+        project(ctx, &mut st.mm, &st.xn, hp.dims.n_embd, jobs, Phase::Matmul)?;
         let t = prof.time(Phase::Elementwise);
         for (i, v) in st.dn_decay.iter_mut().enumerate() {
             let z = *v + self.dt_bias[i % nv];

@@ -19,7 +19,7 @@ impl Ffn {
     /// Loads `blk.{i}.ffn_{gate,up,down}`.
     pub fn load(weights: &mut WeightLoader, i: usize, hp: &HParams) -> Result<Ffn> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
-        let (d, ff) = (hp.n_embd, hp.n_ff);
+        let (d, ff) = (hp.dims.n_embd, hp.dims.n_ff);
         Ok(Ffn {
             gate: weights.mat(&p("ffn_gate"), ff, d, None)?,
             up: weights.mat(&p("ffn_up"), ff, d, None)?,
@@ -41,7 +41,14 @@ impl Ffn {
             (&self.gate, &mut st.ff_gate[..]),
             (&self.up, &mut st.ff_up[..]),
         ];
-        project(ctx, &mut st.mm, &st.xn, ctx.hp.n_embd, jobs, Phase::Matmul)?;
+        project(
+            ctx,
+            &mut st.mm,
+            &st.xn,
+            ctx.hp.dims.n_embd,
+            jobs,
+            Phase::Matmul,
+        )?;
         let t = ctx.exec.profile.time(Phase::Elementwise);
         par_zip(ctx, &mut st.ff_gate, &st.ff_up, 1, |gate, up| {
             gate.iter_mut().zip(up).for_each(|(g, u)| *g = silu(*g) * u)
@@ -52,7 +59,7 @@ impl Ffn {
             ctx,
             &mut st.mm,
             &st.ff_gate,
-            ctx.hp.n_ff,
+            ctx.hp.dims.n_ff,
             jobs,
             Phase::Matmul,
         )
