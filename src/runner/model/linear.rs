@@ -166,7 +166,17 @@ impl Linear {
                 let product = T2pProduct::new(m, batch)?;
                 run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
             }
-            Linear::Quant(m) => quant_forward(exec, m, input, out, tiles, phase),
+            // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
+            // over the pool, each reading its rows once for every column.
+            Linear::Quant(m) => QUANT_ACTS.with_borrow_mut(|work| {
+                {
+                    let _t = exec.profile.time(Phase::Quantize);
+                    work.resize(work.len().max(m.act_words(input.n)), 0);
+                    m.quantize_acts(&input.x[..input.n * m.k()], work)?;
+                }
+                let product = QuantProduct::new(m, work, input.n)?;
+                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
+            }),
             Linear::Dense { w, k, .. } => {
                 let _t = exec.profile.time(Phase::DenseMatmul);
                 dense_forward(exec, w, *k, rows, input.x, out);
@@ -195,30 +205,8 @@ pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
 }
 
 thread_local! {
-    /// The quantized activations of [`quant_forward`], grown to the largest batch once.
+    /// The quantized activations of [`Linear::forward`] for a ggml block matrix, grown to the largest batch once.
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// `m` times the `input.n` columns: activations quantized once (as the matrix's ggml
-/// `vec_dot_type`), row chunks over the pool, each reading its rows once for every column.
-fn quant_forward(
-    exec: &Exec,
-    m: &QuantMatrix,
-    input: &Activations,
-    out: &mut [f32],
-    tiles: &mut Vec<f32>,
-    phase: Phase,
-) -> Result<()> {
-    QUANT_ACTS.with_borrow_mut(|work| {
-        let ncols = input.n;
-        {
-            let _t = exec.profile.time(Phase::Quantize);
-            work.resize(work.len().max(m.act_words(ncols)), 0);
-            m.quantize_acts(&input.x[..ncols * m.k()], work)?;
-        }
-        let product = QuantProduct::new(m, work, ncols)?;
-        run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
-    })
 }
 
 /// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token
