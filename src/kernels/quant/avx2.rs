@@ -20,8 +20,7 @@ use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
-use crate::kernels::Gemm;
-use crate::kernels::const_table;
+use crate::kernels::{Gemm, const_table};
 
 macro_rules! safe_rows {
     ($($name:ident: $B:ty),* $(,)?) => {

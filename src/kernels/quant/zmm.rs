@@ -14,8 +14,7 @@ use std::arch::x86_64::*;
 use super::QuantKernels;
 use super::avx2::{self, Avx2Block, quant_driver};
 use crate::format::{BlockQ6K, BlockQ8K, GgmlType};
-use crate::kernels::Gemm;
-use crate::kernels::const_table;
+use crate::kernels::{Gemm, const_table};
 
 pub(super) static KERNELS: QuantKernels = QuantKernels {
     name: "avx512-vnni",

@@ -205,7 +205,8 @@ pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
 }
 
 thread_local! {
-    /// The quantized activations of [`Linear::forward`] for a ggml block matrix, grown to the largest batch once.
+    /// The quantized activations of [`Linear::forward`] for a ggml block matrix, grown to the
+    /// largest batch once.
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
