@@ -18,24 +18,30 @@ import subprocess
 import sys
 from pathlib import Path
 
-# (path, kernel, activations, symbol under t2p::kernels::aarch64::, layout). A `|` lists a
-# fallback: LLVM has been seen to fold a NEON kernel fn into its entry despite
-# `#[inline(never)]` (NEON is the aarch64 baseline, so its `#[target_feature]` changes nothing),
-# and then the entry holds the loop.
-KERNELS = [
-    ("neon", "gemv", "q8_K", "neon::gemv_neon", "T2P"),
-    ("neon", "gemm", "q8_K", "neon::gemm_neon", "T2P"),
-    ("neon", "gemv", "q8_0", "neon::gemv_q8_0_neon|neon::gemv_q8_0", "T2P"),
-    ("neon", "gemm", "q8_0", "neon::gemm_q8_0_neon|neon::gemm_q8_0", "T2P"),
-    ("neon", "vec_dot", "q8_K", "neon::vec_dot_stock_neon", "stock"),
-    ("dotprod", "gemv", "q8_K", "dotprod::gemv_dotprod", "T2P"),
-    ("dotprod", "gemm", "q8_K", "dotprod::gemm_dotprod", "T2P"),
-    ("dotprod", "gemv", "q8_0", "dotprod::gemv_q8_0_dotprod", "T2P"),
-    ("dotprod", "gemm", "q8_0", "dotprod::gemm_q8_0_dotprod", "T2P"),
-    ("dotprod", "vec_dot", "q8_K", "dotprod::vec_dot_stock_dotprod", "stock"),
-    ("i8mm", "gemm", "q8_K", "i8mm::gemm_i8mm", "T2P"),
-    ("i8mm", "gemm", "q8_0", "i8mm::gemm_q8_0_i8mm", "T2P"),
-]
+def _kernels():
+    """(path, kernel, activations, symbol under t2p::kernels::aarch64::, layout) per kernel.
+
+    The NEON and dotprod paths have the same five kernels, named `<op>_<path>`. A `|` lists a
+    fallback: LLVM has been seen to fold a NEON kernel fn into its entry despite
+    `#[inline(never)]` (NEON is the aarch64 baseline, so its `#[target_feature]` changes
+    nothing), and then the entry holds the loop.
+    """
+    rows = []
+    for path in ("neon", "dotprod"):
+        for acts in ("q8_K", "q8_0"):
+            for kernel in ("gemv", "gemm"):
+                op = kernel if acts == "q8_K" else f"{kernel}_q8_0"
+                symbol = f"{path}::{op}_{path}"
+                if path == "neon" and acts == "q8_0":
+                    symbol += f"|{path}::{op}"
+                rows.append((path, kernel, acts, symbol, "T2P"))
+        rows.append((path, "vec_dot", "q8_K", f"{path}::vec_dot_stock_{path}", "stock"))
+    rows.append(("i8mm", "gemm", "q8_K", "i8mm::gemm_i8mm", "T2P"))
+    rows.append(("i8mm", "gemm", "q8_0", "i8mm::gemm_q8_0_i8mm", "T2P"))
+    return rows
+
+
+KERNELS = _kernels()
 
 # CPU models: (llvm-mca -mcpu name, what it is, extensions the real core has). A path is
 # modelled only on cores that have its instructions.
