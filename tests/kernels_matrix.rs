@@ -6,9 +6,7 @@
 mod common;
 
 use common::*;
-use t2p::format::{
-    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockT2p, repack_pq2_0_to_t2p, t2p_block_count,
-};
+use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockT2p};
 use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
@@ -64,8 +62,7 @@ fn check_case(
 ) {
     let mut rng = Lcg(seed);
     let pq = ternary_tensor::<BlockPq2_0>(rows, k, codes, scales, &mut rng);
-    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-    repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+    let w = repacked_pq2_0(&pq, rows, k);
     let cols = act_columns::<BlockQ8K>(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
     let batch = QuantizedBatch::from_q8k_columns(&cols, k, ncols).unwrap();
     // A stride larger than the rows, to catch stride bugs.
@@ -257,8 +254,7 @@ fn stock_vec_dot_matches_t2p_gemv() {
             let mut rng = Lcg(k as u64);
             let pq = ternary_tensor::<BlockPq2_0>(4, k, Codes::Random, Scales::Random, &mut rng);
             let y = act_columns::<BlockQ8K>(k, 1, Acts::Random, false, &mut rng);
-            let mut w = vec![BlockT2p::default(); t2p_block_count(4, k).unwrap()];
-            repack_pq2_0_to_t2p(&pq, 4, k, &mut w).unwrap();
+            let w = repacked_pq2_0(&pq, 4, k);
             let mut want = vec![0.0; 4];
             let batch = QuantizedBatch::from_q8k_columns(&y, k, 1).unwrap();
             drive(oracle(), &w, 4, k, &batch, &mut want, 4, 0..4).unwrap();
@@ -327,8 +323,7 @@ fn odd_rows_and_k_of_128_through_the_driver() {
 fn shapes_that_must_be_rejected() {
     let mut rng = Lcg(9);
     let pq = ternary_tensor::<BlockPq2_0>(8, 512, Codes::Random, Scales::Random, &mut rng);
-    let mut w = vec![BlockT2p::default(); 8];
-    repack_pq2_0_to_t2p(&pq, 8, 512, &mut w).unwrap();
+    let w = repacked_pq2_0(&pq, 8, 512);
     let y = QuantizedBatch::from_q8k_columns(
         &act_columns::<BlockQ8K>(512, 1, Acts::Random, false, &mut rng),
         512,
@@ -412,8 +407,7 @@ fn gemm_every_leftover_width() {
         ] {
             let mut rng = Lcg(100 + ncols as u64);
             let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, scales, &mut rng);
-            let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-            repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+            let w = repacked_pq2_0(&pq, rows, k);
             let one = matches!(scales, Scales::One);
             let q0 = act_columns::<BlockQ8_0Quad>(k, ncols, acts, one, &mut rng);
             let qk = act_columns::<BlockQ8K>(k, ncols, acts, one, &mut rng);

@@ -6,8 +6,7 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use t2p::format::{
-    BlockPq2_0, BlockQ8K, BlockT2p, QK_K, deinterleave_q8k_x4, interleave_q8k_x4,
-    repack_pq2_0_to_t2p, t2p_block_count, unpack_t2p_to_pq2_0,
+    BlockPq2_0, BlockQ8K, QK_K, deinterleave_q8k_x4, interleave_q8k_x4, unpack_t2p_to_pq2_0,
 };
 use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul};
 
@@ -44,8 +43,7 @@ proptest! {
     fn repack_round_trips(groups in 1usize..4, kb in 1usize..4, seed in any::<u64>()) {
         let (rows, k) = (4 * groups, 256 * kb);
         let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::Random, &mut Lcg(seed));
-        let mut t = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-        repack_pq2_0_to_t2p(&pq, rows, k, &mut t).unwrap();
+        let t = repacked_pq2_0(&pq, rows, k);
         let mut back = vec![BlockPq2_0::default(); pq.len()];
         unpack_t2p_to_pq2_0(&t, rows, k, &mut back).unwrap();
         prop_assert_eq!(back, pq);

@@ -7,17 +7,12 @@
 mod common;
 
 use common::*;
-use t2p::format::{
-    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, interleave_q8k_x4,
-    repack_pq2_0_to_t2p, t2p_block_count,
-};
+use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, interleave_q8k_x4};
 use t2p::kernels::Kernels;
 
 fn weights(rows: usize, k: usize, codes: Codes, scales: Scales, rng: &mut Lcg) -> Vec<BlockT2p> {
     let pq = ternary_tensor::<BlockPq2_0>(rows, k, codes, scales, rng);
-    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-    repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
-    w
+    repacked_pq2_0(&pq, rows, k)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {

@@ -2,8 +2,8 @@
 #![allow(dead_code)]
 
 use t2p::format::{
-    BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock, TernaryBlock,
-    f32_to_f16,
+    BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
+    TernaryBlock, f32_to_f16, repack_pq2_0_to_t2p, t2p_block_count,
 };
 use t2p::kernels::{Gemm, Isa, Kernels};
 
@@ -55,6 +55,13 @@ pub fn ternary_tensor<B: TernaryBlock>(
             B::encode(&c, &[draw_scale(scales, rng)]).unwrap()
         })
         .collect()
+}
+
+/// `pq` (`rows x k` pq2_0 blocks) repacked into T2P row groups.
+pub fn repacked_pq2_0(pq: &[BlockPq2_0], rows: usize, k: usize) -> Vec<BlockT2p> {
+    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
+    repack_pq2_0_to_t2p(pq, rows, k, &mut w).unwrap();
+    w
 }
 
 /// One weight code under `codes`.
