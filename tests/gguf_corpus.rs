@@ -57,6 +57,17 @@ fn corpus_replays() {
     println!("{ok} ok, {bad} refused");
 }
 
+/// Row `r` of tensor `name`, dequantized.
+fn dequantized_row<const N: usize>(store: &TensorStore, name: &str, r: usize) -> [f32; N] {
+    let mut row = [0f32; N];
+    store
+        .require(name)
+        .unwrap()
+        .dequantize_row(r, &mut row)
+        .unwrap();
+    row
+}
+
 #[test]
 fn corpus_details() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/gguf-corpus");
@@ -74,27 +85,11 @@ fn corpus_details() {
         store.require("a.f32").unwrap().as_f32().unwrap(),
         [1.0, 2.0, 3.0, 4.0]
     );
-    let mut row = [0f32; 32];
-    store
-        .require("c.q8_0")
-        .unwrap()
-        .dequantize_row(1, &mut row)
-        .unwrap();
+    let row: [f32; 32] = dequantized_row(&store, "c.q8_0", 1);
     assert_eq!(row[0], 0.5);
     assert_eq!(row[31], 16.0);
-    let mut r8 = [0f32; 8];
-    store
-        .require("d.f16")
-        .unwrap()
-        .dequantize_row(0, &mut r8)
-        .unwrap();
-    assert_eq!(r8, [1.0; 8]);
-    store
-        .require("e.bf16")
-        .unwrap()
-        .dequantize_row(0, &mut r8)
-        .unwrap();
-    assert_eq!(r8, [1.0; 8]);
+    assert_eq!(dequantized_row(&store, "d.f16", 0), [1.0; 8]);
+    assert_eq!(dequantized_row(&store, "e.bf16", 0), [1.0; 8]);
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     // "<|x|>" is user-defined: matched even without parse_special.
     let x = tok.token_id("<|x|>").unwrap();

@@ -1,11 +1,13 @@
 //! Hostile inputs: truncated and corrupted copies of every shared GGUF file must give a clean
 //! error (or, for a corruption that still describes a valid file, load), never a panic.
 
+mod common;
 mod runner_data;
 
 use std::io::Cursor;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use common::Lcg;
 use t2p::runner::{GgufError, GgufFile, LoadOptions, TensorStore, Tokenizer};
 
 fn quiet() -> LoadOptions {
@@ -113,15 +115,11 @@ fn header_fields(b: &[u8]) -> Vec<(Field, &'static str)> {
     f
 }
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
+/// Prints the `summary` of a test's hostile copies and asserts that it made more than `floor`
+/// (a shrunken test-data set must not pass on a handful).
+fn enough_cases(cases: usize, floor: usize, summary: &str) {
+    println!("{summary}");
+    assert!(cases > floor, "only {cases} cases");
 }
 
 /// Bytes a file needs: the end of the last tensor, or the whole header for vocab-only files.
@@ -182,8 +180,7 @@ fn truncated_copies_fail_cleanly() {
             cases += 1;
         }
     }
-    println!("{cases} truncated copies refused");
-    assert!(cases > 700);
+    enough_cases(cases, 700, &format!("{cases} truncated copies refused"));
 }
 
 #[test]
@@ -282,11 +279,12 @@ fn corrupted_fields_fail_cleanly() {
             cases += 1;
         }
     }
-    println!("{cases} corrupted copies, {refused} field corruptions refused; for example:");
-    for e in &examples {
-        println!("  {e}");
-    }
-    assert!(cases > 1000);
+    let summary = format!("{cases} corrupted copies, {refused} field corruptions refused");
+    enough_cases(
+        cases,
+        1000,
+        &format!("{summary}; for example:\n  {}", examples.join("\n  ")),
+    );
 }
 
 #[test]

@@ -9,28 +9,12 @@ mod common;
 
 use common::*;
 use t2p::format::{
-    BlockQ2_0g64, BlockQ8_0Quad, BlockT2pG64, GgmlType, QuantBlock, TernaryBlock, f16_to_f32,
-    f32_to_f16, repack_to_t2p,
+    BlockQ2_0g64, BlockQ8_0Quad, BlockT2pG64, GgmlType, QuantBlock, f16_to_f32, f32_to_f16,
+    repack_to_t2p,
 };
 use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch, T2pMatrix};
 use t2p::quant_matrix::QuantMatrix;
-
-/// `rows x k` Q2_0 blocks (row-major, `k / 64` per row).
-fn q2_0_tensor(
-    rows: usize,
-    k: usize,
-    codes: Codes,
-    scales: Scales,
-    rng: &mut Lcg,
-) -> Vec<BlockQ2_0g64> {
-    (0..rows * k / 64)
-        .map(|_| {
-            let c: Vec<u8> = (0..64).map(|_| draw_code(codes, rng)).collect();
-            BlockQ2_0g64::encode(&c, &[draw_scale(scales, rng)]).unwrap()
-        })
-        .collect()
-}
 
 fn repack(src: &[BlockQ2_0g64], rows: usize, k: usize) -> Vec<BlockT2pG64> {
     let mut w = vec![BlockT2pG64::default(); rows.div_ceil(4) * k / 128];
@@ -60,28 +44,17 @@ fn ggml_row(src: &[BlockQ2_0g64], k: usize, r: usize, col: &[BlockQ8_0Quad]) -> 
 /// the oracle equals ggml's definition, and nothing past the real rows is written.
 fn check(rows: usize, k: usize, ncols: usize, codes: Codes, scales: Scales, acts: Acts, seed: u64) {
     let mut rng = Lcg(seed);
-    let src = q2_0_tensor(rows, k, codes, scales, &mut rng);
+    let src = ternary_tensor::<BlockQ2_0g64>(rows, k, codes, scales, &mut rng);
     let w = repack(&src, rows, k);
     let (nb, padded) = (k / 128, rows.div_ceil(4) * 4);
-    let cols = q8_0_columns(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
-    let ld = padded + 4;
-    let sentinel = f32::from_bits(0x7fc0_4321);
-    let written = Written {
-        rows: padded,
-        ncols,
-        ld,
-        sentinel,
-    };
+    let cols =
+        act_columns::<BlockQ8_0Quad>(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
+    let written = Written::with_gap(padded, ncols, 4, f32::from_bits(0x7fc0_4321));
     let run = |kern: &Kernels| written.q8_0(kern, &w, &cols);
     let want = run(oracle());
+    written.assert_untouched(&want);
     for c in 0..ncols {
-        let col = &want[c * ld..(c + 1) * ld];
-        assert!(
-            col[padded..]
-                .iter()
-                .all(|v| v.to_bits() == sentinel.to_bits())
-        );
-        for (r, got) in col[..rows].iter().enumerate() {
+        for (r, got) in written.column(&want, c)[..rows].iter().enumerate() {
             let g = ggml_row(&src, k, r, &cols[c * nb..(c + 1) * nb]);
             assert_eq!(
                 got.to_bits(),
@@ -90,34 +63,14 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, scales: Scales, acts
             );
         }
     }
-    for kern in paths_under_test() {
-        let what = format!(
-            "{} g64 rows={rows} k={k} ncols={ncols} {codes:?} {scales:?} {acts:?}",
-            kern.isa()
-        );
-        assert_bits_eq(&run(kern), &want, &what);
-    }
+    let what = format!("g64 rows={rows} k={k} ncols={ncols} {codes:?} {scales:?} {acts:?}");
+    assert_every_path(&want, &what, run);
 }
 
 #[test]
 fn random_codes_and_scales_every_width() {
-    let mut seed = 100;
-    for ncols in [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17] {
-        for rows in [4, 8, 12, 20, 36] {
-            for k in [128, 384, 1024] {
-                seed += 1;
-                check(
-                    rows,
-                    k,
-                    ncols,
-                    Codes::Random,
-                    Scales::Random,
-                    Acts::Random,
-                    seed,
-                );
-            }
-        }
-    }
+    const WIDTHS: [usize; 11] = [1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17];
+    sweep_random_shapes(100, &WIDTHS, &[4, 8, 12, 20, 36], &[128, 384, 1024], check);
 }
 
 #[test]
@@ -147,7 +100,8 @@ fn exact_sums_code_three_extremes_and_zeros() {
 fn each_half_has_its_own_scale() {
     let (rows, k) = (4, 128);
     let mut rng = Lcg(7);
-    let mut src = q2_0_tensor(rows, k, Codes::Constant(2), Scales::One, &mut rng);
+    let mut src =
+        ternary_tensor::<BlockQ2_0g64>(rows, k, Codes::Constant(2), Scales::One, &mut rng);
     for (i, b) in src.iter_mut().enumerate() {
         if i % 2 == 1 {
             b.d = f32_to_f16(0.5);
@@ -172,7 +126,7 @@ fn each_half_has_its_own_scale() {
 fn driver_equals_the_ggml_path_on_the_same_bytes() {
     for (rows, k, ncols) in [(7, 256, 1), (13, 640, 3), (4, 128, 9), (30, 1024, 2)] {
         let mut rng = Lcg(rows as u64 * 31 + k as u64);
-        let src = q2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut rng);
+        let src = ternary_tensor::<BlockQ2_0g64>(rows, k, Codes::Random, Scales::Random, &mut rng);
         let t2p = T2pMatrix::from_t2p_blocks(repack(&src, rows, k), rows, k).unwrap();
         let words: Vec<u16> = bytemuck::cast_slice(bytemuck::cast_slice::<_, u8>(&src)).to_vec();
         let q = QuantMatrix::new(GgmlType::Q2_0_G64, rows, k, words).unwrap();

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use t2p::format::{BlockT2p, repack_pq2_0_to_t2p, t2p_block_count};
+use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockT2p};
 use t2p::kernels::Kernels;
 use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch};
 
@@ -61,32 +61,22 @@ fn check_case(
     seed: u64,
 ) {
     let mut rng = Lcg(seed);
-    let pq = pq2_0_tensor(rows, k, codes, scales, &mut rng);
-    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-    repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
-    let cols = q8k_columns(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
+    let pq = ternary_tensor::<BlockPq2_0>(rows, k, codes, scales, &mut rng);
+    let w = repacked_pq2_0(&pq, rows, k);
+    let cols = act_columns::<BlockQ8K>(k, ncols, acts, matches!(scales, Scales::One), &mut rng);
     let batch = QuantizedBatch::from_q8k_columns(&cols, k, ncols).unwrap();
-    let ld = rows + 4; // a stride larger than the rows, to catch stride bugs
-    let sentinel = f32::from_bits(0x7fc0_1234);
+    // A stride larger than the rows, to catch stride bugs.
+    let written = Written::with_gap(rows, ncols, 4, f32::from_bits(0x7fc0_1234));
+    let ld = written.ld;
     let run = |kern| {
-        let mut out = vec![sentinel; ld * ncols];
+        let mut out = written.buffer();
         drive(kern, &w, rows, k, &batch, &mut out, ld, 0..rows).unwrap();
         out
     };
     let want = run(oracle());
     // The oracle must have written every real output and nothing in the stride gaps.
-    for c in 0..ncols {
-        assert!(
-            want[c * ld..c * ld + rows]
-                .iter()
-                .all(|v| v.to_bits() != sentinel.to_bits())
-        );
-        assert!(
-            want[c * ld + rows..(c + 1) * ld]
-                .iter()
-                .all(|v| v.to_bits() == sentinel.to_bits())
-        );
-    }
+    written.assert_all_written(&want);
+    written.assert_untouched(&want);
     if matches!(scales, Scales::One) {
         // Scales of 1: outputs are the exact integer sums, checked against a direct i64 sum.
         for c in 0..ncols {
@@ -114,7 +104,7 @@ fn check_case(
         assert_bits_eq(&run(kern), &want, &what);
         // Every sub-range of whole row groups gives the same values (ggml splits rows this way).
         if rows >= 8 {
-            let mut out = vec![sentinel; ld * ncols];
+            let mut out = written.buffer();
             for range in [0..4, 4..rows] {
                 drive(kern, &w, rows, k, &batch, &mut out, ld, range).unwrap();
             }
@@ -139,29 +129,14 @@ fn check_q8_0(
     rng: &mut Lcg,
 ) {
     let nb = k / 128;
-    let cols = q8_0_columns(k, ncols, acts, matches!(scales, Scales::One), rng);
-    let ld = rows + 4;
-    let sentinel = f32::from_bits(0x7fc0_4321);
-    let written = Written {
-        rows,
-        ncols,
-        ld,
-        sentinel,
-    };
+    let cols = act_columns::<BlockQ8_0Quad>(k, ncols, acts, matches!(scales, Scales::One), rng);
+    let written = Written::with_gap(rows, ncols, 4, f32::from_bits(0x7fc0_4321));
     let run = |kern: &Kernels| written.q8_0(kern, w, &cols);
     let want = run(oracle());
+    written.assert_all_written(&want);
+    written.assert_untouched(&want);
     for c in 0..ncols {
-        let col = &want[c * ld..(c + 1) * ld];
-        assert!(
-            col[..rows]
-                .iter()
-                .all(|v| v.to_bits() != sentinel.to_bits())
-        );
-        assert!(
-            col[rows..]
-                .iter()
-                .all(|v| v.to_bits() == sentinel.to_bits())
-        );
+        let col = written.column(&want, c);
         let mut alone = vec![0.0; rows];
         oracle().gemv_q8_0(w, nb, &cols[c * nb..(c + 1) * nb], &mut alone);
         assert_bits_eq(&col[..rows], &alone, "q8_0 gemm column vs gemv");
@@ -177,34 +152,14 @@ fn check_q8_0(
             }
         }
     }
-    for kern in paths_under_test() {
-        let what = format!(
-            "{} q8_0 rows={rows} k={k} ncols={ncols} {scales:?} {acts:?}",
-            kern.isa()
-        );
-        assert_bits_eq(&run(kern), &want, &what);
-    }
+    let what = format!("q8_0 rows={rows} k={k} ncols={ncols} {scales:?} {acts:?}");
+    assert_every_path(&want, &what, run);
 }
 
 #[test]
 fn seed_matrix_random_codes_and_scales() {
-    let mut seed = 1;
-    for ncols in [1, 2, 3, 4, 5, 7, 8, 9, 11, 16] {
-        for rows in [4, 8, 12] {
-            for k in [256, 512, 1024] {
-                seed += 1;
-                check_case(
-                    rows,
-                    k,
-                    ncols,
-                    Codes::Random,
-                    Scales::Random,
-                    Acts::Random,
-                    seed,
-                );
-            }
-        }
-    }
+    const WIDTHS: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 11, 16];
+    sweep_random_shapes(1, &WIDTHS, &[4, 8, 12], &[256, 512, 1024], check_case);
 }
 
 /// Long rows: past the 256 blocks the AVX2 q8_K gemv holds on the stack at once (its sums
@@ -297,10 +252,9 @@ fn stock_vec_dot_matches_t2p_gemv() {
     for kern in paths_under_test() {
         for k in [256, 512, 1024] {
             let mut rng = Lcg(k as u64);
-            let pq = pq2_0_tensor(4, k, Codes::Random, Scales::Random, &mut rng);
-            let y = q8k_columns(k, 1, Acts::Random, false, &mut rng);
-            let mut w = vec![BlockT2p::default(); t2p_block_count(4, k).unwrap()];
-            repack_pq2_0_to_t2p(&pq, 4, k, &mut w).unwrap();
+            let pq = ternary_tensor::<BlockPq2_0>(4, k, Codes::Random, Scales::Random, &mut rng);
+            let y = act_columns::<BlockQ8K>(k, 1, Acts::Random, false, &mut rng);
+            let w = repacked_pq2_0(&pq, 4, k);
             let mut want = vec![0.0; 4];
             let batch = QuantizedBatch::from_q8k_columns(&y, k, 1).unwrap();
             drive(oracle(), &w, 4, k, &batch, &mut want, 4, 0..4).unwrap();
@@ -320,7 +274,7 @@ fn odd_rows_and_k_of_128_through_the_driver() {
     for (rows, k) in [(6, 384), (13, 640), (1, 128), (7, 512)] {
         for ncols in 1..=9 {
             let mut rng = Lcg((rows * 1000 + k + ncols) as u64);
-            let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::One, &mut rng);
+            let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::One, &mut rng);
             let w = t2p::matmul::T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
             let x: Vec<f32> = (0..k * ncols)
                 .map(|i| ((i * 7919 + rows) % 255) as f32 - 127.0)
@@ -368,17 +322,16 @@ fn odd_rows_and_k_of_128_through_the_driver() {
 #[test]
 fn shapes_that_must_be_rejected() {
     let mut rng = Lcg(9);
-    let pq = pq2_0_tensor(8, 512, Codes::Random, Scales::Random, &mut rng);
-    let mut w = vec![BlockT2p::default(); 8];
-    repack_pq2_0_to_t2p(&pq, 8, 512, &mut w).unwrap();
+    let pq = ternary_tensor::<BlockPq2_0>(8, 512, Codes::Random, Scales::Random, &mut rng);
+    let w = repacked_pq2_0(&pq, 8, 512);
     let y = QuantizedBatch::from_q8k_columns(
-        &q8k_columns(512, 1, Acts::Random, false, &mut rng),
+        &act_columns::<BlockQ8K>(512, 1, Acts::Random, false, &mut rng),
         512,
         1,
     )
     .unwrap();
     let x4 = QuantizedBatch::from_q8k_columns(
-        &q8k_columns(512, 3, Acts::Random, false, &mut rng),
+        &act_columns::<BlockQ8K>(512, 3, Acts::Random, false, &mut rng),
         512,
         3,
     )
@@ -445,7 +398,6 @@ fn shapes_that_must_be_rejected() {
 fn gemm_every_leftover_width() {
     let (rows, k) = (8, 512);
     let nb = k / 128;
-    let ld = rows + 4;
     let sentinel = f32::from_bits(0x7fc0_5678);
     for ncols in (1..=9).chain([13, 16]) {
         for (scales, acts) in [
@@ -454,19 +406,13 @@ fn gemm_every_leftover_width() {
             (Scales::Random, Acts::Random),
         ] {
             let mut rng = Lcg(100 + ncols as u64);
-            let pq = pq2_0_tensor(rows, k, Codes::Random, scales, &mut rng);
-            let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-            repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
+            let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, scales, &mut rng);
+            let w = repacked_pq2_0(&pq, rows, k);
             let one = matches!(scales, Scales::One);
-            let q0 = q8_0_columns(k, ncols, acts, one, &mut rng);
-            let qk = q8k_columns(k, ncols, acts, one, &mut rng);
+            let q0 = act_columns::<BlockQ8_0Quad>(k, ncols, acts, one, &mut rng);
+            let qk = act_columns::<BlockQ8K>(k, ncols, acts, one, &mut rng);
             let x4 = tiles(&qk, k, ncols);
-            let written = Written {
-                rows,
-                ncols,
-                ld,
-                sentinel,
-            };
+            let written = Written::with_gap(rows, ncols, 4, sentinel);
             let run = |kern: &Kernels, q8_0: bool| {
                 if q8_0 {
                     written.gemm_q8_0(kern, &w, &q0)
@@ -476,14 +422,9 @@ fn gemm_every_leftover_width() {
             };
             for q8_0 in [true, false] {
                 let want = run(oracle(), q8_0);
+                written.assert_untouched(&want);
                 for c in 0..ncols {
-                    let col = &want[c * ld..(c + 1) * ld];
-                    assert!(
-                        col[rows..]
-                            .iter()
-                            .all(|v| v.to_bits() == sentinel.to_bits())
-                    );
-                    for (r, &got) in col[..rows].iter().enumerate() {
+                    for (r, &got) in written.column(&want, c)[..rows].iter().enumerate() {
                         if one {
                             let exact: i64 = (0..k)
                                 .map(|i| {
@@ -501,10 +442,8 @@ fn gemm_every_leftover_width() {
                         }
                     }
                 }
-                for kern in paths_under_test() {
-                    let what = format!("{} gemm ncols={ncols} q8_0={q8_0} {acts:?}", kern.isa());
-                    assert_bits_eq(&run(kern, q8_0), &want, &what);
-                }
+                let what = format!("gemm ncols={ncols} q8_0={q8_0} {acts:?}");
+                assert_every_path(&want, &what, |kern| run(kern, q8_0));
             }
         }
     }

@@ -6,8 +6,7 @@ mod common;
 use common::*;
 use proptest::prelude::*;
 use t2p::format::{
-    BlockPq2_0, BlockT2p, QK_K, deinterleave_q8k_x4, interleave_q8k_x4, repack_pq2_0_to_t2p,
-    t2p_block_count, unpack_t2p_to_pq2_0,
+    BlockPq2_0, BlockQ8K, QK_K, deinterleave_q8k_x4, interleave_q8k_x4, unpack_t2p_to_pq2_0,
 };
 use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul};
 
@@ -32,22 +31,19 @@ proptest! {
     ) {
         let (rows, k) = (4 * groups, 256 * kb);
         let mut rng = Lcg(seed);
-        let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut rng);
+        let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::Random, &mut rng);
         let w = T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
         let x: Vec<f32> = (0..k * ncols).map(|_| (rng.next() as f32 / u32::MAX as f32 - 0.5) * scale).collect();
         let act = QuantizedBatch::new(&x, k, ncols, t2p::matmul::ActQuant::Q8K).unwrap();
         let want = matmul(oracle(), &w, &act).unwrap();
-        for kern in paths_under_test() {
-            assert_bits_eq(&matmul(kern, &w, &act).unwrap(), &want, &format!("{} {rows}x{k}x{ncols}", kern.isa()));
-        }
+        assert_every_path(&want, &format!("{rows}x{k}x{ncols}"), |kern| matmul(kern, &w, &act).unwrap());
     }
 
     #[test]
     fn repack_round_trips(groups in 1usize..4, kb in 1usize..4, seed in any::<u64>()) {
         let (rows, k) = (4 * groups, 256 * kb);
-        let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut Lcg(seed));
-        let mut t = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-        repack_pq2_0_to_t2p(&pq, rows, k, &mut t).unwrap();
+        let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::Random, &mut Lcg(seed));
+        let t = repacked_pq2_0(&pq, rows, k);
         let mut back = vec![BlockPq2_0::default(); pq.len()];
         unpack_t2p_to_pq2_0(&t, rows, k, &mut back).unwrap();
         prop_assert_eq!(back, pq);
@@ -55,7 +51,7 @@ proptest! {
 
     #[test]
     fn q8k_x4_interleave_round_trips(seed in any::<u64>()) {
-        let cols = q8k_columns(QK_K, 4, Acts::Random, false, &mut Lcg(seed));
+        let cols = act_columns::<BlockQ8K>(QK_K, 4, Acts::Random, false, &mut Lcg(seed));
         let x4 = interleave_q8k_x4([&cols[0], &cols[1], &cols[2], &cols[3]]);
         for (c, col) in cols.iter().enumerate() {
             prop_assert_eq!(&deinterleave_q8k_x4(&x4, c), col);

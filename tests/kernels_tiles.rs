@@ -7,14 +7,12 @@
 mod common;
 
 use common::*;
-use t2p::format::{BlockQ8Kx4, BlockT2p, interleave_q8k_x4, repack_pq2_0_to_t2p, t2p_block_count};
+use t2p::format::{BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, interleave_q8k_x4};
 use t2p::kernels::Kernels;
 
 fn weights(rows: usize, k: usize, codes: Codes, scales: Scales, rng: &mut Lcg) -> Vec<BlockT2p> {
-    let pq = pq2_0_tensor(rows, k, codes, scales, rng);
-    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
-    repack_pq2_0_to_t2p(&pq, rows, k, &mut w).unwrap();
-    w
+    let pq = ternary_tensor::<BlockPq2_0>(rows, k, codes, scales, rng);
+    repacked_pq2_0(&pq, rows, k)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -26,15 +24,8 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
     let mut rng = Lcg(seed);
     let w = weights(rows, k, codes, Scales::Random, &mut rng);
     let nb = k / 128;
-    let cols = q8_0_columns(k, ncols, acts, false, &mut rng);
-    let ld = rows + 8;
-    let sentinel = f32::from_bits(0x7fc0_7777);
-    let written = Written {
-        rows,
-        ncols,
-        ld,
-        sentinel,
-    };
+    let cols = act_columns::<BlockQ8_0Quad>(k, ncols, acts, false, &mut rng);
+    let written = Written::with_gap(rows, ncols, 8, f32::from_bits(0x7fc0_7777));
     let run = |kern: &Kernels| written.q8_0(kern, &w, &cols);
     let want = run(oracle());
     for kern in paths_under_test() {
@@ -50,7 +41,7 @@ fn check_q8_0(rows: usize, k: usize, ncols: usize, codes: Codes, acts: Acts, see
             let mut alone = vec![0.0; rows];
             kern.gemv_q8_0(&w, nb, &cols[c * nb..(c + 1) * nb], &mut alone);
             assert_eq!(
-                bits(&got[c * ld..c * ld + rows]),
+                bits(&written.column(&got, c)[..rows]),
                 bits(&alone),
                 "column {c}"
             );
@@ -62,7 +53,7 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
     let mut rng = Lcg(seed);
     let w = weights(rows, k, Codes::Random, Scales::Random, &mut rng);
     let per = k / 256;
-    let cols = q8k_columns(k, ncols, acts, false, &mut rng);
+    let cols = act_columns::<BlockQ8K>(k, ncols, acts, false, &mut rng);
     let zero = t2p::format::BlockQ8K::default();
     let tiles: Vec<BlockQ8Kx4> = (0..ncols.div_ceil(4))
         .flat_map(|t| {
@@ -77,14 +68,7 @@ fn check_q8k(rows: usize, k: usize, ncols: usize, acts: Acts, seed: u64) {
             })
         })
         .collect();
-    let ld = rows + 8;
-    let sentinel = f32::from_bits(0x7fc0_8888);
-    let written = Written {
-        rows,
-        ncols,
-        ld,
-        sentinel,
-    };
+    let written = Written::with_gap(rows, ncols, 8, f32::from_bits(0x7fc0_8888));
     let run = |kern: &Kernels| written.q8k(kern, &w, Some(&cols), &tiles);
     let want = run(oracle());
     for kern in paths_under_test() {

@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use t2p::format::BlockPq2_0;
 use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul, matmul_parallel};
 use t2p::pool::ThreadPool;
 
@@ -13,7 +14,7 @@ fn parallel_equals_single_threaded() {
     let pools: Vec<ThreadPool> = [1, 2, 3, 4].into_iter().map(ThreadPool::new).collect();
     // 36 rows = 9 row groups: chunks do not divide evenly for 2, 3 or 4 threads.
     for (rows, k) in [(4, 256), (36, 512), (128, 1024)] {
-        let pq = pq2_0_tensor(rows, k, Codes::Random, Scales::Random, &mut rng);
+        let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::Random, &mut rng);
         let w = T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
         for ncols in [1, 2, 3, 4, 5, 8, 13] {
             let x: Vec<f32> = (0..k * ncols)
@@ -54,7 +55,7 @@ fn parallel_equals_single_threaded() {
 #[test]
 fn parallel_rejects_bad_shapes() {
     let mut rng = Lcg(7);
-    let pq = pq2_0_tensor(8, 256, Codes::Random, Scales::One, &mut rng);
+    let pq = ternary_tensor::<BlockPq2_0>(8, 256, Codes::Random, Scales::One, &mut rng);
     let w = T2pMatrix::from_pq2_0(&pq, 8, 256).unwrap();
     let pool = ThreadPool::new(2);
     let kern = oracle();

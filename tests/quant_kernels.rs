@@ -66,6 +66,11 @@ trait TestAct: ActBlock {
     fn values(&self) -> Vec<f32>;
 }
 
+/// The values of int8 codes under one fp16 scale.
+fn fp16_scaled(qs: &[i8], d: u16) -> Vec<f32> {
+    qs.iter().map(|&q| q as f32 * f16_to_f32(d)).collect()
+}
+
 impl TestAct for BlockQ8_0 {
     fn constant(q: i8) -> Self {
         BlockQ8_0 {
@@ -74,26 +79,19 @@ impl TestAct for BlockQ8_0 {
         }
     }
     fn values(&self) -> Vec<f32> {
-        self.qs
-            .iter()
-            .map(|&q| q as f32 * f16_to_f32(self.d))
-            .collect()
+        fp16_scaled(&self.qs, self.d)
     }
 }
 
 impl TestAct for BlockQ8_1 {
+    /// The `q8_0` block with its sum.
     fn constant(q: i8) -> Self {
-        BlockQ8_1 {
-            d: f32_to_f16(0.01),
-            s: f32_to_f16(0.01 * 32.0 * q as f32),
-            qs: [q; 32],
-        }
+        let BlockQ8_0 { d, qs } = BlockQ8_0::constant(q);
+        let s = f32_to_f16(0.01 * 32.0 * q as f32);
+        BlockQ8_1 { d, s, qs }
     }
     fn values(&self) -> Vec<f32> {
-        self.qs
-            .iter()
-            .map(|&q| q as f32 * f16_to_f32(self.d))
-            .collect()
+        fp16_scaled(&self.qs, self.d)
     }
 }
 
@@ -176,50 +174,29 @@ where
     }
 }
 
-#[test]
-fn q4_0_every_path_matches_the_reference() {
-    check_type::<BlockQ4_0>(&[32, 96, 384]);
+/// One test per block type, named after it, each over its inner sizes (multiples of its
+/// super-block).
+macro_rules! every_path_matches_the_reference {
+    ($($name:ident: $B:ty, $ks:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                check_type::<$B>(&$ks);
+            }
+        )*
+    };
 }
-
-#[test]
-fn q4_1_every_path_matches_the_reference() {
-    check_type::<BlockQ4_1>(&[32, 96, 384]);
-}
-
-#[test]
-fn q5_0_every_path_matches_the_reference() {
-    check_type::<BlockQ5_0>(&[32, 96, 384]);
-}
-
-#[test]
-fn q5_1_every_path_matches_the_reference() {
-    check_type::<BlockQ5_1>(&[32, 96, 384]);
-}
-
-#[test]
-fn q8_0_every_path_matches_the_reference() {
-    check_type::<BlockQ8_0>(&[32, 96, 384]);
-}
-
-#[test]
-fn q2_0_g64_every_path_matches_the_reference() {
-    check_type::<BlockQ2_0g64>(&[64, 192, 384]);
-}
-
-#[test]
-fn q4_k_every_path_matches_the_reference() {
-    check_type::<BlockQ4K>(&[256, 768]);
-}
-
-#[test]
-fn q5_k_every_path_matches_the_reference() {
-    check_type::<BlockQ5K>(&[256, 768]);
-}
-
-#[test]
-fn q6_k_every_path_matches_the_reference() {
-    check_type::<BlockQ6K>(&[256, 768]);
-}
+every_path_matches_the_reference!(
+    q4_0_every_path_matches_the_reference: BlockQ4_0, [32, 96, 384];
+    q4_1_every_path_matches_the_reference: BlockQ4_1, [32, 96, 384];
+    q5_0_every_path_matches_the_reference: BlockQ5_0, [32, 96, 384];
+    q5_1_every_path_matches_the_reference: BlockQ5_1, [32, 96, 384];
+    q8_0_every_path_matches_the_reference: BlockQ8_0, [32, 96, 384];
+    q2_0_g64_every_path_matches_the_reference: BlockQ2_0g64, [64, 192, 384];
+    q4_k_every_path_matches_the_reference: BlockQ4K, [256, 768];
+    q5_k_every_path_matches_the_reference: BlockQ5K, [256, 768];
+    q6_k_every_path_matches_the_reference: BlockQ6K, [256, 768];
+);
 
 /// The reference's integer sums and fold agree with ggml's dequantization: the dot product of
 /// the dequantized weights and activations, in f64, within float rounding.

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../tests/c/half.h" /* shared with tests/c/test_abi.c */
 #include "t2p-mm.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -38,26 +39,6 @@ static int failures = 0;
             failures++;                                              \
         }                                                            \
     } while (0)
-
-/* float to IEEE half, round to nearest even (as F16C and ggml's GGML_FP32_TO_FP16). */
-static uint16_t float_to_half(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
-    if (exp == 0xff) return (uint16_t) (sign | 0x7c00u | (man ? 0x200u : 0));
-    int e = (int) exp - 127 + 15;
-    if (e >= 31) return (uint16_t) (sign | 0x7c00u);
-    if (e <= 0) {
-        if (e < -10) return (uint16_t) sign;
-        uint32_t m = man | 0x800000u, shift = (uint32_t) (14 - e);
-        uint32_t h = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (h & 1))) h++;
-        return (uint16_t) (sign | h);
-    }
-    uint32_t h = sign | ((uint32_t) e << 10) | (man >> 13), rem = man & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-    return (uint16_t) h;
-}
 
 /* Stand-in for ggml's x86 quantize_row_q8_0 (ggml_from_float_t): block_q8_0 { fp16 d; int8 qs[32]; },
  * d = fp16(amax / 127), q = round-half-even(x * (127 / amax)). */
@@ -84,12 +65,6 @@ static T2pQ8_0FromFloat g_hook = NULL;
 static const char *     g_name = "q8_K";
 
 static const uint32_t SENTINEL = 0x7FC0DEADu; /* a NaN that no kernel produces */
-
-static float half_to_float(uint16_t h) { /* normal numbers only, which is all run_case makes */
-    const uint32_t e = (h >> 10) & 0x1F, mant = h & 0x3FF;
-    const float    v = ldexpf(1.0f + mant / 1024.0f, (int) e - 15);
-    return (h & 0x8000) ? -v : v;
-}
 
 /* One case: rows x k weights; src1 is ne11 x ne12 x ne13 columns, with `xpad` extra floats after
  * each column and `dpad` after each dst column; src1 planes `xgap` and dst planes `dgap` columns

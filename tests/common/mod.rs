@@ -3,7 +3,7 @@
 
 use t2p::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
-    f32_to_f16,
+    TernaryBlock, f32_to_f16, repack_pq2_0_to_t2p, t2p_block_count,
 };
 use t2p::kernels::{Gemm, Isa, Kernels};
 
@@ -40,19 +40,28 @@ pub enum Scales {
     Random,
 }
 
-pub fn pq2_0_tensor(
+/// `rows x k` weights of ternary format `B` (row-major, `k / B::WEIGHTS` blocks per row), each
+/// block's codes then its one scale drawn under `codes` and `scales`.
+pub fn ternary_tensor<B: TernaryBlock>(
     rows: usize,
     k: usize,
     codes: Codes,
     scales: Scales,
     rng: &mut Lcg,
-) -> Vec<BlockPq2_0> {
-    (0..rows * k / 128)
+) -> Vec<B> {
+    (0..rows * k / B::WEIGHTS)
         .map(|_| {
-            let c = std::array::from_fn(|_| draw_code(codes, rng));
-            BlockPq2_0::from_codes(&c, draw_scale(scales, rng))
+            let c: Vec<u8> = (0..B::WEIGHTS).map(|_| draw_code(codes, rng)).collect();
+            B::encode(&c, &[draw_scale(scales, rng)]).unwrap()
         })
         .collect()
+}
+
+/// `pq` (`rows x k` pq2_0 blocks) repacked into T2P row groups.
+pub fn repacked_pq2_0(pq: &[BlockPq2_0], rows: usize, k: usize) -> Vec<BlockT2p> {
+    let mut w = vec![BlockT2p::default(); t2p_block_count(rows, k).unwrap()];
+    repack_pq2_0_to_t2p(pq, rows, k, &mut w).unwrap();
+    w
 }
 
 /// One weight code under `codes`.
@@ -104,47 +113,75 @@ fn act_value(acts: Acts, i: usize, rng: &mut Lcg) -> i8 {
     }
 }
 
-/// `ncols` columns of `k / 256` raw q8_K blocks each (column-major), with consistent `bsums`.
-pub fn q8k_columns(
+/// An activation block the tests build from raw int8 values and drawn scales.
+pub trait TestActs: Sized {
+    /// Values per block.
+    const VALUES: usize;
+    /// The block of `qs` (`VALUES` long) with consistent sums and scales drawn from `rng`
+    /// (1.0 if `scale_one`).
+    fn with_drawn_scales(qs: &[i8], scale_one: bool, rng: &mut Lcg) -> Self;
+}
+
+/// A random positive activation scale.
+fn act_scale(rng: &mut Lcg) -> f32 {
+    (rng.next() % 1000) as f32 / 997.0 + 0.001
+}
+
+impl TestActs for BlockQ8K {
+    const VALUES: usize = 256;
+    fn with_drawn_scales(qs: &[i8], scale_one: bool, rng: &mut Lcg) -> Self {
+        let d = if scale_one { 1.0 } else { act_scale(rng) };
+        BlockQ8K::from_qs(qs.try_into().unwrap(), d)
+    }
+}
+
+/// A random scale per 32 values, zero one time in eight.
+impl TestActs for BlockQ8_0Quad {
+    const VALUES: usize = 128;
+    fn with_drawn_scales(qs: &[i8], scale_one: bool, rng: &mut Lcg) -> Self {
+        let d = std::array::from_fn(|_| match (scale_one, rng.next() % 8) {
+            (true, _) => 1.0,
+            (false, 0) => 0.0,
+            (false, _) => act_scale(rng),
+        });
+        BlockQ8_0Quad::from_qs(qs.try_into().unwrap(), d)
+    }
+}
+
+/// `ncols` columns of `k / A::VALUES` raw activation blocks each (column-major).
+pub fn act_columns<A: TestActs>(
     k: usize,
     ncols: usize,
     acts: Acts,
     scale_one: bool,
     rng: &mut Lcg,
-) -> Vec<BlockQ8K> {
-    (0..ncols * k / 256)
+) -> Vec<A> {
+    (0..ncols * k / A::VALUES)
         .map(|_| {
-            let qs = std::array::from_fn(|i| act_value(acts, i, rng));
-            let d = if scale_one {
-                1.0
-            } else {
-                (rng.next() % 1000) as f32 / 997.0 + 0.001
-            };
-            BlockQ8K::from_qs(qs, d)
+            let qs: Vec<i8> = (0..A::VALUES).map(|i| act_value(acts, i, rng)).collect();
+            A::with_drawn_scales(&qs, scale_one, rng)
         })
         .collect()
 }
 
-/// `ncols` columns of `k / 128` raw `q8_0` blocks each (column-major), with consistent sums and
-/// a random scale per 32 values (zero included) unless `scale_one`.
-pub fn q8_0_columns(
-    k: usize,
-    ncols: usize,
-    acts: Acts,
-    scale_one: bool,
-    rng: &mut Lcg,
-) -> Vec<BlockQ8_0Quad> {
-    (0..ncols * k / 128)
-        .map(|_| {
-            let qs = std::array::from_fn(|i| act_value(acts, i, rng));
-            let d = std::array::from_fn(|_| match (scale_one, rng.next() % 8) {
-                (true, _) => 1.0,
-                (false, 0) => 0.0,
-                (false, _) => (rng.next() % 1000) as f32 / 997.0 + 0.001,
-            });
-            BlockQ8_0Quad::from_qs(qs, d)
-        })
-        .collect()
+/// Calls `check(rows, k, ncols, codes, scales, acts, seed)` with random codes, scales and
+/// activations for every shape, columns outermost, the seed one past `seed` for the first shape
+/// and one more for each next.
+pub fn sweep_random_shapes(
+    mut seed: u64,
+    ncols: &[usize],
+    rows: &[usize],
+    ks: &[usize],
+    mut check: impl FnMut(usize, usize, usize, Codes, Scales, Acts, u64),
+) {
+    for &n in ncols {
+        for &r in rows {
+            for &k in ks {
+                seed += 1;
+                check(r, k, n, Codes::Random, Scales::Random, Acts::Random, seed);
+            }
+        }
+    }
 }
 
 /// Every path this CPU runs except the oracle itself, with a check that the expected paths are
@@ -167,6 +204,15 @@ pub fn paths_under_test() -> Vec<&'static Kernels> {
         .collect()
 }
 
+/// Asserts that `run` gives `want` bit for bit on every path under test; `what` names the case
+/// in the message, after the path.
+pub fn assert_every_path(want: &[f32], what: &str, run: impl Fn(&Kernels) -> Vec<f32>) {
+    for kern in paths_under_test() {
+        assert_bits_eq(&run(kern), want, &format!("{} {what}", kern.isa()));
+    }
+}
+
+/// The scalar oracle every other path must match.
 pub fn oracle() -> &'static Kernels {
     Kernels::for_isa(Isa::Scalar).unwrap()
 }
@@ -194,8 +240,44 @@ pub struct Written {
 }
 
 impl Written {
-    fn buffer(&self) -> Vec<f32> {
+    /// `ncols` columns of `rows` outputs, each followed by `gap` slots no product may write.
+    pub fn with_gap(rows: usize, ncols: usize, gap: usize, sentinel: f32) -> Self {
+        Written {
+            rows,
+            ncols,
+            ld: rows + gap,
+            sentinel,
+        }
+    }
+
+    /// A fresh output buffer, all sentinel.
+    pub fn buffer(&self) -> Vec<f32> {
         vec![self.sentinel; self.ld * self.ncols]
+    }
+
+    /// Column `c` of `out`, its gap included.
+    pub fn column<'a>(&self, out: &'a [f32], c: usize) -> &'a [f32] {
+        &out[c * self.ld..(c + 1) * self.ld]
+    }
+
+    fn is_sentinel(&self, v: &f32) -> bool {
+        v.to_bits() == self.sentinel.to_bits()
+    }
+
+    /// Asserts that nothing past the `rows` outputs of any column of `out` was written.
+    pub fn assert_untouched(&self, out: &[f32]) {
+        for c in 0..self.ncols {
+            let gap = &self.column(out, c)[self.rows..];
+            assert!(gap.iter().all(|v| self.is_sentinel(v)), "gap of column {c}");
+        }
+    }
+
+    /// Asserts that every one of the `rows` outputs of every column of `out` was written.
+    pub fn assert_all_written(&self, out: &[f32]) {
+        for c in 0..self.ncols {
+            let real = &self.column(out, c)[..self.rows];
+            assert!(!real.iter().any(|v| self.is_sentinel(v)), "column {c}");
+        }
     }
 
     /// Blocks per row group of `w`, whose row groups give the `rows` outputs.
