@@ -6,9 +6,8 @@
 mod reference;
 mod runner_data;
 
-use runner_data::synth_model;
-
 use reference::*;
+use runner_data::synth_model;
 use t2p::runner::GgmlType;
 
 /// `llama-perplexity -m qwen35-odd.gguf -f qwen35-tiny/ppl-text.txt -c 128 -b 128 -t 2

@@ -4,7 +4,6 @@
 mod runner_data;
 
 use runner_data::synth_model;
-
 use t2p::runner::LoadOptions;
 use t2p::runner::model::{Exec, Model};
 

@@ -6,9 +6,8 @@
 mod reference;
 mod runner_data;
 
-use runner_data::synth_model;
-
 use reference::{max_abs, max_abs_diff};
+use runner_data::synth_model;
 use t2p::runner::model::{Exec, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{GgmlType, GgufFile, LoadOptions};
