@@ -4,12 +4,15 @@
 //! F32. Plus hostile and odd-shaped ternary tensors: clear errors, never a panic, and the
 //! shapes T2P cannot hold still load (as pq2_0 blocks) with exact values.
 
+mod reference;
 mod runner_data;
 
 use std::fs::File;
 use std::io::{BufWriter, Cursor};
 use std::path::Path;
 
+use reference::{max_abs, max_abs_diff};
+use runner_data::SynthSetup;
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
 use t2p::runner::model::DecoderDims;
@@ -52,6 +55,26 @@ fn logits(path: &Path, ids: &[u32], act: ActQuant) -> Vec<f32> {
     loaded.model.forward(&exec, &mut s, ids, true).unwrap()
 }
 
+/// The test data's stories260K model as the vocabulary: its 512 tokens keep the token tables
+/// tiny.
+fn stories_setup() -> Option<SynthSetup> {
+    runner_data::synth_setup("stories260K/stories260K.gguf")
+}
+
+/// Writes `shape` at `path` with the weights of seed 11 as `ty`, one scale per `scale_group`
+/// weights.
+fn write_format(path: &Path, vocab: &GgufFile, shape: &Qwen3Shape, ty: SynthType, g: usize) {
+    let opts = SynthOptions {
+        ty,
+        scale_group: g,
+        default_mix: false,
+    };
+    write_qwen3_with(path, shape, vocab, 11, &opts).unwrap();
+}
+
+/// The prompt whose logits are compared: ids spread over the 512-token vocabulary.
+const IDS: [u32; 10] = [1, 5, 17, 300, 42, 7, 99, 511, 2, 256];
+
 const TERNARY: [SynthType; 4] = [
     SynthType::Pq2_0,
     SynthType::Tq2_0,
@@ -61,23 +84,14 @@ const TERNARY: [SynthType; 4] = [
 
 #[test]
 fn every_ternary_format_gives_the_same_logits() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some(setup) = stories_setup() else {
         return;
     };
-    // stories260K's 512-token vocabulary keeps the token tables tiny.
-    let vocab = GgufFile::open(dir.join("stories260K/stories260K.gguf")).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let ids = [1u32, 5, 17, 300, 42, 7, 99, 511, 2, 256];
     for tied in [false, true] {
         let shape = shape(tied);
-        let path = |t: SynthType| tmp.path().join(format!("{}-{tied}.gguf", t.name()));
+        let path = |t: SynthType| setup.tmp.path().join(format!("{}-{tied}.gguf", t.name()));
         for t in TERNARY.into_iter().chain([SynthType::F32]) {
-            let opts = SynthOptions {
-                ty: t,
-                scale_group: 256,
-                default_mix: false,
-            };
-            write_qwen3_with(&path(t), &shape, &vocab, 11, &opts).unwrap();
+            write_format(&path(t), &setup.vocab, &shape, t, 256);
         }
 
         // The loaded weights: every matrix T2P, the source format recorded, the T2P blocks
@@ -116,9 +130,9 @@ fn every_ternary_format_gives_the_same_logits() {
         }
 
         for act in [ActQuant::Q8K, ActQuant::Q8_0] {
-            let reference = logits(&path(SynthType::Pq2_0), &ids, act);
+            let reference = logits(&path(SynthType::Pq2_0), &IDS, act);
             for t in [SynthType::Tq2_0, SynthType::Tq1_0, SynthType::Q2_0Legacy] {
-                let got = logits(&path(t), &ids, act);
+                let got = logits(&path(t), &IDS, act);
                 assert!(
                     got.iter()
                         .zip(&reference)
@@ -131,14 +145,10 @@ fn every_ternary_format_gives_the_same_logits() {
             // rounding only. Measured, as max |diff| / max |logit| and rms diff / rms logit
             // (untied; tied): q8_K 1.94 % / 2.16 %; 1.56 % / 2.25 %. q8_0 1.27 % / 1.40 %;
             // 1.15 % / 1.47 %. Tolerance: 4 % and 4.5 % (about 2x the worst).
-            let dense = logits(&path(SynthType::F32), &ids, act);
+            let dense = logits(&path(SynthType::F32), &IDS, act);
             assert_eq!(dense.len(), reference.len());
-            let max_diff = dense
-                .iter()
-                .zip(&reference)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
-            let max_abs = reference.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let max_diff = max_abs_diff(&dense, &reference);
+            let max_abs = max_abs(&reference);
             let rms = |v: &mut dyn Iterator<Item = f32>| {
                 let (s, n) = v.fold((0f64, 0usize), |(s, n), x| (s + (x as f64).powi(2), n + 1));
                 (s / n as f64).sqrt() as f32
@@ -212,24 +222,17 @@ fn load(path: &Path) -> Result<(GgufFile, TensorStore), GgufError> {
 /// of every 128 carries its own scale. `q8_K` activations are refused for such weights.
 #[test]
 fn q2_0_group_64_is_the_twin_of_pq2_0() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some(setup) = stories_setup() else {
         return;
     };
-    let vocab = GgufFile::open(dir.join("stories260K/stories260K.gguf")).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
     let shape = shape(false);
-    let path = |t: SynthType, g: usize| tmp.path().join(format!("{}-{g}.gguf", t.name()));
+    let path = |t: SynthType, g: usize| setup.tmp.path().join(format!("{}-{g}.gguf", t.name()));
     for (t, g) in [
         (SynthType::Pq2_0, 128),
         (SynthType::Q2_0, 128),
         (SynthType::Q2_0, 64),
     ] {
-        let opts = SynthOptions {
-            ty: t,
-            scale_group: g,
-            default_mix: false,
-        };
-        write_qwen3_with(&path(t, g), &shape, &vocab, 11, &opts).unwrap();
+        write_format(&path(t, g), &setup.vocab, &shape, t, g);
     }
     let (_, pq) = TensorStore::load_file(path(SynthType::Pq2_0, 128), &quiet()).unwrap();
     for g in [128, 64] {
@@ -268,15 +271,10 @@ fn q2_0_group_64_is_the_twin_of_pq2_0() {
             }
         }
     }
-    let ids = [1u32, 5, 17, 300, 42, 7, 99, 511, 2, 256];
-    let reference = logits(&path(SynthType::Pq2_0, 128), &ids, ActQuant::Q8_0);
-    let got = logits(&path(SynthType::Q2_0, 128), &ids, ActQuant::Q8_0);
-    let max_abs = reference.iter().fold(0f32, |m, x| m.max(x.abs()));
-    let max_diff = got
-        .iter()
-        .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let reference = logits(&path(SynthType::Pq2_0, 128), &IDS, ActQuant::Q8_0);
+    let got = logits(&path(SynthType::Q2_0, 128), &IDS, ActQuant::Q8_0);
+    let max_abs = max_abs(&reference);
+    let max_diff = max_abs_diff(&got, &reference);
     // The same weights, but ggml's Q2_0 fold rounds in another order than pq2_0's: outputs
     // differ in the last bits, which flips a few q8_0 roundings of the next layer's
     // activations. Measured: max |diff| 0.51 % of max |logit|. Tolerance 2 %.
@@ -290,8 +288,8 @@ fn q2_0_group_64_is_the_twin_of_pq2_0() {
     );
     let loaded = Model::load(path(SynthType::Q2_0, 128), &quiet()).unwrap();
     let exec = Exec::new(1).with_act(ActQuant::Q8K);
-    let mut s = loaded.model.new_session(ids.len());
-    let e = loaded.model.forward(&exec, &mut s, &ids, true).unwrap_err();
+    let mut s = loaded.model.new_session(IDS.len());
+    let e = loaded.model.forward(&exec, &mut s, &IDS, true).unwrap_err();
     assert!(e.to_string().contains("q8_0"), "{e}");
 }
 

@@ -10,11 +10,9 @@ use t2p::runner::sample::argmax;
 
 #[test]
 fn stories260k_greedy_runs_match_llama_cpp() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((dir, l)) = load_from_testdata("stories260K", "stories260K.gguf") else {
         return;
     };
-    let dir = dir.join("stories260K");
-    let l = load(&dir.join("stories260K.gguf"));
     let exec = Exec::new(2);
     for name in ["greedy-bos-n200.json", "greedy-once-upon-a-time-n200.json"] {
         let r = json(&dir.join(name));
@@ -32,30 +30,16 @@ fn stories260k_greedy_runs_match_llama_cpp() {
 
 #[test]
 fn stories260k_seq64_logits_within_tolerance() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((dir, l)) = load_from_testdata("stories260K", "stories260K.gguf") else {
         return;
     };
-    let dir = dir.join("stories260K");
-    let l = load(&dir.join("stories260K.gguf"));
     let exec = Exec::new(2);
-    let ids: Vec<u32> = std::fs::read_to_string(dir.join("seq64.ids.txt"))
-        .unwrap()
-        .split_whitespace()
-        .map(|s| s.parse().unwrap())
-        .collect();
-    let want: Vec<f32> = std::fs::read(dir.join("seq64.logits.f32le.bin"))
-        .unwrap()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-        .collect();
+    let ids = read_ids(&dir.join("seq64.ids.txt"));
+    let want = read_f32le(&dir.join("seq64.logits.f32le.bin"));
     let mut s = l.model.new_session(64);
     let got = l.model.forward(&exec, &mut s, &ids, true).unwrap();
     assert_eq!(got.len(), want.len());
-    let max = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let max = max_abs_diff(&got, &want);
     eprintln!("stories260K seq64: max |logit diff| = {max}");
     assert!(max < 2e-2, "max logit difference {max}");
     for p in 0..64 {
@@ -69,11 +53,9 @@ fn stories260k_seq64_logits_within_tolerance() {
 
 #[test]
 fn qwen3_tiny_matches_llama_cpp_pq2_0_references() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((dir, l)) = load_from_testdata("qwen3-tiny", "qwen3-tiny-pq2_0.gguf") else {
         return;
     };
-    let dir = dir.join("qwen3-tiny");
-    let l = load(&dir.join("qwen3-tiny-pq2_0.gguf"));
     // The README's rule for pq2_0 references: argmax where the margin is >= 0.25, top-10 within 0.5.
     check_prompts(
         &l,
@@ -103,13 +85,7 @@ fn perplexity_matches_llama_perplexity() {
     let exec = Exec::new(2);
     let stories = dir.join("stories260K");
     let l = load(&stories.join("stories260K.gguf"));
-    let text = std::fs::read_to_string(stories.join("ppl-text.txt")).unwrap();
-    let ids = l.tokenizer.encode(&text, true, true);
-    assert_eq!(
-        ids,
-        read_ids(&stories.join("ppl-text.ids.txt")),
-        "stories260K tokenization of the perplexity text"
-    );
+    let ids = perplexity_ids(&l, &stories, "stories260K");
     let ppl = perplexity(&l.model, &exec, &ids, 128, l.tokenizer.bos(), |_, _| {}).unwrap();
     eprintln!(
         "stories260K perplexity {:.4} (llama.cpp 5.0930)",

@@ -7,8 +7,8 @@ mod reference;
 mod runner_data;
 
 use reference::*;
-use t2p::runner::{GgmlType, GgufFile, LoadOptions, TensorStore};
-use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
+use runner_data::synth_model;
+use t2p::runner::GgmlType;
 
 /// `llama-perplexity -m qwen35-odd.gguf -f qwen35-tiny/ppl-text.txt -c 128 -b 128 -t 2
 /// --no-repack` (the fork at ff6b68f38, stock pq2_0 x q8_0 CPU path, AVX2 machine) on the file
@@ -19,19 +19,9 @@ const FORK_PPL: f64 = 18795694.6551;
 
 #[test]
 fn odd_widths_run_in_t2p_and_match_the_fork() {
-    let Some(data) = runner_data::testdata() else {
+    let Some((synth, gguf, store)) = synth_model("qwen35", "qwen35-odd", 1) else {
         return;
     };
-    let vocab = GgufFile::open(data.join("tokenizer/ggml-vocab-qwen35.gguf")).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("qwen35-odd.gguf");
-    let shape = QWEN35_SHAPES
-        .iter()
-        .find(|s| s.name == "qwen35-odd")
-        .unwrap();
-    write_qwen35(&path, shape, &vocab, 1).unwrap();
-
-    let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
     let ternary: Vec<_> = gguf
         .tensors()
         .iter()
@@ -59,10 +49,10 @@ fn odd_widths_run_in_t2p_and_match_the_fork() {
         return;
     }
 
-    let l = load(&path);
+    let l = load(&synth.path);
     check_perplexity(
         &l,
-        &data.join("qwen35-tiny"),
+        &synth.setup.data.join("qwen35-tiny"),
         "qwen35-odd pq2_0",
         FORK_PPL,
         22,

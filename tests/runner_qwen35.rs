@@ -13,20 +13,15 @@ use t2p::runner::model::{Exec, Loaded, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
 use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
+use t2p::testkit::synth_qwen35::hadamard_kv;
 
 fn tiny() -> Option<(std::path::PathBuf, Loaded)> {
-    let dir = runner_data::testdata()?.join("qwen35-tiny");
-    let l = load(&dir.join("qwen35-tiny-pq2_0.gguf"));
-    Some((dir, l))
+    load_from_testdata("qwen35-tiny", "qwen35-tiny-pq2_0.gguf")
 }
 
 /// Max and rms of `a - b`.
 fn diff(a: &[f32], b: &[f32]) -> (f32, f64) {
-    let max = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max);
+    let max = max_abs_diff(a, b);
     let rms = (a
         .iter()
         .zip(b)
@@ -64,12 +59,7 @@ fn check_seq64(l: &Loaded, dir: &Path, semantics: &str, margin: f32, tol: f32) -
             );
         }
     }
-    let want: Vec<f32> =
-        std::fs::read(dir.join(format!("logits/seq64.{semantics}.pos63.f32le.bin")))
-            .unwrap()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
+    let want = read_f32le(&dir.join(format!("logits/seq64.{semantics}.pos63.f32le.bin")));
     let (max, rms) = diff(&got[63 * nv..], &want);
     eprintln!(
         "qwen35-tiny seq64 ({semantics}): worst top-10 difference {worst:.5}; position 63 full row max {max:.5}, rms {rms:.5}"
@@ -255,10 +245,9 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
 
 #[test]
 fn attention_only_sessions_checkpoint_and_roll_back() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((_, l)) = load_from_testdata("stories260K", "stories260K.gguf") else {
         return;
     };
-    let l = load(&dir.join("stories260K/stories260K.gguf"));
     let exec = Exec::new(2);
     let m = &l.model;
     let mut s = m.new_session(32);
@@ -499,31 +488,8 @@ fn fold(plain: &Synth) -> Folded {
         }
     }
     let mut kv = synth_kv();
-    let h = |k: &str| format!("prism.hadamard.{k}");
-    kv.extend([
-        (h("version"), Value::U32(1)),
-        (h("block_size"), Value::U32(BLOCK as u32)),
-        (
-            h("transform"),
-            Value::String("normalized-sylvester-walsh-hadamard".into()),
-        ),
-        (h("axis"), Value::String("input-last-dimension".into())),
-        (h("sign_mode"), Value::String("explicit".into())),
-        (
-            h("sign_widths"),
-            Value::Array(Array::I32(widths.iter().map(|&w| w as i32).collect())),
-        ),
-        (
-            h("sign_values"),
-            Value::Array(Array::I8(signs.concat().iter().map(|&s| s as i8).collect())),
-        ),
-        (h("weight_names"), Value::Array(Array::String(names))),
-        (
-            h("inverse_weight_names"),
-            Value::Array(Array::String(vec!["token_embd.weight".into()])),
-        ),
-        (h("gdn_v_grouped"), Value::Bool(true)),
-    ]);
+    let signs = signs.concat().iter().map(|&s| s as i8).collect();
+    kv.extend(hadamard_kv(BLOCK, &widths, signs, names));
     Folded { tensors, kv }
 }
 
@@ -556,19 +522,11 @@ fn hadamard_fold_gives_the_unfolded_logits() {
     let folded = load_synth(&p_fold).unwrap();
     assert_eq!(folded.hadamard().map(|h| h.block_size()), Some(BLOCK));
     let got = run(&folded, &exec);
-    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let max = got
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let scale = max_abs(&want);
+    let max = max_abs_diff(&got, &want);
     // Without the keys the rotated weights are garbage: the test is sensitive to the fold.
     let bare = run(&load_synth(&p_bare).unwrap(), &exec);
-    let off = bare
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let off = max_abs_diff(&bare, &want);
     eprintln!(
         "Hadamard fold: max |folded - unfolded| = {max:.2e} (logits up to {scale:.2}); without the keys {off:.2}"
     );
@@ -595,6 +553,9 @@ fn hadamard_keys_that_cannot_be_honoured_are_refused() {
             Some(e) => e.1 = v,
             None => kv.push((key, v)),
         }
+    }
+    fn names(v: &[&str]) -> Value {
+        Value::Array(Array::String(v.iter().map(|s| s.to_string()).collect()))
     }
     type Edit = Box<dyn Fn(&mut Vec<(String, Value)>)>;
     let cases: Vec<(&str, Edit, &str)> = vec![
@@ -659,24 +620,12 @@ fn hadamard_keys_that_cannot_be_honoured_are_refused() {
         ),
         (
             "unknown weight",
-            Box::new(|kv| {
-                set(
-                    kv,
-                    "weight_names",
-                    Value::Array(Array::String(vec!["blk.9.ffn_up.weight".into()])),
-                )
-            }),
+            Box::new(|kv| set(kv, "weight_names", names(&["blk.9.ffn_up.weight"]))),
             "not matrices",
         ),
         (
             "inverse weight",
-            Box::new(|kv| {
-                set(
-                    kv,
-                    "inverse_weight_names",
-                    Value::Array(Array::String(vec!["output.weight".into()])),
-                )
-            }),
+            Box::new(|kv| set(kv, "inverse_weight_names", names(&["output.weight"]))),
             "inverse",
         ),
         (

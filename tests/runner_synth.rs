@@ -3,26 +3,18 @@
 
 mod runner_data;
 
+use runner_data::synth_model;
+use t2p::runner::LoadOptions;
 use t2p::runner::model::{Exec, Model};
-use t2p::runner::{GgufFile, LoadOptions, TensorStore};
-use t2p::testkit::synth::{QWEN3_SHAPES, write_qwen3};
 
 #[test]
 fn synthetic_qwen3_loads_into_t2p_and_runs() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((synth, gguf, store)) = synth_model("qwen2", "qwen3-test", 7) else {
         return;
     };
-    let vocab = GgufFile::open(dir.join("tokenizer/ggml-vocab-qwen2.gguf")).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("tiny.gguf");
-    let shape = QWEN3_SHAPES
-        .iter()
-        .find(|s| s.name == "qwen3-test")
-        .unwrap();
-    write_qwen3(&path, shape, &vocab, 7).unwrap();
-
-    let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
-    for (k, v) in vocab
+    for (k, v) in synth
+        .setup
+        .vocab
         .metadata()
         .iter()
         .filter(|(k, _)| k.starts_with("tokenizer."))
@@ -38,7 +30,7 @@ fn synthetic_qwen3_loads_into_t2p_and_runs() {
     );
     assert_eq!(matrices, 2 + 2 * 7);
 
-    let loaded = Model::load(&path, &LoadOptions::default()).unwrap();
+    let loaded = Model::load(&synth.path, &LoadOptions::default()).unwrap();
     let exec = Exec::new(2);
     let ids = loaded.tokenizer.encode("Hello, world", true, true);
     let mut s = loaded.model.new_session(32);
@@ -46,10 +38,9 @@ fn synthetic_qwen3_loads_into_t2p_and_runs() {
     assert_eq!(logits.len(), loaded.model.n_vocab());
     assert!(logits.iter().all(|v| v.is_finite()));
     // The same weights again give the same file.
-    let again = tmp.path().join("again.gguf");
-    write_qwen3(&again, shape, &vocab, 7).unwrap();
+    let again = synth.write_again("again.gguf");
     assert_eq!(
-        std::fs::read(&path).unwrap(),
+        std::fs::read(&synth.path).unwrap(),
         std::fs::read(&again).unwrap()
     );
 }

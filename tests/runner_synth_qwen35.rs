@@ -3,12 +3,15 @@
 //! greedy decode with finite logits, and gives the same logits whether the prompt is processed
 //! in one batch or token by token.
 
+mod reference;
 mod runner_data;
 
+use reference::{max_abs, max_abs_diff};
+use runner_data::synth_model;
 use t2p::runner::model::{Exec, Model};
 use t2p::runner::sample::argmax;
-use t2p::runner::{GgmlType, GgufFile, LoadOptions, TensorStore};
-use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, hadamard_weight_names, write_qwen35};
+use t2p::runner::{GgmlType, GgufFile, LoadOptions};
+use t2p::testkit::synth_qwen35::{Qwen35Shape, hadamard_weight_names};
 
 /// Batched vs token-by-token prompt processing: max |difference| of a logit row relative to
 /// the row's largest |logit|. Measured (AVX2): 0, bit-identical: inside a batch the conv, the
@@ -19,34 +22,13 @@ use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, hadamard_weight_names, write_qwe
 /// revisit this bound.
 const BATCH_VS_SEQUENTIAL_REL: f32 = 1e-3;
 
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0f32, f32::max)
-}
-
-fn max_abs(a: &[f32]) -> f32 {
-    a.iter().fold(0.0f32, |m, v| m.max(v.abs()))
-}
-
 #[test]
 fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((synth, gguf, store)) = synth_model("qwen35", "qwen35-test", 5) else {
         return;
     };
-    let vocab = GgufFile::open(dir.join("tokenizer/ggml-vocab-qwen35.gguf")).unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let path = tmp.path().join("qwen35-test.gguf");
-    let shape = QWEN35_SHAPES
-        .iter()
-        .find(|s| s.name == "qwen35-test")
-        .unwrap();
-    write_qwen35(&path, shape, &vocab, 5).unwrap();
-
     // Keys: those of the reference qwen35 file (same types), the tokenizer, the fold.
-    let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
-    let tiny = GgufFile::open(dir.join("qwen35-tiny/qwen35-tiny-pq2_0.gguf")).unwrap();
+    let tiny = GgufFile::open(synth.setup.data.join("qwen35-tiny/qwen35-tiny-pq2_0.gguf")).unwrap();
     for (k, v) in tiny.metadata() {
         if k.starts_with("tokenizer.") {
             assert_eq!(gguf.get(k), Some(v), "{k} copied from the vocab");
@@ -56,6 +38,7 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
         }
     }
     assert_eq!(gguf.get_u32("qwen35.block_count").unwrap(), 8);
+    let shape = Qwen35Shape::named(synth.shape).unwrap();
     let names = hadamard_weight_names(shape, 151936);
     assert_eq!(names.len(), 6 * 6 + 2 * 7 + 1);
     assert_eq!(
@@ -75,7 +58,7 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
     assert_eq!(store.iter().filter(|t| t.as_t2p().is_some()).count(), pq);
     drop(store);
 
-    let loaded = Model::load(&path, &LoadOptions::default()).unwrap();
+    let loaded = Model::load(&synth.path, &LoadOptions::default()).unwrap();
     let m = &loaded.model;
     assert!(m.is_hybrid(), "not loaded as a hybrid");
     assert_eq!(m.hadamard().map(|h| h.block_size()), Some(256));
@@ -116,11 +99,11 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
     for (t, &id) in prompt.iter().enumerate() {
         let row = m.forward(&exec, &mut one, &[id], false).unwrap();
         let want = &batch[t * nv..(t + 1) * nv];
-        worst = worst.max(max_diff(&row, want) / max_abs(want));
+        worst = worst.max(max_abs_diff(&row, want) / max_abs(want));
     }
     for (id, want) in generated.iter().zip(&rows) {
         let row = m.forward(&exec, &mut one, &[*id], false).unwrap();
-        worst = worst.max(max_diff(&row, want) / max_abs(want));
+        worst = worst.max(max_abs_diff(&row, want) / max_abs(want));
     }
     eprintln!(
         "qwen35-test: {} prompt + {n_gen} generated tokens {generated:?}; batched vs token by \
@@ -133,10 +116,9 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
     );
 
     // The same seed gives the same file.
-    let again = tmp.path().join("again.gguf");
-    write_qwen35(&again, shape, &vocab, 5).unwrap();
+    let again = synth.write_again("again.gguf");
     assert_eq!(
-        std::fs::read(&path).unwrap(),
+        std::fs::read(&synth.path).unwrap(),
         std::fs::read(&again).unwrap()
     );
 }

@@ -81,11 +81,11 @@ fn vectors_gpt_2() {
 
 #[test]
 fn stories260k_prompt_and_ppl_text() {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((d, tok)) =
+        runner_data::open_in_testdata("stories260K", "stories260K.gguf", tokenizer)
+    else {
         return;
     };
-    let d = dir.join("stories260K");
-    let tok = tokenizer(&d.join("stories260K.gguf"));
     assert_eq!(tok.bos(), Some(1));
     assert_eq!(tok.eos(), Some(2));
     assert!(tok.is_eog(2));
@@ -167,11 +167,9 @@ fn check_greedy(tok: &Tokenizer, json: &Path, prompt: Option<&Path>) {
 }
 
 fn check_qwen_model(folder: &str, file: &str) {
-    let Some(dir) = runner_data::testdata() else {
+    let Some((d, tok)) = runner_data::open_in_testdata(folder, file, tokenizer) else {
         return;
     };
-    let d = dir.join(folder);
-    let tok = tokenizer(&d.join(file));
     assert!(!tok.add_bos());
     let mut n = 0;
     for e in std::fs::read_dir(d.join("greedy")).unwrap() {

@@ -15,8 +15,26 @@ use std::io::{self, BufWriter};
 use std::path::Path;
 
 use crate::runner::model::DecoderDims;
-use crate::runner::{GgufError, Value};
+use crate::runner::{GgufError, GgufFile, Value};
 use gguf_writer::{GgufWriter, TensorSpec};
+use synth::Qwen3Shape;
+use synth_qwen35::Qwen35Shape;
+
+/// Writes the shape called `shape` of [`synth::QWEN3_SHAPES`] or
+/// [`synth_qwen35::QWEN35_SHAPES`] at `path` with pq2_0 matrices, the file `libt2p synth
+/// --shape <shape> --seed <seed>` writes. An unknown name is a [`GgufError::Shape`].
+pub fn write_named(path: &Path, shape: &str, vocab: &GgufFile, seed: u64) -> Result<(), GgufError> {
+    if let Some(s) = Qwen3Shape::named(shape) {
+        return synth::write_qwen3(path, s, vocab, seed);
+    }
+    match Qwen35Shape::named(shape) {
+        Some(s) => synth_qwen35::write_qwen35(path, s, vocab, seed),
+        None => Err(GgufError::Shape {
+            name: shape.into(),
+            reason: "no synthetic shape has this name".into(),
+        }),
+    }
+}
 
 /// A fast deterministic generator for weights (xorshift64*).
 pub(crate) struct Rng(pub(crate) u64);

@@ -111,6 +111,14 @@ fn ternary_blocks(rows: usize, k: usize, gain: f32, rng: &mut Rng) -> Vec<BlockP
         .collect()
 }
 
+impl Qwen3Shape {
+    /// The shape of [`QWEN3_SHAPES`] called `name`.
+    pub fn named(name: &str) -> Option<&'static Qwen3Shape> {
+        let all: &'static [Qwen3Shape] = &QWEN3_SHAPES;
+        all.iter().find(|s| s.name == name)
+    }
+}
+
 /// The type `synth` writes the matrices in (1-D tensors are always F32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SynthType {

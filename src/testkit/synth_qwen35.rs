@@ -56,6 +56,12 @@ pub struct Qwen35Shape {
 }
 
 impl Qwen35Shape {
+    /// The shape of [`QWEN35_SHAPES`] called `name`.
+    pub fn named(name: &str) -> Option<&'static Qwen35Shape> {
+        let all: &'static [Qwen35Shape] = &QWEN35_SHAPES;
+        all.iter().find(|s| s.name == name)
+    }
+
     /// Whether layer `il` is a Gated DeltaNet layer (else full attention).
     pub fn is_recurrent(&self, il: usize) -> bool {
         !(il + 1).is_multiple_of(self.full_attention_interval)
@@ -399,37 +405,51 @@ fn model_kv(s: &Qwen35Shape, n_vocab: usize, rng: &mut Rng) -> Vec<(String, Valu
         (a("full_attention_interval"), u(s.full_attention_interval)),
     ]);
     if let Some(block) = s.hadamard_block {
-        let h = |k: &str| format!("prism.hadamard.{k}");
         let widths = s.hadamard_widths();
         let signs: Vec<i8> = (0..widths.iter().sum::<usize>())
             .map(|_| if rng.next() >> 63 == 0 { 1 } else { -1 })
             .collect();
-        kv.extend([
-            (h("version"), Value::U32(1)),
-            (h("block_size"), u(block)),
-            (
-                h("transform"),
-                Value::String("normalized-sylvester-walsh-hadamard".into()),
-            ),
-            (h("axis"), Value::String("input-last-dimension".into())),
-            (h("sign_mode"), Value::String("explicit".into())),
-            (
-                h("sign_widths"),
-                Value::Array(Array::I32(widths.iter().map(|&w| w as i32).collect())),
-            ),
-            (h("sign_values"), Value::Array(Array::I8(signs))),
-            (
-                h("weight_names"),
-                Value::Array(Array::String(hadamard_weight_names(s, n_vocab))),
-            ),
-            (
-                h("inverse_weight_names"),
-                Value::Array(Array::String(vec!["token_embd.weight".into()])),
-            ),
-            (h("gdn_v_grouped"), Value::Bool(true)),
-        ]);
+        kv.extend(hadamard_kv(
+            block,
+            &widths,
+            signs,
+            hadamard_weight_names(s, n_vocab),
+        ));
     }
     kv
+}
+
+/// The `prism.hadamard.*` keys of a fold in blocks of `block` with explicit signs (`signs`:
+/// one vector per width of `widths`, concatenated) applied to `weight_names`, its inverse to
+/// the token table, and the grouped value layout of the Gated DeltaNet output projection.
+pub fn hadamard_kv(
+    block: usize,
+    widths: &[usize],
+    signs: Vec<i8>,
+    weight_names: Vec<String>,
+) -> Vec<(String, Value)> {
+    let h = |k: &str| format!("prism.hadamard.{k}");
+    vec![
+        (h("version"), Value::U32(1)),
+        (h("block_size"), Value::U32(block as u32)),
+        (
+            h("transform"),
+            Value::String("normalized-sylvester-walsh-hadamard".into()),
+        ),
+        (h("axis"), Value::String("input-last-dimension".into())),
+        (h("sign_mode"), Value::String("explicit".into())),
+        (
+            h("sign_widths"),
+            Value::Array(Array::I32(widths.iter().map(|&w| w as i32).collect())),
+        ),
+        (h("sign_values"), Value::Array(Array::I8(signs))),
+        (h("weight_names"), Value::Array(Array::String(weight_names))),
+        (
+            h("inverse_weight_names"),
+            Value::Array(Array::String(vec!["token_embd.weight".into()])),
+        ),
+        (h("gdn_v_grouped"), Value::Bool(true)),
+    ]
 }
 
 /// Writes a `qwen35` GGUF of `shape` with random weights (see the module documentation) and
@@ -476,7 +496,7 @@ mod tests {
     use super::*;
 
     fn shape(name: &str) -> Qwen35Shape {
-        *QWEN35_SHAPES.iter().find(|s| s.name == name).unwrap()
+        *Qwen35Shape::named(name).unwrap()
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Shared checks against the llama.cpp references in the shared test data: loading, the JSON
 //! files, greedy decoding as llama-completion does it, and the README's teacher-forced check.
+//! A test that includes this module includes `runner_data` too.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 use t2p::matmul::ActQuant;
@@ -12,6 +13,25 @@ use t2p::runner::sample::argmax;
 
 pub fn load(path: &Path) -> Loaded {
     Model::load(path, &LoadOptions::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The model `<testdata>/<folder>/<file>`, with the folder: `None` when the test data is
+/// missing and optional.
+pub fn load_from_testdata(folder: &str, file: &str) -> Option<(PathBuf, Loaded)> {
+    crate::runner_data::open_in_testdata(folder, file, load)
+}
+
+/// The largest `|a - b|` over the pairs of `a` and `b` (0 for none).
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
+/// The largest `|x|` of `a` (0 for none).
+pub fn max_abs(a: &[f32]) -> f32 {
+    a.iter().fold(0.0f32, |m, x| m.max(x.abs()))
 }
 
 pub fn json(path: &Path) -> Json {
@@ -39,6 +59,15 @@ pub fn read_ids(path: &Path) -> Vec<u32> {
         .unwrap()
         .split_whitespace()
         .map(|s| s.parse().unwrap())
+        .collect()
+}
+
+/// The little-endian f32 values of the file at `path` (the references' `.f32le.bin` logits).
+pub fn read_f32le(path: &Path) -> Vec<f32> {
+    std::fs::read(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
         .collect()
 }
 
@@ -151,6 +180,18 @@ pub fn check_prompts(
     }
 }
 
+/// The tokens of `dir/ppl-text.txt`, which must equal the reference's `ppl-text.ids.txt`.
+pub fn perplexity_ids(l: &Loaded, dir: &Path, what: &str) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
+    let ids = l.tokenizer.encode(&text, true, true);
+    assert_eq!(
+        ids,
+        read_ids(&dir.join("ppl-text.ids.txt")),
+        "{what}: tokenization of the perplexity text"
+    );
+    ids
+}
+
 /// Perplexity of `dir/ppl-text.txt` with 128-token chunks: the tokenization must equal
 /// `ppl-text.ids.txt`, there must be `n_chunks` chunks, and the final value must be within
 /// `rel_tol` of llama-perplexity's `reference`. Returns the final perplexity.
@@ -163,13 +204,7 @@ pub fn check_perplexity(
     rel_tol: f64,
 ) -> f64 {
     let exec = reference_exec();
-    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
-    let ids = l.tokenizer.encode(&text, true, true);
-    assert_eq!(
-        ids,
-        read_ids(&dir.join("ppl-text.ids.txt")),
-        "{what}: tokenization of the perplexity text"
-    );
+    let ids = perplexity_ids(l, dir, what);
     let bos = if l.tokenizer.add_bos() {
         l.tokenizer.bos()
     } else {

@@ -6,7 +6,9 @@
 
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use t2p::runner::{GgufError, GgufFile, LoadOptions, TensorStore};
 
 /// The test data directory, or `None` (after printing SKIPPED) when it is missing and
 /// `T2P_TESTDATA_OPTIONAL=1`. Panics with instructions when it is missing otherwise.
@@ -32,8 +34,96 @@ pub fn testdata() -> Option<PathBuf> {
     );
 }
 
+/// `open` applied to `<testdata>/<folder>/<file>`, with the folder: `None` when [`testdata`]
+/// skips.
+pub fn open_in_testdata<T>(
+    folder: &str,
+    file: &str,
+    open: impl FnOnce(&Path) -> T,
+) -> Option<(PathBuf, T)> {
+    let dir = testdata()?.join(folder);
+    let opened = open(&dir.join(file));
+    Some((dir, opened))
+}
+
+/// What a test of a synthetic model starts from: the test data, the vocabulary the model
+/// copies its tokenizer from, and a temporary directory for the files it writes.
+pub struct SynthSetup {
+    /// The test data directory.
+    pub data: PathBuf,
+    /// The GGUF whose `tokenizer.*` metadata the synthetic model takes.
+    pub vocab: GgufFile,
+    /// Where the test writes its files (removed when dropped).
+    pub tmp: tempfile::TempDir,
+}
+
+/// The [`SynthSetup`] with `vocab` (a path inside the test data), or `None` when [`testdata`]
+/// skips.
+pub fn synth_setup(vocab: &str) -> Option<SynthSetup> {
+    let data = testdata()?;
+    let vocab = GgufFile::open(data.join(vocab)).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    Some(SynthSetup { data, vocab, tmp })
+}
+
+impl SynthSetup {
+    /// Writes `file` in the temporary directory with `write(path, vocab)` and returns its path.
+    pub fn write(
+        &self,
+        file: &str,
+        write: impl FnOnce(&Path, &GgufFile) -> Result<(), GgufError>,
+    ) -> PathBuf {
+        let path = self.tmp.path().join(file);
+        write(&path, &self.vocab).unwrap_or_else(|e| panic!("{file}: {e}"));
+        path
+    }
+}
+
+/// A synthetic model written by [`synth_model`].
+pub struct SynthModel {
+    /// The test data, the vocabulary and the temporary directory holding the file.
+    pub setup: SynthSetup,
+    /// The name of the shape written.
+    pub shape: &'static str,
+    /// The seed of its weights.
+    pub seed: u64,
+    /// The file, `<shape>.gguf` in the temporary directory.
+    pub path: PathBuf,
+}
+
+/// The synthetic model of the shape called `shape` (see [`t2p::testkit::write_named`]) with
+/// weights from `seed` and the tokenizer of `tokenizer/ggml-vocab-<vocab>.gguf`, written and
+/// loaded with the default options; `None` when [`testdata`] skips.
+pub fn synth_model(
+    vocab: &str,
+    shape: &'static str,
+    seed: u64,
+) -> Option<(SynthModel, GgufFile, TensorStore)> {
+    let setup = synth_setup(&format!("tokenizer/ggml-vocab-{vocab}.gguf"))?;
+    let path = setup.write(&format!("{shape}.gguf"), |p, v| {
+        t2p::testkit::write_named(p, shape, v, seed)
+    });
+    let (gguf, store) = TensorStore::load_file(&path, &LoadOptions::default()).unwrap();
+    let model = SynthModel {
+        setup,
+        shape,
+        seed,
+        path,
+    };
+    Some((model, gguf, store))
+}
+
+impl SynthModel {
+    /// Writes the same shape and seed again, as `file` in the temporary directory.
+    pub fn write_again(&self, file: &str) -> PathBuf {
+        self.setup.write(file, |p, v| {
+            t2p::testkit::write_named(p, self.shape, v, self.seed)
+        })
+    }
+}
+
 /// Every GGUF file of the shared test data, sorted.
-pub fn all_ggufs(dir: &std::path::Path) -> Vec<PathBuf> {
+pub fn all_ggufs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
