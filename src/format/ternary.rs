@@ -279,29 +279,13 @@ impl TernaryBlock for BlockQ2_0g64 {
 /// code.
 macro_rules! with_ternary_block {
     ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        match $ty {
-            $crate::format::GgmlType::PQ2_0 => {
-                type $B = $crate::format::BlockPq2_0;
-                $body
-            }
-            $crate::format::GgmlType::TQ2_0 => {
-                type $B = $crate::format::BlockTq2_0;
-                $body
-            }
-            $crate::format::GgmlType::TQ1_0 => {
-                type $B = $crate::format::BlockTq1_0;
-                $body
-            }
-            $crate::format::GgmlType::PTQ1_0 => {
-                type $B = $crate::format::BlockPtq1_0;
-                $body
-            }
-            $crate::format::GgmlType::Q2_0_G64 => {
-                type $B = $crate::format::BlockQ2_0g64;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::format::match_block_type!($ty, $B => $body, _ => $other, {
+            PQ2_0 => BlockPq2_0,
+            TQ2_0 => BlockTq2_0,
+            TQ1_0 => BlockTq1_0,
+            PTQ1_0 => BlockPtq1_0,
+            Q2_0_G64 => BlockQ2_0g64,
+        })
     };
 }
 pub(crate) use with_ternary_block;
