@@ -5,6 +5,23 @@
 //! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
 //! against the size the C header and ggml use.
 
+/// Evaluates `$body` with the type name `$B` bound to the struct that the table
+/// `{ TYPE => Struct, .. }` gives for the [`GgmlType`] `$ty` (constants and structs named in
+/// this module), or `$other` for a type the table lacks: the one match behind
+/// `with_ternary_block!` and `with_quant_block!`.
+macro_rules! match_block_type {
+    ($ty:expr, $B:ident => $body:expr, _ => $other:expr, { $($t:ident => $S:ident),* $(,)? }) => {
+        match $ty {
+            $($crate::format::GgmlType::$t => {
+                type $B = $crate::format::$S;
+                $body
+            })*
+            _ => $other,
+        }
+    };
+}
+pub(crate) use match_block_type;
+
 mod ggml_type;
 mod pq2_0;
 mod q8_0;
@@ -60,4 +77,44 @@ pub fn f32_to_f16(x: f32) -> u16 {
 #[inline]
 pub fn bf16_to_f32(bits: u16) -> f32 {
     half::bf16::from_bits(bits).to_f32()
+}
+
+/// Quantizes a row `x` into `out`, block `i` from values `n * i .. n * i + n` by `quantize`:
+/// the one loop of every fixed-size quantizer.
+///
+/// # Panics
+/// If `x.len() != out.len() * n`.
+#[inline]
+pub(crate) fn quantize_row_by<B>(
+    x: &[f32],
+    out: &mut [B],
+    n: usize,
+    quantize: impl Fn(&[f32]) -> B,
+) {
+    assert_eq!(x.len(), out.len() * n, "row length must be {n} per block");
+    for (chunk, block) in x.chunks_exact(n).zip(out.iter_mut()) {
+        *block = quantize(chunk);
+    }
+}
+
+/// Dequantizes `blocks` into `out`, block `i` into values `n * i .. n * i + n` by `dequantize`:
+/// the one loop of every fixed-size dequantizer.
+///
+/// # Panics
+/// If `out.len() != blocks.len() * n`.
+#[inline]
+pub(crate) fn dequantize_row_by<B>(
+    blocks: &[B],
+    out: &mut [f32],
+    n: usize,
+    dequantize: impl Fn(&B, &mut [f32]),
+) {
+    assert_eq!(
+        out.len(),
+        blocks.len() * n,
+        "output length must be {n} per block"
+    );
+    for (block, chunk) in blocks.iter().zip(out.chunks_exact_mut(n)) {
+        dequantize(block, chunk);
+    }
 }

@@ -71,14 +71,9 @@ impl BlockPq2_0 {
 /// # Panics
 /// If the lengths disagree; callers with untrusted shapes check them first.
 pub fn quantize_row_pq2_0(x: &[f32], out: &mut [BlockPq2_0]) {
-    assert_eq!(
-        x.len(),
-        out.len() * QK_PQ2_0,
-        "row length must be 128 per block"
-    );
-    for (chunk, block) in x.chunks_exact(QK_PQ2_0).zip(out.iter_mut()) {
-        *block = BlockPq2_0::quantize(chunk.try_into().expect("chunk of 128"));
-    }
+    super::quantize_row_by(x, out, QK_PQ2_0, |c| {
+        BlockPq2_0::quantize(c.try_into().expect("chunk of 128"))
+    });
 }
 
 /// Dequantizes blocks into `out` (`blocks.len() * 128` values).
@@ -86,14 +81,9 @@ pub fn quantize_row_pq2_0(x: &[f32], out: &mut [BlockPq2_0]) {
 /// # Panics
 /// If the lengths disagree.
 pub fn dequantize_row_pq2_0(blocks: &[BlockPq2_0], out: &mut [f32]) {
-    assert_eq!(
-        out.len(),
-        blocks.len() * QK_PQ2_0,
-        "output length must be 128 per block"
-    );
-    for (block, chunk) in blocks.iter().zip(out.chunks_exact_mut(QK_PQ2_0)) {
-        chunk.copy_from_slice(&block.dequantize());
-    }
+    super::dequantize_row_by(blocks, out, QK_PQ2_0, |b, chunk| {
+        chunk.copy_from_slice(&b.dequantize())
+    });
 }
 
 #[cfg(test)]

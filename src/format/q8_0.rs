@@ -149,14 +149,9 @@ impl BlockQ8_0Quad {
 /// # Panics
 /// If the lengths disagree.
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0Quad]) {
-    assert_eq!(
-        x.len(),
-        out.len() * QK_PQ2_0,
-        "row length must be 128 per block"
-    );
-    for (chunk, block) in x.chunks_exact(QK_PQ2_0).zip(out.iter_mut()) {
-        *block = BlockQ8_0Quad::quantize(chunk.try_into().expect("chunk of 128"));
-    }
+    super::quantize_row_by(x, out, QK_PQ2_0, |c| {
+        BlockQ8_0Quad::quantize(c.try_into().expect("chunk of 128"))
+    });
 }
 
 #[cfg(test)]

@@ -136,14 +136,7 @@ pub fn deinterleave_q8k_x4(b: &BlockQ8Kx4, col: usize) -> BlockQ8K {
 /// # Panics
 /// If the lengths disagree.
 pub fn quantize_row_q8k(x: &[f32], out: &mut [BlockQ8K]) {
-    assert_eq!(
-        x.len(),
-        out.len() * QK_K,
-        "row length must be 256 per block"
-    );
-    for (chunk, block) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        *block = BlockQ8K::quantize(chunk.try_into().expect("chunk of 256"));
-    }
+    super::quantize_row_by(x, out, QK_K, <BlockQ8K as super::ActBlock>::quantize);
 }
 
 /// Dequantizes `q8_K` blocks into `out` (`blocks.len() * 256` values).
@@ -151,16 +144,11 @@ pub fn quantize_row_q8k(x: &[f32], out: &mut [BlockQ8K]) {
 /// # Panics
 /// If the lengths disagree.
 pub fn dequantize_row_q8k(blocks: &[BlockQ8K], out: &mut [f32]) {
-    assert_eq!(
-        out.len(),
-        blocks.len() * QK_K,
-        "output length must be 256 per block"
-    );
-    for (b, chunk) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+    super::dequantize_row_by(blocks, out, QK_K, |b, chunk| {
         for (o, &q) in chunk.iter_mut().zip(b.qs.iter()) {
             *o = q as f32 * b.d;
         }
-    }
+    });
 }
 
 /// Quantizes up to four columns of `k` values each (`cols[i]`, `k` a multiple of 256) into

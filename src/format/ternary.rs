@@ -91,22 +91,18 @@ fn check_encode<B: TernaryBlock>(codes: &[u8], scales: &[u16], max_code: u8) -> 
     Ok(scales[0])
 }
 
-impl TernaryBlock for BlockPq2_0 {
-    type Target = BlockT2p;
-    const GGML_TYPE: GgmlType = GgmlType::PQ2_0;
-    fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        for (c, &q) in codes[..QK_PQ2_0].chunks_exact_mut(4).zip(&self.qs) {
-            c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
-        }
-        scales[0] = self.d;
+/// The codes of pq2_0's linear 2-bit layout (also mainline Q2_0's): weight `j` in bits
+/// `2 * (j % 4)` of `qs[j / 4]`, four codes a byte into the first `4 * qs.len()` of `codes`.
+fn decode_2bit(qs: &[u8], codes: &mut [u8]) {
+    for (c, &q) in codes[..4 * qs.len()].chunks_exact_mut(4).zip(qs) {
+        c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
     }
-    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
-        let d = check_encode::<Self>(codes, scales, 3)?;
-        let mut b = BlockPq2_0 { d, qs: [0; 32] };
-        for (j, &u) in codes.iter().enumerate() {
-            b.set_code(j, u);
-        }
-        Ok(b)
+}
+
+/// The inverse of [`decode_2bit`] into zeroed `qs`, for codes already checked to be at most 3.
+fn encode_2bit(codes: &[u8], qs: &mut [u8]) {
+    for (j, &u) in codes.iter().enumerate() {
+        qs[j / 4] |= u << (2 * (j % 4));
     }
 }
 
@@ -151,126 +147,101 @@ impl TernaryBlock for BlockTq2_0 {
     }
 }
 
-/// `tq1_0` (llama.cpp mainline, type 34): 256 weights in 54 bytes: `qs[48]` with 5 trits a byte
-/// (elements `32n + m` from `qs[m]`, m < 32, then `160 + 16n + m` from `qs[32 + m]`), `qh[4]`
-/// with 4 trits a byte (elements `240 + 4n + j` from `qh[j]`), then the fp16 scale.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-pub struct BlockTq1_0 {
-    /// Base-3 bytes, 5 trits each.
-    pub qs: [u8; 48],
-    /// Base-3 bytes, 4 trits each.
-    pub qh: [u8; 4],
-    /// Scale, fp16 bits.
-    pub d: u16,
+/// Defines the base-3 block structs `{ qs; qh; d }` of [`decode_base3`]'s layout, one size each.
+macro_rules! base3_block {
+    ($($(#[$doc:meta])* $B:ident { qs: $qs:literal, qh: $qh:literal })*) => {
+        $($(#[$doc])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+        pub struct $B {
+            /// Base-3 bytes, 5 trits each.
+            pub qs: [u8; $qs],
+            /// Base-3 bytes, 4 trits each.
+            pub qh: [u8; $qh],
+            /// Scale, fp16 bits.
+            pub d: u16,
+        })*
+    };
+}
+base3_block! {
+    /// `tq1_0` (llama.cpp mainline, type 34): 256 weights in 54 bytes: `qs[48]` with 5 trits a byte
+    /// (elements `32n + m` from `qs[m]`, m < 32, then `160 + 16n + m` from `qs[32 + m]`), `qh[4]`
+    /// with 4 trits a byte (elements `240 + 4n + j` from `qh[j]`), then the fp16 scale.
+    BlockTq1_0 { qs: 48, qh: 4 }
+    /// `ptq1_0` (PrismML, type 143): 128 weights in 28 bytes `{ qs[24]; qh[2]; d }`, base 3. The
+    /// element order is the one PrismML's own x86 kernel reads (`ggml_vec_dot_ptq1_0_q8_0` in the
+    /// fork's `ggml-cpu/arch/x86/quants.c`, commit 04e39def): elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
+    /// `qs[16 + m]` (m < 8), `120 + 2n + h` trit `n` of `qh[h]` (h < 2, n < 4).
+    BlockPtq1_0 { qs: 24, qh: 2 }
 }
 
-impl TernaryBlock for BlockTq1_0 {
-    type Target = BlockT2p;
-    const GGML_TYPE: GgmlType = GgmlType::TQ1_0;
-    fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        let codes = &mut codes[..256];
-        for n in 0..5 {
-            decode_trits(&self.qs[..32], n as u32, &mut codes[32 * n..32 * n + 32]);
-            let at = 160 + 16 * n;
-            decode_trits(&self.qs[32..], n as u32, &mut codes[at..at + 16]);
-        }
-        for n in 0..4 {
-            decode_trits(&self.qh, n as u32, &mut codes[240 + 4 * n..244 + 4 * n]);
-        }
-        scales[..2].fill(self.d);
+/// The base-3 element order tq1_0 and ptq1_0 share, for `8 * a` weights with `a = 8 *
+/// qh.len()`: elements `a n + m` are trit `n` of `qs[m]` (m < a), `5a + (a / 2) n + m` trit
+/// `n` of `qs[a + m]` (m < a / 2), `15a / 2 + (a / 8) n + j` trit `n` of `qh[j]` (n < 4). Writes
+/// the codes into `codes[..8 * a]`.
+fn decode_base3(qs: &[u8], qh: &[u8], codes: &mut [u8]) {
+    let (a, c) = (8 * qh.len(), qh.len());
+    let b = a / 2;
+    let (lo, hi) = qs.split_at(a);
+    for n in 0..5 {
+        decode_trits(lo, n as u32, &mut codes[a * n..a * n + a]);
+        let at = 5 * a + b * n;
+        decode_trits(hi, n as u32, &mut codes[at..at + b]);
     }
-    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
-        let d = check_encode::<Self>(codes, scales, 2)?;
-        let mut b = BlockTq1_0 {
-            qs: [0; 48],
-            qh: [0; 4],
-            d,
-        };
-        for m in 0..32 {
-            b.qs[m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[32 * n + m]));
-        }
-        for m in 0..16 {
-            b.qs[32 + m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| {
-                codes[160 + 16 * n + m]
-            }));
-        }
-        for j in 0..4 {
-            b.qh[j] = pack_trits(&std::array::from_fn::<u8, 4, _>(|n| codes[240 + 4 * n + j]));
-        }
-        Ok(b)
+    for n in 0..4 {
+        let at = 5 * a + 5 * b + c * n;
+        decode_trits(qh, n as u32, &mut codes[at..at + c]);
     }
 }
 
-/// `ptq1_0` (PrismML, type 143): 128 weights in 28 bytes `{ qs[24]; qh[2]; d }`, base 3. The
-/// element order is the one PrismML's own x86 kernel reads (`ggml_vec_dot_ptq1_0_q8_0` in the
-/// fork's `ggml-cpu/arch/x86/quants.c`, commit 04e39def): elements `16n + m` are trit `n` of `qs[m]` (m < 16), `80 + 8n + m` trit `n` of
-/// `qs[16 + m]` (m < 8), `120 + 2n + h` trit `n` of `qh[h]` (h < 2, n < 4).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-pub struct BlockPtq1_0 {
-    /// Base-3 bytes, 5 trits each.
-    pub qs: [u8; 24],
-    /// Base-3 bytes, 4 trits each.
-    pub qh: [u8; 2],
-    /// Scale, fp16 bits.
-    pub d: u16,
-}
-
-impl TernaryBlock for BlockPtq1_0 {
-    type Target = BlockT2p;
-    const GGML_TYPE: GgmlType = GgmlType::PTQ1_0;
-    fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        let codes = &mut codes[..128];
-        for n in 0..5 {
-            decode_trits(&self.qs[..16], n as u32, &mut codes[16 * n..16 * n + 16]);
-            let at = 80 + 8 * n;
-            decode_trits(&self.qs[16..], n as u32, &mut codes[at..at + 8]);
-        }
-        for n in 0..4 {
-            decode_trits(&self.qh, n as u32, &mut codes[120 + 2 * n..122 + 2 * n]);
-        }
-        scales[0] = self.d;
+/// The inverse of [`decode_base3`], for codes already checked to be at most 2.
+fn encode_base3(codes: &[u8], qs: &mut [u8], qh: &mut [u8]) {
+    let (a, c) = (8 * qh.len(), qh.len());
+    let b = a / 2;
+    let (lo, hi) = qs.split_at_mut(a);
+    for (m, q) in lo.iter_mut().enumerate() {
+        *q = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[a * n + m]));
     }
-    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
-        let d = check_encode::<Self>(codes, scales, 2)?;
-        let mut b = BlockPtq1_0 {
-            qs: [0; 24],
-            qh: [0; 2],
-            d,
-        };
-        for m in 0..16 {
-            b.qs[m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[16 * n + m]));
-        }
-        for m in 0..8 {
-            b.qs[16 + m] = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| codes[80 + 8 * n + m]));
-        }
-        for h in 0..2 {
-            b.qh[h] = pack_trits(&std::array::from_fn::<u8, 4, _>(|n| codes[120 + 2 * n + h]));
-        }
-        Ok(b)
+    for (m, q) in hi.iter_mut().enumerate() {
+        *q = pack_trits(&std::array::from_fn::<u8, 5, _>(|n| {
+            codes[5 * a + b * n + m]
+        }));
+    }
+    for (j, q) in qh.iter_mut().enumerate() {
+        *q = pack_trits(&std::array::from_fn::<u8, 4, _>(|n| {
+            codes[5 * a + 5 * b + c * n + j]
+        }));
     }
 }
 
-/// Mainline llama.cpp's Q2_0 (group 64): pq2_0's codes and bit order with a scale per 64
-/// weights, so it repacks into [`BlockT2pG64`].
-impl TernaryBlock for BlockQ2_0g64 {
-    type Target = BlockT2pG64;
-    const GGML_TYPE: GgmlType = GgmlType::Q2_0_G64;
-    fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
-        for (c, &q) in codes[..64].chunks_exact_mut(4).zip(&self.qs) {
-            c.copy_from_slice(&[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]);
-        }
-        scales[0] = self.d;
-    }
-    fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
-        let d = check_encode::<Self>(codes, scales, 3)?;
-        let mut qs = [0u8; 16];
-        for (j, &u) in codes.iter().enumerate() {
-            qs[j / 4] |= u << (2 * (j % 4));
-        }
-        Ok(BlockQ2_0g64 { d, qs })
-    }
+/// The formats that are one code layout's (`decode(fields.., codes)` and `encode(codes,
+/// fields..)` over the block's code arrays) with one scale `d` per block: pq2_0 and mainline's
+/// group-64 Q2_0 (pq2_0's linear 2-bit codes, a scale per 128 or 64, so [`BlockT2p`] or
+/// [`BlockT2pG64`]), tq1_0 and ptq1_0 (the base-3 layout in two sizes). `max` is the highest
+/// code the layout holds.
+macro_rules! layout_block {
+    ($($B:ident => $ty:ident, $T:ident, $decode:ident / $encode:ident ($($f:ident),*), max $max:literal;)*) => {
+        $(impl TernaryBlock for $B {
+            type Target = $T;
+            const GGML_TYPE: GgmlType = GgmlType::$ty;
+            fn decode(&self, codes: &mut [u8], scales: &mut [u16]) {
+                $decode($(&self.$f,)* &mut codes[..Self::WEIGHTS]);
+                scales[..Self::SCALES].fill(self.d);
+            }
+            fn encode(codes: &[u8], scales: &[u16]) -> Result<Self> {
+                let d = check_encode::<Self>(codes, scales, $max)?;
+                let mut b = Self { d, ..Self::zeroed() };
+                $encode(codes, $(&mut b.$f),*);
+                Ok(b)
+            }
+        })*
+    };
+}
+layout_block! {
+    BlockPq2_0 => PQ2_0, BlockT2p, decode_2bit / encode_2bit(qs), max 3;
+    BlockQ2_0g64 => Q2_0_G64, BlockT2pG64, decode_2bit / encode_2bit(qs), max 3;
+    BlockTq1_0 => TQ1_0, BlockT2p, decode_base3 / encode_base3(qs, qh), max 2;
+    BlockPtq1_0 => PTQ1_0, BlockT2p, decode_base3 / encode_base3(qs, qh), max 2;
 }
 
 /// Evaluates `$body` with the type name `$B` bound to the block struct of the ternary
@@ -279,29 +250,13 @@ impl TernaryBlock for BlockQ2_0g64 {
 /// code.
 macro_rules! with_ternary_block {
     ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        match $ty {
-            $crate::format::GgmlType::PQ2_0 => {
-                type $B = $crate::format::BlockPq2_0;
-                $body
-            }
-            $crate::format::GgmlType::TQ2_0 => {
-                type $B = $crate::format::BlockTq2_0;
-                $body
-            }
-            $crate::format::GgmlType::TQ1_0 => {
-                type $B = $crate::format::BlockTq1_0;
-                $body
-            }
-            $crate::format::GgmlType::PTQ1_0 => {
-                type $B = $crate::format::BlockPtq1_0;
-                $body
-            }
-            $crate::format::GgmlType::Q2_0_G64 => {
-                type $B = $crate::format::BlockQ2_0g64;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::format::match_block_type!($ty, $B => $body, _ => $other, {
+            PQ2_0 => BlockPq2_0,
+            TQ2_0 => BlockTq2_0,
+            TQ1_0 => BlockTq1_0,
+            PTQ1_0 => BlockPtq1_0,
+            Q2_0_G64 => BlockQ2_0g64,
+        })
     };
 }
 pub(crate) use with_ternary_block;
@@ -407,7 +362,53 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (self.0 >> 40) as u8
         }
+
+        /// `N` random bytes (valid or not for the format).
+        fn bytes<const N: usize>(&mut self) -> [u8; N] {
+            std::array::from_fn(|_| self.next())
+        }
+
+        /// `n` random blocks.
+        fn blocks<B: Random>(&mut self, n: usize) -> Vec<B> {
+            (0..n).map(|_| B::random(self)).collect()
+        }
     }
+
+    /// A random block or block field: scales from [`scale`] (zeros and finite values), code
+    /// bytes uniform (valid for the format or not).
+    trait Random {
+        fn random(r: &mut Lcg) -> Self;
+    }
+
+    impl Random for u16 {
+        fn random(r: &mut Lcg) -> Self {
+            scale(r)
+        }
+    }
+
+    impl<const N: usize> Random for [u8; N] {
+        fn random(r: &mut Lcg) -> Self {
+            r.bytes()
+        }
+    }
+
+    /// Every ternary block is random field by field, in the order given.
+    macro_rules! random_block {
+        ($($B:ident { $($f:ident),* })*) => {
+            $(impl Random for $B {
+                fn random(r: &mut Lcg) -> Self {
+                    $B { $($f: Random::random(r)),* }
+                }
+            })*
+        };
+    }
+    random_block!(
+        BlockPq2_0 { d, qs }
+        BlockTq2_0 { qs, d }
+        BlockTq1_0 { qs, qh, d }
+        BlockPtq1_0 { qs, qh, d }
+        BlockQ2_0g64 { d, qs }
+    );
 
     fn t2p_dequant<T: RowPairBlock>(t: &[T], rows: usize, k: usize) -> Vec<f32> {
         let nb = k / 128;
@@ -421,12 +422,7 @@ mod tests {
     #[test]
     fn t2p_dequant_agrees_with_the_pq2_0_unpack() {
         let mut rng = Lcg(9);
-        let src: Vec<BlockPq2_0> = (0..8 * 256 / 128)
-            .map(|_| BlockPq2_0 {
-                d: scale(&mut rng),
-                qs: std::array::from_fn(|_| rng.next()),
-            })
-            .collect();
+        let src: Vec<BlockPq2_0> = rng.blocks(8 * 256 / 128);
         let mut t = vec![BlockT2p::default(); 4];
         repack_to_t2p(&src, 8, 256, &mut t).unwrap();
         let mut pq = vec![BlockPq2_0::default(); src.len()];
@@ -452,6 +448,11 @@ mod tests {
         );
     }
 
+    /// [`check_round_trip`] of random blocks (`Lcg(seed)`) of a `rows x k` tensor.
+    fn check_random_round_trip<B: TernaryBlock + Random>(seed: u64, rows: usize, k: usize) {
+        check_round_trip(&Lcg(seed).blocks::<B>(rows * k / B::WEIGHTS), rows, k);
+    }
+
     fn scale(rng: &mut Lcg) -> u16 {
         match rng.next() % 4 {
             0 => 0,
@@ -462,14 +463,7 @@ mod tests {
 
     #[test]
     fn tq2_0_round_trips_with_every_code() {
-        let mut rng = Lcg(1);
-        let src: Vec<BlockTq2_0> = (0..8 * 512 / 256)
-            .map(|_| BlockTq2_0 {
-                qs: std::array::from_fn(|_| rng.next()),
-                d: scale(&mut rng),
-            })
-            .collect();
-        check_round_trip(&src, 8, 512);
+        check_random_round_trip::<BlockTq2_0>(1, 8, 512);
     }
 
     #[test]
@@ -486,15 +480,7 @@ mod tests {
 
     #[test]
     fn tq1_0_round_trips_on_valid_and_invalid_bytes() {
-        let mut rng = Lcg(2);
-        let src: Vec<BlockTq1_0> = (0..4 * 768 / 256)
-            .map(|_| BlockTq1_0 {
-                qs: std::array::from_fn(|_| rng.next()),
-                qh: std::array::from_fn(|_| rng.next()),
-                d: scale(&mut rng),
-            })
-            .collect();
-        check_round_trip(&src, 4, 768);
+        check_random_round_trip::<BlockTq1_0>(2, 4, 768);
     }
 
     #[test]
@@ -518,26 +504,13 @@ mod tests {
 
     #[test]
     fn ptq1_0_round_trips() {
-        let mut rng = Lcg(3);
-        let src: Vec<BlockPtq1_0> = (0..4 * 256 / 128)
-            .map(|_| BlockPtq1_0 {
-                qs: std::array::from_fn(|_| rng.next()),
-                qh: std::array::from_fn(|_| rng.next()),
-                d: scale(&mut rng),
-            })
-            .collect();
-        check_round_trip(&src, 4, 256);
+        check_random_round_trip::<BlockPtq1_0>(3, 4, 256);
     }
 
     #[test]
     fn pq2_0_through_the_generic_path_equals_the_direct_repack() {
         let mut rng = Lcg(4);
-        let src: Vec<BlockPq2_0> = (0..8 * 256 / 128)
-            .map(|_| BlockPq2_0 {
-                d: scale(&mut rng),
-                qs: std::array::from_fn(|_| rng.next()),
-            })
-            .collect();
+        let src: Vec<BlockPq2_0> = rng.blocks(8 * 256 / 128);
         let mut a = vec![BlockT2p::default(); 4];
         let mut b = vec![BlockT2p::default(); 4];
         repack_to_t2p(&src, 8, 256, &mut a).unwrap();
@@ -591,12 +564,7 @@ mod tests {
     fn q2_0_g64_round_trips_with_a_scale_per_64_and_padded_rows() {
         let mut rng = Lcg(5);
         for rows in [8, 7, 1] {
-            let src: Vec<BlockQ2_0g64> = (0..rows * 384 / 64)
-                .map(|_| BlockQ2_0g64 {
-                    d: scale(&mut rng),
-                    qs: std::array::from_fn(|_| rng.next()),
-                })
-                .collect();
+            let src: Vec<BlockQ2_0g64> = rng.blocks(rows * 384 / 64);
             check_round_trip(&src, rows, 384);
         }
     }

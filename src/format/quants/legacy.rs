@@ -111,133 +111,99 @@ fn signed(u: [u8; 32], offset: u8) -> [i8; 32] {
     u.map(|v| v as i8 - offset as i8)
 }
 
-impl QuantBlock for BlockQ4_0 {
-    const TYPE: GgmlType = GgmlType::Q4_0;
-    const WEIGHTS: usize = QK8_0;
-    type Act = BlockQ8_0;
+/// The scales of a legacy block: [`Scaled`] or [`Offset`], which decide the weight's float
+/// expression, the activation type and ggml's fold.
+trait LegacyScale {
+    /// The activation block ggml multiplies the type with.
+    type Act: ActBlock;
+    /// Writes the weights of the block's integer values `q`.
+    fn weights(&self, q: [i8; 32], out: &mut [f32]);
+    /// ggml's fold of one block's integer sum `isum` into `acc`.
+    fn fold(&self, a: &Self::Act, isum: i32, acc: f32) -> f32;
+    /// Whether every float scale is finite.
+    fn finite(&self) -> bool;
+}
 
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (o, q) in out.iter_mut().zip(signed(nibbles(&self.qs), 8)) {
+/// Weight `q * d` (Q4_0, Q5_0, Q8_0), activations `q8_0`; the fp16 bits of `d`.
+struct Scaled(u16);
+
+/// Weight `q * d + m` (Q4_1, Q5_1), activations `q8_1`; the fp16 bits of `d` and `m`.
+struct Offset(u16, u16);
+
+impl LegacyScale for Scaled {
+    type Act = BlockQ8_0;
+    fn weights(&self, q: [i8; 32], out: &mut [f32]) {
+        let d = f16_to_f32(self.0);
+        for (o, q) in out.iter_mut().zip(q) {
             *o = q as f32 * d;
         }
     }
-
-    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
-        [idot(&signed(nibbles(&self.qs), 8), &a.qs), 0]
-    }
-
     /// `acc + isum * (d_w * d_a)`.
-    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
-        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
+    fn fold(&self, a: &BlockQ8_0, isum: i32, acc: f32) -> f32 {
+        acc + isum as f32 * (f16_to_f32(self.0) * f16_to_f32(a.d))
     }
-
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite()
+    fn finite(&self) -> bool {
+        f16_to_f32(self.0).is_finite()
     }
 }
 
-impl QuantBlock for BlockQ5_0 {
-    const TYPE: GgmlType = GgmlType::Q5_0;
-    const WEIGHTS: usize = QK8_0;
-    type Act = BlockQ8_0;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let d = f16_to_f32(self.d);
-        for (o, q) in out.iter_mut().zip(signed(fives(&self.qs, self.qh), 16)) {
-            *o = q as f32 * d;
-        }
-    }
-
-    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
-        [idot(&signed(fives(&self.qs, self.qh), 16), &a.qs), 0]
-    }
-
-    /// `acc + isum * (d_w * d_a)`.
-    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
-        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
-    }
-
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite()
-    }
-}
-
-impl QuantBlock for BlockQ4_1 {
-    const TYPE: GgmlType = GgmlType::Q4_1;
-    const WEIGHTS: usize = QK8_0;
+impl LegacyScale for Offset {
     type Act = BlockQ8_1;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        let (d, m) = (f16_to_f32(self.d), f16_to_f32(self.m));
-        for (o, q) in out.iter_mut().zip(nibbles(&self.qs)) {
+    fn weights(&self, q: [i8; 32], out: &mut [f32]) {
+        let (d, m) = (f16_to_f32(self.0), f16_to_f32(self.1));
+        for (o, q) in out.iter_mut().zip(q) {
             *o = q as f32 * d + m;
         }
     }
-
-    fn int_dot(&self, a: &BlockQ8_1) -> [i32; 2] {
-        [idot(&signed(nibbles(&self.qs), 0), &a.qs), 0]
-    }
-
     /// `acc + ((d_w * d_a) * isum + m_w * s_a)`.
-    fn fold(&self, a: &BlockQ8_1, [isum, _]: [i32; 2], acc: f32) -> f32 {
-        let dd = f16_to_f32(self.d) * f16_to_f32(a.d);
-        acc + (dd * isum as f32 + f16_to_f32(self.m) * f16_to_f32(a.s))
+    fn fold(&self, a: &BlockQ8_1, isum: i32, acc: f32) -> f32 {
+        let dd = f16_to_f32(self.0) * f16_to_f32(a.d);
+        acc + (dd * isum as f32 + f16_to_f32(self.1) * f16_to_f32(a.s))
     }
-
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite() && f16_to_f32(self.m).is_finite()
+    fn finite(&self) -> bool {
+        f16_to_f32(self.0).is_finite() && f16_to_f32(self.1).is_finite()
     }
 }
 
-impl QuantBlock for BlockQ5_1 {
-    const TYPE: GgmlType = GgmlType::Q5_1;
-    const WEIGHTS: usize = QK8_0;
-    type Act = BlockQ8_1;
+/// The legacy 32-weight types differ only in their integer values and their [`LegacyScale`]:
+/// one implementation over all five, `Act, |b| Scale(fields), values` read from block `b`
+/// (`Act` the scale's own activation type, as the fold's signature checks).
+macro_rules! legacy_block {
+    ($($B:ty => $ty:ident, $Act:ty, |$b:ident| $S:ident($($f:ident),*), $values:expr;)*) => {
+        $(impl QuantBlock for $B {
+            const TYPE: GgmlType = GgmlType::$ty;
+            const WEIGHTS: usize = QK8_0;
+            type Act = $Act;
 
-    fn dequantize(&self, out: &mut [f32]) {
-        let (d, m) = (f16_to_f32(self.d), f16_to_f32(self.m));
-        for (o, q) in out.iter_mut().zip(fives(&self.qs, self.qh)) {
-            *o = q as f32 * d + m;
-        }
-    }
+            fn dequantize(&self, out: &mut [f32]) {
+                let $b = self;
+                $S($($b.$f),*).weights($values, out);
+            }
 
-    fn int_dot(&self, a: &BlockQ8_1) -> [i32; 2] {
-        [idot(&signed(fives(&self.qs, self.qh), 0), &a.qs), 0]
-    }
+            fn int_dot(&self, a: &Self::Act) -> [i32; 2] {
+                let $b = self;
+                [idot(&$values, &a.qs), 0]
+            }
 
-    /// `acc + ((d_w * d_a) * isum + m_w * s_a)`.
-    fn fold(&self, a: &BlockQ8_1, [isum, _]: [i32; 2], acc: f32) -> f32 {
-        let dd = f16_to_f32(self.d) * f16_to_f32(a.d);
-        acc + (dd * isum as f32 + f16_to_f32(self.m) * f16_to_f32(a.s))
-    }
+            fn fold(&self, a: &Self::Act, [isum, _]: [i32; 2], acc: f32) -> f32 {
+                let $b = self;
+                $S($($b.$f),*).fold(a, isum, acc)
+            }
 
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite() && f16_to_f32(self.m).is_finite()
-    }
+            fn scales_finite(&self) -> bool {
+                let $b = self;
+                $S($($b.$f),*).finite()
+            }
+        })*
+    };
 }
 
-impl QuantBlock for BlockQ8_0 {
-    const TYPE: GgmlType = GgmlType::Q8_0;
-    const WEIGHTS: usize = QK8_0;
-    type Act = BlockQ8_0;
-
-    fn dequantize(&self, out: &mut [f32]) {
-        self.dequantize_into(out);
-    }
-
-    fn int_dot(&self, a: &BlockQ8_0) -> [i32; 2] {
-        [idot(&self.qs, &a.qs), 0]
-    }
-
-    /// `acc + isum * (d_w * d_a)`.
-    fn fold(&self, a: &BlockQ8_0, [isum, _]: [i32; 2], acc: f32) -> f32 {
-        acc + isum as f32 * (f16_to_f32(self.d) * f16_to_f32(a.d))
-    }
-
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite()
-    }
+legacy_block! {
+    BlockQ4_0 => Q4_0, BlockQ8_0, |b| Scaled(d), signed(nibbles(&b.qs), 8);
+    BlockQ5_0 => Q5_0, BlockQ8_0, |b| Scaled(d), signed(fives(&b.qs, b.qh), 16);
+    BlockQ8_0 => Q8_0, BlockQ8_0, |b| Scaled(d), b.qs;
+    BlockQ4_1 => Q4_1, BlockQ8_1, |b| Offset(d, m), signed(nibbles(&b.qs), 0);
+    BlockQ5_1 => Q5_1, BlockQ8_1, |b| Offset(d, m), signed(fives(&b.qs, b.qh), 0);
 }
 
 /// Mainline llama.cpp's Q2_0 (id 42, group 64): `{ ggml_half d; uint8_t qs[16]; }`, weight `j`

@@ -90,18 +90,12 @@ pub fn vec_dot<B: QuantBlock>(w: &[B], a: &[B::Act]) -> f32 {
 
 /// Dequantizes a row of blocks into `out` (`blocks.len() * WEIGHTS` values).
 pub fn dequantize_blocks<B: QuantBlock>(blocks: &[B], out: &mut [f32]) {
-    assert_eq!(out.len(), blocks.len() * B::WEIGHTS, "output length");
-    for (b, chunk) in blocks.iter().zip(out.chunks_exact_mut(B::WEIGHTS)) {
-        b.dequantize(chunk);
-    }
+    super::dequantize_row_by(blocks, out, B::WEIGHTS, B::dequantize);
 }
 
 /// Quantizes a row `x` into activation blocks (`x.len() / VALUES` of them).
 pub fn quantize_act<A: ActBlock>(x: &[f32], out: &mut [A]) {
-    assert_eq!(x.len(), out.len() * A::VALUES, "input length");
-    for (chunk, o) in x.chunks_exact(A::VALUES).zip(out.iter_mut()) {
-        *o = A::quantize(chunk);
-    }
+    super::quantize_row_by(x, out, A::VALUES, A::quantize);
 }
 
 /// `sum_i w[i] * y[i]` over equal-length int8 slices (the scalar integer dot every block uses).
@@ -114,45 +108,17 @@ pub(crate) fn idot(w: &[i8], y: &[i8]) -> i32 {
 /// evaluates `$other` for a type without one.
 macro_rules! with_quant_block {
     ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        match $ty {
-            $crate::format::GgmlType::Q8_0 => {
-                type $B = $crate::format::BlockQ8_0;
-                $body
-            }
-            $crate::format::GgmlType::Q4_0 => {
-                type $B = $crate::format::BlockQ4_0;
-                $body
-            }
-            $crate::format::GgmlType::Q4_1 => {
-                type $B = $crate::format::BlockQ4_1;
-                $body
-            }
-            $crate::format::GgmlType::Q5_0 => {
-                type $B = $crate::format::BlockQ5_0;
-                $body
-            }
-            $crate::format::GgmlType::Q5_1 => {
-                type $B = $crate::format::BlockQ5_1;
-                $body
-            }
-            $crate::format::GgmlType::Q4_K => {
-                type $B = $crate::format::BlockQ4K;
-                $body
-            }
-            $crate::format::GgmlType::Q5_K => {
-                type $B = $crate::format::BlockQ5K;
-                $body
-            }
-            $crate::format::GgmlType::Q6_K => {
-                type $B = $crate::format::BlockQ6K;
-                $body
-            }
-            $crate::format::GgmlType::Q2_0_G64 => {
-                type $B = $crate::format::BlockQ2_0g64;
-                $body
-            }
-            _ => $other,
-        }
+        $crate::format::match_block_type!($ty, $B => $body, _ => $other, {
+            Q8_0 => BlockQ8_0,
+            Q4_0 => BlockQ4_0,
+            Q4_1 => BlockQ4_1,
+            Q5_0 => BlockQ5_0,
+            Q5_1 => BlockQ5_1,
+            Q4_K => BlockQ4K,
+            Q5_K => BlockQ5K,
+            Q6_K => BlockQ6K,
+            Q2_0_G64 => BlockQ2_0g64,
+        })
     };
 }
 pub(crate) use with_quant_block;
