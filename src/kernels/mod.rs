@@ -24,6 +24,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
+use crate::ffi;
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, ROWS_PER_T2P,
     RowPairBlock, T2pSlice,
@@ -79,24 +80,25 @@ pub(crate) fn with_per_call_buffer<T: 'static, R>(
     r
 }
 
-/// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).
+/// An instruction-set path. The numbers are stable: the C ABI's `T2P_ISA_*` values, defined once
+/// there (the header carries them as literals).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// Portable integer loops; the oracle. Runs everywhere.
-    Scalar = 0,
+    Scalar = ffi::T2P_ISA_SCALAR,
     /// x86_64 AVX2 + F16C (`maddubs` on slot-masked words).
-    Avx2 = 1,
+    Avx2 = ffi::T2P_ISA_AVX2,
     /// aarch64 NEON without the dot-product extension.
-    Neon = 2,
+    Neon = ffi::T2P_ISA_NEON,
     /// aarch64 NEON + dotprod (SDOT for gemv and SDOT tiles of 4 columns for gemm).
-    NeonDotprod = 3,
+    NeonDotprod = ffi::T2P_ISA_NEON_DOTPROD,
     /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
-    NeonI8mm = 4,
+    NeonI8mm = ffi::T2P_ISA_NEON_I8MM,
     /// x86_64 AVX2 + F16C + AVX-VNNI (`vpdpbusd`, VEX: no int16 saturation).
-    AvxVnni = 5,
+    AvxVnni = ffi::T2P_ISA_AVX_VNNI,
     /// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI (`vpdpbusd`, EVEX).
-    Avx512Vnni = 6,
+    Avx512Vnni = ffi::T2P_ISA_AVX512_VNNI,
 }
 
 impl Isa {

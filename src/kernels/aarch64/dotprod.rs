@@ -5,9 +5,9 @@ use core::arch::aarch64::*;
 
 use super::asm::sdot;
 use super::{
-    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemv_q8_0_dup, load_u8x16, mul_lane_f32,
-    per_call_layout, q8_0_fold_columns, row_scales, slot_scaled, slots, stock, store_f32x4,
-    with_halves, with_q8_0_dup, with_q8_0_tiles,
+    Q8_0Dup, Q8_0x4Dot, accumulate, gemm_local_tiles, gemm_q8_0_x4, gemv_q8_0_dup, load_u8x16,
+    mul_lane_f32, per_call_layout, row_scales, slot_scaled, slots, stock, store_f32x4, with_halves,
+    with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
@@ -78,46 +78,34 @@ fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
     })
 }
 
-/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
-/// column `c`).
+/// The exact sums `[column c: rows 0..3]` of quarter `wd` of a T2P block (its slots `u`) with
+/// the four columns of a `q8_0` tile ([`gemm_q8_0_x4`]).
 ///
-/// Per quarter (= word) and column, two SDOT chains (one per row pair) over the four unscaled
-/// slots, each decoded slot serving all four columns; both start at `[-s, 0, -s, 0]`, so the
-/// pairwise add gives the exact `i = dot(u) - sum(y)` per row (|lane| <= 4 * 3 * 2 * 128 + 4096).
-/// The activations come pre-dup8'ed from [`Q8_0x4Dot`]: one load per SDOT pair, no `dup`.
+/// Per column, two SDOT chains (one per row pair) over the four unscaled slots, each decoded
+/// slot serving all four columns; both start at `[-s, 0, -s, 0]`, so the pairwise add gives the
+/// exact `i = dot(u) - sum(y)` per row (|lane| <= 4 * 3 * 2 * 128 + 4096). The activations come
+/// pre-dup8'ed from [`Q8_0x4Dot`]: one load per SDOT pair, no `dup`.
 #[inline]
 #[target_feature(enable = "neon,dotprod")]
-fn q8_0_tile_block<B: RowPairBlock>(
-    x: &B,
-    y: &Q8_0x4Dot,
-    acc: [float32x4_t; 4],
-) -> [float32x4_t; 4] {
-    let word = |wd: usize| -> [int32x4_t; 4] {
-        let u = [
-            slots(load_u8x16(&x.words()[0][wd])),
-            slots(load_u8x16(&x.words()[1][wd])),
-        ];
-        std::array::from_fn(|c| {
-            // SAFETY: `start[wd][c][p]` is four readable i32.
-            let start = |p: usize| unsafe { vld1q_s32(y.start[wd][c][p].as_ptr()) };
-            let (mut a0, mut a1) = (start(0), start(1));
-            for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
-                // SAFETY: `chunk[c]` is 16 readable bytes.
-                let yv = unsafe { vld1q_s8(chunk[c].as_ptr()) };
-                a0 = sdot(a0, u[0][s], yv);
-                a1 = sdot(a1, u[1][s], yv);
-            }
-            vpaddq_s32(a0, a1)
-        })
-    };
-    let i = [word(0), word(1), word(2), word(3)];
-    q8_0_fold_columns(acc, x, i, &y.d)
+fn q8_0_word(u: &[[int8x16_t; 4]; 2], y: &Q8_0x4Dot, wd: usize) -> [int32x4_t; 4] {
+    std::array::from_fn(|c| {
+        // SAFETY: `start[wd][c][p]` is four readable i32.
+        let start = |p: usize| unsafe { vld1q_s32(y.start[wd][c][p].as_ptr()) };
+        let (mut a0, mut a1) = (start(0), start(1));
+        for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+            // SAFETY: `chunk[c]` is 16 readable bytes.
+            let yv = unsafe { vld1q_s8(chunk[c].as_ptr()) };
+            a0 = sdot(a0, u[0][s], yv);
+            a1 = sdot(a1, u[1][s], yv);
+        }
+        vpaddq_s32(a0, a1)
+    })
 }
 
 #[inline(never)]
 #[target_feature(enable = "neon,dotprod")]
 fn gemm_q8_0_dotprod<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x4Dot>) {
-    gemm_local_tiles(g, |b, y, acc| q8_0_tile_block(b, y, acc), |a| a);
+    gemm_q8_0_x4(g, |u, y, wd| q8_0_word(u, y, wd));
 }
 
 /// Stock vec_dot entry (also the i8mm path's).

@@ -6,7 +6,7 @@ use core::arch::aarch64::*;
 use super::asm::smmla;
 use super::dotprod::{gemv, gemv_q8_0, vec_dot_stock};
 use super::{
-    gemm_tiles, load_i8x16x2, load_u8x16, per_call_layout, row_scales, slot_scaled, slots,
+    gemm_tiles, load_i8x16x2, load_u8x16, pair_slots, per_call_layout, row_scales, slot_scaled,
     store_f32x4, with_q8_0_tiles,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, RowPairBlock};
@@ -155,10 +155,7 @@ fn q8_0_tile_block<B: RowPairBlock, const CP: usize>(
     };
     // Quarter `wd`'s float terms `[p][cp]`, added to `s` (`s = None` for the first quarter).
     let word = |wd: usize, s: Option<[[float32x4_t; CP]; 2]>| {
-        let u = [
-            slots(load_u8x16(&x.words()[0][wd])),
-            slots(load_u8x16(&x.words()[1][wd])),
-        ];
+        let u = pair_slots(x, wd);
         let mut a: [[int32x4_t; CP]; 2] =
             std::array::from_fn(|p| std::array::from_fn(|cp| load_i32(&y.neg[wd][p][cp])));
         for slot in 0..4 {

@@ -275,6 +275,16 @@ fn slots(v: uint8x16_t) -> [int8x16_t; 4] {
     .map(|v| vreinterpretq_s8_u8(v))
 }
 
+/// Word `wd` of both row pairs of `x`, decoded to unscaled slots ([`slots`]): `u[p][s]`.
+#[inline]
+#[target_feature(enable = "neon")]
+fn pair_slots<B: RowPairBlock>(x: &B, wd: usize) -> [[int8x16_t; 4]; 2] {
+    [
+        slots(load_u8x16(&x.words()[0][wd])),
+        slots(load_u8x16(&x.words()[1][wd])),
+    ]
+}
+
 /// One `q8_0` block of the gemv's column, laid out for the SDOT and `smlal` gemvs (built once
 /// per call, amortised over every row group of the call, each of which reads the whole column): `qs[chunk]` is the 8-value chunk
 /// twice (dup8: the operand that meets both rows of a pair), `start[j][p] = [-s_j, 0, -s_j, 0]`
@@ -446,6 +456,24 @@ fn gemm_local_tiles<B, T>(
             }
         }
     }
+}
+
+/// The `q8_0` gemm on [`Q8_0x4Dot`] tiles of the SDOT and `smlal` paths ([`gemm_local_tiles`]).
+/// Per T2P block and quarter (= word) `wd`, both row pairs are decoded once ([`pair_slots`]) and
+/// `word(&u, tile, wd)`, the path's integer step, gives the exact sums `[column c: rows 0..3]`;
+/// the float step ([`q8_0_fold_columns`]) adds the block's terms to the tile's accumulators.
+#[inline]
+#[target_feature(enable = "neon")]
+fn gemm_q8_0_x4<B: RowPairBlock>(
+    g: Gemm<'_, B, Q8_0x4Dot>,
+    word: impl Fn(&[[int8x16_t; 4]; 2], &Q8_0x4Dot, usize) -> [int32x4_t; 4],
+) {
+    let block = |x: &B, y: &Q8_0x4Dot, acc: [float32x4_t; 4]| {
+        let sums = |wd: usize| word(&pair_slots(x, wd), y, wd);
+        let i = [sums(0), sums(1), sums(2), sums(3)];
+        q8_0_fold_columns(acc, x, i, &y.d)
+    };
+    gemm_local_tiles(g, block, |a| a);
 }
 
 /// The `q8_0` float step of a tile block of `x` in `[column c: rows 0..3]` order: per column,

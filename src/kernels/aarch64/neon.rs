@@ -9,9 +9,8 @@
 use core::arch::aarch64::*;
 
 use super::{
-    Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_local_tiles, gemm_tiles, gemv_q8_0_dup,
-    load_i8x16x2, load_i16x8, load_u8x16, q8_0_fold_columns, row_scales, slots, stock, store_f32x4,
-    with_q8_0_dup, with_q8_0_tiles,
+    Q8_0Dup, Q8_0x4Dot, accumulate, dup8x4, gemm_q8_0_x4, gemm_tiles, gemv_q8_0_dup, load_i8x16x2,
+    load_i16x8, load_u8x16, row_scales, slots, stock, store_f32x4, with_q8_0_dup, with_q8_0_tiles,
 };
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
@@ -106,56 +105,44 @@ fn gemv_q8_0_neon<B: RowPairBlock>(x: &[B], nb: usize, y: &[Q8_0Dup], out: &mut 
     });
 }
 
-/// One T2P block of a `q8_0` tile: adds the block's float terms to `acc[c]` (`[rows 0..3]` of
-/// column `c`). Per quarter (= word), 16 int16 accumulators `[row][column]`: the low half of a
-/// slot (row `2p`) meets the low half of the column's dup8 activations, the high half (row
-/// `2p + 1`) the high half; a lane collects 4 products (|lane| <= 4 * 384 = 1536), widened by
-/// [`rows_to_i32`]. `-sum` comes from the layout's SDOT start value `[-s, 0, -s, 0]`, whose
-/// pairwise add is `-s` in every lane.
+/// The exact sums `[column c: rows 0..3]` of quarter `wd` of a T2P block (its slots `u`) with
+/// the four columns of a `q8_0` tile ([`gemm_q8_0_x4`]): 16 int16 accumulators
+/// `[row][column]`, the low half of a slot (row `2p`) meets the low half of the column's dup8
+/// activations, the high half (row `2p + 1`) the high half; a lane collects 4 products
+/// (|lane| <= 4 * 384 = 1536), widened by [`rows_to_i32`]. `-sum` comes from the layout's SDOT
+/// start value `[-s, 0, -s, 0]`, whose pairwise add is `-s` in every lane.
 #[inline]
 #[target_feature(enable = "neon")]
-fn q8_0_tile_block<B: RowPairBlock>(
-    x: &B,
-    y: &Q8_0x4Dot,
-    acc: [float32x4_t; 4],
-) -> [float32x4_t; 4] {
-    let word = |wd: usize| -> [int32x4_t; 4] {
-        let u = [
-            slots(load_u8x16(&x.words()[0][wd])),
-            slots(load_u8x16(&x.words()[1][wd])),
-        ];
-        // Two columns at a time: 8 int16 accumulators next to the 8 decoded slots, no spills.
-        let half = |h: usize| -> [int32x4_t; 2] {
-            let mut a = [[vdupq_n_s16(0); 2]; 4]; // [row][column of the half]
-            for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
-                for (k, yc) in chunk[2 * h..2 * h + 2].iter().enumerate() {
-                    // SAFETY: `yc` is 16 readable bytes.
-                    let yv = unsafe { vld1q_s8(yc.as_ptr()) };
-                    for (p, u) in u.iter().enumerate() {
-                        let (lo, hi) = (2 * p, 2 * p + 1);
-                        a[lo][k] = vmlal_s8(a[lo][k], vget_low_s8(u[s]), vget_low_s8(yv));
-                        a[hi][k] = vmlal_high_s8(a[hi][k], u[s], yv);
-                    }
+fn q8_0_word(u: &[[int8x16_t; 4]; 2], y: &Q8_0x4Dot, wd: usize) -> [int32x4_t; 4] {
+    // Two columns at a time: 8 int16 accumulators next to the 8 decoded slots, no spills.
+    let half = |h: usize| -> [int32x4_t; 2] {
+        let mut a = [[vdupq_n_s16(0); 2]; 4]; // [row][column of the half]
+        for (s, chunk) in y.qs[4 * wd..4 * wd + 4].iter().enumerate() {
+            for (k, yc) in chunk[2 * h..2 * h + 2].iter().enumerate() {
+                // SAFETY: `yc` is 16 readable bytes.
+                let yv = unsafe { vld1q_s8(yc.as_ptr()) };
+                for (p, u) in u.iter().enumerate() {
+                    let (lo, hi) = (2 * p, 2 * p + 1);
+                    a[lo][k] = vmlal_s8(a[lo][k], vget_low_s8(u[s]), vget_low_s8(yv));
+                    a[hi][k] = vmlal_high_s8(a[hi][k], u[s], yv);
                 }
             }
-            std::array::from_fn(|k| {
-                // SAFETY: `start[wd][c][0]` is four readable i32.
-                let start = unsafe { vld1q_s32(y.start[wd][2 * h + k][0].as_ptr()) };
-                let dot_u = rows_to_i32([a[0][k], a[1][k], a[2][k], a[3][k]]);
-                vaddq_s32(dot_u, vpaddq_s32(start, start))
-            })
-        };
-        let (l, r) = (half(0), half(1));
-        [l[0], l[1], r[0], r[1]]
+        }
+        std::array::from_fn(|k| {
+            // SAFETY: `start[wd][c][0]` is four readable i32.
+            let start = unsafe { vld1q_s32(y.start[wd][2 * h + k][0].as_ptr()) };
+            let dot_u = rows_to_i32([a[0][k], a[1][k], a[2][k], a[3][k]]);
+            vaddq_s32(dot_u, vpaddq_s32(start, start))
+        })
     };
-    let i = [word(0), word(1), word(2), word(3)];
-    q8_0_fold_columns(acc, x, i, &y.d)
+    let (l, r) = (half(0), half(1));
+    [l[0], l[1], r[0], r[1]]
 }
 
 #[inline(never)]
 #[target_feature(enable = "neon")]
 fn gemm_q8_0_neon<B: RowPairBlock>(g: Gemm<'_, B, Q8_0x4Dot>) {
-    gemm_local_tiles(g, |b, y, acc| q8_0_tile_block(b, y, acc), |a| a);
+    gemm_q8_0_x4(g, |u, y, wd| q8_0_word(u, y, wd));
 }
 
 fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {

@@ -251,115 +251,109 @@ fn fold_scaled(d_w: [u16; 4], d_a: __m128, isum: __m128i, acc: __m128) -> __m128
     _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(isum), dd))
 }
 
-/// `acc + ((d_w * d_a) * isum + m_w * s_a)` on four rows.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn fold_offset(
-    d_w: [u16; 4],
-    m_w: [u16; 4],
-    a: [&BlockQ8_1; 4],
-    isum: __m128i,
-    acc: __m128,
-) -> __m128 {
-    let dd = _mm_mul_ps(half4(d_w), half4(a.map(|a| a.d)));
-    let ms = _mm_mul_ps(half4(m_w), half4(a.map(|a| a.s)));
-    _mm_add_ps(acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps(isum)), ms))
-}
+/// Implements [`Avx2Block`] for `$B`: `dot` runs the body `$dot` on the block `$b` and the
+/// activation block `$a` (of type `$A`), compiled for AVX2; `fold4` is the fold `$fold` names
+/// (one `@fold` arm per kind of scales), compiled for AVX2 + F16C. The trait's signatures and
+/// target features, once for all types.
+macro_rules! avx2_block {
+    ($B:ty, $fold:ident, |$b:ident, $a:ident: &$A:ty| $dot:block) => {
+        impl Avx2Block for $B {
+            #[inline]
+            #[target_feature(enable = "avx2")]
+            unsafe fn dot(&self, $a: &$A) -> (__m256i, i32) {
+                let $b = self;
+                $dot
+            }
 
-/// `fold4` of a 32-weight block: one fp16 scale `d` against Q8_0 (Q4_0, Q5_0, Q8_0:
-/// [`fold_scaled`]), or a scale `d` and minimum `m` against Q8_1 (Q4_1, Q5_1: [`fold_offset`]).
-macro_rules! legacy_fold4 {
-    (scaled) => {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn fold4(
-            w: [&Self; 4],
-            a: [&BlockQ8_0; 4],
-            isum: __m128i,
-            _: __m128i,
-            acc: __m128,
-        ) -> __m128 {
-            fold_scaled(w.map(|b| b.d), half4(a.map(|a| a.d)), isum, acc)
+            #[inline]
+            #[target_feature(enable = "avx2,f16c")]
+            unsafe fn fold4(
+                w: [&Self; 4],
+                a: [&$A; 4],
+                isum: __m128i,
+                msum: __m128i,
+                acc: __m128,
+            ) -> __m128 {
+                avx2_block!(@fold $fold w a isum msum acc)
+            }
         }
     };
-    (offset) => {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn fold4(
-            w: [&Self; 4],
-            a: [&BlockQ8_1; 4],
-            isum: __m128i,
-            _: __m128i,
-            acc: __m128,
-        ) -> __m128 {
-            fold_offset(w.map(|b| b.d), w.map(|b| b.m), a, isum, acc)
-        }
-    };
-}
-
-impl Avx2Block for BlockQ4_0 {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
-        let w = _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8));
-        (dot32(w, load32(&a.qs)), 0)
-    }
-
-    legacy_fold4!(scaled);
-}
-
-impl Avx2Block for BlockQ5_0 {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
-        let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
-        let w = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        (dot32(w, load32(&a.qs)), 0)
-    }
-
-    legacy_fold4!(scaled);
-}
-
-impl Avx2Block for BlockQ4_1 {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
-        (dot32_unsigned(nibbles(&self.qs), load32(&a.qs)), 0)
-    }
-
-    legacy_fold4!(offset);
-}
-
-impl Avx2Block for BlockQ5_1 {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
-        let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
-        (dot32_unsigned(q, load32(&a.qs)), 0)
-    }
-
-    legacy_fold4!(offset);
-}
-
-impl Avx2Block for BlockQ8_0 {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_0) -> (__m256i, i32) {
-        // Weights reach -128: widen both to int16 (exact products, pair sums <= 2^15).
-        let (w, y) = (load32(&self.qs), load32(&a.qs));
-        let lo = _mm256_madd_epi16(
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y)),
+    // One fp16 scale `d` against Q8_0's (Q4_0, Q5_0, Q8_0); no minimum part (`msum` is 0).
+    (@fold scaled_q8_0 $w:ident $a:ident $isum:ident $msum:ident $acc:ident) => {{
+        let _ = $msum;
+        fold_scaled($w.map(|b| b.d), half4($a.map(|a| a.d)), $isum, $acc)
+    }};
+    // One fp16 scale `d` against q8_K's f32 one (Q6_K); no minimum part (`msum` is 0).
+    (@fold scaled_q8k $w:ident $a:ident $isum:ident $msum:ident $acc:ident) => {{
+        let _ = $msum;
+        fold_scaled($w.map(|b| b.d), q8k_scales($a), $isum, $acc)
+    }};
+    // A scale `d` and a minimum `m` against Q8_1 (Q4_1, Q5_1): `acc + ((d * d_a) * isum +
+    // m * s_a)`, the minimum's part from the activation sums `s`, not from `msum` (0).
+    (@fold offset $w:ident $a:ident $isum:ident $msum:ident $acc:ident) => {{
+        let _ = $msum;
+        let dd = _mm_mul_ps(half4($w.map(|b| b.d)), half4($a.map(|a| a.d)));
+        let ms = _mm_mul_ps(half4($w.map(|b| b.m)), half4($a.map(|a| a.s)));
+        _mm_add_ps($acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps($isum)), ms))
+    }};
+    // Super-block scales `d` and `dmin` against q8_K (Q4_K, Q5_K): `acc + ((d * d_a) * isum -
+    // (dmin * d_a) * msum)`.
+    (@fold k_min $w:ident $a:ident $isum:ident $msum:ident $acc:ident) => {{
+        let da = q8k_scales($a);
+        let dd = _mm_mul_ps(half4($w.map(|b| b.d)), da);
+        let dm = _mm_mul_ps(half4($w.map(|b| b.dmin)), da);
+        let sum = _mm_sub_ps(
+            _mm_mul_ps(dd, _mm_cvtepi32_ps($isum)),
+            _mm_mul_ps(dm, _mm_cvtepi32_ps($msum)),
         );
-        let hi = _mm256_madd_epi16(
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(y)),
+        _mm_add_ps($acc, sum)
+    }};
+    // One fp16 scale against the two Q8_0 halves of a Q8_0x2 (Q2_0 g64): `acc + d * (d_a0 *
+    // isum0 + d_a1 * isum1)`, `isum` holding half 0 and `msum` half 1.
+    (@fold halves $w:ident $a:ident $isum:ident $msum:ident $acc:ident) => {{
+        let d0 = half4($a.map(|a| a.b[0].d));
+        let d1 = half4($a.map(|a| a.b[1].d));
+        let inner = _mm_add_ps(
+            _mm_mul_ps(d0, _mm_cvtepi32_ps($isum)),
+            _mm_mul_ps(d1, _mm_cvtepi32_ps($msum)),
         );
-        (_mm256_add_epi32(lo, hi), 0)
-    }
-
-    legacy_fold4!(scaled);
+        _mm_add_ps($acc, _mm_mul_ps(half4($w.map(|b| b.d)), inner))
+    }};
 }
+
+avx2_block!(BlockQ4_0, scaled_q8_0, |b, a: &BlockQ8_0| {
+    let w = _mm256_sub_epi8(nibbles(&b.qs), _mm256_set1_epi8(8));
+    (dot32(w, load32(&a.qs)), 0)
+});
+
+avx2_block!(BlockQ5_0, scaled_q8_0, |b, a: &BlockQ8_0| {
+    let q = _mm256_or_si256(nibbles(&b.qs), fifth_bits(b.qh));
+    let w = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+    (dot32(w, load32(&a.qs)), 0)
+});
+
+avx2_block!(BlockQ4_1, offset, |b, a: &BlockQ8_1| {
+    (dot32_unsigned(nibbles(&b.qs), load32(&a.qs)), 0)
+});
+
+avx2_block!(BlockQ5_1, offset, |b, a: &BlockQ8_1| {
+    let q = _mm256_or_si256(nibbles(&b.qs), fifth_bits(b.qh));
+    (dot32_unsigned(q, load32(&a.qs)), 0)
+});
+
+avx2_block!(BlockQ8_0, scaled_q8_0, |b, a: &BlockQ8_0| {
+    // Weights reach -128: widen both to int16 (exact products, pair sums <= 2^15).
+    let (w, y) = (load32(&b.qs), load32(&a.qs));
+    let lo = _mm256_madd_epi16(
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(y)),
+    );
+    let hi = _mm256_madd_epi16(
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(w)),
+        _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(y)),
+    );
+    (_mm256_add_epi32(lo, hi), 0)
+});
 
 /// The scales of four `q8_K` blocks.
 #[inline]
@@ -417,66 +411,13 @@ fn dot_k4(
     (acc, min_sum(scales, a))
 }
 
-/// `acc + ((d * d_a) * isum - (dmin * d_a) * msum)` on four rows.
-#[inline]
-#[target_feature(enable = "avx2,f16c")]
-fn fold_k_min(
-    d: [u16; 4],
-    dmin: [u16; 4],
-    a: [&BlockQ8K; 4],
-    isum: __m128i,
-    msum: __m128i,
-    acc: __m128,
-) -> __m128 {
-    let da = q8k_scales(a);
-    let dd = _mm_mul_ps(half4(d), da);
-    let dm = _mm_mul_ps(half4(dmin), da);
-    let sum = _mm_sub_ps(
-        _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)),
-        _mm_mul_ps(dm, _mm_cvtepi32_ps(msum)),
-    );
-    _mm_add_ps(acc, sum)
-}
+avx2_block!(BlockQ4K, k_min, |b, a: &BlockQ8K| {
+    dot_k4(&b.scales, &b.qs, None, a)
+});
 
-impl Avx2Block for BlockQ4K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
-        dot_k4(&self.scales, &self.qs, None, a)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8K; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_k_min(w.map(|b| b.d), w.map(|b| b.dmin), a, isum, msum, acc)
-    }
-}
-
-impl Avx2Block for BlockQ5K {
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
-        dot_k4(&self.scales, &self.qs, Some(&self.qh), a)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8K; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        fold_k_min(w.map(|b| b.d), w.map(|b| b.dmin), a, isum, msum, acc)
-    }
-}
+avx2_block!(BlockQ5K, k_min, |b, a: &BlockQ8K| {
+    dot_k4(&b.scales, &b.qs, Some(&b.qh), a)
+});
 
 /// `pshufb` masks that put int16 scale `2i` of a lane's eight in every word of the low lane and
 /// scale `2i + 1` in every word of the high lane.
@@ -501,121 +442,80 @@ pub(super) fn q6k_scales_and_offset(b: &BlockQ6K, a: &BlockQ8K) -> (__m256i, __m
     (sc, _mm256_sub_epi32(_mm256_setzero_si256(), offset))
 }
 
-impl Avx2Block for BlockQ6K {
-    /// The six-bit codes `u = q + 32` go unsigned into `maddubs` (pairs <= 2 * 63 * 128); the
-    /// offset comes back once per block as `32 * sum_g sc_g * bsums_g`.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
-        let low = _mm256_set1_epi8(0x0F);
-        let two = _mm256_set1_epi8(0x30);
-        let (_, mut acc) = q6k_scales_and_offset(self, a);
-        for n in 0..2 {
-            // SAFETY: bytes `64n .. 64n + 64` of `ql` (128), `32n .. 32n + 32` of `qh` (64),
-            // `8n .. 8n + 8` of `scales` (16).
-            let (qa, qb, h, sc8) = unsafe {
-                (
-                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * n).cast()),
-                    _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32).cast()),
-                    _mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast()),
-                    _mm_loadl_epi64(self.scales.as_ptr().add(8 * n).cast()),
-                )
-            };
-            let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(qa, low),
-                    _mm256_and_si256(_mm256_slli_epi16::<4>(h), two),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(qb, low),
-                    _mm256_and_si256(_mm256_slli_epi16::<2>(h), two),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(qa), low),
-                    _mm256_and_si256(h, two),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(qb), low),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(h), two),
-                ),
-            ];
-            for (i, q) in q.into_iter().enumerate() {
-                // SAFETY: the mask is 32 bytes.
-                let pick = unsafe { _mm256_loadu_si256(Q6K_SCALE_PICK[i].as_ptr().cast()) };
-                let p = _mm256_maddubs_epi16(q, q8k_chunk(a, 4 * n + i));
-                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick)));
-            }
+avx2_block!(BlockQ6K, scaled_q8k, |b, a: &BlockQ8K| {
+    // The six-bit codes `u = q + 32` go unsigned into `maddubs` (pairs <= 2 * 63 * 128); the
+    // offset comes back once per block as `32 * sum_g sc_g * bsums_g`.
+    let low = _mm256_set1_epi8(0x0F);
+    let two = _mm256_set1_epi8(0x30);
+    let (_, mut acc) = q6k_scales_and_offset(b, a);
+    for n in 0..2 {
+        // SAFETY: bytes `64n .. 64n + 64` of `ql` (128), `32n .. 32n + 32` of `qh` (64),
+        // `8n .. 8n + 8` of `scales` (16).
+        let (qa, qb, h, sc8) = unsafe {
+            (
+                _mm256_loadu_si256(b.ql.as_ptr().add(64 * n).cast()),
+                _mm256_loadu_si256(b.ql.as_ptr().add(64 * n + 32).cast()),
+                _mm256_loadu_si256(b.qh.as_ptr().add(32 * n).cast()),
+                _mm_loadl_epi64(b.scales.as_ptr().add(8 * n).cast()),
+            )
+        };
+        let sc = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8));
+        let q = [
+            _mm256_or_si256(
+                _mm256_and_si256(qa, low),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(h), two),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(qb, low),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(h), two),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(qa), low),
+                _mm256_and_si256(h, two),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(qb), low),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(h), two),
+            ),
+        ];
+        for (i, q) in q.into_iter().enumerate() {
+            // SAFETY: the mask is 32 bytes.
+            let pick = unsafe { _mm256_loadu_si256(Q6K_SCALE_PICK[i].as_ptr().cast()) };
+            let p = _mm256_maddubs_epi16(q, q8k_chunk(a, 4 * n + i));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_shuffle_epi8(sc, pick)));
         }
-        (acc, 0)
     }
+    (acc, 0)
+});
 
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8K; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        let dd = _mm_mul_ps(half4(w.map(|b| b.d)), q8k_scales(a));
-        _mm_add_ps(acc, _mm_mul_ps(dd, _mm_cvtepi32_ps(isum)))
-    }
-}
-
-impl Avx2Block for BlockQ2_0g64 {
-    /// Codes `u <= 3` unsigned into `maddubs`; `w = u - 1` comes back as `- sum(y)`, per half.
-    /// The two halves' sums travel as lanes 0..4 (half 0) and 4..8 (half 1) of `isum`'s
-    /// vector and as `msum = isum1` after the reduction.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn dot(&self, a: &BlockQ8_0x2) -> (__m256i, i32) {
-        // Both halves' integers, exactly, through the shared scalar-free path: the codes of
-        // half h are bytes 8h .. 8h + 8 of `qs`, spread to one byte per weight.
-        let spread = |h: usize| {
-            let mut c = [0u8; 32];
-            for (j, c) in c.iter_mut().enumerate() {
-                *c = (self.qs[8 * h + j / 4] >> (2 * (j % 4))) & 3;
-            }
-            // SAFETY: `c` is 32 bytes.
-            unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
-        };
-        let ones = _mm256_set1_epi8(1);
-        let half = |h: usize| {
-            let y = load32(&a.b[h].qs);
-            let dot = dot32_unsigned(spread(h), y);
-            _mm256_sub_epi32(dot, dot32_unsigned(ones, y))
-        };
-        let (h0, h1) = (half(0), half(1));
-        let total1 = {
-            let s = _mm_add_epi32(
-                _mm256_castsi256_si128(h1),
-                _mm256_extracti128_si256::<1>(h1),
-            );
-            let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-            _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
-        };
-        (h0, total1)
-    }
-
-    /// `acc + d_w * (d_a0 * isum0 + d_a1 * isum1)` on four rows (`isum` holds half 0, `msum`
-    /// half 1).
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8_0x2; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
-        let d0 = half4(a.map(|a| a.b[0].d));
-        let d1 = half4(a.map(|a| a.b[1].d));
-        let inner = _mm_add_ps(
-            _mm_mul_ps(d0, _mm_cvtepi32_ps(isum)),
-            _mm_mul_ps(d1, _mm_cvtepi32_ps(msum)),
+avx2_block!(BlockQ2_0g64, halves, |b, a: &BlockQ8_0x2| {
+    // Codes `u <= 3` unsigned into `maddubs`; `w = u - 1` comes back as `- sum(y)`, per half.
+    // The two halves' sums travel as lanes 0..4 (half 0) and 4..8 (half 1) of `isum`'s
+    // vector and as `msum = isum1` after the reduction.
+    // Both halves' integers, exactly, through the shared scalar-free path: the codes of
+    // half h are bytes 8h .. 8h + 8 of `qs`, spread to one byte per weight.
+    let spread = |h: usize| {
+        let mut c = [0u8; 32];
+        for (j, c) in c.iter_mut().enumerate() {
+            *c = (b.qs[8 * h + j / 4] >> (2 * (j % 4))) & 3;
+        }
+        // SAFETY: `c` is 32 bytes.
+        unsafe { _mm256_loadu_si256(c.as_ptr().cast()) }
+    };
+    let ones = _mm256_set1_epi8(1);
+    let half = |h: usize| {
+        let y = load32(&a.b[h].qs);
+        let dot = dot32_unsigned(spread(h), y);
+        _mm256_sub_epi32(dot, dot32_unsigned(ones, y))
+    };
+    let (h0, h1) = (half(0), half(1));
+    let total1 = {
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(h1),
+            _mm256_extracti128_si256::<1>(h1),
         );
-        _mm_add_ps(acc, _mm_mul_ps(half4(w.map(|b| b.d)), inner))
-    }
-}
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+    };
+    (h0, total1)
+});

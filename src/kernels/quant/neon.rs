@@ -58,14 +58,22 @@ unsafe fn rows<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {
     }
 }
 
+/// The sums of 32 signed weights, `w0` then `w1`, against the values of a Q8_0 block: `isum`,
+/// and no `msum` (the types that take Q8_0 activations have no minimums).
+#[inline]
+#[target_feature(enable = "neon,dotprod")]
+fn sdot_q8_0(w0: int8x16_t, w1: int8x16_t, a: &BlockQ8_0) -> [i32; 2] {
+    let (y0, y1) = load_i8x16x2(&a.qs);
+    let acc = sdot(sdot(vdupq_n_s32(0), w0, y0), w1, y1);
+    [vaddvq_s32(acc), 0]
+}
+
 impl SdotBlock for BlockQ8_0 {
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     unsafe fn sdot_sums(&self, a: &BlockQ8_0) -> [i32; 2] {
         let (w0, w1) = load_i8x16x2(&self.qs);
-        let (y0, y1) = load_i8x16x2(&a.qs);
-        let acc = sdot(sdot(vdupq_n_s32(0), w0, y0), w1, y1);
-        [vaddvq_s32(acc), 0]
+        sdot_q8_0(w0, w1, a)
     }
 }
 
@@ -78,9 +86,7 @@ impl SdotBlock for BlockQ4_0 {
         let eight = vdupq_n_s8(8);
         let lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F))), eight);
         let hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8::<4>(q)), eight);
-        let (y0, y1) = load_i8x16x2(&a.qs);
-        let acc = sdot(sdot(vdupq_n_s32(0), lo, y0), hi, y1);
-        [vaddvq_s32(acc), 0]
+        sdot_q8_0(lo, hi, a)
     }
 }
 

@@ -163,18 +163,28 @@ fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
         .expect("128 values")
 }
 
-/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the tiles decode
-/// once per register and serve every column with it).
+/// The four slots of every byte of the register `$v` as plain codes `u = (v >> 2s) & 3`, with
+/// the `set1_epi8`, `and` and `srli_epi16` of its width: one decode for the 256- and 512-bit
+/// paths, expanded in place.
+macro_rules! slot_codes {
+    ($v:expr, $set1:ident, $and:ident, $srli:ident) => {{
+        let (v, m03) = ($v, $set1(0x03));
+        [
+            $and(v, m03),
+            $and($srli::<2>(v), m03),
+            $and($srli::<4>(v), m03),
+            $and($srli::<6>(v), m03),
+        ]
+    }};
+}
+use slot_codes;
+
+/// The four slots of a weight register as plain codes ([`slot_codes`]; the tiles decode once
+/// per register and serve every column with it).
 #[target_feature(enable = "avx2")]
 #[inline]
 fn slots_u(v: __m256i) -> [__m256i; 4] {
-    let m03 = _mm256_set1_epi8(0x03);
-    [
-        _mm256_and_si256(v, m03),
-        _mm256_and_si256(_mm256_srli_epi16::<2>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<4>(v), m03),
-        _mm256_and_si256(_mm256_srli_epi16::<6>(v), m03),
-    ]
+    slot_codes!(v, _mm256_set1_epi8, _mm256_and_si256, _mm256_srli_epi16)
 }
 
 /// Words `2q`, `2q + 1` of both row pairs of a block, decoded to plain slots ([`slots_u`]).
