@@ -62,30 +62,6 @@ impl<'a> T2pProduct<'a> {
     }
 }
 
-impl RowChunked for T2pProduct<'_> {
-    fn rows(&self) -> usize {
-        self.plan.rows()
-    }
-
-    fn ncols(&self) -> usize {
-        self.plan.layout().ncols()
-    }
-
-    fn chunk_count(&self, threads: usize) -> usize {
-        self.plan.chunk_count(threads)
-    }
-
-    fn compute_rows(
-        &self,
-        kern: &Kernels,
-        rows: Range<usize>,
-        out: &mut [f32],
-        ld: usize,
-    ) -> Result<()> {
-        self.plan.compute(kern, self.w, self.work, rows, out, ld)
-    }
-}
-
 /// A matrix of one of ggml's block types times `ncols` columns already quantized to its
 /// `vec_dot_type` ([`QuantMatrix::quantize_acts`]).
 #[derive(Clone, Copy, Debug)]
@@ -103,29 +79,56 @@ impl<'a> QuantProduct<'a> {
     }
 }
 
-impl RowChunked for QuantProduct<'_> {
-    fn rows(&self) -> usize {
-        self.m.rows()
-    }
+/// Implements [`RowChunked`] for a product that binds a matrix to its columns: `$plan` (the
+/// product `$p`'s matrix or plan) knows its rows and chunking, `$ncols` and `$compute` say how
+/// many columns there are and how a chunk is computed.
+macro_rules! row_chunked {
+    ($product:ident, $p:ident => {
+        plan: $plan:expr,
+        ncols: $ncols:expr,
+        compute($kern:ident, $rows:ident, $out:ident, $ld:ident): $compute:expr $(,)?
+    }) => {
+        impl RowChunked for $product<'_> {
+            fn rows(&self) -> usize {
+                let $p = self;
+                $plan.rows()
+            }
 
-    fn ncols(&self) -> usize {
-        self.ncols
-    }
+            fn ncols(&self) -> usize {
+                let $p = self;
+                $ncols
+            }
 
-    fn chunk_count(&self, threads: usize) -> usize {
-        self.m.chunk_count(threads)
-    }
+            fn chunk_count(&self, threads: usize) -> usize {
+                let $p = self;
+                $plan.chunk_count(threads)
+            }
 
-    fn compute_rows(
-        &self,
-        kern: &Kernels,
-        rows: Range<usize>,
-        out: &mut [f32],
-        ld: usize,
-    ) -> Result<()> {
-        self.m.compute(kern, self.work, self.ncols, rows, out, ld)
-    }
+            fn compute_rows(
+                &self,
+                $kern: &Kernels,
+                $rows: Range<usize>,
+                $out: &mut [f32],
+                $ld: usize,
+            ) -> Result<()> {
+                let $p = self;
+                $compute
+            }
+        }
+    };
 }
+
+row_chunked!(T2pProduct, p => {
+    plan: p.plan,
+    ncols: p.plan.layout().ncols(),
+    compute(kern, rows, out, ld): p.plan.compute(kern, p.w, p.work, rows, out, ld),
+});
+
+row_chunked!(QuantProduct, p => {
+    plan: p.m,
+    ncols: p.ncols,
+    compute(kern, rows, out, ld): p.m.compute(kern, p.work, p.ncols, rows, out, ld),
+});
 
 /// Where a parallel step's time went (when it was asked to measure).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

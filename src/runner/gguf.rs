@@ -22,103 +22,73 @@ pub const MAX_DIMS: u32 = 4;
 /// Arrays of arrays deeper than this are refused (each level would cost stack, not bytes).
 pub const MAX_ARRAY_DEPTH: u32 = 8;
 
-/// A metadata value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    /// Type 0.
-    U8(u8),
-    /// Type 1.
-    I8(i8),
-    /// Type 2.
-    U16(u16),
-    /// Type 3.
-    I16(i16),
-    /// Type 4.
-    U32(u32),
-    /// Type 5.
-    I32(i32),
-    /// Type 6.
-    F32(f32),
-    /// Type 7 (any non-zero byte is true).
-    Bool(bool),
-    /// Type 8.
-    String(String),
-    /// Type 9.
-    Array(Array),
-    /// Type 10.
-    U64(u64),
-    /// Type 11.
-    I64(i64),
-    /// Type 12.
-    F64(f64),
-}
+/// Defines [`Value`], [`Array`] (a variant of the same name for each, holding a `Vec` of the
+/// value type), their type ids and the type names from one table of GGUF's metadata value types,
+/// in id order (the names are indexed by id).
+macro_rules! value_types {
+    ($($id:literal $name:literal $variant:ident($t:ty) $($note:literal)?;)*) => {
+        /// A metadata value.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Value {
+            $(#[doc = concat!("Type ", $id, $($note,)? ".")] $variant($t),)*
+        }
 
-/// A typed metadata array (type 9); arrays of arrays nest.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Array {
-    /// Elements of type 0.
-    U8(Vec<u8>),
-    /// Elements of type 1.
-    I8(Vec<i8>),
-    /// Elements of type 2.
-    U16(Vec<u16>),
-    /// Elements of type 3.
-    I16(Vec<i16>),
-    /// Elements of type 4.
-    U32(Vec<u32>),
-    /// Elements of type 5.
-    I32(Vec<i32>),
-    /// Elements of type 6.
-    F32(Vec<f32>),
-    /// Elements of type 7.
-    Bool(Vec<bool>),
-    /// Elements of type 8.
-    String(Vec<String>),
-    /// Elements of type 9.
-    Array(Vec<Array>),
-    /// Elements of type 10.
-    U64(Vec<u64>),
-    /// Elements of type 11.
-    I64(Vec<i64>),
-    /// Elements of type 12.
-    F64(Vec<f64>),
-}
+        /// A typed metadata array (type 9); arrays of arrays nest.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Array {
+            $(#[doc = concat!("Elements of type ", $id, ".")] $variant(Vec<$t>),)*
+        }
 
-/// GGUF's metadata value types by id (0..=12): the names messages use.
-const VALUE_TYPE_NAMES: [&str; 13] = [
-    "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
-];
-/// The largest metadata value type id.
-const MAX_VALUE_TYPE: u32 = VALUE_TYPE_NAMES.len() as u32 - 1;
+        /// GGUF's metadata value types by id: the names messages use.
+        const VALUE_TYPE_NAMES: &[&str] = &[$($name),*];
 
-/// The GGUF type id of each variant, for a value (`$v` is `Value`) or an array's elements
-/// (`Array`): the variants have the same names and order in both enums.
-macro_rules! value_type_id {
-    ($enum:ident, $x:expr) => {
-        match $x {
-            $enum::U8(_) => 0,
-            $enum::I8(_) => 1,
-            $enum::U16(_) => 2,
-            $enum::I16(_) => 3,
-            $enum::U32(_) => 4,
-            $enum::I32(_) => 5,
-            $enum::F32(_) => 6,
-            $enum::Bool(_) => 7,
-            $enum::String(_) => 8,
-            $enum::Array(_) => 9,
-            $enum::U64(_) => 10,
-            $enum::I64(_) => 11,
-            $enum::F64(_) => 12,
+        impl Value {
+            /// The GGUF type id of the value (0..=12), as stored before it in a file.
+            pub fn type_id(&self) -> u32 {
+                match self {
+                    $(Value::$variant(_) => $id,)*
+                }
+            }
+        }
+
+        impl Array {
+            /// Number of elements.
+            pub fn len(&self) -> usize {
+                match self {
+                    $(Array::$variant(v) => v.len(),)*
+                }
+            }
+
+            /// The GGUF type id of the elements (0..=12).
+            pub fn elem_type_id(&self) -> u32 {
+                match self {
+                    $(Array::$variant(_) => $id,)*
+                }
+            }
         }
     };
 }
 
-impl Value {
-    /// The GGUF type id of the value (0..=12), as stored before it in a file.
-    pub fn type_id(&self) -> u32 {
-        value_type_id!(Value, self)
-    }
+value_types! {
+    0 "u8" U8(u8);
+    1 "i8" I8(i8);
+    2 "u16" U16(u16);
+    3 "i16" I16(i16);
+    4 "u32" U32(u32);
+    5 "i32" I32(i32);
+    6 "f32" F32(f32);
+    7 "bool" Bool(bool) " (any non-zero byte is true)";
+    8 "string" String(String);
+    9 "array" Array(Array);
+    10 "u64" U64(u64);
+    11 "i64" I64(i64);
+    12 "f64" F64(f64);
+}
 
+/// The largest metadata value type id.
+const MAX_VALUE_TYPE: u32 = VALUE_TYPE_NAMES.len() as u32 - 1;
+
+impl Value {
     /// The GGUF type name of the value (for messages).
     pub fn type_name(&self) -> String {
         match self {
@@ -168,33 +138,9 @@ impl Value {
 }
 
 impl Array {
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        match self {
-            Array::U8(v) => v.len(),
-            Array::I8(v) => v.len(),
-            Array::U16(v) => v.len(),
-            Array::I16(v) => v.len(),
-            Array::U32(v) => v.len(),
-            Array::I32(v) => v.len(),
-            Array::F32(v) => v.len(),
-            Array::Bool(v) => v.len(),
-            Array::String(v) => v.len(),
-            Array::Array(v) => v.len(),
-            Array::U64(v) => v.len(),
-            Array::I64(v) => v.len(),
-            Array::F64(v) => v.len(),
-        }
-    }
-
     /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// The GGUF type id of the elements (0..=12).
-    pub fn elem_type_id(&self) -> u32 {
-        value_type_id!(Array, self)
     }
 
     /// The element type name.
@@ -874,22 +820,27 @@ impl GgufFile {
 
     /// `key` as an array of integers (any integer element type).
     pub fn get_i64_array(&self, key: &str) -> Result<Vec<i64>> {
-        let v = self.require(key)?;
-        match v {
-            Value::Array(a) => a.to_i64_vec(),
-            _ => None,
-        }
-        .ok_or_else(|| Self::wrong(key, "array of integers", v))
+        self.get_converted_array(key, "array of integers", Array::to_i64_vec)
     }
 
     /// `key` as an array of f32 (float or integer elements).
     pub fn get_f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        self.get_converted_array(key, "array of numbers", Array::to_f32_vec)
+    }
+
+    /// `key` as an array whose elements `convert` accepts (`expected` names them in the error).
+    fn get_converted_array<T>(
+        &self,
+        key: &str,
+        expected: &'static str,
+        convert: fn(&Array) -> Option<Vec<T>>,
+    ) -> Result<Vec<T>> {
         let v = self.require(key)?;
         match v {
-            Value::Array(a) => a.to_f32_vec(),
+            Value::Array(a) => convert(a),
             _ => None,
         }
-        .ok_or_else(|| Self::wrong(key, "array of numbers", v))
+        .ok_or_else(|| Self::wrong(key, expected, v))
     }
 
     /// `Ok(None)` when `key` is absent, else [`get_u32`](Self::get_u32).

@@ -10,16 +10,14 @@ use t2p::runner::chat::{ChatTemplate, Message};
 use t2p::runner::generate::Decoder;
 use t2p::runner::model::Session;
 
-use crate::run::{ModelArgs, SampleArgs};
+use crate::run::GenerateArgs;
 use t2p::runner::constrain::Constraint;
 
 /// Options of `libt2p chat`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    sample: SampleArgs,
+    generate: GenerateArgs,
     /// A system message to start the conversation with.
     #[arg(long)]
     system: Option<String>,
@@ -29,16 +27,16 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let (loaded, _) = args.model.load(false)?;
+    let (loaded, _) = args.generate.model.load(false)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(&loaded.gguf, tok)?
         .ok_or("the model has no tokenizer.chat_template")?;
-    let exec = args.model.exec();
-    let n_ctx = args.model.n_ctx(&loaded);
+    let exec = args.generate.model.exec();
+    let n_ctx = args.generate.model.n_ctx(&loaded);
     let mut session = loaded.model.new_session(n_ctx);
     let mut in_cache: Vec<u32> = Vec::new();
-    let mut sampler = args.sample.sampler();
-    let grammar = args.sample.constraint(&loaded.tokenizer)?;
+    let mut sampler = args.generate.sample.sampler();
+    let grammar = args.generate.sample.constraint(&loaded.tokenizer)?;
     let mut messages: Vec<Message> = args
         .system
         .iter()
@@ -66,7 +64,12 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         let mut stream = tok.stream_decoder(false);
         let stdout = std::io::stdout();
         let eog = |id| tok.is_eog(id);
-        let mut decoder = Decoder::new(&loaded.model, &exec, &mut session, args.model.batch);
+        let mut decoder = Decoder::new(
+            &loaded.model,
+            &exec,
+            &mut session,
+            args.generate.model.batch,
+        );
         let on_token = |id| {
             if !tok.is_eog(id) {
                 answer.push(id);

@@ -153,13 +153,20 @@ impl SampleArgs {
     }
 }
 
+/// The options of every command that generates text: the model and how to sample from it.
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sample: SampleArgs,
+}
+
 /// Options of `libt2p run`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    sample: SampleArgs,
+    generate: GenerateArgs,
     /// The prompt.
     #[arg(short = 'p', long, conflicts_with = "file")]
     prompt: Option<String>,
@@ -195,9 +202,9 @@ type BoxError = Box<dyn std::error::Error>;
 
 pub fn run(args: Args) -> Result<ExitCode, BoxError> {
     let prompt = read_prompt(&args)?;
-    let (loaded, load_secs) = args.model.load(args.json)?;
-    let exec = args.model.exec();
-    let n_ctx = args.model.n_ctx(&loaded);
+    let (loaded, load_secs) = args.generate.model.load(args.json)?;
+    let exec = args.generate.model.exec();
+    let n_ctx = args.generate.model.n_ctx(&loaded);
     let ids = prompt_ids(&args, &loaded, &prompt, n_ctx)?;
     let out = generate_streaming(&args, &loaded, &exec, &ids, n_ctx)?;
     let mem = Memory::measure(&args, loaded, &exec, &out.stats);
@@ -268,10 +275,10 @@ fn generate_streaming(
 ) -> Result<Generated, BoxError> {
     let tok = &loaded.tokenizer;
     let drafting = args.draft == "lookup";
-    if drafting && args.sample.temperature > 0.0 {
+    if drafting && args.generate.sample.temperature > 0.0 {
         return Err("--draft lookup needs greedy sampling (--temp 0)".into());
     }
-    let mut constraint = args.sample.constraint(tok)?;
+    let mut constraint = args.generate.sample.constraint(tok)?;
     if drafting && constraint.is_some() {
         return Err("--draft lookup does not take a grammar".into());
     }
@@ -299,7 +306,7 @@ fn generate_streaming(
         }
         true
     };
-    let mut decoder = Decoder::new(&loaded.model, exec, &mut session, args.model.batch);
+    let mut decoder = Decoder::new(&loaded.model, exec, &mut session, args.generate.model.batch);
     let (stats, draft) = if drafting {
         let cfg = LookupConfig {
             max_draft: args.draft_max.max(1),
@@ -310,14 +317,14 @@ fn generate_streaming(
         (s, Some(d))
     } else if let Some(c) = constraint.as_mut() {
         let eog = |id| tok.is_eog(id);
-        let mut sampler = args.sample.sampler();
+        let mut sampler = args.generate.sample.sampler();
         let s = decoder.generate_masked(ids, n, &mut sampler, c, eog, &mut on_token)?;
         (s, None)
     } else {
         let s = decoder.generate(
             ids,
             n,
-            &mut args.sample.sampler(),
+            &mut args.generate.sample.sampler(),
             |id| tok.is_eog(id),
             &mut on_token,
         )?;

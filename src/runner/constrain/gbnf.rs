@@ -151,20 +151,37 @@ impl Parser<'_> {
         })
     }
 
+    /// Calls `body` at each byte until `close`, then steps over `close`; the input ending
+    /// first is an unterminated `what`.
+    fn until(
+        &mut self,
+        close: u8,
+        what: &str,
+        mut body: impl FnMut(&mut Self) -> Result<(), GrammarError>,
+    ) -> Result<(), GrammarError> {
+        loop {
+            match self.peek() {
+                None => return Err(err(format!("an unterminated {what} at {}", self.at()))),
+                Some(c) if c == close => {
+                    self.pos += 1;
+                    return Ok(());
+                }
+                Some(_) => body(self)?,
+            }
+        }
+    }
+
     fn literal(&mut self) -> Result<Item, GrammarError> {
         self.pos += 1; // the opening quote
         let mut text = String::new();
-        loop {
-            match self.peek() {
-                None => return Err(err(format!("an unterminated string at {}", self.at()))),
-                Some(b'"') => {
-                    self.pos += 1;
-                    return Ok(Item::Literal(text));
-                }
-                Some(b'\n') => return Err(err(format!("a newline in a string at {}", self.at()))),
-                Some(_) => text.push(self.char()?),
+        self.until(b'"', "string", |p| {
+            if p.peek() == Some(b'\n') {
+                return Err(err(format!("a newline in a string at {}", p.at())));
             }
-        }
+            text.push(p.char()?);
+            Ok(())
+        })?;
+        Ok(Item::Literal(text))
     }
 
     fn class(&mut self) -> Result<Item, GrammarError> {
@@ -174,29 +191,21 @@ impl Parser<'_> {
             self.pos += 1;
         }
         let mut ranges = Vec::new();
-        loop {
-            match self.peek() {
-                None => return Err(err(format!("an unterminated class at {}", self.at()))),
-                Some(b']') => {
-                    self.pos += 1;
-                    return Ok(Item::Class { negated, ranges });
-                }
-                Some(_) => {
-                    let lo = self.char()?;
-                    let hi = if self.peek() == Some(b'-') && self.s.get(self.pos + 1) != Some(&b']')
-                    {
-                        self.pos += 1;
-                        self.char()?
-                    } else {
-                        lo
-                    };
-                    if hi < lo {
-                        return Err(err(format!("an empty range in a class at {}", self.at())));
-                    }
-                    ranges.push((lo, hi));
-                }
+        self.until(b']', "class", |p| {
+            let lo = p.char()?;
+            let hi = if p.peek() == Some(b'-') && p.s.get(p.pos + 1) != Some(&b']') {
+                p.pos += 1;
+                p.char()?
+            } else {
+                lo
+            };
+            if hi < lo {
+                return Err(err(format!("an empty range in a class at {}", p.at())));
             }
-        }
+            ranges.push((lo, hi));
+            Ok(())
+        })?;
+        Ok(Item::Class { negated, ranges })
     }
 
     fn number(&mut self) -> Result<u32, GrammarError> {

@@ -352,20 +352,18 @@ fn parse_sampler(
     };
     // Any integer: negative seeds are taken as their two's complement.
     let seed = opt_int(m, "seed")?.map_or(d.seed, |s| s as u64);
-    let presence_penalty = opt_penalty(
-        m,
-        "presence_penalty",
-        d.presence_penalty,
-        |v| (-2.0..=2.0).contains(&v),
-        "between -2 and 2",
-    )?;
-    let frequency_penalty = opt_penalty(
-        m,
-        "frequency_penalty",
-        d.frequency_penalty,
-        |v| (-2.0..=2.0).contains(&v),
-        "between -2 and 2",
-    )?;
+    // OpenAI's two penalties take the same range.
+    let openai_penalty = |name: &str, default: f32| {
+        opt_penalty(
+            m,
+            name,
+            default,
+            |v| (-2.0..=2.0).contains(&v),
+            "between -2 and 2",
+        )
+    };
+    let presence_penalty = openai_penalty("presence_penalty", d.presence_penalty)?;
+    let frequency_penalty = openai_penalty("frequency_penalty", d.frequency_penalty)?;
     let repeat_penalty = opt_penalty(
         m,
         "repeat_penalty",

@@ -135,15 +135,115 @@ mod x86 {
     use half::f16;
     use std::arch::x86_64::*;
 
-    /// Eight halves from `p`, widened.
-    ///
-    /// # Safety
-    /// `p..p + 8` must be readable.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn load8(p: *const f16) -> __m256 {
-        // SAFETY: the caller guarantees eight readable halves; `loadu` needs no alignment.
-        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+    /// What the shared loops (`scores_pass!`, `weighted_sum_pass!`) need of AVX2's
+    /// registers: eight lanes, one K row per scores register.
+    mod ymm {
+        use half::f16;
+        use std::arch::x86_64::{__m256, _mm_loadu_si128, _mm256_cvtph_ps};
+        // `q8`: eight query values, unaligned, as the register's row needs them.
+        pub use std::arch::x86_64::{
+            _mm256_add_ps as add, _mm256_loadu_ps as q8, _mm256_mul_ps as mul,
+            _mm256_set1_ps as set1, _mm256_setzero_ps as zero, _mm256_storeu_ps as store,
+        };
+
+        /// f32 lanes of a register.
+        pub const LANES: usize = 8;
+        /// K rows one scores register sums.
+        pub const ROWS: usize = 1;
+
+        /// Eight halves of the register's row from `p`, widened.
+        ///
+        /// # Safety
+        /// `p..p + 8` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        pub unsafe fn rows8(p: *const f16, _stride: usize) -> __m256 {
+            // SAFETY: as the caller guarantees.
+            unsafe { load(p) }
+        }
+
+        /// `LANES` halves from `p`, widened.
+        ///
+        /// # Safety
+        /// `p..p + 8` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        pub unsafe fn load(p: *const f16) -> __m256 {
+            // SAFETY: the caller guarantees eight readable halves; `loadu` needs no alignment.
+            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
+        }
+
+        /// The eight lane sums of each of the register's rows.
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        pub fn sums(a: __m256) -> [__m256; ROWS] {
+            [a]
+        }
+    }
+
+    /// What the shared loops need of AVX-512's registers: sixteen lanes; a scores register
+    /// holds the eight lane sums of one row in its low half and of the next in its high half.
+    mod zmm {
+        use half::f16;
+        use std::arch::x86_64::*;
+        pub use std::arch::x86_64::{
+            _mm512_add_ps as add, _mm512_mul_ps as mul, _mm512_set1_ps as set1,
+            _mm512_setzero_ps as zero, _mm512_storeu_ps as store,
+        };
+
+        /// f32 lanes of a register.
+        pub const LANES: usize = 16;
+        /// K rows one scores register sums.
+        pub const ROWS: usize = 2;
+
+        /// Eight query values from `p` in both 256-bit halves.
+        ///
+        /// # Safety
+        /// `p..p + 8` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,f16c")]
+        pub unsafe fn q8(p: *const f32) -> __m512 {
+            // SAFETY: the caller guarantees eight readable values; `loadu` needs no alignment.
+            let d = _mm256_castps_pd(unsafe { _mm256_loadu_ps(p) });
+            _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(d), d, 1))
+        }
+
+        /// Eight halves of row `p` in the low lanes and eight of row `p + stride` in the high
+        /// lanes, widened.
+        ///
+        /// # Safety
+        /// `p..p + 8` and `p + stride..p + stride + 8` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,f16c")]
+        pub unsafe fn rows8(p: *const f16, stride: usize) -> __m512 {
+            // SAFETY: the caller guarantees eight readable halves at each; no alignment needed.
+            let (lo, hi) = unsafe {
+                (
+                    _mm_loadu_si128(p.cast()),
+                    _mm_loadu_si128(p.add(stride).cast()),
+                )
+            };
+            _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
+        }
+
+        /// `LANES` halves from `p`, widened.
+        ///
+        /// # Safety
+        /// `p..p + 16` must be readable.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,f16c")]
+        pub unsafe fn load(p: *const f16) -> __m512 {
+            // SAFETY: the caller guarantees sixteen readable halves; no alignment needed.
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
+        }
+
+        /// The eight lane sums of each of the register's rows (low half, then high half).
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,f16c")]
+        pub fn sums(a: __m512) -> [__m256; ROWS] {
+            let hi = _mm512_extractf64x4_pd(_mm512_castps_pd(a), 1);
+            [_mm512_castps512_ps256(a), _mm256_castpd_ps(hi)]
+        }
     }
 
     /// The lanes of `acc` added in [`super::dot`]'s order, plus the leftover products.
@@ -157,73 +257,77 @@ mod x86 {
         lanes.iter().sum::<f32>() + tail
     }
 
+    /// The scores of positions `$p..` in passes of `$n` registers of `$r` (`$n * $r::ROWS`
+    /// positions, one independent sum each in flight) while a pass fits, `$p` left after the
+    /// last; every position's lanes add the same products in the same order whatever `$r`
+    /// and `$n`. Inside an `unsafe fn` whose caller guarantees the rows are in bounds.
+    macro_rules! scores_pass {
+        ($r:ident * $n:literal, $p:ident: $q:ident, $k:ident, $stride:ident, $scale:ident, $out:ident) => {
+            let hd = $q.len();
+            let body = hd / 8 * 8;
+            while $p + $n * $r::ROWS <= $out.len() {
+                let mut acc = [$r::zero(); $n];
+                let mut i = 0;
+                while i < body {
+                    // SAFETY: `i + 8 <= hd`, so q and the pass's rows (in bounds by the
+                    // caller's guarantee) have eight values at `i`.
+                    unsafe {
+                        let qv = $r::q8($q.as_ptr().add(i));
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            let row = $k.as_ptr().add(($p + $r::ROWS * r) * $stride + i);
+                            *a = $r::add(*a, $r::mul(qv, $r::rows8(row, $stride)));
+                        }
+                    }
+                    i += 8;
+                }
+                for (r, a) in acc.into_iter().enumerate() {
+                    for (h, lanes) in $r::sums(a).into_iter().enumerate() {
+                        let at = $p + $r::ROWS * r + h;
+                        let row = at * $stride;
+                        $out[at] = finish(lanes, &$q[body..], &$k[row + body..row + hd]) * $scale;
+                    }
+                }
+                $p += $n * $r::ROWS;
+            }
+        };
+    }
+
+    /// `$out[$d..]` of the weighted sum in passes of `$n` registers of `$r` (`$n * $r::LANES`
+    /// outputs over all the rows) while a pass fits, `$d` left after the last; every output
+    /// adds the same products in the same order whatever `$r` and `$n`. Inside an
+    /// `unsafe fn` whose caller guarantees the rows are in bounds.
+    macro_rules! weighted_sum_pass {
+        ($r:ident * $n:literal, $d:ident: $w:ident, $v:ident, $stride:ident, $out:ident) => {
+            while $d + $n * $r::LANES <= $out.len() {
+                let mut acc = [$r::zero(); $n];
+                for (p, &wp) in $w.iter().enumerate() {
+                    let wv = $r::set1(wp);
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        // SAFETY: `d + LANES * (j + 1) <= hd`, inside row `p`.
+                        let x =
+                            unsafe { $r::load($v.as_ptr().add(p * $stride + $d + $r::LANES * j)) };
+                        *a = $r::add(*a, $r::mul(wv, x));
+                    }
+                }
+                for (j, a) in acc.into_iter().enumerate() {
+                    // SAFETY: `out[d + LANES * j..d + LANES * (j + 1)]` is in bounds.
+                    unsafe { $r::store($out.as_mut_ptr().add($d + $r::LANES * j), a) };
+                }
+                $d += $n * $r::LANES;
+            }
+        };
+    }
+
     /// See [`super::Isa::scores`]: four positions per pass, four independent sums in flight
-    /// (one sum alone would wait on the add latency).
+    /// (one sum alone would wait on the add latency), then the rest one at a time.
     ///
     /// # Safety
     /// The CPU has AVX2 and F16C, and `k` holds `out.len()` rows of `stride` (`q.len()` wide).
     #[target_feature(enable = "avx2,f16c")]
     pub unsafe fn scores(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-        let hd = q.len();
-        let body = hd / 8 * 8;
-        let (qp, kp) = (q.as_ptr(), k.as_ptr());
         let mut p = 0;
-        while p + 4 <= out.len() {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            let mut i = 0;
-            while i < body {
-                // SAFETY: `i + 8 <= hd`, so q and the four rows (in bounds by the caller's
-                // guarantee) have eight values at `i`.
-                unsafe {
-                    let qv = _mm256_loadu_ps(qp.add(i));
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        let kv = load8(kp.add((p + r) * stride + i));
-                        *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, kv));
-                    }
-                }
-                i += 8;
-            }
-            for (r, a) in acc.into_iter().enumerate() {
-                let row = (p + r) * stride;
-                out[p + r] = finish(a, &q[body..], &k[row + body..row + hd]) * scale;
-            }
-            p += 4;
-        }
-        while p < out.len() {
-            let mut acc = _mm256_setzero_ps();
-            let mut i = 0;
-            while i < body {
-                // SAFETY: as above, for one row.
-                unsafe {
-                    let kv = load8(kp.add(p * stride + i));
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(qp.add(i)), kv));
-                }
-                i += 8;
-            }
-            let row = p * stride;
-            out[p] = finish(acc, &q[body..], &k[row + body..row + hd]) * scale;
-            p += 1;
-        }
-    }
-
-    /// Eight halves of row `a` in the low lanes and eight of row `b` in the high lanes, widened.
-    ///
-    /// # Safety
-    /// `a..a + 8` and `b..b + 8` must be readable.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,f16c")]
-    unsafe fn load8x2(a: *const f16, b: *const f16) -> __m512 {
-        // SAFETY: the caller guarantees eight readable halves at each; no alignment needed.
-        let (lo, hi) = unsafe { (_mm_loadu_si128(a.cast()), _mm_loadu_si128(b.cast())) };
-        _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
-    }
-
-    /// `x` in both 256-bit halves.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2")]
-    fn twice(x: __m256) -> __m512 {
-        let d = _mm256_castps_pd(x);
-        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(d), d, 1))
+        scores_pass!(ymm * 4, p: q, k, stride, scale, out);
+        scores_pass!(ymm * 1, p: q, k, stride, scale, out);
     }
 
     /// [`scores`] eight positions per pass: register `r` holds the eight lane sums of rows
@@ -234,39 +338,8 @@ mod x86 {
     /// The CPU has AVX-512F, AVX2 and F16C, and `k` holds `out.len()` rows of `stride`.
     #[target_feature(enable = "avx512f,avx2,f16c")]
     pub unsafe fn scores_zmm(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-        let hd = q.len();
-        let body = hd / 8 * 8;
-        let (qp, kp) = (q.as_ptr(), k.as_ptr());
         let mut p = 0;
-        while p + 8 <= out.len() {
-            let mut acc = [_mm512_setzero_ps(); 4];
-            let mut i = 0;
-            while i < body {
-                // SAFETY: `i + 8 <= hd`, so q and the eight rows (in bounds by the caller's
-                // guarantee) have eight values at `i`.
-                unsafe {
-                    let qv = twice(_mm256_loadu_ps(qp.add(i)));
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        let row = kp.add((p + 2 * r) * stride + i);
-                        let kv = load8x2(row, row.add(stride));
-                        *a = _mm512_add_ps(*a, _mm512_mul_ps(qv, kv));
-                    }
-                }
-                i += 8;
-            }
-            for (r, a) in acc.into_iter().enumerate() {
-                let halves = [_mm512_castps512_ps256(a), {
-                    let d = _mm512_extractf64x4_pd(_mm512_castps_pd(a), 1);
-                    _mm256_castpd_ps(d)
-                }];
-                for (h, lanes) in halves.into_iter().enumerate() {
-                    let at = p + 2 * r + h;
-                    let row = at * stride;
-                    out[at] = finish(lanes, &q[body..], &k[row + body..row + hd]) * scale;
-                }
-            }
-            p += 8;
-        }
+        scores_pass!(zmm * 4, p: q, k, stride, scale, out);
         if p < out.len() {
             // SAFETY: the rows from `p` on are in bounds as the caller guaranteed; the CPU
             // has AVX2 and F16C.
@@ -281,28 +354,9 @@ mod x86 {
     /// The CPU has AVX-512F, AVX2 and F16C, and `v` holds `w.len()` rows of `stride`.
     #[target_feature(enable = "avx512f,avx2,f16c")]
     pub unsafe fn weighted_sum_zmm(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-        let hd = out.len();
-        let vp = v.as_ptr();
         let mut d = 0;
-        while d + 128 <= hd {
-            let mut acc = [_mm512_setzero_ps(); 8];
-            for (p, &wp) in w.iter().enumerate() {
-                let wv = _mm512_set1_ps(wp);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: `d + 16 * j + 16 <= hd`, inside row `p`.
-                    let x = unsafe {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(vp.add(p * stride + d + 16 * j).cast()))
-                    };
-                    *a = _mm512_add_ps(*a, _mm512_mul_ps(wv, x));
-                }
-            }
-            for (j, a) in acc.into_iter().enumerate() {
-                // SAFETY: `out[d + 16 * j..d + 16 * j + 16]` is in bounds.
-                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(d + 16 * j), a) };
-            }
-            d += 128;
-        }
-        if d < hd {
+        weighted_sum_pass!(zmm * 8, d: w, v, stride, out);
+        if d < out.len() {
             // SAFETY: the columns from `d` on are inside every row; the CPU has AVX2, F16C.
             unsafe { weighted_sum(w, &v[d..], stride, &mut out[d..]) }
         }
@@ -315,36 +369,9 @@ mod x86 {
     /// The CPU has AVX2 and F16C, and `v` holds `w.len()` rows of `stride` (`out.len()` wide).
     #[target_feature(enable = "avx2,f16c")]
     pub unsafe fn weighted_sum(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-        let hd = out.len();
-        let vp = v.as_ptr();
         let mut d = 0;
-        while d + 64 <= hd {
-            let mut acc = [_mm256_setzero_ps(); 8];
-            for (p, &wp) in w.iter().enumerate() {
-                let wv = _mm256_set1_ps(wp);
-                for (j, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: `d + 8 * j + 8 <= hd`, inside row `p`.
-                    let x = unsafe { load8(vp.add(p * stride + d + 8 * j)) };
-                    *a = _mm256_add_ps(*a, _mm256_mul_ps(wv, x));
-                }
-            }
-            for (j, a) in acc.into_iter().enumerate() {
-                // SAFETY: `out[d + 8 * j..d + 8 * j + 8]` is in bounds.
-                unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(d + 8 * j), a) };
-            }
-            d += 64;
-        }
-        while d + 8 <= hd {
-            let mut acc = _mm256_setzero_ps();
-            for (p, &wp) in w.iter().enumerate() {
-                // SAFETY: `d + 8 <= hd`, inside row `p`.
-                let x = unsafe { load8(vp.add(p * stride + d)) };
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(wp), x));
-            }
-            // SAFETY: `out[d..d + 8]` is in bounds.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(d), acc) };
-            d += 8;
-        }
+        weighted_sum_pass!(ymm * 8, d: w, v, stride, out);
+        weighted_sum_pass!(ymm * 1, d: w, v, stride, out);
         for (dd, o) in out.iter_mut().enumerate().skip(d) {
             let mut s = 0.0f32;
             for (p, &wp) in w.iter().enumerate() {
