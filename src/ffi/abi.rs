@@ -74,9 +74,16 @@ pub const T2P_Q8_K_BLOCK_BYTES: usize = 292;
 /// Bytes of one q8_K x4 block (4 columns x 256 activations).
 pub const T2P_Q8_K_X4_BLOCK_BYTES: usize = 1168;
 
-// The header carries these as literals; they must agree with the Rust definitions (the ISA
-// and CPU feature numbers need no check: `Isa` and `kernels::cpu` take them from here).
+// The header carries these as literals; they must agree with the Rust definitions.
 const _: () = {
+    assert!(T2P_ISA_SCALAR == Isa::Scalar as u32 && T2P_ISA_AVX2 == Isa::Avx2 as u32);
+    assert!(T2P_ISA_NEON == Isa::Neon as u32 && T2P_ISA_NEON_DOTPROD == Isa::NeonDotprod as u32);
+    assert!(T2P_ISA_NEON_I8MM == Isa::NeonI8mm as u32 && T2P_ISA_AVX_VNNI == Isa::AvxVnni as u32);
+    assert!(T2P_CPU_AVX2 == cpu::AVX2 && T2P_CPU_FMA == cpu::FMA && T2P_CPU_F16C == cpu::F16C);
+    assert!(T2P_CPU_AVX512F == cpu::AVX512F && T2P_CPU_NEON == cpu::NEON);
+    assert!(T2P_ISA_AVX512_VNNI == Isa::Avx512Vnni as u32);
+    assert!(T2P_CPU_AVX512_VNNI == cpu::AVX512_VNNI && T2P_CPU_AVX_VNNI == cpu::AVX_VNNI);
+    assert!(T2P_CPU_DOTPROD == cpu::DOTPROD && T2P_CPU_I8MM == cpu::I8MM);
     assert!(
         T2P_PQ2_0_BLOCK_BYTES == size_of::<BlockPq2_0>()
             && T2P_T2P_BLOCK_BYTES == size_of::<BlockT2p>()

@@ -1,11 +1,23 @@
 //! Runtime CPU feature detection, as a stable bit set (the C ABI's `T2P_CPU_*` values).
 
-// The bits are the C ABI's, defined once there (the header carries them as literals).
-pub use crate::ffi::{
-    T2P_CPU_AVX_VNNI as AVX_VNNI, T2P_CPU_AVX2 as AVX2, T2P_CPU_AVX512_VNNI as AVX512_VNNI,
-    T2P_CPU_AVX512F as AVX512F, T2P_CPU_DOTPROD as DOTPROD, T2P_CPU_F16C as F16C,
-    T2P_CPU_FMA as FMA, T2P_CPU_I8MM as I8MM, T2P_CPU_NEON as NEON,
-};
+/// x86_64 AVX2.
+pub const AVX2: u32 = 1 << 0;
+/// x86_64 FMA.
+pub const FMA: u32 = 1 << 1;
+/// x86_64 F16C (fp16 conversions).
+pub const F16C: u32 = 1 << 2;
+/// x86_64 AVX-512F.
+pub const AVX512F: u32 = 1 << 3;
+/// x86_64 AVX-512 VNNI together with AVX-512 BW and VL (the `avx512-vnni` path's needs).
+pub const AVX512_VNNI: u32 = 1 << 4;
+/// x86_64 AVX-VNNI (VEX-encoded `vpdpbusd`).
+pub const AVX_VNNI: u32 = 1 << 5;
+/// aarch64 Advanced SIMD.
+pub const NEON: u32 = 1 << 8;
+/// aarch64 dot product (SDOT).
+pub const DOTPROD: u32 = 1 << 9;
+/// aarch64 int8 matrix multiply (SMMLA).
+pub const I8MM: u32 = 1 << 10;
 
 const NAMES: [(u32, &str); 9] = [
     (AVX2, "avx2"),

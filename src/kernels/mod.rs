@@ -24,7 +24,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::error::{Error, Result};
-use crate::ffi;
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, ROWS_PER_T2P,
     RowPairBlock, T2pSlice,
@@ -80,25 +79,24 @@ pub(crate) fn with_per_call_buffer<T: 'static, R>(
     r
 }
 
-/// An instruction-set path. The numbers are stable: the C ABI's `T2P_ISA_*` values, defined once
-/// there (the header carries them as literals).
+/// An instruction-set path. The numbers are stable (they are the C ABI's `T2pIsa`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
     /// Portable integer loops; the oracle. Runs everywhere.
-    Scalar = ffi::T2P_ISA_SCALAR,
+    Scalar = 0,
     /// x86_64 AVX2 + F16C (`maddubs` on slot-masked words).
-    Avx2 = ffi::T2P_ISA_AVX2,
+    Avx2 = 1,
     /// aarch64 NEON without the dot-product extension.
-    Neon = ffi::T2P_ISA_NEON,
+    Neon = 2,
     /// aarch64 NEON + dotprod (SDOT for gemv and SDOT tiles of 4 columns for gemm).
-    NeonDotprod = ffi::T2P_ISA_NEON_DOTPROD,
+    NeonDotprod = 3,
     /// aarch64 NEON + dotprod + i8mm (SMMLA gemm tiles).
-    NeonI8mm = ffi::T2P_ISA_NEON_I8MM,
+    NeonI8mm = 4,
     /// x86_64 AVX2 + F16C + AVX-VNNI (`vpdpbusd`, VEX: no int16 saturation).
-    AvxVnni = ffi::T2P_ISA_AVX_VNNI,
+    AvxVnni = 5,
     /// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI (`vpdpbusd`, EVEX).
-    Avx512Vnni = ffi::T2P_ISA_AVX512_VNNI,
+    Avx512Vnni = 6,
 }
 
 impl Isa {
