@@ -41,28 +41,6 @@ pub fn t2p_block_count(rows: usize, k: usize) -> Result<usize> {
     Ok(t2p_row_groups(rows) * (k / QK_PQ2_0))
 }
 
-/// The T2P block count `n` and the blocks per row `nb` of a valid `rows x k` conversion from
-/// pq2_0 rows to T2P row groups (`from_pq2_0`) or back, after checking that the source and
-/// then the destination hold enough blocks (`rows * nb` pq2_0, `n` T2P).
-fn conversion_sizes(
-    rows: usize,
-    k: usize,
-    from_pq2_0: bool,
-    src_len: usize,
-    dst_len: usize,
-) -> Result<(usize, usize)> {
-    let n = t2p_block_count(rows, k)?;
-    let nb = k / QK_PQ2_0;
-    if from_pq2_0 {
-        check_len("pq2_0 source blocks", rows * nb, src_len)?;
-        check_len("T2P destination blocks", n, dst_len)?;
-    } else {
-        check_len("T2P source blocks", n, src_len)?;
-        check_len("pq2_0 destination blocks", rows * nb, dst_len)?;
-    }
-    Ok((n, nb))
-}
-
 /// Packs one row group (4 rows of `nb` pq2_0 blocks) into `nb` T2P blocks.
 fn pack_group(src: &[BlockPq2_0], nb: usize, dst: &mut [BlockT2p]) {
     super::ternary::repack_group(src, nb * QK_PQ2_0, dst);
@@ -75,7 +53,9 @@ pub fn repack_pq2_0_to_t2p(
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<()> {
-    let (n, nb) = conversion_sizes(rows, k, true, src.len(), dst.len())?;
+    let (n, nb) = (t2p_block_count(rows, k)?, k / QK_PQ2_0);
+    check_len("pq2_0 source blocks", rows * nb, src.len())?;
+    check_len("T2P destination blocks", n, dst.len())?;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
         pack_group(&src[4 * nb * g..(4 * g + 4).min(rows) * nb], nb, out);
     }
@@ -89,7 +69,9 @@ pub fn unpack_t2p_to_pq2_0(
     k: usize,
     dst: &mut [BlockPq2_0],
 ) -> Result<()> {
-    let (n, nb) = conversion_sizes(rows, k, false, src.len(), dst.len())?;
+    let (n, nb) = (t2p_block_count(rows, k)?, k / QK_PQ2_0);
+    check_len("T2P source blocks", n, src.len())?;
+    check_len("pq2_0 destination blocks", rows * nb, dst.len())?;
     for (g, group) in src[..n].chunks_exact(nb).enumerate() {
         for (b, block) in group.iter().enumerate() {
             let codes = block.unpack();
