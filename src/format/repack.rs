@@ -53,7 +53,8 @@ pub fn repack_pq2_0_to_t2p(
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<()> {
-    let (n, nb) = (t2p_block_count(rows, k)?, k / QK_PQ2_0);
+    let n = t2p_block_count(rows, k)?;
+    let nb = k / QK_PQ2_0;
     check_len("pq2_0 source blocks", rows * nb, src.len())?;
     check_len("T2P destination blocks", n, dst.len())?;
     for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
@@ -69,7 +70,8 @@ pub fn unpack_t2p_to_pq2_0(
     k: usize,
     dst: &mut [BlockPq2_0],
 ) -> Result<()> {
-    let (n, nb) = (t2p_block_count(rows, k)?, k / QK_PQ2_0);
+    let n = t2p_block_count(rows, k)?;
+    let nb = k / QK_PQ2_0;
     check_len("T2P source blocks", n, src.len())?;
     check_len("pq2_0 destination blocks", rows * nb, dst.len())?;
     for (g, group) in src[..n].chunks_exact(nb).enumerate() {
