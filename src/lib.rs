@@ -15,6 +15,7 @@
 //! * `testkit` (feature `testkit`, on with `cli`): fixture writers (GGUF files, synthetic models).
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 pub mod bandwidth;
 pub mod error;

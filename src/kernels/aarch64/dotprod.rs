@@ -255,11 +255,15 @@ impl Q8Kx4Dup {
 #[target_feature(enable = "neon,dotprod")]
 fn tile_block(x: &BlockT2p, y: &Q8Kx4Dup) -> [int32x4_t; 4] {
     let m3 = vdupq_n_u8(0x03);
-    // SAFETY: each `start[c][p][class]` is four readable i32.
-    let mut a = y.start.each_ref().map(|c| {
-        c.each_ref()
-            .map(|p| p.each_ref().map(|v| unsafe { vld1q_s32(v.as_ptr()) }))
-    }); // [column][pair][slots 0/1/3 | slot 2]
+    let load = |v: &[i32; 4]| {
+        // SAFETY: `v` is four readable i32.
+        unsafe { vld1q_s32(v.as_ptr()) }
+    };
+    // [column][pair][slots 0/1/3 | slot 2]
+    let mut a = y
+        .start
+        .each_ref()
+        .map(|c| c.each_ref().map(|p| p.each_ref().map(load)));
     // Four calls rather than a loop, so the words are unrolled.
     let mut word = |wd: usize| {
         let v = [load_u8x16(&x.qs[0][wd]), load_u8x16(&x.qs[1][wd])];

@@ -53,9 +53,17 @@ pub(super) static KERNELS: QuantKernels = QuantKernels {
 /// A block type's AVX2 steps.
 pub(super) trait Avx2Block: QuantBlock {
     /// The block's `isum` as eight int32 lanes and its `msum`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX2.
     unsafe fn dot(&self, a: &Self::Act) -> (__m256i, i32);
     /// `acc + fold` for four (weight block, activation block) pairs `w[l]`, `a[l]` (lane `l`),
     /// from their sums.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX2 and F16C.
     unsafe fn fold4(
         w: [&Self; 4],
         a: [&Self::Act; 4],
@@ -69,13 +77,16 @@ pub(super) trait Avx2Block: QuantBlock {
 /// `$Block::$dot` as the dot step: the one driver of the AVX2 path and of the AVX-512 one.
 macro_rules! quant_driver {
     ($feat:literal, $Block:ident, $dot:ident) => {
+        /// # Safety
+        ///
+        /// The CPU must have `$feat` (the path's table is built only after detection).
         #[target_feature(enable = $feat)]
         unsafe fn rows<B: $Block>(mut g: $crate::kernels::Gemm<'_, B, B::Act>) {
             let ncols = g.ncols;
             // Columns in tiles of four one row wide, then what is left of them in the tile shape that
             // wastes no lane (four rows of one column, two of two, or one row of three and a copy).
             let wide = ncols / 4 * 4;
-            // SAFETY (all calls): the CPU has `$feat` (this fn's contract).
+            // SAFETY: the CPU has `$feat` (this fn's contract).
             unsafe {
                 tiles::<B, 1, 4>(&mut g, 0..wide);
                 match ncols - wide {
@@ -92,6 +103,10 @@ macro_rules! quant_driver {
         /// the copies. The rows of a tile are decoded once per block for all of its columns: the
         /// lanes that share a row share the weight loads and decode steps of `dot` (one expression,
         /// which the compiler computes once).
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat`.
         #[target_feature(enable = $feat)]
         unsafe fn tiles<B: $Block, const R: usize, const C: usize>(
             g: &mut $crate::kernels::Gemm<'_, B, B::Act>,
@@ -122,13 +137,18 @@ macro_rules! quant_driver {
                         }
                         let ws = [&wr[0][b], &wr[1][b], &wr[2][b], &wr[3][b]];
                         let ys = [&yc[0][b], &yc[1][b], &yc[2][b], &yc[3][b]];
-                        // SAFETY (all calls below): the CPU has `$feat` (this fn's contract).
-                        let (i0, m0) = unsafe { B::$dot(ws[0], ys[0]) };
-                        let (i1, m1) = unsafe { B::$dot(ws[1], ys[1]) };
-                        let (i2, m2) = unsafe { B::$dot(ws[2], ys[2]) };
-                        let (i3, m3) = unsafe { B::$dot(ws[3], ys[3]) };
+                        // SAFETY: the CPU has `$feat` (this fn's contract).
+                        let [(i0, m0), (i1, m1), (i2, m2), (i3, m3)] = unsafe {
+                            [
+                                B::$dot(ws[0], ys[0]),
+                                B::$dot(ws[1], ys[1]),
+                                B::$dot(ws[2], ys[2]),
+                                B::$dot(ws[3], ys[3]),
+                            ]
+                        };
                         let isum = $crate::kernels::quant::avx2::reduce4(i0, i1, i2, i3);
                         let msum = _mm_setr_epi32(m0, m1, m2, m3);
+                        // SAFETY: as for the dots.
                         acc = unsafe {
                             <B as $crate::kernels::quant::avx2::Avx2Block>::fold4(
                                 ws, ys, isum, msum, acc,
@@ -258,6 +278,9 @@ fn fold_scaled(d_w: [u16; 4], d_a: __m128, isum: __m128i, acc: __m128) -> __m128
 macro_rules! avx2_block {
     ($B:ty, $fold:ident, |$b:ident, $a:ident: &$A:ty| $dot:block) => {
         impl Avx2Block for $B {
+            /// # Safety
+            ///
+            /// As [`Avx2Block::dot`].
             #[inline]
             #[target_feature(enable = "avx2")]
             unsafe fn dot(&self, $a: &$A) -> (__m256i, i32) {
@@ -265,6 +288,9 @@ macro_rules! avx2_block {
                 $dot
             }
 
+            /// # Safety
+            ///
+            /// As [`Avx2Block::fold4`].
             #[inline]
             #[target_feature(enable = "avx2,f16c")]
             unsafe fn fold4(

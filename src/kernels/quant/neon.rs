@@ -42,9 +42,16 @@ safe_rows!(q4_0: BlockQ4_0, q8_0: BlockQ8_0, q6_k: BlockQ6K);
 /// A block type's SDOT integer sums.
 trait SdotBlock: QuantBlock {
     /// [`QuantBlock::int_dot`], with SDOT.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have NEON and dotprod.
     unsafe fn sdot_sums(&self, a: &Self::Act) -> [i32; 2];
 }
 
+/// # Safety
+///
+/// The CPU must have NEON and dotprod.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn rows<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {
     let (x, nb, y, ncols, out, ld) = g.into_parts();
@@ -69,6 +76,9 @@ fn sdot_q8_0(w0: int8x16_t, w1: int8x16_t, a: &BlockQ8_0) -> [i32; 2] {
 }
 
 impl SdotBlock for BlockQ8_0 {
+    /// # Safety
+    ///
+    /// As [`SdotBlock::sdot_sums`].
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     unsafe fn sdot_sums(&self, a: &BlockQ8_0) -> [i32; 2] {
@@ -79,6 +89,10 @@ impl SdotBlock for BlockQ8_0 {
 
 impl SdotBlock for BlockQ4_0 {
     /// Weight `j` is the low nibble of byte `j`, weight `16 + j` its high nibble, minus 8.
+    ///
+    /// # Safety
+    ///
+    /// As [`SdotBlock::sdot_sums`].
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     unsafe fn sdot_sums(&self, a: &BlockQ8_0) -> [i32; 2] {
@@ -95,6 +109,10 @@ impl SdotBlock for BlockQ6K {
     /// bits 0-1 of `qh[l]` above it, weight `32 + l` the low nibble of `ql[32 + l]` with bits
     /// 2-3, weights `64 + l` / `96 + l` the high nibbles with bits 4-5 / 6-7; minus 32. Each
     /// 16 weights' SDOT lanes are multiplied by their int8 scale (`|lane| <= 4 * 32 * 128`).
+    ///
+    /// # Safety
+    ///
+    /// As [`SdotBlock::sdot_sums`].
     #[inline]
     #[target_feature(enable = "neon,dotprod")]
     unsafe fn sdot_sums(&self, a: &BlockQ8K) -> [i32; 2] {

@@ -38,6 +38,10 @@ quant_driver!(
 /// A block type's 512-bit dot step.
 trait ZmmBlock: Avx2Block {
     /// [`Avx2Block::dot`]'s sums: `isum` spread over eight int32 lanes, and `msum`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must have AVX2, F16C, AVX-512 F/BW/VL and VNNI.
     unsafe fn dot_zmm(&self, a: &Self::Act) -> (__m256i, i32);
 }
 
@@ -46,6 +50,9 @@ trait ZmmBlock: Avx2Block {
 const Q6K_SCALE_WORDS: [[i16; 32]; 4] = const_table!([[i16; 32]; 4], |v, j| (4 * v + j / 8) as i16);
 
 impl ZmmBlock for BlockQ6K {
+    /// # Safety
+    ///
+    /// As [`ZmmBlock::dot_zmm`].
     #[inline]
     #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn dot_zmm(&self, a: &BlockQ8K) -> (__m256i, i32) {

@@ -100,6 +100,10 @@ macro_rules! x86_path {
             };
 
         /// The `q8_K` gemv (`q8k::gemv_q8k_loop` around this path's `block_dot`).
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat` (the path's table is built only after detection).
         #[target_feature(enable = $feat)]
         unsafe fn gemv_q8k_impl(
             x: &[$crate::format::BlockT2p],

@@ -187,6 +187,10 @@ pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
 macro_rules! q8_0_kernels {
     ($feat:literal) => {
         /// The `q8_0` gemv, two row groups per pass (see `x86::q8_0`).
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat` (the path's table is built only after detection).
         #[target_feature(enable = $feat)]
         unsafe fn gemv_q8_0_impl<B: $crate::format::RowPairBlock>(
             x: &[B],
@@ -202,6 +206,10 @@ macro_rules! q8_0_kernels {
         }
 
         /// [`gemv_q8_0_impl`] on a filled table.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat`.
         #[target_feature(enable = $feat)]
         unsafe fn gemv_q8_0_table<B: $crate::format::RowPairBlock>(
             x: &[B],
@@ -263,6 +271,10 @@ macro_rules! q8_0_kernels {
         /// The `q8_0` gemm: up to [`$crate::kernels::x86::q8_0::MAX_TILE_COLS`] columns per pass over the
         /// weights, as column pairs (an odd last column is paired with itself and stored
         /// once); a single column runs through the gemv.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat` (the path's table is built only after detection).
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_impl<B: $crate::format::RowPairBlock>(
             mut g: $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
@@ -301,6 +313,10 @@ macro_rules! q8_0_kernels {
         /// and word pair `q`, both row pairs are decoded once and serve every column; the two
         /// halves `q` are written out so that the float fold of each column pair stays in
         /// registers.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat`.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_tile<B: $crate::format::RowPairBlock, const NP: usize>(
             g: &mut $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,

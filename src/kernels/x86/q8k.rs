@@ -56,7 +56,7 @@ pub(super) unsafe fn gemv_q8k_loop<const SHIFT: i32>(
         let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
         for (g, (group, o)) in groups.enumerate() {
             let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            // SAFETY (this and the other calls below): the caller guarantees AVX2 and F16C.
+            // SAFETY: the caller guarantees AVX2 and F16C.
             let mut acc = unsafe { resume_rows(o, c0 == 0) };
             // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
             // reductions and float steps share 256-bit instructions; the two float additions
@@ -200,6 +200,10 @@ pub(super) fn for_each_pass(
 macro_rules! q8k_gemm_kernel {
     ($feat:literal) => {
         /// The `q8_K x4` gemm (see `x86::q8k`): passes of up to 8 columns over the weights.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat` (the path's table is built only after detection).
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8k_impl(
             mut g: $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
@@ -219,6 +223,10 @@ macro_rules! q8k_gemm_kernel {
         }
 
         /// One pass (`2 * NP` columns computed, those of `cols` stored) over all row groups.
+        ///
+        /// # Safety
+        ///
+        /// The CPU must have `$feat`.
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8k_tile<const NP: usize>(
             g: &mut $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,

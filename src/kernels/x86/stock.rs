@@ -19,6 +19,10 @@ pub(super) fn vec_dot_stock(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
 /// usual `maddubs(|w|, sign(y, w))`: the latter negates -128 (legal in raw `q8_K`) to -128, while
 /// `|y| = 128` is a valid unsigned byte, so this form is exact (`2*128*2 = 512` per int16 pair,
 /// 4 summed `<= 2048`).
+///
+/// # Safety
+///
+/// The CPU must have AVX2 and F16C; `y` must hold a `q8_K` block for every two blocks of `x`.
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn vec_dot_stock_avx2(x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);

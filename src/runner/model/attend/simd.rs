@@ -303,9 +303,9 @@ mod x86 {
                 for (p, &wp) in $w.iter().enumerate() {
                     let wv = $r::set1(wp);
                     for (j, a) in acc.iter_mut().enumerate() {
+                        let at = p * $stride + $d + $r::LANES * j;
                         // SAFETY: `d + LANES * (j + 1) <= hd`, inside row `p`.
-                        let x =
-                            unsafe { $r::load($v.as_ptr().add(p * $stride + $d + $r::LANES * j)) };
+                        let x = unsafe { $r::load($v.as_ptr().add(at)) };
                         *a = $r::add(*a, $r::mul(wv, x));
                     }
                 }
