@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::api::{self, ApiError, Kind, Prompt, ToolChoice, Tools};
-use super::tools;
+use super::reasoning::{self, AnswerSpec};
 use crate::runner::constrain::{Constraint, Grammar};
 
 use super::app::{AppState, MAX_BODY, object_body, off_thread, too_large};
@@ -204,13 +204,15 @@ async fn chat_completions(
 }
 
 /// Tokenizes the request's prompt (off the async threads: a prompt can be megabytes); a chat's
-/// tools are rendered by the template with the messages.
+/// tools are rendered by the template with the messages. Also says whether the rendered chat
+/// prompt leaves the model inside a think block.
 async fn prompt_ids(
     st: &Shared,
     m: &Map<String, Value>,
     kind: Kind,
     tools: Option<&Tools>,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<(Vec<u32>, bool), ApiError> {
+    let mut opens_think = false;
     enum Src {
         Text(String, bool),
         Ids(Vec<u32>),
@@ -222,6 +224,7 @@ async fn prompt_ids(
         },
         Kind::Chat => {
             let messages = api::parse_messages(m)?;
+            let kwargs = api::parse_template_kwargs(m)?;
             let tmpl = st.template.as_ref().ok_or_else(|| {
                 ApiError::invalid(
                     "no_chat_template",
@@ -231,10 +234,11 @@ async fn prompt_ids(
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
             let tools = tools.map_or(&[][..], |t| &t.raw[..]);
             let text = tmpl
-                .render_with_tools(&messages, tools, true)
+                .render_with(&messages, tools, true, &kwargs)
                 .map_err(|e| {
                     ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
                 })?;
+            opens_think = reasoning::prompt_opens_think(&text);
             Src::Text(text, false)
         }
     };
@@ -269,17 +273,18 @@ async fn prompt_ids(
             ),
         ));
     }
-    Ok(ids)
+    Ok((ids, opens_think))
 }
 
 /// The grammar the output follows: the request's structured-output grammar, or the tool-call
 /// grammar when the request must call a tool (not both).
 fn output_grammar(
+    st: &Shared,
     requested: Option<Grammar>,
     tools: Option<&Tools>,
 ) -> Result<Option<Grammar>, ApiError> {
     let calls = match tools {
-        Some(t) => tools::call_grammar(t).map_err(|e| {
+        Some(t) => st.tool_format.grammar(t).map_err(|e| {
             ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
         })?,
         None => None,
@@ -318,8 +323,8 @@ async fn complete(
         Kind::Chat => api::parse_tools(&m)?,
         Kind::Text => None,
     };
-    let grammar = output_grammar(common.grammar.take(), tools.as_ref())?;
-    let prompt = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
+    let grammar = output_grammar(&st, common.grammar.take(), tools.as_ref())?;
+    let (prompt, opens_think) = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
     let constraint = match grammar {
         Some(g) => Some(compile(&st, g).await?),
         None => None,
@@ -384,11 +389,32 @@ async fn complete(
         tokenizer: st.tokenizer.clone(),
         prompt_tokens: prompt_len,
         logprobs: common.logprobs.is_some(),
-        tool_calls: tools.is_some_and(|t| t.choice != ToolChoice::None),
+        answer: answer_spec(&st, kind, tools, opens_think),
+        seed: common.sampler.seed,
     };
     if common.stream {
         Ok(respond::stream(reply, receivers, common.include_usage))
     } else {
         respond::whole(reply, receivers, common.return_tokens).await
     }
+}
+
+/// How a chat answer is split: think blocks when the template writes them, tool calls in the
+/// template's syntax when the request has tools it may call; `None` when the text is all
+/// content.
+fn answer_spec(
+    st: &Shared,
+    kind: Kind,
+    tools: Option<Tools>,
+    opens_think: bool,
+) -> Option<AnswerSpec> {
+    let tools = tools
+        .filter(|t| t.choice != ToolChoice::None)
+        .map(|t| (st.tool_format, t.list.into()));
+    let think = st.thinks.then_some(opens_think);
+    (kind == Kind::Chat && (tools.is_some() || think.is_some())).then_some(AnswerSpec {
+        think,
+        reasoning: st.reasoning,
+        tools,
+    })
 }
