@@ -1312,5 +1312,155 @@ class Interleave(unittest.TestCase):
             srv.close()
 
 
+TEMPLATES = os.path.join(DATA, "chat", "templates")
+
+
+def model_with_template(tmp, template):
+    """qwen3-tiny-chat's vocabulary in the synthetic qwen3-test shape, with one of the real
+    chat templates as its `tokenizer.chat_template` (`libt2p synth --chat-template`)."""
+    out = os.path.join(tmp, template + ".gguf")
+    subprocess.run([BIN, "synth", "--shape", "qwen3-test", "--vocab", CHAT, "-o", out,
+                    "--chat-template", os.path.join(TEMPLATES, template + ".jinja")],
+                   check=True, capture_output=True)
+    return out
+
+
+class ToolFormats(unittest.TestCase):
+    """Each template's own call syntax, on random weights: the grammar of a required call is
+    the template's syntax, the call is parsed, rendered back (arguments as an object, which
+    Qwen3.5's and Llama 3.1's templates need) and the conversation goes on to an answer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.models = {"qwen3": CHAT}
+        for name, t in [("qwen35", "Qwen3.5-4B"), ("llama31", "meta-llama-Llama-3.1-8B-Instruct")]:
+            cls.models[name] = model_with_template(cls.tmp.name, t)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def conversation(self, name, syntax):
+        srv = Server(self.models[name], ctx=1024)
+        try:
+            st, props = srv.http("GET", "/props")
+            self.assertEqual(props["tool_call_format"], syntax)
+            client = srv.client()
+            msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+            r = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                               tool_choice="required", parallel_tool_calls=False,
+                                               max_tokens=300, temperature=0)
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", c.message)
+            self.assertEqual(len(c.message.tool_calls), 1)
+            call = c.message.tool_calls[0]
+            StructuredOutput.check_weather(self, call)
+            # Streamed: the same call as a delta.
+            got = []
+            for ch in client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                     tool_choice="required", parallel_tool_calls=False,
+                                                     max_tokens=300, temperature=0, stream=True):
+                if ch.choices:
+                    got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+            self.assertEqual(got, [(call.function.name, call.function.arguments)])
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call.id, "type": "function",
+                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                     {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+            back = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                  max_tokens=6, temperature=0,
+                                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            self.assertGreater(back.usage.prompt_tokens, r.usage.prompt_tokens)
+            self.assertIsInstance(back.choices[0].message.content, str)
+            # The call went back into the prompt in the template's syntax, its result after it.
+            st, tok = srv.http("POST", "/tokenize", {"content": "18 degrees and sunny"})
+            self.assertGreaterEqual(back.usage.prompt_tokens - r.usage.prompt_tokens, len(tok["tokens"]))
+            msgs += [{"role": "assistant", "content": back.choices[0].message.content or "ok"},
+                     {"role": "user", "content": "Thanks."}]
+            last = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                  max_tokens=4, temperature=0)
+            self.assertGreater(last.usage.prompt_tokens, back.usage.prompt_tokens)
+        finally:
+            srv.close()
+
+    def test_qwen35_xml_calls(self):
+        self.conversation("qwen35", "qwen-xml")
+
+    def test_qwen3_json_calls(self):
+        self.conversation("qwen3", "hermes")
+
+    def test_llama31_calls(self):
+        self.conversation("llama31", "llama3")
+
+
+class Reasoning(unittest.TestCase):
+    """<think> blocks go to reasoning_content, whole and streamed; enable_thinking: false
+    removes them. A grammar makes the random model write a block and an answer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.qwen35 = model_with_template(cls.tmp.name, "Qwen3.5-4B")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def both(self, client, **kw):
+        """(reasoning, content) whole, and the same joined from the stream's deltas."""
+        msgs = [{"role": "user", "content": "Hi"}]
+        r = client.chat.completions.create(model="x", messages=msgs, temperature=0, **kw)
+        m = r.choices[0].message
+        whole = (getattr(m, "reasoning_content", None), m.content)
+        rs, cs = None, ""
+        for ch in client.chat.completions.create(model="x", messages=msgs, temperature=0, stream=True, **kw):
+            if ch.choices:
+                d = ch.choices[0].delta
+                piece = getattr(d, "reasoning_content", None)
+                if piece:
+                    rs = (rs or "") + piece
+                cs += d.content or ""
+        self.assertEqual((rs, cs), whole)
+        return whole
+
+    def test_reasoning_is_split_off(self):
+        think = {"grammar": '%llguidance {}\nstart: /[a-z]{2,8}( [a-z]{2,8}){1,3}/ "\\n</think>\\n\\n" /[a-z]{2,8}/'}
+        for model, prefix in [(self.qwen35, ""), (CHAT, '"<think>\\n" ')]:
+            srv = Server(model)
+            try:
+                client = srv.client()
+                g = dict(think)
+                g["grammar"] = g["grammar"].replace("start: ", "start: " + prefix)
+                reasoning, content = self.both(client, max_tokens=40, extra_body=g)
+                self.assertRegex(reasoning or "", r"^[a-z]+( [a-z]+)+$")
+                self.assertRegex(content, r"^[a-z]+$")
+                # --reasoning-format none is a server flag; enable_thinking: false renders an
+                # empty block in the prompt, so nothing the model writes is reasoning.
+                reasoning, content = self.both(client, max_tokens=8,
+                                               extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+                self.assertIsNone(reasoning)
+                self.assertIsInstance(content, str)
+            finally:
+                srv.close()
+        # Qwen3.5's prompt opens the block: unconstrained, the random model never closes it.
+        srv = Server(self.qwen35, "--reasoning-format", "none")
+        try:
+            reasoning, content = self.both(srv.client(), max_tokens=8)
+            self.assertIsNone(reasoning)
+            self.assertTrue(content)
+        finally:
+            srv.close()
+        srv = Server(self.qwen35)
+        try:
+            reasoning, content = self.both(srv.client(), max_tokens=8)
+            self.assertTrue(reasoning)
+            self.assertEqual(content, "")
+        finally:
+            srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -282,9 +282,10 @@ fn output_grammar(
     st: &Shared,
     requested: Option<Grammar>,
     tools: Option<&Tools>,
+    in_think: bool,
 ) -> Result<Option<Grammar>, ApiError> {
     let calls = match tools {
-        Some(t) => st.tool_format.grammar(t).map_err(|e| {
+        Some(t) => st.tool_format.grammar(t, in_think).map_err(|e| {
             ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
         })?,
         None => None,
@@ -323,8 +324,8 @@ async fn complete(
         Kind::Chat => api::parse_tools(&m)?,
         Kind::Text => None,
     };
-    let grammar = output_grammar(&st, common.grammar.take(), tools.as_ref())?;
     let (prompt, opens_think) = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
+    let grammar = output_grammar(&st, common.grammar.take(), tools.as_ref(), opens_think)?;
     let constraint = match grammar {
         Some(g) => Some(compile(&st, g).await?),
         None => None,

@@ -102,8 +102,9 @@ impl ToolFormat {
 
     /// The grammar of an answer that must call tools (`required`: any of them, one or more
     /// when `parallel` and the format allows it; a named function: that one, once), or `None`
-    /// when the model may answer freely.
-    pub fn grammar(self, tools: &Tools) -> Result<Option<Grammar>, GrammarError> {
+    /// when the model may answer freely. `in_think`: the prompt left the model inside a think
+    /// block (Qwen3.5's generation prompt opens one), which the answer closes first.
+    pub fn grammar(self, tools: &Tools, in_think: bool) -> Result<Option<Grammar>, GrammarError> {
         let (chosen, many): (Vec<&Tool>, bool) = match &tools.choice {
             ToolChoice::None | ToolChoice::Auto => return Ok(None),
             ToolChoice::Named(n) => (tools.list.iter().filter(|t| &t.name == n).collect(), false),
@@ -166,8 +167,11 @@ impl ToolFormat {
         } else {
             String::new()
         };
+        // A forced call leaves no room for thinking: the block the prompt opened is closed
+        // at once, as the template itself writes it with `enable_thinking: false`.
+        let close = if in_think { "\"</think>\\n\\n\" " } else { "" };
         Ok(Some(Grammar::Lark(format!(
-            "start: call{more}\ncall: {call}\n"
+            "start: {close}call{more}\ncall: {call}\n"
         ))))
     }
 }
