@@ -1462,5 +1462,73 @@ class Reasoning(unittest.TestCase):
             srv.close()
 
 
+class BrowserAndKeys(unittest.TestCase):
+    """A page on another origin can call the server when --cors-origin allows it; the API key
+    is taken from `Authorization: bearer` in any case or `x-api-key`; a request without a
+    seed gets a fresh one, reported so that it can be repeated."""
+
+    def raw(self, srv, method, path, headers, body=None):
+        req = urllib.request.Request(srv.url + path, method=method, headers=headers,
+                                     data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def test_preflight_cors_and_keys(self):
+        page = "https://chat.example"
+        srv = Server(QWEN3, "--api-key", "sekrit", "--cors-origin", page)
+        try:
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/chat/completions", {
+                "Origin": page, "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            self.assertEqual(st, 204)
+            self.assertEqual(h.get("access-control-allow-origin"), page)
+            self.assertIn("POST", h.get("access-control-allow-methods", ""))
+            self.assertIn("authorization", h.get("access-control-allow-headers", ""))
+            body = {"prompt": "a", "max_tokens": 1}
+            st, h, _ = self.raw(srv, "POST", "/v1/completions",
+                                {"Origin": page, "Authorization": "bearer sekrit"}, body)
+            self.assertEqual(st, 200)
+            self.assertEqual(h.get("access-control-allow-origin"), page)
+            # Another origin gets no CORS headers (the browser then refuses the answer).
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/completions", {
+                "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+            self.assertNotIn("access-control-allow-origin", {k.lower() for k in h})
+            st, _, _ = self.raw(srv, "POST", "/v1/completions", {"x-api-key": "sekrit"}, body)
+            self.assertEqual(st, 200)
+            for bad in [{"Authorization": "Bearer sekri"}, {"Authorization": "Bearer sekrit2"},
+                        {"x-api-key": "nope"}, {"Authorization": "Basic sekrit"}, {}]:
+                st, _, _ = self.raw(srv, "POST", "/v1/completions", bad, body)
+                self.assertEqual(st, 401, bad)
+        finally:
+            srv.close()
+        # Without --cors-origin a preflight is not answered.
+        srv = Server(QWEN3)
+        try:
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/completions", {
+                "Origin": page, "Access-Control-Request-Method": "POST"})
+            self.assertEqual(st, 405)
+            self.assertNotIn("access-control-allow-origin", {k.lower() for k in h})
+        finally:
+            srv.close()
+
+    def test_unseeded_requests_get_a_seed_that_repeats_them(self):
+        srv = Server(QWEN3)
+        try:
+            client = srv.client()
+            runs = [client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0)
+                    for _ in range(3)]
+            seeds = [r.model_extra["seed"] for r in runs]
+            self.assertEqual(len(set(seeds)), 3, seeds)
+            self.assertIn(str(seeds[0]), runs[0].system_fingerprint)
+            again = client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0,
+                                              seed=seeds[0])
+            self.assertEqual(again.choices[0].text, runs[0].choices[0].text)
+        finally:
+            srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

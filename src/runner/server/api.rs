@@ -398,7 +398,8 @@ fn parse_sampler(
 }
 
 /// A seed no other request is likely to get: the standard library's per-process random hash
-/// keys over a counter and the clock (no generator crate needed for this).
+/// keys over a counter and the clock (no generator crate needed for this). 53 bits, so that
+/// a JavaScript client can send the reported seed back exactly.
 pub fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -410,7 +411,7 @@ pub fn random_seed() -> u64 {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    h.finish()
+    h.finish() >> 11
 }
 
 /// The `reasoning_effort` values OpenAI defines.

@@ -11,6 +11,7 @@
 pub mod api;
 pub mod app;
 pub mod conn;
+pub mod cors;
 pub mod metrics;
 pub mod reasoning;
 pub mod respond;
