@@ -1530,5 +1530,43 @@ class BrowserAndKeys(unittest.TestCase):
             srv.close()
 
 
+class Faults(unittest.TestCase):
+    """A panic in a scheduler step (injected by the test hook) fails that step's requests with
+    a 500 (a stream with an error event and [DONE]); the next request is served."""
+
+    def test_a_panic_fails_its_request_and_the_server_goes_on(self):
+        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
+        try:
+            srv = Server(QWEN3)
+        finally:
+            del os.environ["T2P_SERVE_TEST_PANIC"]
+        try:
+            client = srv.client()
+            with self.assertRaises(openai.InternalServerError) as e:
+                client.completions.create(model="x", prompt="Once", max_tokens=4,
+                                          extra_body={"t2p_test_panic": True})
+            self.assertIn("the server goes on", str(e.exception))
+            events = srv.sse("/v1/completions", {"prompt": "Once", "max_tokens": 4, "stream": True,
+                                                 "t2p_test_panic": True})
+            self.assertEqual(events[-1], "[DONE]")
+            self.assertIn("error", json.loads(events[-2]))
+            text, finish, _ = complete(client, "Once", 4, temperature=0)
+            self.assertEqual(finish, "length")
+            self.assertEqual(srv.http("GET", "/health")[0], 200)
+            self.assertEqual(srv.metrics()["step_panics_total"], 2)
+            self.assertEqual(srv.metrics()["model_down"], 0)
+        finally:
+            srv.close()
+        # Without the hook the field is ignored.
+        srv = Server(QWEN3)
+        try:
+            st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
+                                                           "t2p_test_panic": True})
+            self.assertEqual(st, 200, body)
+            self.assertEqual(srv.metrics()["step_panics_total"], 0)
+        finally:
+            srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

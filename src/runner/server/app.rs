@@ -41,6 +41,8 @@ pub struct AppState {
     pub reasoning: ReasoningFormat,
     /// `--cors-origin`.
     pub cors_origin: Option<String>,
+    /// The panic test hook is on ([`super::scheduler::PANIC_HOOK_ENV`]).
+    pub panic_hook: bool,
     /// Compiles the grammars of structured output, or says why the model cannot have any.
     pub grammars: Result<Arc<GrammarCompiler>, GrammarError>,
     /// The name `/v1/models` lists and responses carry.

@@ -120,6 +120,7 @@ pub fn serve(
         thinks: reasoning::template_thinks(&template_source),
         reasoning: cfg.reasoning_format,
         cors_origin: cfg.cors_origin.clone(),
+        panic_hook: std::env::var(scheduler::PANIC_HOOK_ENV).is_ok_and(|v| v == "1"),
         grammars,
         model_name: cfg.model_name.clone(),
         n_ctx: cfg.n_ctx,

@@ -379,7 +379,12 @@ impl Streaming {
     /// Queues the stream's last payloads: the usage and `[DONE]`, or an error.
     fn end(&mut self, error: Option<String>) {
         match error {
-            Some(e) => self.out.push_back(model_failed(e).body().to_string()),
+            Some(e) => {
+                // The error as an event of its own, then the usual end: clients that wait
+                // for `[DONE]` stop waiting.
+                self.out.push_back(model_failed(e).body().to_string());
+                self.out.push_back("[DONE]".into());
+            }
             None => {
                 if self.include_usage {
                     let mut m = self.reply.envelope(true, json!([]));

@@ -190,7 +190,16 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn health() -> Response {
+async fn health(State(st): State<Shared>) -> Response {
+    if st.metrics.model_down.load(Relaxed) != 0 {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "model_down",
+            "the model thread has stopped; restart the server",
+        )
+        .into_response();
+    }
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
@@ -376,6 +385,7 @@ async fn complete(
                 constraint: constraint.as_ref().map(Constraint::fork),
                 events: tx,
                 siblings: Vec::new(),
+                inject_panic: st.panic_hook && m.get("t2p_test_panic") == Some(&Value::Bool(true)),
             }
         })
         .collect();
