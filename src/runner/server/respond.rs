@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::http::{StatusCode, header};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use futures_util::stream::{BoxStream, SelectAll};
@@ -19,6 +19,9 @@ use super::reasoning::{self, AnswerSpec, AnswerSplitter};
 use super::scheduler::{Event, Finish, TokenLogprob};
 use super::tool_format::{Piece, ToolFormat};
 use crate::runner::Tokenizer;
+
+/// How long a stream may stay silent before a comment (`: ping`) is sent.
+pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The parts of every response object of one request that do not change.
 pub struct Reply {
@@ -454,7 +457,10 @@ pub fn stream(
             }
         }
     });
-    let mut resp = Sse::new(body).into_response();
+    // A comment line after each idle stretch: a long prompt evaluation (or a wait for a slot)
+    // sends nothing else, and proxies with idle timeouts would cut the stream.
+    let ping = KeepAlive::new().interval(PING_EVERY).text("ping");
+    let mut resp = Sse::new(body).keep_alive(ping).into_response();
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-cache"),

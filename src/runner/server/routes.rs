@@ -262,9 +262,11 @@ async fn prompt_ids(
                 )
             })?;
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
-            let tools = tools.map_or(&[][..], |t| &t.raw[..]);
-            let text = tmpl
-                .render_with(&messages, tools, true, &kwargs)
+            // Rendered off the async threads: a long conversation takes milliseconds.
+            let tools = tools.map(|t| t.raw.clone()).unwrap_or_default();
+            let tmpl = tmpl.clone();
+            let text = off_thread(move || tmpl.render_with(&messages, &tools, true, &kwargs))
+                .await?
                 .map_err(|e| {
                     ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
                 })?;
@@ -348,7 +350,8 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let m = object_body(body)?;
+    // A body of up to 16 MiB is parsed off the async threads (they serve every connection).
+    let m = off_thread(move || object_body(body)).await??;
     let mut common = api::parse_common(&m, kind, st.n_ctx, st.n_vocab)?;
     let tools = match kind {
         Kind::Chat => api::parse_tools(&m)?,
