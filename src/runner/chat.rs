@@ -21,6 +21,10 @@ pub struct Message {
     /// For a `tool` message: the function's name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// For an assistant turn: its reasoning, given apart from `content` (templates such as
+    /// Qwen3's and Qwen3.5's render it as a think block, or drop it for older turns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {
@@ -35,7 +39,10 @@ impl Message {
 }
 
 /// A function call of an assistant turn; templates see OpenAI's shape,
-/// `{"id", "type": "function", "function": {"name", "arguments"}}`.
+/// `{"id", "type": "function", "function": {"name", "arguments"}}`, with `arguments` as an
+/// object when it is a JSON document (as Hugging Face's `apply_chat_template` passes it:
+/// Qwen3.5's template iterates it with `|items`, Llama 3.1's and Mistral's write it with
+/// `|tojson`), else as the string given.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
     /// The call's id (`tool_call_id` of the answer).
@@ -51,7 +58,7 @@ impl serde::Serialize for ToolCall {
         #[derive(serde::Serialize)]
         struct Function<'a> {
             name: &'a str,
-            arguments: &'a str,
+            arguments: serde_json::Value,
         }
         #[derive(serde::Serialize)]
         struct Call<'a> {
@@ -65,7 +72,10 @@ impl serde::Serialize for ToolCall {
             kind: "function",
             function: Function {
                 name: &self.name,
-                arguments: &self.arguments,
+                arguments: serde_json::from_str::<serde_json::Value>(&self.arguments)
+                    .ok()
+                    .filter(serde_json::Value::is_object)
+                    .unwrap_or_else(|| serde_json::Value::String(self.arguments.clone())),
             },
         }
         .serialize(s)
@@ -127,6 +137,24 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<String, GgufError> {
         self.render_with_tools::<()>(messages, &[], add_generation_prompt)
+    }
+
+    /// As [`ChatTemplate::render_with_tools`], with more variables the template may read
+    /// (`chat_template_kwargs` such as `enable_thinking`, `reasoning_effort`); they cannot
+    /// replace the messages, tools, generation prompt or special tokens.
+    pub fn render_with<T: serde::Serialize>(
+        &self,
+        messages: &[Message],
+        tools: &[T],
+        add_generation_prompt: bool,
+        extra: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String, GgufError> {
+        let tmpl = self.env.get_template("chat").map_err(template_error)?;
+        let tools = (!tools.is_empty()).then_some(tools);
+        let base = context! { messages => messages, tools => tools, add_generation_prompt => add_generation_prompt, bos_token => &self.bos, eos_token => &self.eos };
+        // Later contexts only fill what earlier ones leave undefined: ours come first.
+        let ctx = context! { ..base, ..minijinja::Value::from_serialize(extra) };
+        tmpl.render(ctx).map_err(template_error)
     }
 
     /// As [`ChatTemplate::render`], with the tools the model may call (OpenAI's `tools`

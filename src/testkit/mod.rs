@@ -123,3 +123,54 @@ pub(crate) fn write_gguf(
     w.finish().map_err(io_err)?;
     Ok(())
 }
+
+/// Copies the GGUF at `src` to `dst` with the metadata values of `set` (replaced, or added at
+/// the end): how tests give a model another `tokenizer.chat_template`. The tensors are copied
+/// byte for byte.
+pub fn copy_with_metadata(
+    src: &Path,
+    dst: &Path,
+    set: &[(String, Value)],
+) -> Result<(), GgufError> {
+    use std::io::{Read, Seek, SeekFrom};
+    let gguf = GgufFile::open(src)?;
+    let mut kv: Vec<(String, Value)> = gguf
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+        .cloned()
+        .collect();
+    kv.extend(set.iter().cloned());
+    let specs: Vec<TensorSpec> = gguf
+        .tensors()
+        .iter()
+        .map(|t| TensorSpec {
+            name: t.name.clone(),
+            dims: t.shape.clone(),
+            ggml_type: t.stored_type_id,
+            bytes: t.n_bytes,
+        })
+        .collect();
+    let io_err = |e: io::Error| GgufError::Io {
+        what: src.display().to_string(),
+        offset: 0,
+        message: e.to_string(),
+    };
+    let mut input = File::open(src).map_err(io_err)?;
+    let ranges: Vec<_> = gguf
+        .tensors()
+        .iter()
+        .map(|t| gguf.tensor_file_range(t))
+        .collect();
+    let mut i = 0;
+    write_gguf(dst, &kv, specs, |_| {
+        let range = ranges[i].clone();
+        i += 1;
+        let mut data = vec![0u8; (range.end - range.start) as usize];
+        input
+            .seek(SeekFrom::Start(range.start))
+            .and_then(|_| input.read_exact(&mut data))
+            .map_err(io_err)?;
+        Ok(data)
+    })
+}

@@ -1312,5 +1312,261 @@ class Interleave(unittest.TestCase):
             srv.close()
 
 
+TEMPLATES = os.path.join(DATA, "chat", "templates")
+
+
+def model_with_template(tmp, template):
+    """qwen3-tiny-chat's vocabulary in the synthetic qwen3-test shape, with one of the real
+    chat templates as its `tokenizer.chat_template` (`libt2p synth --chat-template`)."""
+    out = os.path.join(tmp, template + ".gguf")
+    subprocess.run([BIN, "synth", "--shape", "qwen3-test", "--vocab", CHAT, "-o", out,
+                    "--chat-template", os.path.join(TEMPLATES, template + ".jinja")],
+                   check=True, capture_output=True)
+    return out
+
+
+class ToolFormats(unittest.TestCase):
+    """Each template's own call syntax, on random weights: the grammar of a required call is
+    the template's syntax, the call is parsed, rendered back (arguments as an object, which
+    Qwen3.5's and Llama 3.1's templates need) and the conversation goes on to an answer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.models = {"qwen3": CHAT}
+        for name, t in [("qwen35", "Qwen3.5-4B"), ("llama31", "meta-llama-Llama-3.1-8B-Instruct")]:
+            cls.models[name] = model_with_template(cls.tmp.name, t)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def conversation(self, name, syntax):
+        srv = Server(self.models[name], ctx=1024)
+        try:
+            st, props = srv.http("GET", "/props")
+            self.assertEqual(props["tool_call_format"], syntax)
+            client = srv.client()
+            msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+            r = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                               tool_choice="required", parallel_tool_calls=False,
+                                               max_tokens=300, temperature=0)
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", c.message)
+            self.assertEqual(len(c.message.tool_calls), 1)
+            call = c.message.tool_calls[0]
+            StructuredOutput.check_weather(self, call)
+            # Streamed: the same call as a delta.
+            got = []
+            for ch in client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                     tool_choice="required", parallel_tool_calls=False,
+                                                     max_tokens=300, temperature=0, stream=True):
+                if ch.choices:
+                    got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+            self.assertEqual(got, [(call.function.name, call.function.arguments)])
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call.id, "type": "function",
+                         "function": {"name": call.function.name, "arguments": call.function.arguments}}]},
+                     {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+            back = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                  max_tokens=6, temperature=0,
+                                                  extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+            self.assertGreater(back.usage.prompt_tokens, r.usage.prompt_tokens)
+            self.assertIsInstance(back.choices[0].message.content, str)
+            # The call went back into the prompt in the template's syntax, its result after it.
+            st, tok = srv.http("POST", "/tokenize", {"content": "18 degrees and sunny"})
+            self.assertGreaterEqual(back.usage.prompt_tokens - r.usage.prompt_tokens, len(tok["tokens"]))
+            msgs += [{"role": "assistant", "content": back.choices[0].message.content or "ok"},
+                     {"role": "user", "content": "Thanks."}]
+            last = client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
+                                                  max_tokens=4, temperature=0)
+            self.assertGreater(last.usage.prompt_tokens, back.usage.prompt_tokens)
+        finally:
+            srv.close()
+
+    def test_qwen35_xml_calls(self):
+        self.conversation("qwen35", "qwen-xml")
+
+    def test_qwen3_json_calls(self):
+        self.conversation("qwen3", "hermes")
+
+    def test_llama31_calls(self):
+        self.conversation("llama31", "llama3")
+
+
+class Reasoning(unittest.TestCase):
+    """<think> blocks go to reasoning_content, whole and streamed; enable_thinking: false
+    removes them. A grammar makes the random model write a block and an answer."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.qwen35 = model_with_template(cls.tmp.name, "Qwen3.5-4B")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def both(self, client, **kw):
+        """(reasoning, content) whole, and the same joined from the stream's deltas."""
+        msgs = [{"role": "user", "content": "Hi"}]
+        r = client.chat.completions.create(model="x", messages=msgs, temperature=0, **kw)
+        m = r.choices[0].message
+        whole = (getattr(m, "reasoning_content", None), m.content)
+        rs, cs = None, ""
+        for ch in client.chat.completions.create(model="x", messages=msgs, temperature=0, stream=True, **kw):
+            if ch.choices:
+                d = ch.choices[0].delta
+                piece = getattr(d, "reasoning_content", None)
+                if piece:
+                    rs = (rs or "") + piece
+                cs += d.content or ""
+        self.assertEqual((rs, cs), whole)
+        return whole
+
+    def test_reasoning_is_split_off(self):
+        think = {"grammar": '%llguidance {}\nstart: /[a-z]{2,8}( [a-z]{2,8}){1,3}/ "\\n</think>\\n\\n" /[a-z]{2,8}/'}
+        for model, prefix in [(self.qwen35, ""), (CHAT, '"<think>\\n" ')]:
+            srv = Server(model)
+            try:
+                client = srv.client()
+                g = dict(think)
+                g["grammar"] = g["grammar"].replace("start: ", "start: " + prefix)
+                reasoning, content = self.both(client, max_tokens=40, extra_body=g)
+                self.assertRegex(reasoning or "", r"^[a-z]+( [a-z]+)+$")
+                self.assertRegex(content, r"^[a-z]+$")
+                # --reasoning-format none is a server flag; enable_thinking: false renders an
+                # empty block in the prompt, so nothing the model writes is reasoning.
+                reasoning, content = self.both(client, max_tokens=8,
+                                               extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+                self.assertIsNone(reasoning)
+                self.assertIsInstance(content, str)
+            finally:
+                srv.close()
+        # Qwen3.5's prompt opens the block: unconstrained, the random model never closes it.
+        srv = Server(self.qwen35, "--reasoning-format", "none")
+        try:
+            reasoning, content = self.both(srv.client(), max_tokens=8)
+            self.assertIsNone(reasoning)
+            self.assertTrue(content)
+        finally:
+            srv.close()
+        srv = Server(self.qwen35)
+        try:
+            reasoning, content = self.both(srv.client(), max_tokens=8)
+            self.assertTrue(reasoning)
+            self.assertEqual(content, "")
+        finally:
+            srv.close()
+
+
+class BrowserAndKeys(unittest.TestCase):
+    """A page on another origin can call the server when --cors-origin allows it; the API key
+    is taken from `Authorization: bearer` in any case or `x-api-key`; a request without a
+    seed gets a fresh one, reported so that it can be repeated."""
+
+    def raw(self, srv, method, path, headers, body=None):
+        req = urllib.request.Request(srv.url + path, method=method, headers=headers,
+                                     data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def test_preflight_cors_and_keys(self):
+        page = "https://chat.example"
+        srv = Server(QWEN3, "--api-key", "sekrit", "--cors-origin", page)
+        try:
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/chat/completions", {
+                "Origin": page, "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type"})
+            self.assertEqual(st, 204)
+            self.assertEqual(h.get("access-control-allow-origin"), page)
+            self.assertIn("POST", h.get("access-control-allow-methods", ""))
+            self.assertIn("authorization", h.get("access-control-allow-headers", ""))
+            body = {"prompt": "a", "max_tokens": 1}
+            st, h, _ = self.raw(srv, "POST", "/v1/completions",
+                                {"Origin": page, "Authorization": "bearer sekrit"}, body)
+            self.assertEqual(st, 200)
+            self.assertEqual(h.get("access-control-allow-origin"), page)
+            # Another origin gets no CORS headers (the browser then refuses the answer).
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/completions", {
+                "Origin": "https://evil.example", "Access-Control-Request-Method": "POST"})
+            self.assertNotIn("access-control-allow-origin", {k.lower() for k in h})
+            st, _, _ = self.raw(srv, "POST", "/v1/completions", {"x-api-key": "sekrit"}, body)
+            self.assertEqual(st, 200)
+            for bad in [{"Authorization": "Bearer sekri"}, {"Authorization": "Bearer sekrit2"},
+                        {"x-api-key": "nope"}, {"Authorization": "Basic sekrit"}, {}]:
+                st, _, _ = self.raw(srv, "POST", "/v1/completions", bad, body)
+                self.assertEqual(st, 401, bad)
+        finally:
+            srv.close()
+        # Without --cors-origin a preflight is not answered.
+        srv = Server(QWEN3)
+        try:
+            st, h, _ = self.raw(srv, "OPTIONS", "/v1/completions", {
+                "Origin": page, "Access-Control-Request-Method": "POST"})
+            self.assertEqual(st, 405)
+            self.assertNotIn("access-control-allow-origin", {k.lower() for k in h})
+        finally:
+            srv.close()
+
+    def test_unseeded_requests_get_a_seed_that_repeats_them(self):
+        srv = Server(QWEN3)
+        try:
+            client = srv.client()
+            runs = [client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0)
+                    for _ in range(3)]
+            seeds = [r.model_extra["seed"] for r in runs]
+            self.assertEqual(len(set(seeds)), 3, seeds)
+            self.assertIn(str(seeds[0]), runs[0].system_fingerprint)
+            again = client.completions.create(model="x", prompt="Once", max_tokens=12, temperature=1.0,
+                                              seed=seeds[0])
+            self.assertEqual(again.choices[0].text, runs[0].choices[0].text)
+        finally:
+            srv.close()
+
+
+class Faults(unittest.TestCase):
+    """A panic in a scheduler step (injected by the test hook) fails that step's requests with
+    a 500 (a stream with an error event and [DONE]); the next request is served."""
+
+    def test_a_panic_fails_its_request_and_the_server_goes_on(self):
+        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
+        try:
+            srv = Server(QWEN3)
+        finally:
+            del os.environ["T2P_SERVE_TEST_PANIC"]
+        try:
+            client = srv.client()
+            with self.assertRaises(openai.InternalServerError) as e:
+                client.completions.create(model="x", prompt="Once", max_tokens=4,
+                                          extra_body={"t2p_test_panic": True})
+            self.assertIn("the server goes on", str(e.exception))
+            events = srv.sse("/v1/completions", {"prompt": "Once", "max_tokens": 4, "stream": True,
+                                                 "t2p_test_panic": True})
+            self.assertEqual(events[-1], "[DONE]")
+            self.assertIn("error", json.loads(events[-2]))
+            text, finish, _ = complete(client, "Once", 4, temperature=0)
+            self.assertEqual(finish, "length")
+            self.assertEqual(srv.http("GET", "/health")[0], 200)
+            self.assertEqual(srv.metrics()["step_panics_total"], 2)
+            self.assertEqual(srv.metrics()["model_down"], 0)
+        finally:
+            srv.close()
+        # Without the hook the field is ignored.
+        srv = Server(QWEN3)
+        try:
+            st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
+                                                           "t2p_test_panic": True})
+            self.assertEqual(st, 200, body)
+            self.assertEqual(srv.metrics()["step_panics_total"], 0)
+        finally:
+            srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use t2p::matmul::ActQuant;
+use t2p::runner::server::reasoning::ReasoningFormat;
 use t2p::runner::server::{Limits, ServerConfig, parse_duration, serve};
 use t2p::runner::speculative::LookupConfig;
 
@@ -79,6 +80,14 @@ pub struct Args {
     /// finish_reason "length" (a second signal ends them at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_timeout: Duration,
+    /// Where the `<think>` reasoning of thinking models goes: `deepseek` puts it in
+    /// `reasoning_content` (as llama-server), `none` leaves it in the content.
+    #[arg(long = "reasoning-format", default_value = "deepseek", value_parser = ["deepseek", "none"])]
+    reasoning_format: String,
+    /// Let web pages of this origin call the server (CORS; `*`: any origin). Default: off,
+    /// browsers refuse cross-origin calls.
+    #[arg(long = "cors-origin")]
+    cors_origin: Option<String>,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -125,6 +134,8 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             max_connections: args.max_connections as usize,
             shutdown_timeout: args.shutdown_timeout,
         },
+        reasoning_format: ReasoningFormat::parse(&args.reasoning_format)?,
+        cors_origin: args.cors_origin.clone(),
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

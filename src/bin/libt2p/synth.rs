@@ -53,6 +53,10 @@ pub struct Args {
     /// as Q6_K, rounded from the same ternary values; the other matrices in `--type`.
     #[arg(long)]
     default_mix: bool,
+    /// A Jinja file written as the model's `tokenizer.chat_template` (instead of the vocab
+    /// GGUF's): test models with a real template (`testdata/chat/templates/`).
+    #[arg(long = "chat-template")]
+    chat_template: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -81,6 +85,21 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             shape_names().join(", ")
         )
         .into());
+    }
+    if let Some(path) = &args.chat_template {
+        let source = std::fs::read_to_string(path)?;
+        let mut tmp = args.output.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        t2p::testkit::copy_with_metadata(
+            &args.output,
+            &tmp,
+            &[(
+                "tokenizer.chat_template".into(),
+                t2p::runner::Value::String(source),
+            )],
+        )?;
+        std::fs::rename(&tmp, &args.output)?;
     }
     let bytes = std::fs::metadata(&args.output)?.len();
     eprintln!(

@@ -350,8 +350,9 @@ fn parse_sampler(
         Some(v) if v < 0 => return Err(out_of_range("top_k", "0 (off) or more")),
         Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
     };
-    // Any integer: negative seeds are taken as their two's complement.
-    let seed = opt_int(m, "seed")?.map_or(d.seed, |s| s as u64);
+    // Any integer: negative seeds are taken as their two's complement. Without one, a fresh
+    // seed per request ("regenerate" gives another answer); the response reports it.
+    let seed = opt_int(m, "seed")?.map_or_else(random_seed, |s| s as u64);
     // OpenAI's two penalties take the same range.
     let openai_penalty = |name: &str, default: f32| {
         opt_penalty(
@@ -394,6 +395,56 @@ fn parse_sampler(
         frequency_penalty,
         logit_bias: parse_logit_bias(m, n_vocab)?,
     })
+}
+
+/// A seed no other request is likely to get: the standard library's per-process random hash
+/// keys over a counter and the clock (no generator crate needed for this). 53 bits, so that
+/// a JavaScript client can send the reported seed back exactly.
+pub fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() >> 11
+}
+
+/// The `reasoning_effort` values OpenAI defines.
+const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high"];
+
+/// The variables a chat request passes to its template beyond the messages and tools:
+/// `chat_template_kwargs` (an object, as llama-server and vLLM take it: `enable_thinking`
+/// for Qwen3 and Qwen3.5), and `reasoning_effort` as the template variable of that name
+/// (gpt-oss-style templates read it); `"none"` also sets `enable_thinking: false`, the
+/// Qwen templates' only knob, unless the kwargs set it.
+pub fn parse_template_kwargs(m: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
+    let mut kw = match field(m, "chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(v) => return Err(wrong("chat_template_kwargs", "an object", v)),
+    };
+    match field(m, "reasoning_effort") {
+        None => {}
+        Some(Value::String(e)) if EFFORTS.contains(&e.as_str()) => {
+            kw.entry("reasoning_effort")
+                .or_insert_with(|| e.clone().into());
+            if e == "none" {
+                kw.entry("enable_thinking").or_insert(Value::Bool(false));
+            }
+        }
+        Some(_) => {
+            return Err(out_of_range(
+                "reasoning_effort",
+                "one of \"none\", \"minimal\", \"low\", \"medium\", \"high\"",
+            ));
+        }
+    }
+    Ok(kw)
 }
 
 /// `stop`: a string or an array of at most [`MAX_STOPS`] strings.
@@ -520,6 +571,7 @@ pub fn parse_messages(m: &Map<String, Value>) -> Result<Vec<Message>, ApiError> 
                 tool_calls: parse_tool_calls(o, i)?,
                 tool_call_id: opt_str("tool_call_id")?,
                 name: opt_str("name")?,
+                reasoning_content: opt_str("reasoning_content")?,
             })
         })
         .collect()
@@ -822,6 +874,9 @@ mod tests {
         "tool_call_id",
         "id",
         "parallel_tool_calls",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "reasoning_content",
         "0",
         "7",
     ];
@@ -863,8 +918,12 @@ mod tests {
             }
             let _ = parse_prompt(&m, 100);
             let _ = parse_messages(&m);
+            let _ = parse_template_kwargs(&m);
             if let Ok(Some(t)) = parse_tools(&m) {
-                let _ = crate::runner::server::tools::call_grammar(&t);
+                use crate::runner::server::tool_format::ToolFormat;
+                for f in [ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3, ToolFormat::Mistral] {
+                    let _ = f.grammar(&t, false);
+                }
             }
         }
     }
@@ -1087,6 +1146,36 @@ mod tests {
                 r#"{"messages": [{"role": "assistant", "tool_calls": [{}]}]}"#
             ))
             .is_err()
+        );
+    }
+
+    #[test]
+    fn template_kwargs_and_reasoning_effort() {
+        let k = |s: &str| parse_template_kwargs(&obj(s));
+        assert!(k("{}").unwrap().is_empty());
+        let kw = k(r#"{"chat_template_kwargs": {"enable_thinking": false, "x": 1}}"#).unwrap();
+        assert_eq!(kw["enable_thinking"], json!(false));
+        let kw = k(r#"{"reasoning_effort": "none"}"#).unwrap();
+        assert_eq!(
+            (&kw["enable_thinking"], &kw["reasoning_effort"]),
+            (&json!(false), &json!("none"))
+        );
+        let kw =
+            k(r#"{"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": true}}"#)
+                .unwrap();
+        assert_eq!(kw["enable_thinking"], json!(true));
+        names(
+            k(r#"{"chat_template_kwargs": [1]}"#).unwrap_err(),
+            "chat_template_kwargs",
+        );
+        names(
+            k(r#"{"reasoning_effort": "max"}"#).unwrap_err(),
+            "reasoning_effort",
+        );
+        // No seed: a different one each time.
+        assert_ne!(
+            common("{}").unwrap().sampler.seed,
+            common("{}").unwrap().sampler.seed
         );
     }
 

@@ -13,7 +13,9 @@ use serde_json::{Map, Value};
 
 use super::api::{self, ApiError};
 use super::metrics::Metrics;
+use super::reasoning::ReasoningFormat;
 use super::scheduler::Job;
+use super::tool_format::ToolFormat;
 use crate::runner::Tokenizer;
 use crate::runner::chat::ChatTemplate;
 use crate::runner::constrain::{GrammarCompiler, GrammarError};
@@ -31,6 +33,16 @@ pub struct AppState {
     pub tokenizer: Arc<Tokenizer>,
     /// Its chat template, if the file has one.
     pub template: Option<Arc<ChatTemplate>>,
+    /// The tool-call syntax the template teaches.
+    pub tool_format: ToolFormat,
+    /// Whether the template writes think blocks (only then are answers searched for one).
+    pub thinks: bool,
+    /// Where reasoning goes (`--reasoning-format`).
+    pub reasoning: ReasoningFormat,
+    /// `--cors-origin`.
+    pub cors_origin: Option<String>,
+    /// The panic test hook is on ([`super::scheduler::PANIC_HOOK_ENV`]).
+    pub panic_hook: bool,
     /// Compiles the grammars of structured output, or says why the model cannot have any.
     pub grammars: Result<Arc<GrammarCompiler>, GrammarError>,
     /// The name `/v1/models` lists and responses carry.

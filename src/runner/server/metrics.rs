@@ -58,6 +58,11 @@ pub struct Metrics {
     pub grammar_masks: AtomicU64,
     /// Nanoseconds spent computing and applying them.
     pub grammar_mask_nanos: AtomicU64,
+    /// Scheduler steps that panicked (their requests failed, the thread went on).
+    pub step_panics: AtomicU64,
+    /// 1 once the model thread cannot serve any more (it stopped, or kept panicking):
+    /// `/health` answers 503.
+    pub model_down: AtomicU64,
     /// (time, tokens sampled) of recent steps, for the rate gauge.
     recent: Mutex<VecDeque<(Instant, u64)>>,
 }
@@ -136,5 +141,7 @@ const SERIES: &[(&str, &str, &str, Read)] = &[
     ("draft_accepted_total", "counter", "Drafted tokens kept (the sampler drew them).", |m| g(&m.draft_accepted)),
     ("grammar_masks_total", "counter", "Token masks computed for constrained output (one per token).", |m| g(&m.grammar_masks)),
     ("grammar_mask_seconds_total", "counter", "Seconds spent computing and applying them.", |m| g(&m.grammar_mask_nanos) / 1e9),
+    ("step_panics_total", "counter", "Scheduler steps that panicked (their requests got a 500; the thread went on).", |m| g(&m.step_panics)),
+    ("model_down", "gauge", "1 when the model thread can no longer serve (/health answers 503).", |m| g(&m.model_down)),
     ("tokens_per_second", "gauge", "Tokens generated per second over the last 10 s.", |m| m.tokens_per_second()),
 ];

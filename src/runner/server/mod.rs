@@ -11,13 +11,15 @@
 pub mod api;
 pub mod app;
 pub mod conn;
+pub mod cors;
 pub mod metrics;
+pub mod reasoning;
 pub mod respond;
 pub mod routes;
 pub mod scheduler;
 pub mod text;
 pub mod tokens;
-pub mod tools;
+pub mod tool_format;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +64,10 @@ pub struct ServerConfig {
     pub model_path: String,
     /// Connection cap and timeouts, and the shutdown's grace period.
     pub limits: Limits,
+    /// Where the reasoning of thinking models goes (`--reasoning-format`).
+    pub reasoning_format: reasoning::ReasoningFormat,
+    /// The origin web pages may call from (CORS; `*`: any), or `None`: no CORS headers.
+    pub cors_origin: Option<String>,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -110,6 +116,11 @@ pub fn serve(
         metrics: metrics.clone(),
         tokenizer: tokenizer.clone(),
         template,
+        tool_format: tool_format::ToolFormat::detect(&template_source),
+        thinks: reasoning::template_thinks(&template_source),
+        reasoning: cfg.reasoning_format,
+        cors_origin: cfg.cors_origin.clone(),
+        panic_hook: std::env::var(scheduler::PANIC_HOOK_ENV).is_ok_and(|v| v == "1"),
         grammars,
         model_name: cfg.model_name.clone(),
         n_ctx: cfg.n_ctx,
@@ -206,6 +217,11 @@ fn props(cfg: &ServerConfig, template: &str, kv_bytes_per_position: usize) -> se
         "kv_budget": kv_budget(cfg),
         "kv_bytes_per_position": kv_bytes_per_position,
         "chat_template": template,
+        "tool_call_format": tool_format::ToolFormat::detect(template).name(),
+        "reasoning_format": match cfg.reasoning_format {
+            reasoning::ReasoningFormat::Deepseek => "deepseek",
+            reasoning::ReasoningFormat::None => "none",
+        },
         "default_generation_settings": {
             "n_ctx": cfg.n_ctx,
             "params": {

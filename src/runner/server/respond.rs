@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::http::{StatusCode, header};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use futures_util::stream::{BoxStream, SelectAll};
@@ -15,9 +15,13 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::api::{ApiError, Kind};
+use super::reasoning::{self, AnswerSpec, AnswerSplitter};
 use super::scheduler::{Event, Finish, TokenLogprob};
-use super::tools::{self, CallSplitter, Piece};
+use super::tool_format::{Piece, ToolFormat};
 use crate::runner::Tokenizer;
+
+/// How long a stream may stay silent before a comment (`: ping`) is sent.
+pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The parts of every response object of one request that do not change.
 pub struct Reply {
@@ -35,9 +39,12 @@ pub struct Reply {
     pub prompt_tokens: usize,
     /// Whether the request asked for `logprobs`.
     pub logprobs: bool,
-    /// Whether the model's `<tool_call>` blocks become `tool_calls` (a chat with tools that
-    /// may be called).
-    pub tool_calls: bool,
+    /// How a chat answer is split into reasoning, content and tool calls (`None`: the text
+    /// is the content, as for `/v1/completions`).
+    pub answer: Option<AnswerSpec>,
+    /// The seed of the first choice (a request without one gets a random one, reported so
+    /// that the run can be repeated).
+    pub seed: u64,
 }
 
 /// What a finished choice adds to `usage`.
@@ -76,8 +83,13 @@ fn finish_reason(finish: Finish, calls: usize) -> &'static str {
 impl Reply {
     /// A tool call in OpenAI's shape; `k` numbers the calls of choice `index`.
     fn tool_call(&self, index: usize, k: usize, name: &str, arguments: &str) -> Value {
+        let format = self
+            .answer
+            .as_ref()
+            .and_then(|a| a.tools.as_ref())
+            .map_or(ToolFormat::Hermes, |t| t.0);
         json!({
-            "id": format!("call_{}_{index}_{k}", self.id),
+            "id": format.call_id(&self.id, index, k),
             "type": "function",
             "function": {"name": name, "arguments": arguments},
         })
@@ -97,6 +109,13 @@ impl Reply {
         m.insert("object".into(), self.object(chunk).into());
         m.insert("created".into(), self.created.into());
         m.insert("model".into(), self.model.clone().into());
+        // The seed goes in the fingerprint OpenAI documents for reproducing a run, and as a
+        // field of its own (llama-server's).
+        m.insert(
+            "system_fingerprint".into(),
+            format!("t2p-{}-seed-{}", env!("CARGO_PKG_VERSION"), self.seed).into(),
+        );
+        m.insert("seed".into(), self.seed.into());
         m.insert("choices".into(), choices);
         m
     }
@@ -199,11 +218,14 @@ impl Reply {
 
     /// The `message` of a whole chat answer, and how many tool calls it made.
     fn message(&self, index: usize, text: String) -> (Value, usize) {
-        if !self.tool_calls {
+        let Some(spec) = &self.answer else {
             return (json!({"role": "assistant", "content": text}), 0);
-        }
-        let (content, calls) = tools::split_answer(&text);
+        };
+        let (thought, content, calls) = reasoning::split_answer(spec, &text);
         let mut msg = json!({"role": "assistant", "content": content});
+        if let Some(r) = thought {
+            msg["reasoning_content"] = r.into();
+        }
         if !calls.is_empty() {
             msg["tool_calls"] = calls
                 .iter()
@@ -283,8 +305,8 @@ struct Streaming {
     reply: Reply,
     /// Per choice: log-probabilities waiting for the text their tokens bring.
     pending: Vec<Vec<TokenLogprob>>,
-    /// Per choice, when tool calls are parsed: the splitter and the calls made so far.
-    calls: Vec<Option<(CallSplitter, usize)>>,
+    /// Per choice, when the answer is split: the splitter and the calls made so far.
+    calls: Vec<Option<(AnswerSplitter, usize)>>,
     left: usize,
     counts: Counts,
     include_usage: bool,
@@ -299,12 +321,7 @@ impl Streaming {
         let mut pieces = Vec::new();
         match &mut self.calls[i] {
             None => pieces.push(Piece::Content(t.to_string())),
-            Some((splitter, _)) => {
-                splitter.push(t, &mut pieces);
-                if end {
-                    splitter.finish(&mut pieces);
-                }
-            }
+            Some((splitter, _)) => splitter.push(t, end, &mut pieces),
         }
         for p in pieces {
             if p == Piece::Content(String::new()) {
@@ -313,6 +330,7 @@ impl Streaming {
             let lp = r.logprobs(&std::mem::take(&mut self.pending[i]));
             let delta = match p {
                 Piece::Content(c) => json!({"content": c}),
+                Piece::Reasoning(c) => json!({"reasoning_content": c}),
                 Piece::Call { name, arguments } => {
                     let (_, k) = self.calls[i].as_mut().expect("calls are parsed");
                     // A streamed call carries its position among the choice's calls.
@@ -364,7 +382,12 @@ impl Streaming {
     /// Queues the stream's last payloads: the usage and `[DONE]`, or an error.
     fn end(&mut self, error: Option<String>) {
         match error {
-            Some(e) => self.out.push_back(model_failed(e).body().to_string()),
+            Some(e) => {
+                // The error as an event of its own, then the usual end: clients that wait
+                // for `[DONE]` stop waiting.
+                self.out.push_back(model_failed(e).body().to_string());
+                self.out.push_back("[DONE]".into());
+            }
             None => {
                 if self.include_usage {
                     let mut m = self.reply.envelope(true, json!([]));
@@ -405,7 +428,7 @@ pub fn stream(
             .boxed()
         }));
     let calls = (0..n)
-        .map(|_| reply.tool_calls.then(|| (CallSplitter::default(), 0)))
+        .map(|_| reply.answer.as_ref().map(|a| (AnswerSplitter::new(a), 0)))
         .collect();
     let state = Streaming {
         events,
@@ -434,7 +457,10 @@ pub fn stream(
             }
         }
     });
-    let mut resp = Sse::new(body).into_response();
+    // A comment line after each idle stretch: a long prompt evaluation (or a wait for a slot)
+    // sends nothing else, and proxies with idle timeouts would cut the stream.
+    let ping = KeepAlive::new().interval(PING_EVERY).text("ping");
+    let mut resp = Sse::new(body).keep_alive(ping).into_response();
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         header::HeaderValue::from_static("no-cache"),

@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc::unbounded_channel;
 
 use super::api::{self, ApiError, Kind, Prompt, ToolChoice, Tools};
-use super::tools;
+use super::reasoning::{self, AnswerSpec};
 use crate::runner::constrain::{Constraint, Grammar};
 
 use super::app::{AppState, MAX_BODY, object_body, off_thread, too_large};
@@ -50,6 +50,10 @@ pub fn router(state: Shared) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            super::cors::cors,
+        ))
         .with_state(state)
 }
 
@@ -59,19 +63,36 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The key a request gives: `Authorization: Bearer KEY` (the scheme in any case, as HTTP
+/// says) or `x-api-key: KEY` (Anthropic-style clients).
+fn given_key(headers: &header::HeaderMap) -> Option<&[u8]> {
+    if let Some(v) = headers.get(header::AUTHORIZATION) {
+        let v = v.as_bytes();
+        let scheme = b"bearer ";
+        if v.len() > scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme) {
+            return Some(v[scheme.len()..].trim_ascii());
+        }
+    }
+    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
+}
+
+/// Whether `a == b`, in a time that depends on their lengths only (no early exit at the
+/// first difference, which would let a client find the key byte by byte from the timing).
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    // `black_box` keeps the optimizer from turning the fold back into an early exit.
+    std::hint::black_box(diff) == 0 && a.len() == b.len()
+}
+
 async fn check_key(State(st): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given != Some(key.as_str()) {
+        let ok = given_key(req.headers()).is_some_and(|g| same_key(g, key.as_bytes()));
+        if !ok {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "authentication_error",
                 "invalid_api_key",
-                "missing or wrong API key (Authorization: Bearer <key>)",
+                "missing or wrong API key (Authorization: Bearer <key>, or x-api-key: <key>)",
             )
             .into_response();
         }
@@ -169,7 +190,16 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
-async fn health() -> Response {
+async fn health(State(st): State<Shared>) -> Response {
+    if st.metrics.model_down.load(Relaxed) != 0 {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "model_down",
+            "the model thread has stopped; restart the server",
+        )
+        .into_response();
+    }
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
@@ -204,13 +234,15 @@ async fn chat_completions(
 }
 
 /// Tokenizes the request's prompt (off the async threads: a prompt can be megabytes); a chat's
-/// tools are rendered by the template with the messages.
+/// tools are rendered by the template with the messages. Also says whether the rendered chat
+/// prompt leaves the model inside a think block.
 async fn prompt_ids(
     st: &Shared,
     m: &Map<String, Value>,
     kind: Kind,
     tools: Option<&Tools>,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<(Vec<u32>, bool), ApiError> {
+    let mut opens_think = false;
     enum Src {
         Text(String, bool),
         Ids(Vec<u32>),
@@ -222,6 +254,7 @@ async fn prompt_ids(
         },
         Kind::Chat => {
             let messages = api::parse_messages(m)?;
+            let kwargs = api::parse_template_kwargs(m)?;
             let tmpl = st.template.as_ref().ok_or_else(|| {
                 ApiError::invalid(
                     "no_chat_template",
@@ -229,12 +262,15 @@ async fn prompt_ids(
                 )
             })?;
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
-            let tools = tools.map_or(&[][..], |t| &t.raw[..]);
-            let text = tmpl
-                .render_with_tools(&messages, tools, true)
+            // Rendered off the async threads: a long conversation takes milliseconds.
+            let tools = tools.map(|t| t.raw.clone()).unwrap_or_default();
+            let tmpl = tmpl.clone();
+            let text = off_thread(move || tmpl.render_with(&messages, &tools, true, &kwargs))
+                .await?
                 .map_err(|e| {
                     ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
                 })?;
+            opens_think = reasoning::prompt_opens_think(&text);
             Src::Text(text, false)
         }
     };
@@ -269,17 +305,19 @@ async fn prompt_ids(
             ),
         ));
     }
-    Ok(ids)
+    Ok((ids, opens_think))
 }
 
 /// The grammar the output follows: the request's structured-output grammar, or the tool-call
 /// grammar when the request must call a tool (not both).
 fn output_grammar(
+    st: &Shared,
     requested: Option<Grammar>,
     tools: Option<&Tools>,
+    in_think: bool,
 ) -> Result<Option<Grammar>, ApiError> {
     let calls = match tools {
-        Some(t) => tools::call_grammar(t).map_err(|e| {
+        Some(t) => st.tool_format.grammar(t, in_think).map_err(|e| {
             ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
         })?,
         None => None,
@@ -312,14 +350,15 @@ async fn complete(
     body: Result<Bytes, BytesRejection>,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    let m = object_body(body)?;
+    // A body of up to 16 MiB is parsed off the async threads (they serve every connection).
+    let m = off_thread(move || object_body(body)).await??;
     let mut common = api::parse_common(&m, kind, st.n_ctx, st.n_vocab)?;
     let tools = match kind {
         Kind::Chat => api::parse_tools(&m)?,
         Kind::Text => None,
     };
-    let grammar = output_grammar(common.grammar.take(), tools.as_ref())?;
-    let prompt = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
+    let (prompt, opens_think) = prompt_ids(&st, &m, kind, tools.as_ref()).await?;
+    let grammar = output_grammar(&st, common.grammar.take(), tools.as_ref(), opens_think)?;
     let constraint = match grammar {
         Some(g) => Some(compile(&st, g).await?),
         None => None,
@@ -349,6 +388,7 @@ async fn complete(
                 constraint: constraint.as_ref().map(Constraint::fork),
                 events: tx,
                 siblings: Vec::new(),
+                inject_panic: st.panic_hook && m.get("t2p_test_panic") == Some(&Value::Bool(true)),
             }
         })
         .collect();
@@ -384,11 +424,32 @@ async fn complete(
         tokenizer: st.tokenizer.clone(),
         prompt_tokens: prompt_len,
         logprobs: common.logprobs.is_some(),
-        tool_calls: tools.is_some_and(|t| t.choice != ToolChoice::None),
+        answer: answer_spec(&st, kind, tools, opens_think),
+        seed: common.sampler.seed,
     };
     if common.stream {
         Ok(respond::stream(reply, receivers, common.include_usage))
     } else {
         respond::whole(reply, receivers, common.return_tokens).await
     }
+}
+
+/// How a chat answer is split: think blocks when the template writes them, tool calls in the
+/// template's syntax when the request has tools it may call; `None` when the text is all
+/// content.
+fn answer_spec(
+    st: &Shared,
+    kind: Kind,
+    tools: Option<Tools>,
+    opens_think: bool,
+) -> Option<AnswerSpec> {
+    let tools = tools
+        .filter(|t| t.choice != ToolChoice::None)
+        .map(|t| (st.tool_format, t.list.into()));
+    let think = st.thinks.then_some(opens_think);
+    (kind == Kind::Chat && (tools.is_some() || think.is_some())).then_some(AnswerSpec {
+        think,
+        reasoning: st.reasoning,
+        tools,
+    })
 }

@@ -106,6 +106,35 @@ pub struct Job {
     /// The request's further choices: the same prompt (and limits), their own sampler and
     /// events; they share this job's prompt evaluation.
     pub siblings: Vec<Job>,
+    /// Test hook: the first step that feeds this job panics (see [`PANIC_HOOK_ENV`]).
+    pub inject_panic: bool,
+}
+
+/// The environment variable that, set to `1` when the server starts, lets a request with
+/// `"t2p_test_panic": true` make the scheduler step that feeds it panic: how the tests check
+/// that a fault fails only that step's requests and the server goes on.
+pub const PANIC_HOOK_ENV: &str = "T2P_SERVE_TEST_PANIC";
+
+/// Consecutive panicking steps after which the model thread is taken for broken (a panic that
+/// left shared state unusable makes every later step panic too): it stops, `/health` says 503.
+const MAX_CONSECUTIVE_PANICS: u32 = 8;
+
+/// Sets `model_down` when the scheduler thread ends, however it ends (a panic outside the
+/// guarded steps included).
+struct DownOnExit<'a>(&'a Metrics);
+
+impl Drop for DownOnExit<'_> {
+    fn drop(&mut self) {
+        self.0.model_down.store(1, Relaxed);
+    }
+}
+
+/// The text of a caught panic's payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
 }
 
 /// Settings of the scheduler.
@@ -220,6 +249,8 @@ pub fn run(
     cut: Arc<AtomicBool>,
 ) {
     metrics.slots.store(cfg.parallel as u64, Relaxed);
+    let _down = DownOnExit(&metrics);
+    let mut panics_in_a_row = 0u32;
     let cfg = SchedulerConfig {
         draft: cfg.draft.filter(|_| !model.is_hybrid()),
         ..cfg
@@ -275,7 +306,33 @@ pub fn run(
             }
             continue;
         }
-        step(model, exec, tok, cfg, &mut slots, &metrics);
+        // A panic (an `expect` of the scheduler, the model code, the grammar engine) fails the
+        // requests of this step only: their sessions are dropped (a pass that stopped midway
+        // may have left them half-written) and the thread goes on with the next requests.
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            step(model, exec, tok, cfg, &mut slots, &metrics)
+        }));
+        match stepped {
+            Ok(()) => panics_in_a_row = 0,
+            Err(p) => {
+                metrics.step_panics.fetch_add(1, Relaxed);
+                panics_in_a_row += 1;
+                let busy: Vec<usize> = (0..slots.len())
+                    .filter(|&i| slots[i].active.is_some())
+                    .collect();
+                let msg = format!(
+                    "the model failed while serving this request ({}); the server goes on",
+                    panic_text(p.as_ref())
+                );
+                fail_batch(&busy, &mut slots, &metrics, &msg);
+                if panics_in_a_row >= MAX_CONSECUTIVE_PANICS {
+                    eprintln!(
+                        "libt2p serve: {panics_in_a_row} steps in a row panicked; the model thread stops"
+                    );
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -509,6 +566,13 @@ fn step(
     let feeds = plan_feeds(cfg, slots);
     if feeds.iter().all(|f| f.is_empty()) {
         return;
+    }
+    let injected = slots
+        .iter()
+        .zip(&feeds)
+        .any(|(s, f)| !f.is_empty() && s.active.as_ref().is_some_and(|a| a.job.inject_panic));
+    if injected {
+        panic!("a panic injected by the test hook");
     }
     let t0 = Instant::now();
     // A decoding slot that drafted needs the logits of every position it fed.
