@@ -79,6 +79,13 @@ pub struct Args {
     /// finish_reason "length" (a second signal ends them at once).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     shutdown_timeout: Duration,
+    /// Serve the chat page at / (the default; the API key, if any, guards the API it calls,
+    /// not the page).
+    #[arg(long, overrides_with = "no_webui")]
+    webui: bool,
+    /// Do not serve the chat page (/ answers 404).
+    #[arg(long = "no-webui", overrides_with = "webui")]
+    no_webui: bool,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -125,6 +132,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
             max_connections: args.max_connections as usize,
             shutdown_timeout: args.shutdown_timeout,
         },
+        webui: !args.no_webui,
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

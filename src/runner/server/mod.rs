@@ -18,6 +18,7 @@ pub mod scheduler;
 pub mod text;
 pub mod tokens;
 pub mod tools;
+pub mod webui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +63,8 @@ pub struct ServerConfig {
     pub model_path: String,
     /// Connection cap and timeouts, and the shutdown's grace period.
     pub limits: Limits,
+    /// Serve the chat page at `/` ([`webui`]).
+    pub webui: bool,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -140,6 +143,7 @@ pub fn serve(
     let result = rt.block_on(listen(
         cfg.addr,
         cfg.limits,
+        cfg.webui,
         state,
         conn_metrics,
         cut,
@@ -158,6 +162,7 @@ pub fn serve(
 async fn listen(
     addr: SocketAddr,
     limits: Limits,
+    webui: bool,
     state: Arc<AppState>,
     conn_metrics: Arc<Metrics>,
     cut: Arc<AtomicBool>,
@@ -182,15 +187,11 @@ async fn listen(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     on_listen(listener.local_addr()?);
     let (first, second) = (nth(1), nth(2));
-    conn::accept_loop(
-        listener,
-        routes::router(state),
-        conn_metrics,
-        limits,
-        first,
-        second,
-        || cut.store(true, Ordering::Relaxed),
-    )
+    let app = routes::router(state);
+    let app = if webui { webui::with_page(app) } else { app };
+    conn::accept_loop(listener, app, conn_metrics, limits, first, second, || {
+        cut.store(true, Ordering::Relaxed)
+    })
     .await;
     Ok(())
 }
