@@ -131,6 +131,7 @@ class BrowserCase:
     """A headless Chromium on a fresh profile, pointed at a server started by the subclass."""
 
     SERVER_ARGS = ()
+    CTX = 512
 
     @classmethod
     def setUpClass(cls):
@@ -139,7 +140,7 @@ class BrowserCase:
             if REQUIRED:
                 raise RuntimeError("the browser tests need Chromium, chromedriver and selenium: " + why)
             raise unittest.SkipTest("no browser (" + why + "); test.sh installs it and requires it")
-        cls.srv = Server(CHAT, *cls.SERVER_ARGS)
+        cls.srv = Server(CHAT, *cls.SERVER_ARGS, ctx=cls.CTX)
         cls.profile = tempfile.mkdtemp(prefix="t2p-chromium-")
         opts = webdriver.ChromeOptions()
         opts.binary_location = CHROMIUM
@@ -229,7 +230,9 @@ class BrowserCase:
 
 
 class Page(BrowserCase, unittest.TestCase):
-    SERVER_ARGS = ("--parallel", "2", "-t", "1")
+    # The whole context of the tiny model: an answer long enough to stop in the middle.
+    CTX = 4096
+    SERVER_ARGS = ("--parallel", "2")
 
     def test_answer_is_streamed_and_equals_the_greedy_one(self):
         # The request the page sends, seen from inside the page.
@@ -278,7 +281,7 @@ class Page(BrowserCase, unittest.TestCase):
             {"content": "<|im_end|><|endoftext|>", "parse_special": True}).encode())
         ban = {str(t): -100 for t in json.loads(data)["tokens"]}
         self.assertEqual(len(ban), 2)
-        self.settings(temperature=0, max_tokens=480, extra=json.dumps({"logit_bias": ban}))
+        self.settings(temperature=0, max_tokens=4000, extra=json.dumps({"logit_bias": ban}))
         before = self.srv.metrics()
         self.say("Tell me a long story")
         WebDriverWait(self.driver, WAIT).until(lambda d: d.execute_script(
@@ -293,10 +296,14 @@ class Page(BrowserCase, unittest.TestCase):
         self.assertTrue(self.srv.wait_metric("slots_busy", 0), "the slot is freed")
         after = self.srv.metrics()
         self.assertEqual(after["requests_cancelled_total"], before["requests_cancelled_total"] + 1)
-        self.assertLess(after["completion_tokens_total"] - before["completion_tokens_total"], 480)
+        self.assertLess(after["completion_tokens_total"] - before["completion_tokens_total"], 4000)
         # What was shown is kept, and is the start of the greedy answer.
         partial = self.current()["messages"][1]["content"]
         self.assertGreater(len(partial), 20)
+        made = int(after["completion_tokens_total"] - before["completion_tokens_total"])
+        whole = self.api({"messages": [{"role": "user", "content": "Tell me a long story"}],
+                          "max_tokens": made + 1, "temperature": 0, "logit_bias": ban})
+        self.assertTrue(whole["choices"][0]["message"]["content"].startswith(partial))
         self.assertTrue(self.el("#send").is_displayed())
         self.shot("stopped")
 
@@ -386,7 +393,7 @@ class Page(BrowserCase, unittest.TestCase):
         self.el("#menu").click()
         WebDriverWait(self.driver, 5).until(lambda d: side() > 100)
         self.shot("narrow-menu")
-        self.el("#menu").click()
+        self.el("#close-side").click()
         WebDriverWait(self.driver, 5).until(lambda d: side() <= 0)
         self.settings(temperature=0, max_tokens=12)
         self.say("Hi from a phone")

@@ -521,6 +521,7 @@ $("new-chat").addEventListener("click", () => {
   $("input").focus();
 });
 $("menu").addEventListener("click", () => document.body.classList.toggle("show-side"));
+$("close-side").addEventListener("click", () => document.body.classList.remove("show-side"));
 window.addEventListener("storage", (e) => {
   // Another tab changed the conversations: take its copy unless this one is streaming.
   if (e.key === KEYS.conversations && !live) {
