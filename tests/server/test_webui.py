@@ -375,6 +375,81 @@ class Page(BrowserCase, unittest.TestCase):
         self.assertEqual(self.el("#title").get_property("textContent"), "<img src=y onerror=window.__xss=4>")
         self.shot("markup")
 
+    def stub_chat(self, replies):
+        """Replaces the page's fetch of /v1/chat/completions by canned replies, one per request:
+        {"status", "json"} or {"events": [payloads]} (server-sent events). For what this server
+        cannot be made to send on demand: a 413, a 503, another branch's `reasoning_content`."""
+        self.js("""
+            window.__replies = arguments[0];
+            window.__sent = [];
+            const real = window.fetch;
+            window.fetch = async (url, opts) => {
+              if (url !== "/v1/chat/completions") return real(url, opts);
+              window.__sent.push(JSON.parse(opts.body));
+              const r = window.__replies.shift();
+              if (r.events) {
+                const enc = new TextEncoder();
+                const body = new ReadableStream({ start(c) {
+                  for (const e of r.events) c.enqueue(enc.encode("data: " + (typeof e === "string" ? e : JSON.stringify(e)) + "\\n\\n"));
+                  c.close();
+                } });
+                return new Response(body, { status: 200, headers: { "Content-Type": "text/event-stream" } });
+              }
+              return new Response(JSON.stringify(r.json), { status: r.status, headers: { "Content-Type": "application/json" } });
+            };""", replies)
+
+    def test_reasoning_is_folded_and_errors_are_shown_in_place(self):
+        def err(code, message):
+            return {"error": {"message": message, "type": "server_error", "code": code}}
+
+        def delta(**d):
+            return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": d, "finish_reason": None}]}
+
+        usage = {"object": "chat.completion.chunk", "choices": [],
+                 "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}}
+        self.stub_chat([
+            {"status": 503, "json": err("server_busy", "the server is busy <b>now</b>")},
+            {"events": [delta(role="assistant", content=""), delta(reasoning_content="Think <i>first</i>,"),
+                        delta(reasoning_content=" then answer."), delta(content="The **answer**."), usage, "[DONE]"]},
+            {"status": 413, "json": err("body_too_large", "the request body is larger than 16777216 bytes")},
+            {"events": [delta(content="half"), err("model_error", "the model thread stopped")]},
+        ])
+        self.say("question")
+        self.wait_idle()
+        view = self.els("#messages .msg")[-1]
+        self.assertEqual(view.get_attribute("data-state"), "error")
+        box = view.find_element(By.CSS_SELECTOR, ".error")
+        self.assertIn("busy", box.text)
+        self.assertIn("(503) the server is busy <b>now</b>", box.get_property("textContent"))
+        self.assertEqual(box.find_elements(By.CSS_SELECTOR, "b"), [])
+        self.shot("busy")
+        box.find_element(By.CSS_SELECTOR, "button.retry").click()
+        self.wait_idle()
+        msgs = self.current()["messages"]
+        self.assertEqual([m["role"] for m in msgs], ["user", "assistant"], "the retry replaced the error")
+        self.assertEqual((msgs[1]["content"], msgs[1]["reasoning"]), ("The **answer**.", "Think <i>first</i>, then answer."))
+        view = self.els("#messages .msg")[-1]
+        details = view.find_element(By.CSS_SELECTOR, "details.reasoning")
+        self.assertIsNone(details.get_attribute("open"), "folded")
+        self.assertEqual(details.find_element(By.CSS_SELECTOR, ".reasoning-text").get_property("textContent"),
+                         "Think <i>first</i>, then answer.")
+        self.assertEqual(view.find_element(By.CSS_SELECTOR, ".content").get_property("textContent"), "The answer.")
+        self.assertIn("prompt 7 tokens · generated 5", view.find_element(By.CSS_SELECTOR, ".stats").text)
+        details.find_element(By.CSS_SELECTOR, "summary").click()
+        self.shot("reasoning")
+        self.say("more")
+        self.wait_idle()
+        # The answer goes back with the conversation, its reasoning does not.
+        self.assertEqual(self.js("return window.__sent")[-1]["messages"], [
+            {"role": "user", "content": "question"}, {"role": "assistant", "content": "The **answer**."},
+            {"role": "user", "content": "more"}])
+        self.assertIn("too large", self.els("#messages .msg")[-1].find_element(By.CSS_SELECTOR, ".error").text)
+        self.els("#messages .msg")[-1].find_element(By.CSS_SELECTOR, "button.retry").click()
+        self.wait_idle()
+        last = self.current()["messages"][-1]
+        self.assertEqual(last["content"], "half")
+        self.assertEqual(last["error"]["message"], "the model thread stopped")
+
     def test_narrow_window_keeps_the_message_box_usable(self):
         self.driver.set_window_size(390, 800)
         self.driver.refresh()

@@ -77,8 +77,6 @@ fn respond(kind: &'static str, body: &'static str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     /// The page must never need an inline script or handler: the CSP would block it.
     #[test]
     fn page_has_no_inline_script_or_handler() {

@@ -133,6 +133,7 @@ function startRename(li, conv) {
 
 function select(id) {
   currentId = id;
+  if (!live) $("stats").textContent = "";
   persist();
   renderAll();
   document.body.classList.remove("show-side");
