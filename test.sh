@@ -3,7 +3,7 @@
 # path), and the C unit tests on both; macOS and Windows checks (tests/platforms.sh: cargo check,
 # a mingw-w64 build tested under wine, link options per linker). Installs what is missing first
 # (rustup targets, cross linkers, qemu-user-static, libclang for bindgen, mingw-w64, wine,
-# clang, lld). Usage: ./test.sh [--no-install]
+# clang, lld; Chromium and its driver for the chat page's browser tests). Usage: ./test.sh [--no-install]
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,13 +11,13 @@ step() { printf '\n==== %s ====\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if [ "${1:-}" != "--no-install" ]; then
-    step "install: rustup targets, cross linkers, qemu, libclang, python3-venv, mingw-w64, wine, clang, lld"
+    step "install: rustup targets, cross linkers, qemu, libclang, python3-venv, mingw-w64, wine, clang, lld, chromium"
     for t in aarch64-unknown-linux-gnu aarch64-apple-darwin x86_64-apple-darwin aarch64-pc-windows-msvc x86_64-pc-windows-gnu; do
         rustup target list --installed | grep -qx "$t" || rustup target add "$t"
     done
     missing=()
     for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static libclang-dev make cmake pkg-config python3-venv \
-               gcc-mingw-w64-x86-64 wine wine64 clang lld-15 llvm; do
+               gcc-mingw-w64-x86-64 wine wine64 clang lld-15 llvm chromium chromium-driver; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
     if [ ${#missing[@]} -gt 0 ]; then
@@ -59,6 +59,10 @@ if ! cmp -s tests/server/requirements.txt "$venv/requirements.txt" 2>/dev/null; 
     cp tests/server/requirements.txt "$venv/requirements.txt"
 fi
 T2P_LIBT2P=target/release/libt2p "$venv/bin/python" -m unittest tests/server/test_server.py
+
+step "x86_64: the chat page of libt2p serve in headless Chromium (tests/server/test_webui.py)"
+# Required here: a missing browser fails the run (by hand, without one, the tests skip).
+T2P_REQUIRE_BROWSER=1 T2P_LIBT2P=target/release/libt2p "$venv/bin/python" -m unittest tests/server/test_webui.py
 
 step "x86_64: C unit tests; libt2p.so exports only t2p_*, however it is built"
 # The README's plain build (default features: llguidance's own C API is linked in and hidden by

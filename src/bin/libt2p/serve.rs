@@ -88,6 +88,13 @@ pub struct Args {
     /// browsers refuse cross-origin calls.
     #[arg(long = "cors-origin")]
     cors_origin: Option<String>,
+    /// Serve the chat page at / (the default; the API key, if any, guards the API it calls,
+    /// not the page).
+    #[arg(long, overrides_with = "no_webui")]
+    webui: bool,
+    /// Do not serve the chat page (/ answers 404).
+    #[arg(long = "no-webui", overrides_with = "webui")]
+    no_webui: bool,
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -136,6 +143,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
         reasoning_format: ReasoningFormat::parse(&args.reasoning_format)?,
         cors_origin: args.cors_origin.clone(),
+        webui: !args.no_webui,
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

@@ -20,6 +20,7 @@ pub mod scheduler;
 pub mod text;
 pub mod tokens;
 pub mod tool_format;
+pub mod webui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,6 +69,7 @@ pub struct ServerConfig {
     pub reasoning_format: reasoning::ReasoningFormat,
     /// The origin web pages may call from (CORS; `*`: any), or `None`: no CORS headers.
     pub cors_origin: Option<String>,
+pub mod webui;
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -151,6 +153,7 @@ pub fn serve(
     let result = rt.block_on(listen(
         cfg.addr,
         cfg.limits,
+        cfg.webui,
         state,
         conn_metrics,
         cut,
@@ -169,6 +172,7 @@ pub fn serve(
 async fn listen(
     addr: SocketAddr,
     limits: Limits,
+    webui: bool,
     state: Arc<AppState>,
     conn_metrics: Arc<Metrics>,
     cut: Arc<AtomicBool>,
@@ -193,15 +197,11 @@ async fn listen(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     on_listen(listener.local_addr()?);
     let (first, second) = (nth(1), nth(2));
-    conn::accept_loop(
-        listener,
-        routes::router(state),
-        conn_metrics,
-        limits,
-        first,
-        second,
-        || cut.store(true, Ordering::Relaxed),
-    )
+    let app = routes::router(state);
+    let app = if webui { webui::with_page(app) } else { app };
+    conn::accept_loop(listener, app, conn_metrics, limits, first, second, || {
+        cut.store(true, Ordering::Relaxed)
+    })
     .await;
     Ok(())
 }
