@@ -299,7 +299,14 @@ fn errors_name_the_field_and_offset() {
         unreachable!()
     };
     bytes[pos..pos + 4].copy_from_slice(&77u32.to_le_bytes());
-    let e = GgufFile::from_bytes(&bytes).unwrap_err();
+    // The header still reads (so `libt2p info` can show the file); the load refuses by name.
+    let gguf = GgufFile::from_bytes(&bytes).unwrap();
+    let e = t2p::runner::TensorStore::load(
+        &gguf,
+        &mut std::io::Cursor::new(&bytes),
+        &t2p::runner::LoadOptions::default(),
+    )
+    .unwrap_err();
     assert!(
         matches!(&e, GgufError::UnknownTensorType { name, type_id: 77, .. } if name == "token_embd.weight"),
         "{e}"

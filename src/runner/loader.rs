@@ -324,6 +324,14 @@ impl TensorStore {
     pub fn load<R: Read + Seek>(gguf: &GgufFile, src: &mut R, opts: &LoadOptions) -> Result<Self> {
         // Refuse before reading anything, so a bad file costs no I/O.
         for t in gguf.tensors() {
+            if t.ggml_type.tensor_bytes(&t.shape) != Some(t.n_bytes) {
+                // An id the header reader found no layout for (it only sized it by its room).
+                return Err(GgufError::UnknownTensorType {
+                    name: t.name.clone(),
+                    offset: t.info_offset,
+                    type_id: t.stored_type_id,
+                });
+            }
             if !t.ggml_type.is_loadable() {
                 return Err(GgufError::UnsupportedTensorType {
                     name: t.name.clone(),
