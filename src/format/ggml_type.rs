@@ -201,7 +201,17 @@ impl GgmlType {
 
     /// Whether the runner's `TensorStore` can load tensors of this type.
     pub fn is_loadable(self) -> bool {
-        self.is_ternary() || self.is_quant() || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+        self.is_ternary()
+            || self.is_quant()
+            || self.is_int8_ternary()
+            || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+    }
+
+    /// Whether the type is a BitNet format with f32 scales (I2_S, IQ2_BN): repacked into T2P
+    /// blocks of scale 1.0 and multiplied with per-token int8 activations
+    /// ([`crate::matmul::Int8Matrix`]).
+    pub fn is_int8_ternary(self) -> bool {
+        matches!(self, Self::I2_S | Self::IQ2_BN)
     }
 
     /// Whether the type is one of ggml's standard block types the runner multiplies as the
@@ -238,6 +248,7 @@ impl GgmlType {
         TABLE
             .iter()
             .map(|t| GgmlType(t.id))
+            .chain([Self::I2_S, Self::IQ2_BN])
             .filter(|t| t.is_loadable())
             .map(|t| t.name())
             .collect::<Vec<_>>()
