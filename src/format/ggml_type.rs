@@ -119,6 +119,14 @@ impl GgmlType {
     pub const Q2_0_G64: GgmlType = GgmlType(1042);
     /// `(weights, bytes)` of a [`GgmlType::Q2_0_G64`] block.
     pub const Q2_0_G64_BLOCK: (u64, u64) = (64, 18);
+    /// bitnet.cpp's I2_S (id 36 in its files): 2-bit codes of the whole tensor in blocks of 128
+    /// weights in 32 bytes, then one f32 scale and 28 bytes of padding (`n / 4 + 32` bytes; see
+    /// [`crate::format::i2s`]). Not in the block table: its size is not a block count, and the
+    /// id is unused or other in other files, so the reader decides it per file.
+    pub const I2_S: GgmlType = GgmlType(36);
+    /// ik_llama.cpp's IQ2_BN (id 135): per row an f32 scale, then blocks of 64 weights in 16
+    /// bytes (`rows * (4 + k / 4)` bytes; see [`crate::format::i2s`]).
+    pub const IQ2_BN: GgmlType = GgmlType(135);
 
     const fn info(self) -> Option<&'static TypeInfo> {
         // A loop rather than an iterator so that the block structs can check themselves
@@ -146,6 +154,8 @@ impl GgmlType {
         match self.table_name() {
             Some(n) => n.to_string(),
             None if self == Self::Q2_0_LEGACY => "q2_0".to_string(),
+            None if self == Self::I2_S => "i2_s".to_string(),
+            None if self == Self::IQ2_BN => "iq2_bn".to_string(),
             None => format!("type{}", self.0),
         }
     }
@@ -155,6 +165,28 @@ impl GgmlType {
         match self.info() {
             Some(i) => Some((i.block as u64, i.bytes as u64)),
             None => None,
+        }
+    }
+
+    /// Bytes of a tensor of `shape` (ggml order) in this type: a block count for the table's
+    /// types, `n / 4 + 32` for [`I2_S`](Self::I2_S) (rows of a multiple of 128), `rows * (4 +
+    /// k / 4)` for [`IQ2_BN`](Self::IQ2_BN) (rows of a multiple of 64). `None` when the shape
+    /// does not fit the layout, the size overflows, or the type has no known size.
+    pub fn tensor_bytes(self, shape: &[u64]) -> Option<u64> {
+        let k = *shape.first()?;
+        let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
+        match self {
+            Self::I2_S => k.is_multiple_of(128).then(|| n / 4 + 32),
+            Self::IQ2_BN => k
+                .is_multiple_of(64)
+                .then(|| (n / k.max(1)).checked_mul(4 + k / 4))
+                .flatten(),
+            _ => {
+                let (w, b) = self.block()?;
+                k.is_multiple_of(w)
+                    .then(|| (n / w).checked_mul(b))
+                    .flatten()
+            }
         }
     }
 
@@ -169,7 +201,17 @@ impl GgmlType {
 
     /// Whether the runner's `TensorStore` can load tensors of this type.
     pub fn is_loadable(self) -> bool {
-        self.is_ternary() || self.is_quant() || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+        self.is_ternary()
+            || self.is_quant()
+            || self.is_int8_ternary()
+            || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+    }
+
+    /// Whether the type is a BitNet format with f32 scales (I2_S, IQ2_BN): repacked into T2P
+    /// blocks of scale 1.0 and multiplied with per-token int8 activations
+    /// ([`crate::matmul::Int8Matrix`]).
+    pub fn is_int8_ternary(self) -> bool {
+        matches!(self, Self::I2_S | Self::IQ2_BN)
     }
 
     /// Whether the type is one of ggml's standard block types the runner multiplies as the
@@ -206,6 +248,7 @@ impl GgmlType {
         TABLE
             .iter()
             .map(|t| GgmlType(t.id))
+            .chain([Self::I2_S, Self::IQ2_BN])
             .filter(|t| t.is_loadable())
             .map(|t| t.name())
             .collect::<Vec<_>>()

@@ -23,6 +23,7 @@ macro_rules! match_block_type {
 pub(crate) use match_block_type;
 
 mod ggml_type;
+pub mod i2s;
 mod pq2_0;
 mod q8_0;
 mod q8k;

@@ -35,7 +35,10 @@ use crate::format::{
 use crate::kernels::{Gemm, Kernels};
 use crate::pool::{ThreadPool, unit_chunk};
 
+mod int8;
 pub mod parallel;
+
+pub use int8::Int8Matrix;
 
 pub use parallel::{QuantProduct, RowChunked, StepTime, T2pProduct, run_products};
 
@@ -442,6 +445,21 @@ impl QuantizedBatch {
         let mut work = vec![0u32; layout.work_words()];
         work.copy_from_slice(bytemuck::cast_slice(&quads[..ncols * (k / QK_PQ2_0)]));
         Ok(QuantizedBatch { layout, work })
+    }
+
+    /// Makes this a `q8_0` batch of `ncols` columns of length `k` whose quads `fill` writes
+    /// (`k / 128` per column, column after column), reusing the buffer's allocation.
+    pub fn fill_q8_0_columns(
+        &mut self,
+        k: usize,
+        ncols: usize,
+        fill: impl FnOnce(&mut [BlockQ8_0Quad]),
+    ) -> Result<()> {
+        let layout = ActLayout::new(k, ncols, ActQuant::Q8_0)?;
+        self.layout = layout;
+        self.work.resize(layout.work_words(), 0);
+        fill(bytemuck::cast_slice_mut(&mut self.work[..]));
+        Ok(())
     }
 
     /// Quantizes `ncols` columns of `x` (one after another) as `act` into this batch, in shares

@@ -106,8 +106,13 @@ pub enum GgufError {
         /// What is wrong.
         reason: String,
     },
-    /// A GGML type id this crate does not know.
-    #[error("tensor {name:?} (info at byte {offset}): unknown GGML type id {type_id}")]
+    /// A GGML type id this crate does not know, or none of whose known layouts fits the file's
+    /// tensors of that id (the header still reads, so that tools can describe the file; the
+    /// load refuses).
+    #[error(
+        "tensor {name:?} (info at byte {offset}): GGML type id {type_id} is unknown, or in a \
+         layout t2p does not know (no known layout fits the file's tensors of this id)"
+    )]
     UnknownTensorType {
         /// Tensor name.
         name: String,

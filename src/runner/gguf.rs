@@ -187,7 +187,8 @@ pub struct TensorInfo {
     /// Dimensions in ggml order: `shape[0]` is the contiguous one (`k` for a weight matrix,
     /// whose `shape[1]` is the number of output rows).
     pub shape: Vec<u64>,
-    /// The type its bytes are in (legacy id 42 with the pq2_0 layout is reported as pq2_0).
+    /// The type its bytes are in, decided for the whole file (legacy id 42 with the pq2_0
+    /// layout is reported as pq2_0; an id no known layout fits stays as stored).
     pub ggml_type: GgmlType,
     /// The type id as stored in the file.
     pub stored_type_id: u32,
@@ -436,8 +437,8 @@ impl<R: Read> Reader<R> {
         Ok((key_offset, key, value))
     }
 
-    /// Tensor info `i`, its shape and data offset checked (the byte size of legacy id 42 is
-    /// left 0 for [`GgufFile::check_tensor_ranges`] to resolve).
+    /// Tensor info `i`, its shape and data offset checked (the byte size of an id without a
+    /// fixed block size is left 0 for [`GgufFile::check_tensor_ranges`] to resolve).
     fn tensor_info(&mut self, i: u64, alignment: u64) -> Result<TensorInfo> {
         let info_offset = self.pos;
         let name = self.string(&|| format!("name of tensor {i}"))?;
@@ -477,15 +478,10 @@ impl<R: Read> Reader<R> {
                     .checked_mul(bytes)
                     .ok_or_else(|| bad("byte size overflows".into()))?
             }
-            // Resolved once every offset is known.
-            None if ggml_type == GgmlType::Q2_0_LEGACY => 0,
-            None => {
-                return Err(GgufError::UnknownTensorType {
-                    name,
-                    offset: info_offset,
-                    type_id,
-                });
-            }
+            // An id whose size is not a block count (i2_s, iq2_bn), means different layouts in
+            // different files (42), or is unknown: sized once every offset is known
+            // (`type_ids::resolve`).
+            None => 0,
         };
         if !offset.is_multiple_of(alignment) {
             return Err(bad(format!(
@@ -617,8 +613,8 @@ impl GgufFile {
         Ok(file)
     }
 
-    /// Resolves legacy id 42 and checks that every tensor lies inside the file without
-    /// overlapping another.
+    /// Resolves the ids whose layout depends on the file ([`super::type_ids`]) and checks that
+    /// every tensor lies inside the file without overlapping another.
     fn check_tensor_ranges(&mut self) -> Result<()> {
         if self.tensors.is_empty() {
             return Ok(());
@@ -635,50 +631,32 @@ impl GgufFile {
         })?;
         let mut order: Vec<usize> = (0..self.tensors.len()).collect();
         order.sort_by_key(|&i| self.tensors[i].offset);
+        // Room of each tensor up to the next tensor (or the end of the file): what the ids
+        // without a fixed block size are sized by.
+        let mut room = vec![0u64; self.tensors.len()];
         for (pos, &i) in order.iter().enumerate() {
-            // Room up to the next tensor (or the end of the file): what id 42 is decided by.
+            let t = &self.tensors[i];
+            if t.offset > data_len {
+                return Err(GgufError::BadTensor {
+                    name: t.name.clone(),
+                    offset: t.info_offset,
+                    reason: format!(
+                        "data offset {} is past the end of the data section ({data_len} bytes \
+                         at byte {})",
+                        t.offset, self.data_offset
+                    ),
+                });
+            }
             let next = order
                 .get(pos + 1)
                 .map(|&j| self.tensors[j].offset)
                 .unwrap_or(data_len);
-            let t = &mut self.tensors[i];
-            let bad = |reason: String| GgufError::BadTensor {
-                name: t.name.clone(),
-                offset: t.info_offset,
-                reason,
-            };
-            if t.offset > data_len {
-                return Err(bad(format!(
-                    "data offset {} is past the end of the data section ({data_len} bytes at \
-                     byte {})",
-                    t.offset, self.data_offset
-                )));
-            }
-            if t.ggml_type == GgmlType::Q2_0_LEGACY {
-                let room = next.saturating_sub(t.offset);
-                let n = t.n_elements();
-                // Bytes of `n` weights in a layout of `(weights, bytes)` blocks.
-                let size_in = |(w, b): (u64, u64)| n.is_multiple_of(w).then(|| n / w * b);
-                let s34 = GgmlType::PQ2_0.block().and_then(size_in);
-                let s18 = size_in(GgmlType::Q2_0_G64_BLOCK);
-                let fits = |s: u64| s <= room && room < s + self.alignment.max(1);
-                match (s34, s18) {
-                    (Some(s), _) if fits(s) => {
-                        t.ggml_type = GgmlType::PQ2_0;
-                        t.n_bytes = s;
-                    }
-                    (_, Some(s)) if fits(s) => {
-                        t.ggml_type = GgmlType::Q2_0_G64;
-                        t.n_bytes = s;
-                    }
-                    _ => {
-                        return Err(bad(format!(
-                            "type id 42 (q2_0) with {room} bytes of room for {n} weights matches \
-                             neither the pq2_0 layout (34 bytes / 128) nor the group-64 one"
-                        )));
-                    }
-                }
-            }
+            room[i] = next - t.offset;
+        }
+        super::type_ids::resolve(&mut self.tensors, &room, self.alignment)?;
+        for &i in &order {
+            let t = &self.tensors[i];
+            let next = t.offset + room[i];
             let end = t.offset.saturating_add(t.n_bytes);
             if end > data_len {
                 return Err(GgufError::Truncated {
@@ -689,10 +667,14 @@ impl GgufFile {
                 });
             }
             if end > next {
-                return Err(bad(format!(
-                    "data [{}, {end}) overlaps the next tensor at {next}",
-                    t.offset
-                )));
+                return Err(GgufError::BadTensor {
+                    name: t.name.clone(),
+                    offset: t.info_offset,
+                    reason: format!(
+                        "data [{}, {end}) overlaps the next tensor at {next}",
+                        t.offset
+                    ),
+                });
             }
         }
         Ok(())

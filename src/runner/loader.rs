@@ -21,7 +21,7 @@ use crate::format::{
     BlockPq2_0, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
     repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
-use crate::matmul::T2pMatrix;
+use crate::matmul::{Int8Matrix, T2pMatrix};
 use crate::quant_matrix::{QuantMatrix, quant_matrix_bytes};
 
 pub use crate::format::{BlockQ8_0, QK8_0};
@@ -44,6 +44,9 @@ pub enum TensorData {
     Bf16(Vec<u16>),
     /// One of ggml's standard block types (Q4_0 ... Q6_K, Q8_0), in the file's bytes.
     Quant(QuantMatrix),
+    /// A BitNet matrix (I2_S, IQ2_BN): T2P blocks of scale 1.0 and the f32 scales, for
+    /// per-token int8 activations.
+    Int8(Int8Matrix),
 }
 
 /// A loaded tensor.
@@ -90,6 +93,7 @@ impl Tensor {
             TensorData::F32(v) => 4 * v.len(),
             TensorData::F16(v) | TensorData::Bf16(v) => 2 * v.len(),
             TensorData::Quant(m) => m.size_bytes(),
+            TensorData::Int8(m) => m.size_bytes(),
         }
     }
 
@@ -143,6 +147,12 @@ impl Tensor {
                 }
             }
             TensorData::Quant(m) => {
+                if row >= m.rows() || m.k() != k {
+                    return Err(short());
+                }
+                m.dequantize_row(row, out);
+            }
+            TensorData::Int8(m) => {
                 if row >= m.rows() || m.k() != k {
                     return Err(short());
                 }
@@ -324,6 +334,14 @@ impl TensorStore {
     pub fn load<R: Read + Seek>(gguf: &GgufFile, src: &mut R, opts: &LoadOptions) -> Result<Self> {
         // Refuse before reading anything, so a bad file costs no I/O.
         for t in gguf.tensors() {
+            if t.ggml_type.tensor_bytes(&t.shape) != Some(t.n_bytes) {
+                // An id the header reader found no layout for (it only sized it by its room).
+                return Err(GgufError::UnknownTensorType {
+                    name: t.name.clone(),
+                    offset: t.info_offset,
+                    type_id: t.stored_type_id,
+                });
+            }
             if !t.ggml_type.is_loadable() {
                 return Err(GgufError::UnsupportedTensorType {
                     name: t.name.clone(),
@@ -454,6 +472,32 @@ impl<R: Read> FileReader<'_, R> {
         Ok(TensorData::Quant(m))
     }
 
+    /// Loads a BitNet tensor (I2_S, IQ2_BN) into an [`Int8Matrix`]: its bytes are read whole
+    /// (a few MB per matrix: 2 bits a weight) and repacked.
+    fn load_int8(&mut self, t: &TensorInfo) -> Result<TensorData> {
+        let (k, rows) = matrix_dims(t)?;
+        if t.shape.len() != 2 || !k.is_multiple_of(QK_PQ2_0) {
+            return Err(GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!(
+                    "{} of shape {:?}: T2P needs a matrix of rows of a multiple of 128",
+                    t.ggml_type, t.shape
+                ),
+            });
+        }
+        let n = usize::try_from(t.n_bytes).map_err(|_| GgufError::Shape {
+            name: t.name.clone(),
+            reason: "size does not fit in memory".into(),
+        })?;
+        let bytes: Vec<u8> = self.read_vec(t, n)?;
+        let m = if t.ggml_type == GgmlType::I2_S {
+            Int8Matrix::from_i2s(&bytes, rows, k)
+        } else {
+            Int8Matrix::from_iq2bn(&bytes, rows, k)
+        };
+        Ok(TensorData::Int8(m.map_err(|e| shape_err(&t.name, e))?))
+    }
+
     /// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when
     /// [`LoadOptions::uses_t2p`], else converted to pq2_0 blocks. Reads whole row groups (or, for
     /// pq2_0 blocks, whole source blocks) a chunk at a time into one reused buffer, so memory is
@@ -534,6 +578,7 @@ impl<R: Read + Seek> FileReader<'_, R> {
                     TensorData::Bf16(v)
                 }
             }
+            GgmlType::I2_S | GgmlType::IQ2_BN => self.load_int8(t)?,
             // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
             ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,
             other => with_ternary_block!(

@@ -31,6 +31,7 @@ pub mod sample;
 pub mod server;
 pub mod speculative;
 pub mod tokenizer;
+mod type_ids;
 
 pub use crate::format::GgmlType;
 pub use error::{GgufError, Result};

@@ -1,10 +1,11 @@
 //! What distinguishes the architectures: each is an [`Arch`], a table of its tensor names and
 //! options that the one [`Model`](super::Model) builder and forward pass read. `llama`
 //! (stories260K, Llama-style models) and `qwen3` (Ternary Bonsai 1.7B/4B/8B: per-head q/k
-//! RMSNorm, NeoX RoPE) differ only in those two points; `qwen35` is the hybrid.
+//! RMSNorm, NeoX RoPE) differ only in those two points; `qwen35` is the hybrid; `bitnet-b1.58`
+//! (BitNet b1.58 2B-4T) adds sub-norms and a squared-ReLU FFN.
 
 use super::hparams::ArchDefaults;
-use super::ops::RopeStyle;
+use super::ops::{FfnAct, RopeStyle};
 
 /// What distinguishes an architecture from the others.
 pub(crate) struct Arch {
@@ -22,10 +23,15 @@ pub(crate) struct Arch {
     pub hadamard: bool,
     /// Round activations to bf16 before BF16 weights (llama.cpp's CPU matmul does).
     pub round_bf16: bool,
+    /// RMSNorms inside the blocks: `attn_sub_norm` on the attention output before
+    /// `attn_output`, `ffn_sub_norm` on the FFN's hidden vector before `ffn_down`.
+    pub sub_norms: bool,
+    /// The FFN's gate activation.
+    pub ffn_act: FfnAct,
 }
 
 /// The architectures this runner implements.
-pub(crate) const ARCHS: [&Arch; 3] = [&LLAMA, &QWEN3, &QWEN35];
+pub(crate) const ARCHS: [&Arch; 4] = [&LLAMA, &QWEN3, &QWEN35, &BITNET];
 
 /// `llama`: adjacent-pair RoPE, no q/k norm.
 pub(crate) const LLAMA: Arch = Arch {
@@ -41,6 +47,8 @@ pub(crate) const LLAMA: Arch = Arch {
     ffn_norm: "ffn_norm",
     hadamard: false,
     round_bf16: false,
+    sub_norms: false,
+    ffn_act: FfnAct::Silu,
 };
 
 /// `qwen3`: `llama` with NeoX RoPE and per-head q/k RMSNorm.
@@ -79,4 +87,25 @@ pub(crate) const QWEN35: Arch = Arch {
     ffn_norm: "post_attention_norm",
     hadamard: true,
     round_bf16: true,
+    sub_norms: false,
+    ffn_act: FfnAct::Silu,
+};
+
+/// `bitnet-b1.58` (older uploads: `bitnet-25`): BitNet b1.58 2B-4T, after ik_llama.cpp's
+/// `build_bitnet_158` and the transformers `bitnet` model. `llama` with NeoX RoPE, an RMSNorm
+/// of the attention output before `attn_output` (`attn_sub_norm`), and the FFN
+/// `down(ffn_sub_norm(relu(gate(x))^2 * up(x)))`; the head is tied to the F16 table when the
+/// file has no `output.weight`. Its I2_S matrices run with per-token int8 activations
+/// ([`crate::format::i2s`]).
+pub(crate) const BITNET: Arch = Arch {
+    names: &["bitnet-b1.58", "bitnet-25"],
+    defaults: ArchDefaults {
+        rope_style: RopeStyle::Neox,
+        eps: 1e-5,
+        n_ctx_train: 4096,
+        hybrid: false,
+    },
+    sub_norms: true,
+    ffn_act: FfnAct::ReluSquared,
+    ..LLAMA
 };

@@ -6,7 +6,7 @@ use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
 use crate::matmul::{
-    QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
+    Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
 };
 use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
@@ -61,6 +61,10 @@ pub enum Linear {
     /// One of ggml's block types (Q4_0 ... Q6_K), in the file's bytes: activations quantized
     /// to its ggml `vec_dot_type`, as llama.cpp does.
     Quant(QuantMatrix),
+    /// BitNet weights (I2_S, IQ2_BN): T2P codes with f32 scales, times per-token int8
+    /// activations (quantized here, not shared: bitnet.cpp's numerics, see
+    /// [`crate::format::i2s`]).
+    Int8(Int8Matrix),
     /// F32 / F16 / BF16, widened to f32 at load (norm-sized or small models only).
     Dense {
         /// Output rows.
@@ -86,6 +90,7 @@ impl Linear {
         Ok(match t.data {
             TensorData::T2p(m) => Linear::T2p(m),
             TensorData::Quant(m) => Linear::Quant(m),
+            TensorData::Int8(m) => Linear::Int8(m),
             _ => Linear::Dense {
                 rows,
                 k,
@@ -99,6 +104,7 @@ impl Linear {
         match self {
             Linear::T2p(m) => m.rows(),
             Linear::Quant(m) => m.rows(),
+            Linear::Int8(m) => m.rows(),
             Linear::Dense { rows, .. } => *rows,
         }
     }
@@ -108,6 +114,7 @@ impl Linear {
         match self {
             Linear::T2p(m) => m.k(),
             Linear::Quant(m) => m.k(),
+            Linear::Int8(m) => m.k(),
             Linear::Dense { k, .. } => *k,
         }
     }
@@ -122,6 +129,7 @@ impl Linear {
         match self {
             Linear::T2p(m) => m.dequantize_row(r, out),
             Linear::Quant(m) => m.dequantize_row(r, out),
+            Linear::Int8(m) => m.dequantize_row(r, out),
             Linear::Dense { k, w, .. } => out[..*k].copy_from_slice(&w[r * k..(r + 1) * k]),
         }
     }
@@ -131,6 +139,7 @@ impl Linear {
         match self {
             Linear::T2p(m) => m.size_bytes(),
             Linear::Quant(m) => m.size_bytes(),
+            Linear::Int8(m) => m.size_bytes(),
             Linear::Dense { w, .. } => 4 * w.len(),
         }
     }
@@ -177,6 +186,30 @@ impl Linear {
                 let product = QuantProduct::new(m, work, input.n)?;
                 run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
             }),
+            // Each token quantized to int8 with its own scale, the integer sums from the T2P
+            // kernels, then the f32 scales.
+            Linear::Int8(m) => INT8_ACTS.with_borrow_mut(|(batch, s)| {
+                {
+                    let _t = exec.profile.time(Phase::Quantize);
+                    Int8Matrix::quantize_acts(
+                        &input.x[..input.n * input.k],
+                        input.k,
+                        input.n,
+                        batch,
+                        s,
+                    )?;
+                }
+                let product = T2pProduct::new(m.t2p(), batch)?;
+                run_step(
+                    exec,
+                    &mut [(product, &mut *out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    phase,
+                )?;
+                m.apply_scales(s, out);
+                Ok(())
+            }),
             Linear::Dense { w, k, .. } => {
                 let _t = exec.profile.time(Phase::DenseMatmul);
                 dense_forward(exec, w, *k, rows, input.x, out);
@@ -208,6 +241,10 @@ thread_local! {
     /// The quantized activations of [`Linear::forward`] for a ggml block matrix, grown to the
     /// largest batch once.
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The int8 activations and their per-token scales of [`Linear::forward`] for a BitNet
+    /// matrix, grown to the largest batch once.
+    static INT8_ACTS: std::cell::RefCell<(QuantizedBatch, Vec<f32>)> =
+        std::cell::RefCell::new((QuantizedBatch::default(), Vec::new()));
 }
 
 /// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token

@@ -55,6 +55,29 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// The gate activation of an FFN `down(act(gate(x)) * up(x))`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnAct {
+    /// `x * sigmoid(x)` (SwiGLU: llama, qwen).
+    Silu,
+    /// `max(x, 0)^2` (BitNet b1.58).
+    ReluSquared,
+}
+
+impl FfnAct {
+    /// The activation of `x`.
+    #[inline]
+    pub fn apply(self, x: f32) -> f32 {
+        match self {
+            FfnAct::Silu => silu(x),
+            FfnAct::ReluSquared => {
+                let r = x.max(0.0);
+                r * r
+            }
+        }
+    }
+}
+
 /// `1 / (1 + e^-x)`.
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {

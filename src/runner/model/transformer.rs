@@ -61,6 +61,7 @@ impl Model {
                     &cfg,
                     qk,
                     gated,
+                    arch.sub_norms,
                     n_attn - 1,
                 )?)
             };
@@ -71,7 +72,7 @@ impl Model {
                 mixer_norm: norm(&mut weights, "attn_norm")?,
                 mixer,
                 ffn_norm: norm(&mut weights, arch.ffn_norm)?,
-                ffn: Ffn::load(&mut weights, i, &cfg)?,
+                ffn: Ffn::load(&mut weights, i, &cfg, arch.ffn_act, arch.sub_norms)?,
             });
         }
         weights.finish()?;

@@ -21,6 +21,8 @@ pub(crate) struct Attention {
     k_norm: Option<Vec<f32>>,
     /// `wq` also yields a per-head output gate.
     gated: bool,
+    /// `attn_sub_norm` (BitNet): an RMSNorm of the attention output before `wo`.
+    sub_norm: Option<Vec<f32>>,
     /// Layer index in the KV cache.
     slot: usize,
 }
@@ -33,6 +35,7 @@ impl Attention {
         hp: &HParams,
         qk_norm: bool,
         gated: bool,
+        sub_norm: bool,
         slot: usize,
     ) -> Result<Attention> {
         let p = |s: &str| format!("blk.{i}.{s}.weight");
@@ -42,6 +45,9 @@ impl Attention {
             qk_norm.then(|| weights.vector(&p(s), hd)).transpose()
         };
         let (q_norm, k_norm) = (norm("attn_q_norm")?, norm("attn_k_norm")?);
+        let sub_norm = sub_norm
+            .then(|| weights.vector(&p("attn_sub_norm"), hp.q_dim()))
+            .transpose()?;
         Ok(Attention {
             wq: weights.mat(&p("attn_q"), q_rows, d, None)?,
             wk: weights.mat(&p("attn_k"), hp.kv_dim(), d, None)?,
@@ -50,6 +56,7 @@ impl Attention {
             q_norm,
             k_norm,
             gated,
+            sub_norm,
             slot,
         })
     }
@@ -116,6 +123,12 @@ impl Attention {
                 .iter_mut()
                 .zip(&st.gate)
                 .for_each(|(a, g)| *a *= sigmoid(*g));
+        }
+        if let Some(w) = &self.sub_norm {
+            let _t = prof.time(Phase::Elementwise);
+            st.att[..n * q_dim]
+                .chunks_exact_mut(q_dim)
+                .for_each(|a| rms_norm(a, w, hp.eps));
         }
         let jobs = &mut [(&self.wo, &mut st.out[..])];
         project(ctx, &mut st.mm, &st.att, q_dim, jobs, Phase::Matmul)

@@ -1,0 +1,410 @@
+//! BitNet b1.58's ternary tensors: bitnet.cpp's I2_S (type id 36) and ik_llama.cpp's IQ2_BN
+//! (id 135), their scalar references, their exact repacking into T2P, and the per-token int8
+//! activations the model was trained with.
+//!
+//! Both formats hold a 2-bit code `c` per weight (`w = (c - 1) * scale`) and an **f32** scale:
+//! one per tensor (I2_S) or per row (IQ2_BN). A T2P block carries an fp16 scale per row, which
+//! cannot hold every f32; so the repacked blocks get scale 1.0 (exact in fp16), the T2P matmul
+//! yields the exact integer sums, and the f32 scales are applied afterwards
+//! ([`int8_output_scale`]), as f32, the way the reference does.
+//!
+//! Layouts (facts from bitnet.cpp's `quantize_i2_s` x86 layout and ik_llama.cpp's
+//! `dequantize_row_ms_i2s` / `dequantize_row_iq2_bn`):
+//! * **I2_S**: the tensor's `n` weights row-major in blocks of 128 weights in 32 bytes; weight
+//!   `j` of a block is in byte `j % 32` at bit shift `6 - 2 * (j / 32)`. After the `n / 4`
+//!   packed bytes: the f32 scale (little endian), then 28 bytes of padding (`n / 4 + 32` bytes
+//!   in all).
+//! * **IQ2_BN**: per row, the f32 scale, then `k / 64` blocks of 16 bytes; element `j` (0..16)
+//!   of a block is in bits 0-1 of byte `j`, `j + 16` in bits 2-3, `j + 32` in bits 4-5, `j + 48`
+//!   in bits 6-7.
+//!
+//! Activations (bitnet.cpp and the HF model): before every ternary matmul each token's vector
+//! is quantized with one scale `s = 127 / max(max|x|, 1e-5)`, `q = round_half_even(x * s)`
+//! clamped to -128..=127, and `y = (q . (c - 1)) * (scale / s)`.
+
+use super::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock};
+use crate::error::{Error, Result, check_len};
+
+/// Weights per I2_S block.
+pub const QK_I2_S: usize = 128;
+/// Bytes of a packed I2_S block.
+pub const I2_S_BLOCK_BYTES: usize = 32;
+/// Bytes after the packed I2_S codes: the f32 scale and 28 bytes of padding.
+pub const I2_S_TRAILER_BYTES: usize = 32;
+/// Weights per IQ2_BN block.
+pub const QK_IQ2_BN: usize = 64;
+/// Bytes of an IQ2_BN block.
+pub const IQ2_BN_BLOCK_BYTES: usize = 16;
+
+/// fp16 1.0: the scale every repacked T2P row gets, so the matmul's sums stay integers.
+const ONE_F16: u16 = 0x3c00;
+
+/// The code (0..=3) of weight `j` (0..128) of a 32-byte I2_S block.
+#[inline]
+pub fn i2s_code(block: &[u8], j: usize) -> u8 {
+    (block[j % 32] >> (6 - 2 * (j / 32))) & 3
+}
+
+/// The code (0..=3) of weight `j` (0..64) of a 16-byte IQ2_BN block.
+#[inline]
+pub fn iq2bn_code(block: &[u8], j: usize) -> u8 {
+    (block[j % 16] >> (2 * (j / 16))) & 3
+}
+
+/// Bytes of an I2_S tensor of `n` weights (`n` a multiple of 128).
+pub fn i2s_bytes(n: usize) -> usize {
+    n / 4 + I2_S_TRAILER_BYTES
+}
+
+/// Bytes of an IQ2_BN tensor of `rows` rows of `k` weights (`k` a multiple of 64).
+pub fn iq2bn_bytes(rows: usize, k: usize) -> usize {
+    rows * (4 + k / 4)
+}
+
+fn shape(rows: usize, k: usize, block: usize, name: &str) -> Result<()> {
+    if k == 0 || rows == 0 || !k.is_multiple_of(block) {
+        return Err(Error::Shape(format!(
+            "{rows} x {k}: {name} needs rows of a positive multiple of {block} weights"
+        )));
+    }
+    Ok(())
+}
+
+/// The f32 scale of an I2_S tensor of `n` weights (`data` its `n / 4 + 32` bytes).
+pub fn i2s_scale(data: &[u8], n: usize) -> Result<f32> {
+    shape(1, n, QK_I2_S, "i2_s")?;
+    check_len("i2_s bytes", i2s_bytes(n), data.len())?;
+    let at = n / 4;
+    Ok(f32::from_le_bytes(
+        data[at..at + 4].try_into().expect("4 bytes"),
+    ))
+}
+
+/// The codes of an I2_S tensor of `n` weights into `codes[..n]`, and its scale: the scalar
+/// reference decoder.
+pub fn decode_i2s(data: &[u8], n: usize, codes: &mut [u8]) -> Result<f32> {
+    let scale = i2s_scale(data, n)?;
+    check_len("codes", n, codes.len())?;
+    for (block, out) in data[..n / 4]
+        .chunks_exact(I2_S_BLOCK_BYTES)
+        .zip(codes.chunks_exact_mut(QK_I2_S))
+    {
+        for (j, c) in out.iter_mut().enumerate() {
+            *c = i2s_code(block, j);
+        }
+    }
+    Ok(scale)
+}
+
+/// Writes an I2_S tensor from `codes` (0..=3, a multiple of 128 of them) and `scale`: the
+/// inverse of [`decode_i2s`] (the padding is zero).
+pub fn encode_i2s(codes: &[u8], scale: f32) -> Result<Vec<u8>> {
+    let n = codes.len();
+    shape(1, n, QK_I2_S, "i2_s")?;
+    check_codes(codes)?;
+    let mut out = vec![0u8; i2s_bytes(n)];
+    for (block, c) in out[..n / 4]
+        .chunks_exact_mut(I2_S_BLOCK_BYTES)
+        .zip(codes.chunks_exact(QK_I2_S))
+    {
+        for (j, &u) in c.iter().enumerate() {
+            block[j % 32] |= u << (6 - 2 * (j / 32));
+        }
+    }
+    out[n / 4..n / 4 + 4].copy_from_slice(&scale.to_le_bytes());
+    Ok(out)
+}
+
+/// The codes of an IQ2_BN tensor (`rows x k`) into `codes[..rows * k]`, and its row scales:
+/// the scalar reference decoder.
+pub fn decode_iq2bn(data: &[u8], rows: usize, k: usize, codes: &mut [u8]) -> Result<Vec<f32>> {
+    shape(rows, k, QK_IQ2_BN, "iq2_bn")?;
+    check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
+    check_len("codes", rows * k, codes.len())?;
+    let mut scales = Vec::with_capacity(rows);
+    for (row, out) in data.chunks_exact(4 + k / 4).zip(codes.chunks_exact_mut(k)) {
+        scales.push(f32::from_le_bytes(row[..4].try_into().expect("4 bytes")));
+        for (block, o) in row[4..]
+            .chunks_exact(IQ2_BN_BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(QK_IQ2_BN))
+        {
+            for (j, c) in o.iter_mut().enumerate() {
+                *c = iq2bn_code(block, j);
+            }
+        }
+    }
+    Ok(scales)
+}
+
+/// Writes an IQ2_BN tensor from `rows x k` codes (0..=3) and one scale per row: the inverse of
+/// [`decode_iq2bn`].
+pub fn encode_iq2bn(codes: &[u8], scales: &[f32], k: usize) -> Result<Vec<u8>> {
+    let rows = scales.len();
+    shape(rows, k, QK_IQ2_BN, "iq2_bn")?;
+    check_len("codes", rows * k, codes.len())?;
+    check_codes(codes)?;
+    let mut out = vec![0u8; iq2bn_bytes(rows, k)];
+    for ((row, c), &d) in out
+        .chunks_exact_mut(4 + k / 4)
+        .zip(codes.chunks_exact(k))
+        .zip(scales)
+    {
+        row[..4].copy_from_slice(&d.to_le_bytes());
+        for (block, cb) in row[4..]
+            .chunks_exact_mut(IQ2_BN_BLOCK_BYTES)
+            .zip(c.chunks_exact(QK_IQ2_BN))
+        {
+            for (j, &u) in cb.iter().enumerate() {
+                block[j % 16] |= u << (2 * (j / 16));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn check_codes(codes: &[u8]) -> Result<()> {
+    match codes.iter().position(|&u| u > 3) {
+        Some(i) => Err(Error::InvalidArgument(format!(
+            "code {} at weight {i} does not fit 2 bits",
+            codes[i]
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Packs `rows x k` codes (row-major) into T2P row groups with every scale 1.0 (a last group
+/// of fewer than 4 rows padded with zero weights: code 1).
+fn codes_to_t2p(codes: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Result<()> {
+    let n = super::t2p_block_count(rows, k)?;
+    check_len("T2P destination blocks", n, dst.len())?;
+    let nb = k / QK_PQ2_0;
+    for (g, group) in dst.chunks_exact_mut(nb).enumerate() {
+        for r in 0..ROWS_PER_T2P {
+            let row = 4 * g + r;
+            for (b, blk) in group.iter_mut().enumerate() {
+                let mut c = [1u8; QK_PQ2_0];
+                if row < rows {
+                    c.copy_from_slice(&codes[row * k + b * QK_PQ2_0..][..QK_PQ2_0]);
+                }
+                let d = if row < rows { ONE_F16 } else { 0 };
+                blk.set_row(r, &c, &[d]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Repacks an I2_S tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
+/// (exact: the same codes) and returns its f32 scale.
+pub fn repack_i2s_to_t2p(data: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Result<f32> {
+    shape(rows, k, QK_I2_S, "i2_s")?;
+    let mut codes = vec![0u8; rows * k];
+    let scale = decode_i2s(data, rows * k, &mut codes)?;
+    codes_to_t2p(&codes, rows, k, dst)?;
+    Ok(scale)
+}
+
+/// Repacks an IQ2_BN tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
+/// (exact: the same codes) and returns its f32 row scales.
+pub fn repack_iq2bn_to_t2p(
+    data: &[u8],
+    rows: usize,
+    k: usize,
+    dst: &mut [BlockT2p],
+) -> Result<Vec<f32>> {
+    shape(rows, k, QK_PQ2_0, "iq2_bn in T2P")?;
+    let mut codes = vec![0u8; rows * k];
+    let scales = decode_iq2bn(data, rows, k, &mut codes)?;
+    codes_to_t2p(&codes, rows, k, dst)?;
+    Ok(scales)
+}
+
+/// Quantizes one token's activations `x` to int8 with one scale, as bitnet.cpp: `s = 127 /
+/// max(max|x|, 1e-5)`, `q = round_half_even(x * s)` clamped to -128..=127 (computed in f32).
+/// Writes `q` into `out` and returns `s`.
+pub fn quantize_row_i8_absmax(x: &[f32], out: &mut [i8]) -> f32 {
+    let s = absmax_scale(x);
+    for (q, &v) in out.iter_mut().zip(x) {
+        *q = to_i8(v, s);
+    }
+    s
+}
+
+/// `127 / max(max|x|, 1e-5)`.
+fn absmax_scale(x: &[f32]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
+    127.0 / amax.max(1e-5)
+}
+
+/// `round_half_even(v * s)` clamped to int8 (a NaN becomes 0).
+#[inline]
+fn to_i8(v: f32, s: f32) -> i8 {
+    (v * s).round_ties_even().clamp(-128.0, 127.0) as i8
+}
+
+/// One token's activations as `q8_0` quads for a T2P matmul of scale-1.0 blocks: the int8
+/// values of [`quantize_row_i8_absmax`] with every block scale 1.0, so the matmul yields the
+/// integer sums exactly (each below 2^24 for `k` < 132000). Returns `s`.
+///
+/// # Panics
+/// If `x.len() != 128 * out.len()`.
+pub fn quantize_row_i8_quads(x: &[f32], out: &mut [BlockQ8_0Quad]) -> f32 {
+    assert_eq!(x.len(), QK_PQ2_0 * out.len(), "128 values per quad");
+    let mut q = [0i8; QK_PQ2_0];
+    let s = absmax_scale(x);
+    for (quad, xs) in out.iter_mut().zip(x.chunks_exact(QK_PQ2_0)) {
+        for (o, &v) in q.iter_mut().zip(xs) {
+            *o = to_i8(v, s);
+        }
+        *quad = BlockQ8_0Quad::from_qs(q, [1.0; 4]);
+    }
+    s
+}
+
+/// The factor an integer sum is multiplied by: `weight scale / s`, in f32 (the one place both
+/// the model and the references compute it).
+#[inline]
+pub fn int8_output_scale(weight_scale: f32, s: f32) -> f32 {
+    weight_scale / s
+}
+
+/// The scalar reference of a BitNet matmul: `rows x k` codes (row-major, from [`decode_i2s`]
+/// or [`decode_iq2bn`]), one weight scale (I2_S) or one per row (IQ2_BN), times `ncols`
+/// activation vectors `x` (column after column) quantized per column to int8:
+/// `out[c * rows + r] = (sum_j (code - 1) * q_j) as f32 * int8_output_scale(scale_r, s_c)`.
+pub fn reference_matmul_int8(
+    codes: &[u8],
+    scales: &[f32],
+    rows: usize,
+    k: usize,
+    x: &[f32],
+    ncols: usize,
+) -> Result<Vec<f32>> {
+    check_len("codes", rows * k, codes.len())?;
+    check_len("activations", k * ncols, x.len())?;
+    if scales.len() != 1 && scales.len() != rows {
+        return Err(Error::Shape(format!(
+            "{} weight scales for {rows} rows (1 or one per row)",
+            scales.len()
+        )));
+    }
+    let mut out = vec![0f32; rows * ncols];
+    let mut q = vec![0i8; k];
+    for (c, xc) in x.chunks_exact(k).enumerate() {
+        let s = quantize_row_i8_absmax(xc, &mut q);
+        for r in 0..rows {
+            let isum: i32 = codes[r * k..(r + 1) * k]
+                .iter()
+                .zip(&q)
+                .map(|(&u, &v)| (u as i32 - 1) * v as i32)
+                .sum();
+            let ws = scales[if scales.len() == 1 { 0 } else { r }];
+            out[c * rows + r] = isum as f32 * int8_output_scale(ws, s);
+        }
+    }
+    Ok(out)
+}
+
+/// f32 weights of `codes` with `scales` (one, or one per row of `k`): `(c - 1) * scale`.
+pub fn dequantize_codes(codes: &[u8], scales: &[f32], k: usize, out: &mut [f32]) {
+    for (i, (o, &u)) in out.iter_mut().zip(codes).enumerate() {
+        let d = scales[if scales.len() == 1 { 0 } else { i / k }];
+        *o = (u as i32 - 1) as f32 * d;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::dequantize_t2p_row;
+
+    #[test]
+    fn one_is_exact_in_fp16() {
+        assert_eq!(crate::format::f32_to_f16(1.0), ONE_F16);
+    }
+
+    #[test]
+    fn i2s_layout_matches_the_definition() {
+        // Byte b holds weights b, b+32, b+64, b+96 from the most significant pair down.
+        let mut codes = vec![1u8; 128];
+        codes[0] = 2;
+        codes[32] = 0;
+        codes[127] = 3;
+        let bytes = encode_i2s(&codes, 0.5).unwrap();
+        assert_eq!(bytes.len(), 64);
+        assert_eq!(bytes[0], 0b10_00_01_01);
+        assert_eq!(bytes[31], 0b01_01_01_11);
+        assert_eq!(&bytes[32..36], &0.5f32.to_le_bytes());
+        let mut back = vec![0u8; 128];
+        assert_eq!(decode_i2s(&bytes, 128, &mut back).unwrap(), 0.5);
+        assert_eq!(back, codes);
+    }
+
+    #[test]
+    fn iq2bn_layout_matches_the_definition() {
+        let mut codes = vec![1u8; 128];
+        codes[0] = 2;
+        codes[16] = 0;
+        codes[48] = 3;
+        codes[64 + 5] = 2;
+        let bytes = encode_iq2bn(&codes, &[0.25], 128).unwrap();
+        assert_eq!(bytes.len(), 4 + 32);
+        assert_eq!(&bytes[..4], &0.25f32.to_le_bytes());
+        assert_eq!(bytes[4], 0b11_01_00_10);
+        assert_eq!(bytes[4 + 16 + 5], 0b01_01_01_10);
+        let mut back = vec![0u8; 128];
+        assert_eq!(decode_iq2bn(&bytes, 1, 128, &mut back).unwrap(), vec![0.25]);
+        assert_eq!(back, codes);
+    }
+
+    #[test]
+    fn repack_round_trips_the_codes() {
+        let (rows, k): (usize, usize) = (6, 256);
+        let codes: Vec<u8> = (0..rows * k).map(|i| ((i * 7 + i / 5) % 4) as u8).collect();
+        let bytes = encode_i2s(&codes, 0.125).unwrap();
+        let mut t2p = vec![BlockT2p::default(); rows.div_ceil(4) * k / 128];
+        assert_eq!(repack_i2s_to_t2p(&bytes, rows, k, &mut t2p).unwrap(), 0.125);
+        let scales: Vec<f32> = (0..rows).map(|r| r as f32 + 0.5).collect();
+        let bn = encode_iq2bn(&codes, &scales, k).unwrap();
+        let mut t2p_bn = vec![BlockT2p::default(); t2p.len()];
+        assert_eq!(
+            repack_iq2bn_to_t2p(&bn, rows, k, &mut t2p_bn).unwrap(),
+            scales
+        );
+        assert_eq!(t2p, t2p_bn);
+        let mut row = vec![0f32; k];
+        for r in 0..rows {
+            let g = r / 4;
+            dequantize_t2p_row(&t2p[g * 2..g * 2 + 2], r % 4, &mut row);
+            let want: Vec<f32> = codes[r * k..(r + 1) * k]
+                .iter()
+                .map(|&u| (u as i32 - 1) as f32)
+                .collect();
+            assert_eq!(row, want, "row {r}");
+        }
+        // The padding rows are zero weights.
+        dequantize_t2p_row(&t2p[2..4], 3, &mut row);
+        assert!(row.iter().all(|&v| v == 0.0));
+    }
+
+    #[test]
+    fn refuses_bad_shapes_and_sizes() {
+        assert!(i2s_scale(&[0; 40], 100).is_err());
+        assert!(i2s_scale(&[0; 63], 128).is_err());
+        assert!(encode_i2s(&[4; 128], 1.0).is_err());
+        let mut t2p = vec![BlockT2p::default(); 1];
+        assert!(repack_iq2bn_to_t2p(&[0; 4 + 16], 1, 64, &mut t2p).is_err());
+    }
+
+    #[test]
+    fn int8_quantizer_rounds_half_even_and_hits_the_ends() {
+        let x = [1.0f32, -1.0, 0.5 / 127.0, 1.5 / 127.0, 2.5 / 127.0, 0.0];
+        let mut q = [0i8; 6];
+        let s = quantize_row_i8_absmax(&x, &mut q);
+        assert_eq!(s, 127.0);
+        assert_eq!(q, [127, -127, 0, 2, 2, 0]);
+        let mut z = [5i8; 3];
+        assert_eq!(quantize_row_i8_absmax(&[0.0; 3], &mut z), 127.0 / 1e-5);
+        assert_eq!(z, [0; 3]);
+    }
+}

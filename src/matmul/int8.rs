@@ -1,0 +1,125 @@
+//! BitNet matrices (I2_S, IQ2_BN) in T2P: the codes in blocks of scale 1.0, the f32 tensor or
+//! row scales kept aside, and per-token int8 activations (see [`crate::format::i2s`]).
+//!
+//! The product is the ordinary T2P matmul over `q8_0` quads whose block scales are all 1.0, so
+//! every kernel path returns the exact integer sums `sum (c - 1) * q` (as f32: below 2^24 for
+//! any `k` under 132000); [`Int8Matrix::apply_scales`] then multiplies each by `scale / s` in
+//! f32, exactly as [`crate::format::i2s::reference_matmul_int8`] does.
+
+use super::{QuantizedBatch, T2pMatrix};
+use crate::error::{Error, Result, check_len};
+use crate::format::i2s::{
+    i2s_bytes, int8_output_scale, iq2bn_bytes, quantize_row_i8_quads, repack_i2s_to_t2p,
+    repack_iq2bn_to_t2p,
+};
+use crate::format::{BlockT2p, QK_PQ2_0, t2p_block_count};
+
+/// A BitNet matrix: T2P blocks of scale 1.0 and the f32 scales of its rows.
+#[derive(Clone, Debug)]
+pub struct Int8Matrix {
+    m: T2pMatrix,
+    /// One scale for every row (I2_S) or one per row (IQ2_BN).
+    scales: Vec<f32>,
+}
+
+impl Int8Matrix {
+    /// Repacks an I2_S tensor of `rows x k` (`data` its `rows * k / 4 + 32` bytes).
+    pub fn from_i2s(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        check_len("i2_s bytes", i2s_bytes(rows * k), data.len())?;
+        let mut blocks = vec![BlockT2p::default(); t2p_block_count(rows, k)?];
+        let scale = repack_i2s_to_t2p(data, rows, k, &mut blocks)?;
+        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, vec![scale])
+    }
+
+    /// Repacks an IQ2_BN tensor of `rows x k` (`k` a multiple of 128).
+    pub fn from_iq2bn(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
+        let mut blocks = vec![BlockT2p::default(); t2p_block_count(rows, k)?];
+        let scales = repack_iq2bn_to_t2p(data, rows, k, &mut blocks)?;
+        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
+    }
+
+    /// Takes a T2P matrix whose block scales are all 1.0 and its f32 scales (one, or one per
+    /// row). Non-finite scales are refused (a hostile file's).
+    pub fn new(m: T2pMatrix, scales: Vec<f32>) -> Result<Self> {
+        if scales.len() != 1 && scales.len() != m.rows() {
+            return Err(Error::Shape(format!(
+                "{} scales for {} rows (1 or one per row)",
+                scales.len(),
+                m.rows()
+            )));
+        }
+        if let Some(i) = scales.iter().position(|s| !s.is_finite()) {
+            return Err(Error::InvalidArgument(format!(
+                "scale {i} is {} (not finite)",
+                scales[i]
+            )));
+        }
+        Ok(Int8Matrix { m, scales })
+    }
+
+    /// The codes as T2P blocks of scale 1.0.
+    pub fn t2p(&self) -> &T2pMatrix {
+        &self.m
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.m.rows()
+    }
+
+    /// Inner dimension.
+    pub fn k(&self) -> usize {
+        self.m.k()
+    }
+
+    /// The f32 scale of row `r`.
+    pub fn scale(&self, r: usize) -> f32 {
+        self.scales[if self.scales.len() == 1 { 0 } else { r }]
+    }
+
+    /// Bytes of weights read by one product (the T2P blocks).
+    pub fn size_bytes(&self) -> usize {
+        self.m.size_bytes()
+    }
+
+    /// Row `r` as f32 (`(c - 1) * scale`, exact).
+    ///
+    /// # Panics
+    /// If `r >= rows` or `out` is shorter than `k`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        self.m.dequantize_row(r, out);
+        let d = self.scale(r);
+        out[..self.k()].iter_mut().for_each(|v| *v *= d);
+    }
+
+    /// Quantizes `ncols` activation vectors `x` (one after another, each `k` long) per vector
+    /// to int8 into `batch` (q8_0 quads of scale 1.0), and their scales `s` into `s`.
+    pub fn quantize_acts(
+        x: &[f32],
+        k: usize,
+        ncols: usize,
+        batch: &mut QuantizedBatch,
+        s: &mut Vec<f32>,
+    ) -> Result<()> {
+        check_len("activation values", k * ncols, x.len())?;
+        s.clear();
+        batch.fill_q8_0_columns(k, ncols, |quads| {
+            let nb = k / QK_PQ2_0;
+            for (c, xc) in x.chunks_exact(k).enumerate() {
+                s.push(quantize_row_i8_quads(xc, &mut quads[c * nb..(c + 1) * nb]));
+            }
+        })
+    }
+
+    /// Turns the integer sums of the T2P product (`out[c * rows + r]`) into the outputs:
+    /// each times `int8_output_scale(scale_r, s_c)`.
+    pub fn apply_scales(&self, s: &[f32], out: &mut [f32]) {
+        let rows = self.rows();
+        for (col, &sc) in out.chunks_exact_mut(rows).zip(s) {
+            for (r, o) in col.iter_mut().enumerate() {
+                *o *= int8_output_scale(self.scale(r), sc);
+            }
+        }
+    }
+}
