@@ -69,7 +69,8 @@ pub struct ServerConfig {
     pub reasoning_format: reasoning::ReasoningFormat,
     /// The origin web pages may call from (CORS; `*`: any), or `None`: no CORS headers.
     pub cors_origin: Option<String>,
-pub mod webui;
+    /// Serve the chat page at `/` ([`webui`]).
+    pub webui: bool,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
