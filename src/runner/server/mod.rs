@@ -198,11 +198,15 @@ async fn listen(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     on_listen(listener.local_addr()?);
     let (first, second) = (nth(1), nth(2));
-    let app = routes::router(state);
-    let app = if webui { webui::with_page(app) } else { app };
-    conn::accept_loop(listener, app, conn_metrics, limits, first, second, || {
-        cut.store(true, Ordering::Relaxed)
-    })
+    conn::accept_loop(
+        listener,
+        webui::maybe_with_page(routes::router(state), webui),
+        conn_metrics,
+        limits,
+        first,
+        second,
+        || cut.store(true, Ordering::Relaxed),
+    )
     .await;
     Ok(())
 }

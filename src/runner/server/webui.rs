@@ -38,6 +38,11 @@ pub fn with_page<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<
     })
 }
 
+/// `router` with the page's routes when `on` (`--webui`), as it is otherwise.
+pub fn maybe_with_page<S: Clone + Send + Sync + 'static>(router: Router<S>, on: bool) -> Router<S> {
+    if on { with_page(router) } else { router }
+}
+
 /// GET (and HEAD) of one file; other methods are a 405 in the API's error shape.
 fn file<S: Clone + Send + Sync + 'static>(
     kind: &'static str,
