@@ -22,7 +22,8 @@ pub struct Args {
     /// Threads (default: all CPUs).
     #[arg(short = 't', long)]
     threads: Option<usize>,
-    /// Context size of each slot in tokens (default: the model's, capped at 4096).
+    /// Context size of each slot in tokens (default: the model's trained context; the KV
+    /// cache grows as a slot fills it, and --kv-budget bounds all slots together).
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<usize>,
     /// Most prompt tokens per forward pass, over all slots: long prompts are fed in chunks of
@@ -107,7 +108,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let (loaded, load_secs) = margs.load(false)?;
     let exec = margs.exec();
-    let n_ctx = margs.n_ctx(&loaded);
+    // Unlike `run`, no 4096 cap: a slot's KV cache is allocated as it fills, so a long
+    // context costs nothing until a request uses it.
+    let n_ctx = args
+        .ctx_size
+        .unwrap_or_else(|| loaded.model.n_ctx_train().max(1));
     let model_name = args
         .model
         .file_stem()
