@@ -364,6 +364,13 @@ async fn complete(
         None => None,
     };
     let prompt_len = prompt.len();
+    let answer = answer_spec(&st, kind, tools, opens_think);
+    // A chat answer that is parsed sees the syntax's control-token markers.
+    let rendered: Arc<[u32]> = if answer.is_some() {
+        st.markers.clone()
+    } else {
+        Arc::from([])
+    };
     // OpenAI's defaults: 16 tokens for text completions, as many as fit for chat.
     let max_tokens = common.max_tokens.unwrap_or(match kind {
         Kind::Text => 16,
@@ -389,6 +396,7 @@ async fn complete(
                 events: tx,
                 siblings: Vec::new(),
                 inject_panic: st.panic_hook && m.get("t2p_test_panic") == Some(&Value::Bool(true)),
+                rendered: rendered.clone(),
             }
         })
         .collect();
@@ -424,7 +432,7 @@ async fn complete(
         tokenizer: st.tokenizer.clone(),
         prompt_tokens: prompt_len,
         logprobs: common.logprobs.is_some(),
-        answer: answer_spec(&st, kind, tools, opens_think),
+        answer,
         seed: common.sampler.seed,
     };
     if common.stream {

@@ -108,6 +108,8 @@ pub struct Job {
     pub siblings: Vec<Job>,
     /// Test hook: the first step that feeds this job panics (see [`PANIC_HOOK_ENV`]).
     pub inject_panic: bool,
+    /// Control tokens whose text the output shows all the same (tool-call markers).
+    pub rendered: Arc<[u32]>,
 }
 
 /// The environment variable that, set to `1` when the server starts, lets a request with
@@ -424,7 +426,7 @@ fn admit<'t>(
     slot.since = order;
     slot.active = Some(Active {
         sampler: Sampler::new(job.sampler.clone()),
-        text: TextStream::new(tok, &job.stop),
+        text: TextStream::new(tok, &job.stop, job.rendered.clone()),
         fed: 0,
         cached: 0,
         history: job.prompt.clone(),
