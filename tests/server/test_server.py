@@ -1575,5 +1575,30 @@ class Faults(unittest.TestCase):
             srv.close()
 
 
+class SlotChoice(unittest.TestCase):
+    """--slot-prompt-similarity: a request that shares only its first tokens with a slot's
+    conversation goes to another slot, so the conversation's next turn finds its cache."""
+
+    def test_a_one_shot_request_does_not_evict_a_conversation(self):
+        for similarity, evicted in [("0.5", False), ("0", True)]:
+            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity)
+            try:
+                c = srv.client()
+                turn1 = "Once upon a time " * 20
+                r1 = c.completions.create(model="x", prompt=turn1, max_tokens=4, temperature=0)
+                # Shares "Once upon a time" with the conversation, nothing more.
+                c.completions.create(model="x", prompt="Once upon a time there", max_tokens=4, temperature=0)
+                r2 = c.completions.create(model="x", prompt=turn1 + r1.choices[0].text + " And then",
+                                          max_tokens=4, temperature=0)
+                cached = r2.usage.prompt_tokens_details.cached_tokens
+                if evicted:
+                    self.assertLess(cached, r1.usage.prompt_tokens // 2, similarity)
+                else:
+                    # (the last prompt token may tokenize differently once text follows it)
+                    self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, similarity)
+            finally:
+                srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

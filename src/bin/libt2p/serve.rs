@@ -89,6 +89,18 @@ pub struct Args {
     /// browsers refuse cross-origin calls.
     #[arg(long = "cors-origin")]
     cors_origin: Option<String>,
+    /// A free slot takes a prompt when it would keep at least this fraction of the tokens its
+    /// cache holds; else the prompt goes to an empty or the least recently used slot, so one
+    /// conversation does not evict another's cache (0: the longest common prefix wins).
+    #[arg(long = "slot-prompt-similarity", default_value_t = 0.5, value_parser = similarity)]
+    slot_prompt_similarity: f32,
+}
+
+fn similarity(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err("must be a number from 0 to 1".into()),
+    }
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -141,6 +153,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         },
         reasoning_format: ReasoningFormat::parse(&args.reasoning_format)?,
         cors_origin: args.cors_origin.clone(),
+        slot_similarity: args.slot_prompt_similarity,
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub reasoning_format: reasoning::ReasoningFormat,
     /// The origin web pages may call from (CORS; `*`: any), or `None`: no CORS headers.
     pub cors_origin: Option<String>,
+    /// `--slot-prompt-similarity` (see [`SchedulerConfig::slot_similarity`]).
+    pub slot_similarity: f32,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -110,6 +112,7 @@ pub fn serve(
         prefill_budget: cfg.prefill_budget.max(1),
         kv_budget: kv_budget(&cfg),
         draft: cfg.draft,
+        slot_similarity: cfg.slot_similarity,
     };
     let state = Arc::new(AppState {
         jobs,
