@@ -1564,7 +1564,27 @@ class Faults(unittest.TestCase):
             self.assertEqual(srv.metrics()["model_down"], 0)
         finally:
             srv.close()
-        # Without the hook the field is ignored.
+    def test_a_thread_that_keeps_panicking_stops_and_health_says_so(self):
+        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
+        try:
+            srv = Server(QWEN3)
+        finally:
+            del os.environ["T2P_SERVE_TEST_PANIC"]
+        try:
+            for _ in range(8):
+                st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
+                                                               "t2p_test_panic": True})
+                self.assertEqual(st, 500, body)
+            self.assertTrue(srv.wait_metric("model_down", 1))
+            st, body = srv.http("GET", "/health")
+            self.assertEqual(st, 503, body)
+            st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2})
+            self.assertEqual(st, 503, body)
+            self.assertTrue(srv.alive())
+        finally:
+            srv.close()
+
+    def test_without_the_hook_the_field_is_ignored(self):
         srv = Server(QWEN3)
         try:
             st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
