@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod conn;
 pub mod cors;
 pub mod metrics;
