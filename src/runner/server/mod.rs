@@ -240,7 +240,8 @@ fn props(cfg: &ServerConfig, template: &str, kv_bytes_per_position: usize) -> se
                 "repeat_last_n": d.repeat_last_n,
                 "presence_penalty": d.presence_penalty,
                 "frequency_penalty": d.frequency_penalty,
-                "seed": d.seed,
+                // llama-server's "random" seed: each request without one draws its own.
+                "seed": -1,
             },
         },
         "build_info": concat!("t2p ", env!("CARGO_PKG_VERSION")),
