@@ -189,6 +189,24 @@ mod tests {
     }
 
     #[test]
+    fn extra_variables_reach_the_template_but_cannot_replace_the_messages() {
+        let src = "{{ messages[0].content }}|{{ enable_thinking }}|{% for c in messages[0].tool_calls %}{% for k, v in c.function.arguments|items %}{{ k }}={{ v }}{% endfor %}{% endfor %}";
+        let t = ChatTemplate::new(src, "", "").unwrap();
+        let mut m = Message::new("assistant", "hi");
+        m.tool_calls.push(ToolCall {
+            id: "c".into(),
+            name: "f".into(),
+            arguments: r#"{"x": 1}"#.into(),
+        });
+        let extra = serde_json::json!({"enable_thinking": false, "messages": []});
+        let out = t
+            .render_with::<()>(&[m], &[], false, extra.as_object().unwrap())
+            .unwrap();
+        // (Python spelling of booleans: the pycompat layer.)
+        assert_eq!(out, "hi|False|x=1");
+    }
+
+    #[test]
     fn a_broken_template_is_an_error() {
         assert!(ChatTemplate::new("{% for %}", "", "").is_err());
     }

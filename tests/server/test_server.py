@@ -381,7 +381,6 @@ class BadInput(unittest.TestCase):
             ("/v1/completions", b'{"prompt": "a", "max_tokens": "ten"}', 400),
             ("/v1/completions", b'{"prompt": "a", "max_tokens": -3}', 400),
             ("/v1/completions", b'{"prompt": "a", "max_tokens": 0}', 400),
-            ("/v1/completions", b'{"prompt": "a", "max_tokens": 1000000000000}', 400),
             ("/v1/completions", b'{"prompt": "a", "max_tokens": 2.5}', 400),
             ("/v1/completions", b'{"prompt": "a", "temperature": "hot"}', 400),
             ("/v1/completions", b'{"prompt": "a", "temperature": -1}', 400),
@@ -418,8 +417,16 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as e:
             c.completions.create(model="x", prompt="a", max_tokens=-1)
         self.assertEqual(e.exception.status_code, 400)
-        with self.assertRaises(openai.BadRequestError):
-            c.chat.completions.create(model="x", messages=[{"role": "user"}], max_tokens=10**9)
+        # max_tokens past the context is clamped to what the prompt leaves.
+        st, tok = s.http("POST", "/tokenize", {"content": "word " * (CTX - 8)})
+        n_prompt = len(tok["tokens"])
+        self.assertLess(n_prompt, CTX)
+        r = c.completions.create(model="x", prompt="word " * (CTX - 8), max_tokens=10**12, temperature=0)
+        self.assertEqual(r.usage.prompt_tokens, n_prompt)
+        self.assertEqual(r.usage.completion_tokens, CTX - n_prompt)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        st, body = s.http("POST", "/v1/completions", {"prompt": "word " * (CTX + 10)})
+        self.assertIn("the context holds %d" % CTX, body["error"]["message"])
         # Unknown fields are ignored; `model` is accepted whatever it says.
         st, body = s.http("POST", "/v1/completions", {
             "prompt": "a", "max_tokens": 2, "model": "gpt-4", "frobnicate": [1, {"x": None}],
@@ -1557,7 +1564,27 @@ class Faults(unittest.TestCase):
             self.assertEqual(srv.metrics()["model_down"], 0)
         finally:
             srv.close()
-        # Without the hook the field is ignored.
+    def test_a_thread_that_keeps_panicking_stops_and_health_says_so(self):
+        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
+        try:
+            srv = Server(QWEN3)
+        finally:
+            del os.environ["T2P_SERVE_TEST_PANIC"]
+        try:
+            for _ in range(8):
+                st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
+                                                               "t2p_test_panic": True})
+                self.assertEqual(st, 500, body)
+            self.assertTrue(srv.wait_metric("model_down", 1))
+            st, body = srv.http("GET", "/health")
+            self.assertEqual(st, 503, body)
+            st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2})
+            self.assertEqual(st, 503, body)
+            self.assertTrue(srv.alive())
+        finally:
+            srv.close()
+
+    def test_without_the_hook_the_field_is_ignored(self):
         srv = Server(QWEN3)
         try:
             st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,
@@ -1566,6 +1593,31 @@ class Faults(unittest.TestCase):
             self.assertEqual(srv.metrics()["step_panics_total"], 0)
         finally:
             srv.close()
+
+
+class SlotChoice(unittest.TestCase):
+    """--slot-prompt-similarity: a request that shares only its first tokens with a slot's
+    conversation goes to another slot, so the conversation's next turn finds its cache."""
+
+    def test_a_one_shot_request_does_not_evict_a_conversation(self):
+        for similarity, evicted in [("0.5", False), ("0", True)]:
+            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity)
+            try:
+                c = srv.client()
+                turn1 = "Once upon a time " * 20
+                r1 = c.completions.create(model="x", prompt=turn1, max_tokens=4, temperature=0)
+                # Shares "Once upon a time" with the conversation, nothing more.
+                c.completions.create(model="x", prompt="Once upon a time there", max_tokens=4, temperature=0)
+                r2 = c.completions.create(model="x", prompt=turn1 + r1.choices[0].text + " And then",
+                                          max_tokens=4, temperature=0)
+                cached = r2.usage.prompt_tokens_details.cached_tokens
+                if evicted:
+                    self.assertLess(cached, r1.usage.prompt_tokens // 2, similarity)
+                else:
+                    # (the last prompt token may tokenize differently once text follows it)
+                    self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, similarity)
+            finally:
+                srv.close()
 
 
 if __name__ == "__main__":

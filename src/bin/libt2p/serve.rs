@@ -22,7 +22,8 @@ pub struct Args {
     /// Threads (default: all CPUs).
     #[arg(short = 't', long)]
     threads: Option<usize>,
-    /// Context size of each slot in tokens (default: the model's, capped at 4096).
+    /// Context size of each slot in tokens (default: the model's trained context; the KV
+    /// cache grows as a slot fills it, and --kv-budget bounds all slots together).
     #[arg(short = 'c', long = "ctx-size")]
     ctx_size: Option<usize>,
     /// Most prompt tokens per forward pass, over all slots: long prompts are fed in chunks of
@@ -95,6 +96,18 @@ pub struct Args {
     /// Do not serve the chat page (/ answers 404).
     #[arg(long = "no-webui", overrides_with = "webui")]
     no_webui: bool,
+    /// A free slot takes a prompt when it would keep at least this fraction of the tokens its
+    /// cache holds; else the prompt goes to an empty or the least recently used slot, so one
+    /// conversation does not evict another's cache (0: the longest common prefix wins).
+    #[arg(long = "slot-prompt-similarity", default_value_t = 0.5, value_parser = similarity)]
+    slot_prompt_similarity: f32,
+}
+
+fn similarity(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err("must be a number from 0 to 1".into()),
+    }
 }
 
 fn positive_duration(s: &str) -> Result<Duration, String> {
@@ -114,7 +127,11 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let (loaded, load_secs) = margs.load(false)?;
     let exec = margs.exec();
-    let n_ctx = margs.n_ctx(&loaded);
+    // Unlike `run`, no 4096 cap: a slot's KV cache is allocated as it fills, so a long
+    // context costs nothing until a request uses it.
+    let n_ctx = args
+        .ctx_size
+        .unwrap_or_else(|| loaded.model.n_ctx_train().max(1));
     let model_name = args
         .model
         .file_stem()
@@ -144,6 +161,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         reasoning_format: ReasoningFormat::parse(&args.reasoning_format)?,
         cors_origin: args.cors_origin.clone(),
         webui: !args.no_webui,
+        slot_similarity: args.slot_prompt_similarity,
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

@@ -308,7 +308,9 @@ pub fn parse_common(
     })
 }
 
-/// `max_tokens` (or `max_completion_tokens`), at most the context.
+/// `max_tokens` (or `max_completion_tokens`): at least 1; more than the context is clamped to
+/// it (the scheduler then cuts it to what the prompt leaves), as llama-server does, rather
+/// than refused: clients ask for their model's maximum whatever the server's context.
 fn parse_max_tokens(m: &Map<String, Value>, n_ctx: usize) -> Result<Option<usize>, ApiError> {
     let max_tokens = match opt_int(m, "max_tokens")? {
         Some(v) => Some(v),
@@ -316,13 +318,10 @@ fn parse_max_tokens(m: &Map<String, Value>, n_ctx: usize) -> Result<Option<usize
     };
     Ok(match max_tokens {
         None => None,
-        Some(v) if v < 1 || v as u64 > n_ctx as u64 => {
-            return Err(out_of_range(
-                "max_tokens",
-                &format!("between 1 and the context size {n_ctx}, not {v}"),
-            ));
+        Some(v) if v < 1 => {
+            return Err(out_of_range("max_tokens", &format!("at least 1, not {v}")));
         }
-        Some(v) => Some(v as usize),
+        Some(v) => Some(usize::try_from(v).unwrap_or(usize::MAX).min(n_ctx)),
     })
 }
 
@@ -1027,7 +1026,10 @@ mod tests {
         let e = common(r#"{"max_tokens": "ten"}"#).unwrap_err();
         assert!(e.message.contains("max_tokens"), "{}", e.message);
         assert!(common(r#"{"max_tokens": -1}"#).is_err());
-        assert!(common(r#"{"max_tokens": 65}"#).is_err());
+        assert_eq!(
+            common(r#"{"max_tokens": 65}"#).unwrap().max_tokens,
+            Some(64)
+        );
         assert!(common(r#"{"max_tokens": 1e30}"#).is_err());
         assert!(common(r#"{"temperature": -0.5}"#).is_err());
         assert!(common(r#"{"stop": 3}"#).is_err());

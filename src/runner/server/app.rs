@@ -35,6 +35,8 @@ pub struct AppState {
     pub template: Option<Arc<ChatTemplate>>,
     /// The tool-call syntax the template teaches.
     pub tool_format: ToolFormat,
+    /// Its markers (and think tags) that are control tokens, rendered in chat answers.
+    pub markers: Arc<[u32]>,
     /// Whether the template writes think blocks (only then are answers searched for one).
     pub thinks: bool,
     /// Where reasoning goes (`--reasoning-format`).

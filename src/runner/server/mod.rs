@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod conn;
 pub mod cors;
 pub mod metrics;
@@ -71,6 +72,8 @@ pub struct ServerConfig {
     pub cors_origin: Option<String>,
     /// Serve the chat page at `/` ([`webui`]).
     pub webui: bool,
+    /// `--slot-prompt-similarity` (see [`SchedulerConfig::slot_similarity`]).
+    pub slot_similarity: f32,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -113,6 +116,7 @@ pub fn serve(
         prefill_budget: cfg.prefill_budget.max(1),
         kv_budget: kv_budget(&cfg),
         draft: cfg.draft,
+        slot_similarity: cfg.slot_similarity,
     };
     let state = Arc::new(AppState {
         jobs,
@@ -120,6 +124,9 @@ pub fn serve(
         tokenizer: tokenizer.clone(),
         template,
         tool_format: tool_format::ToolFormat::detect(&template_source),
+        markers: tool_format::ToolFormat::detect(&template_source)
+            .control_markers(&tokenizer)
+            .into(),
         thinks: reasoning::template_thinks(&template_source),
         reasoning: cfg.reasoning_format,
         cors_origin: cfg.cors_origin.clone(),
@@ -238,7 +245,8 @@ fn props(cfg: &ServerConfig, template: &str, kv_bytes_per_position: usize) -> se
                 "repeat_last_n": d.repeat_last_n,
                 "presence_penalty": d.presence_penalty,
                 "frequency_penalty": d.frequency_penalty,
-                "seed": d.seed,
+                // llama-server's "random" seed: each request without one draws its own.
+                "seed": -1,
             },
         },
         "build_info": concat!("t2p ", env!("CARGO_PKG_VERSION")),

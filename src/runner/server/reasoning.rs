@@ -352,6 +352,78 @@ mod tests {
         );
     }
 
+    /// Fragments that reach every state of both splitters, in every format.
+    const BITS: &[&str] = &[
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<function=f>",
+        "</function>",
+        "<parameter=x>",
+        "</parameter>",
+        "{\"name\": \"f\", \"arguments\": {}}",
+        "{\"name\": \"f\", \"parameters\": {\"a\": 1}}",
+        "<|python_tag|>",
+        "[TOOL_CALLS]",
+        "f",
+        "[ARGS]",
+        "[CALL_ID]",
+        "{",
+        "}",
+        "[",
+        "\n",
+        " ",
+        "é",
+        "東",
+        "<",
+        "</",
+        "x",
+    ];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(600))]
+        /// Whatever the model writes and however it is chunked: no panic, and the pieces
+        /// streamed are the pieces of the whole text.
+        #[test]
+        fn any_text_in_any_chunks_splits_as_the_whole(
+            bits in proptest::collection::vec(proptest::sample::select(BITS), 0..24),
+            cuts in proptest::collection::vec(1usize..6, 1..8),
+            format in proptest::sample::select(&[ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3, ToolFormat::Mistral][..]),
+            inside in proptest::prelude::any::<bool>(),
+            raw in proptest::prelude::any::<bool>(),
+        ) {
+            let text: String = bits.concat();
+            let mut sp = spec(inside, raw, true);
+            sp.tools = Some((format, sp.tools.unwrap().1));
+            let merged = |pieces: Vec<Piece>| {
+                let mut out: Vec<Piece> = Vec::new();
+                for p in pieces {
+                    match (out.last_mut(), &p) {
+                        (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(b),
+                        (Some(Piece::Reasoning(a)), Piece::Reasoning(b)) => a.push_str(b),
+                        _ => out.push(p),
+                    }
+                }
+                out
+            };
+            let mut whole = Vec::new();
+            AnswerSplitter::new(&sp).push(&text, true, &mut whole);
+            let chars: Vec<char> = text.chars().collect();
+            let mut s = AnswerSplitter::new(&sp);
+            let mut streamed = Vec::new();
+            let (mut at, mut k) = (0, 0);
+            while at < chars.len() {
+                let n = cuts[k % cuts.len()].min(chars.len() - at);
+                s.push(&chars[at..at + n].iter().collect::<String>(), false, &mut streamed);
+                at += n;
+                k += 1;
+            }
+            s.push("", true, &mut streamed);
+            proptest::prop_assert_eq!(merged(streamed), merged(whole));
+        }
+    }
+
     #[test]
     fn a_call_inside_a_think_block_is_not_a_call() {
         let call = "<tool_call>{\"name\": \"f\"}</tool_call>";

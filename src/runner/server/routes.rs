@@ -63,30 +63,10 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The key a request gives: `Authorization: Bearer KEY` (the scheme in any case, as HTTP
-/// says) or `x-api-key: KEY` (Anthropic-style clients).
-fn given_key(headers: &header::HeaderMap) -> Option<&[u8]> {
-    if let Some(v) = headers.get(header::AUTHORIZATION) {
-        let v = v.as_bytes();
-        let scheme = b"bearer ";
-        if v.len() > scheme.len() && v[..scheme.len()].eq_ignore_ascii_case(scheme) {
-            return Some(v[scheme.len()..].trim_ascii());
-        }
-    }
-    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
-}
-
-/// Whether `a == b`, in a time that depends on their lengths only (no early exit at the
-/// first difference, which would let a client find the key byte by byte from the timing).
-fn same_key(a: &[u8], b: &[u8]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    // `black_box` keeps the optimizer from turning the fold back into an early exit.
-    std::hint::black_box(diff) == 0 && a.len() == b.len()
-}
-
 async fn check_key(State(st): State<Shared>, req: Request, next: Next) -> Response {
     if let Some(key) = &st.api_key {
-        let ok = given_key(req.headers()).is_some_and(|g| same_key(g, key.as_bytes()));
+        let ok = super::auth::given_key(req.headers())
+            .is_some_and(|g| super::auth::same_key(g, key.as_bytes()));
         if !ok {
             return ApiError::new(
                 StatusCode::UNAUTHORIZED,
@@ -364,6 +344,13 @@ async fn complete(
         None => None,
     };
     let prompt_len = prompt.len();
+    let answer = answer_spec(&st, kind, tools, opens_think);
+    // A chat answer that is parsed sees the syntax's control-token markers.
+    let rendered: Arc<[u32]> = if answer.is_some() {
+        st.markers.clone()
+    } else {
+        Arc::from([])
+    };
     // OpenAI's defaults: 16 tokens for text completions, as many as fit for chat.
     let max_tokens = common.max_tokens.unwrap_or(match kind {
         Kind::Text => 16,
@@ -389,6 +376,7 @@ async fn complete(
                 events: tx,
                 siblings: Vec::new(),
                 inject_panic: st.panic_hook && m.get("t2p_test_panic") == Some(&Value::Bool(true)),
+                rendered: rendered.clone(),
             }
         })
         .collect();
@@ -424,7 +412,7 @@ async fn complete(
         tokenizer: st.tokenizer.clone(),
         prompt_tokens: prompt_len,
         logprobs: common.logprobs.is_some(),
-        answer: answer_spec(&st, kind, tools, opens_think),
+        answer,
         seed: common.sampler.seed,
     };
     if common.stream {

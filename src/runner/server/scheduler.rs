@@ -108,6 +108,8 @@ pub struct Job {
     pub siblings: Vec<Job>,
     /// Test hook: the first step that feeds this job panics (see [`PANIC_HOOK_ENV`]).
     pub inject_panic: bool,
+    /// Control tokens whose text the output shows all the same (tool-call markers).
+    pub rendered: Arc<[u32]>,
 }
 
 /// The environment variable that, set to `1` when the server starts, lets a request with
@@ -155,6 +157,11 @@ pub struct SchedulerConfig {
     /// history predicts after its sampled one, and keeps those its sampler then draws.
     /// Attention-only models only (a recurrent state cannot drop rejected tokens).
     pub draft: Option<LookupConfig>,
+    /// `--slot-prompt-similarity`: a free slot is reused for a prompt when it would keep at
+    /// least this fraction of the tokens it holds; otherwise the prompt goes to an empty or
+    /// the least recently used slot (so a new conversation, or a client's one-shot title
+    /// request, does not evict another conversation's cache). 0: the longest prefix wins.
+    pub slot_similarity: f32,
 }
 
 /// A request being served by a slot.
@@ -409,7 +416,7 @@ fn admit<'t>(
                 .as_ref()
                 .is_some_and(|a| a.group == group && a.in_prefill() && a.job.prompt == job.prompt)
         });
-    let Some(c) = best_slot(slots, &job.prompt, model.is_hybrid()) else {
+    let Some(c) = best_slot(slots, &job.prompt, model.is_hybrid(), cfg.slot_similarity) else {
         // `run` admits only while a slot is free; should that ever fail, the job fails alone.
         let _ = job.events.send(Event::Error("no free slot".into()));
         return Ok(());
@@ -424,7 +431,7 @@ fn admit<'t>(
     slot.since = order;
     slot.active = Some(Active {
         sampler: Sampler::new(job.sampler.clone()),
-        text: TextStream::new(tok, &job.stop),
+        text: TextStream::new(tok, &job.stop, job.rendered.clone()),
         fed: 0,
         cached: 0,
         history: job.prompt.clone(),
@@ -468,17 +475,19 @@ fn unfit(job: &Job, cfg: SchedulerConfig) -> Option<String> {
     })
 }
 
-/// The free slot for `prompt`: the one whose session holds the longest usable prefix of it,
-/// the longest idle among equals.
-fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool) -> Option<usize> {
-    (0..slots.len())
-        .filter(|&i| slots[i].active.is_none())
-        .max_by_key(|&i| {
-            (
-                reusable_prefix(&slots[i].held, prompt, recurrent),
-                std::cmp::Reverse(slots[i].since),
-            )
+/// The free slot for `prompt`: among those that would keep at least `similarity` of the
+/// tokens they hold, the one keeping the most (the longest idle among equals); else an empty
+/// slot, else the least recently used one.
+fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -> Option<usize> {
+    let free = || (0..slots.len()).filter(|&i| slots[i].active.is_none());
+    let kept = |i: usize| reusable_prefix(&slots[i].held, prompt, recurrent);
+    free()
+        .filter(|&i| {
+            let k = kept(i);
+            k > 0 && k as f32 >= similarity * slots[i].held.len() as f32
         })
+        .max_by_key(|&i| (kept(i), std::cmp::Reverse(slots[i].since)))
+        .or_else(|| free().min_by_key(|&i| (!slots[i].held.is_empty(), slots[i].since)))
 }
 
 /// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
@@ -905,7 +914,35 @@ fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
 
 #[cfg(test)]
 mod tests {
-    use super::reusable_prefix;
+    use super::{Slot, best_slot, reusable_prefix};
+
+    fn slot(held: &[u32], since: u64) -> Slot<'static> {
+        Slot {
+            session: None,
+            held: held.to_vec(),
+            active: None,
+            since,
+        }
+    }
+
+    #[test]
+    fn a_slot_is_reused_only_when_it_keeps_enough_of_what_it_holds() {
+        // Slot 0 holds a long conversation, slot 1 a short one-shot, slot 2 is empty.
+        let conv: Vec<u32> = (0..100).collect();
+        let slots = [slot(&conv, 1), slot(&[0, 1, 2, 50, 51], 2), slot(&[], 0)];
+        let mut next_turn = conv.clone();
+        next_turn.extend([200, 201]);
+        assert_eq!(best_slot(&slots, &next_turn, false, 0.5), Some(0));
+        // A new request sharing only the template's first tokens leaves the conversation alone.
+        let other = [0, 1, 2, 9, 9, 9];
+        assert_eq!(best_slot(&slots, &other, false, 0.5), Some(1));
+        assert_eq!(best_slot(&slots, &[7, 7], false, 0.5), Some(2));
+        // Without an empty slot: the least recently used.
+        let full = [slot(&conv, 5), slot(&[3, 3], 4)];
+        assert_eq!(best_slot(&full, &[7, 7], false, 0.5), Some(1));
+        // Similarity 0: the longest prefix, as before.
+        assert_eq!(best_slot(&slots, &other, false, 0.0), Some(0));
+    }
 
     #[test]
     fn prefix_reuse_keeps_one_prompt_token_and_never_rewinds_a_recurrent_state() {

@@ -75,6 +75,25 @@ impl ToolFormat {
         }
     }
 
+    /// The markers of this syntax (and of think blocks) that are single control tokens of
+    /// `tok`'s vocabulary: decoded text leaves control tokens out, so these are rendered
+    /// (llama.cpp's "preserved tokens"). Qwen's markers are user-defined tokens, shown anyway.
+    pub fn control_markers(self, tok: &crate::runner::Tokenizer) -> Vec<u32> {
+        let markers: &[&str] = match self {
+            ToolFormat::Hermes | ToolFormat::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
+            ToolFormat::Llama3 => &[PYTHON_TAG],
+            ToolFormat::Mistral => &[MISTRAL_OPEN, MISTRAL_ARGS, MISTRAL_CALL_ID],
+        };
+        markers
+            .iter()
+            .chain(&["<think>", "</think>"])
+            .filter_map(|m| match tok.encode(m, false, true)[..] {
+                [id] if tok.token_to_piece(id, false).is_empty() => Some(id),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The id of call `k` of choice `index` of response `response`. Mistral's template
     /// refuses ids that are not 9 characters long, so its ids are 9 alphanumerics.
     pub fn call_id(self, response: &str, index: usize, k: usize) -> String {
