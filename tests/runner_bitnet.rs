@@ -223,3 +223,35 @@ fn perplexity_matches_the_int8_reference() {
         );
     }
 }
+
+/// BitNet b1.58 2B-4T's published file has no `tokenizer.ggml.pre`: the architecture implies
+/// llama3's pre-tokenizer, so the tiny model's vocabulary without the key tokenizes the
+/// prompts as with it.
+#[test]
+fn missing_pre_tokenizer_is_llama3_for_bitnet() {
+    use t2p::runner::{GgufFile, Tokenizer};
+    use t2p::testkit::gguf_writer::GgufWriter;
+    let Some(dir) = bitnet_dir() else { return };
+    let mdir = dir.join(MODELS[0].0);
+    let gguf = GgufFile::open(mdir.join(MODELS[0].1)).unwrap();
+    assert_eq!(
+        gguf.opt_str("tokenizer.ggml.pre").unwrap(),
+        Some("llama-bpe")
+    );
+    let kv: Vec<_> = gguf
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k != "tokenizer.ggml.pre")
+        .cloned()
+        .collect();
+    let w = GgufWriter::begin(std::io::Cursor::new(Vec::new()), &kv, Vec::new()).unwrap();
+    let bytes = w.finish().unwrap().into_inner();
+    let stripped = GgufFile::from_bytes(&bytes).unwrap();
+    let tok = Tokenizer::from_gguf(&stripped).unwrap();
+    assert_eq!(tok.pre(), "llama-bpe");
+    for p in ["english", "unicode", "code"] {
+        let r = json(&mdir.join(format!("greedy/{p}.int8.numpy.json")));
+        let text = std::fs::read_to_string(mdir.join(format!("prompts/{p}.txt"))).unwrap();
+        assert_eq!(tok.encode(&text, true, true), ids(&r["prompt_ids"]), "{p}");
+    }
+}
