@@ -299,3 +299,64 @@ fn synthetic_bitnet_files_load_and_run() {
         );
     }
 }
+
+/// The tiny BitNet model converted to IQ2_BN with the test kit (every row the tensor's scale,
+/// the same codes: ik_llama.cpp's lossless conversion) gives bit-identical logits: the IQ2_BN
+/// path (type id 135 sized per file, per-row scales) runs the same numbers as I2_S.
+#[test]
+fn iq2bn_twin_gives_the_same_logits() {
+    use t2p::format::i2s::{decode_i2s, encode_iq2bn};
+    use t2p::runner::GgufFile;
+    use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
+    let Some(dir) = bitnet_dir() else { return };
+    let (folder, file) = MODELS[0];
+    let path = dir.join(folder).join(file);
+    let gguf = GgufFile::open(&path).unwrap();
+    let mut specs = Vec::new();
+    let mut datas = Vec::new();
+    for t in gguf.tensors() {
+        let mut data = raw_bytes(&path, &gguf, t);
+        let mut ty = t.stored_type_id;
+        if ty == 36 {
+            let (k, rows) = (t.shape[0] as usize, t.shape[1] as usize);
+            let mut codes = vec![0u8; rows * k];
+            let scale = decode_i2s(&data, rows * k, &mut codes).unwrap();
+            data = encode_iq2bn(&codes, &vec![scale; rows], k).unwrap();
+            ty = 135;
+        }
+        specs.push(TensorSpec {
+            name: t.name.clone(),
+            dims: t.shape.clone(),
+            ggml_type: ty,
+            bytes: data.len() as u64,
+        });
+        datas.push(data);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let twin = tmp.path().join("twin.iq2_bn.gguf");
+    let out = std::io::BufWriter::new(std::fs::File::create(&twin).unwrap());
+    let mut w = GgufWriter::begin(out, gguf.metadata(), specs).unwrap();
+    for d in &datas {
+        w.tensor_data(d).unwrap();
+    }
+    w.finish().unwrap();
+    let (a, b) = (load(&path), load(&twin));
+    let n = b
+        .gguf
+        .tensors()
+        .iter()
+        .filter(|t| t.ggml_type == t2p::format::GgmlType::IQ2_BN)
+        .count();
+    assert_eq!(n, 21);
+    let exec = reference_exec();
+    let input = read_ids(&dir.join(folder).join("logits/seq64.ids.txt"));
+    let run = |l: &t2p::runner::model::Loaded| {
+        let mut s = l.model.new_session(input.len());
+        l.model.forward(&exec, &mut s, &input, true).unwrap()
+    };
+    let (la, lb) = (run(&a), run(&b));
+    assert!(
+        la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+        "IQ2_BN logits differ from I2_S"
+    );
+}
