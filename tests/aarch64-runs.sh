@@ -47,7 +47,7 @@ run_cpu() {
     else
         CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" T2P_EXPECT_ISAS="$expect" \
             timeout "$((limit / 3))" cargo test --target "$target" --workspace --lib \
-            --test kernels_matrix --test kernels_prop --test kernels_tiles --test kernels_g64 --test quant_kernels \
+            --test kernels_matrix --test kernels_prop --test kernels_tiles --test kernels_g64 --test kernels_int8 --test quant_kernels \
             --test runner_no_alloc "$@"
     fi
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$runner" \

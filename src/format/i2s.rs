@@ -172,9 +172,15 @@ fn check_codes(codes: &[u8]) -> Result<()> {
     }
 }
 
-/// Packs `rows x k` codes (row-major) into T2P row groups with every scale 1.0 (a last group
-/// of fewer than 4 rows padded with zero weights: code 1).
-fn codes_to_t2p(codes: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Result<()> {
+/// Packs the codes `code(row, j)` of a `rows x k` matrix into T2P row groups with every scale
+/// 1.0 (a last group of fewer than 4 rows padded with zero weights: code 1, scale 0). Decodes
+/// 128 codes at a time, so no copy of the matrix is made.
+fn codes_to_t2p(
+    rows: usize,
+    k: usize,
+    dst: &mut [BlockT2p],
+    code: impl Fn(usize, usize) -> u8,
+) -> Result<()> {
     let n = super::t2p_block_count(rows, k)?;
     check_len("T2P destination blocks", n, dst.len())?;
     let nb = k / QK_PQ2_0;
@@ -184,7 +190,9 @@ fn codes_to_t2p(codes: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Re
             for (b, blk) in group.iter_mut().enumerate() {
                 let mut c = [1u8; QK_PQ2_0];
                 if row < rows {
-                    c.copy_from_slice(&codes[row * k + b * QK_PQ2_0..][..QK_PQ2_0]);
+                    for (j, u) in c.iter_mut().enumerate() {
+                        *u = code(row, b * QK_PQ2_0 + j);
+                    }
                 }
                 let d = if row < rows { ONE_F16 } else { 0 };
                 blk.set_row(r, &c, &[d]);
@@ -198,9 +206,13 @@ fn codes_to_t2p(codes: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Re
 /// (exact: the same codes) and returns its f32 scale.
 pub fn repack_i2s_to_t2p(data: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p]) -> Result<f32> {
     shape(rows, k, QK_I2_S, "i2_s")?;
-    let mut codes = vec![0u8; rows * k];
-    let scale = decode_i2s(data, rows * k, &mut codes)?;
-    codes_to_t2p(&codes, rows, k, dst)?;
+    let scale = i2s_scale(data, rows * k)?;
+    // Rows are whole blocks (k % 128 == 0): weight j of row r is weight j % 128 of block
+    // (r * k + j) / 128.
+    codes_to_t2p(rows, k, dst, |r, j| {
+        let at = (r * k + j) / QK_I2_S * I2_S_BLOCK_BYTES;
+        i2s_code(&data[at..at + I2_S_BLOCK_BYTES], j % QK_I2_S)
+    })?;
     Ok(scale)
 }
 
@@ -213,9 +225,16 @@ pub fn repack_iq2bn_to_t2p(
     dst: &mut [BlockT2p],
 ) -> Result<Vec<f32>> {
     shape(rows, k, QK_PQ2_0, "iq2_bn in T2P")?;
-    let mut codes = vec![0u8; rows * k];
-    let scales = decode_iq2bn(data, rows, k, &mut codes)?;
-    codes_to_t2p(&codes, rows, k, dst)?;
+    check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
+    let row_bytes = 4 + k / 4;
+    let scales = data
+        .chunks_exact(row_bytes)
+        .map(|row| f32::from_le_bytes(row[..4].try_into().expect("4 bytes")))
+        .collect();
+    codes_to_t2p(rows, k, dst, |r, j| {
+        let at = r * row_bytes + 4 + j / QK_IQ2_BN * IQ2_BN_BLOCK_BYTES;
+        iq2bn_code(&data[at..at + IQ2_BN_BLOCK_BYTES], j % QK_IQ2_BN)
+    })?;
     Ok(scales)
 }
 

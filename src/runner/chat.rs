@@ -82,6 +82,15 @@ impl serde::Serialize for ToolCall {
     }
 }
 
+/// BitNet b1.58 2B-4T's chat format (the transformers model's: `<|begin_of_text|>User:
+/// ...<|eot_id|>Assistant: `), for files without a template. Each turn ends with llama3's
+/// `<|eot_id|>`, which ends a generation.
+pub const BITNET_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}\
+{% if m.role == 'system' %}{{ 'System: ' + m.content + '<|eot_id|>' }}\
+{% elif m.role == 'user' %}{{ 'User: ' + m.content + '<|eot_id|>' }}\
+{% elif m.role == 'assistant' %}{{ 'Assistant: ' + m.content + '<|eot_id|>' }}{% endif %}\
+{% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}";
+
 /// A compiled chat template with the model's BOS/EOS strings.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -111,12 +120,25 @@ impl ChatTemplate {
         })
     }
 
-    /// The template of a GGUF file, or `None` if it has none.
+    /// The template source of a GGUF file: its `tokenizer.chat_template`, else the built-in
+    /// one of its architecture ([`BITNET_TEMPLATE`] for BitNet b1.58, whose published file has
+    /// none), else `None`.
+    pub fn source(gguf: &GgufFile) -> Result<Option<&str>, GgufError> {
+        if let Some(src) = gguf.opt_str("tokenizer.chat_template")? {
+            return Ok(Some(src));
+        }
+        Ok(match gguf.architecture() {
+            Ok("bitnet-b1.58" | "bitnet-25") => Some(BITNET_TEMPLATE),
+            _ => None,
+        })
+    }
+
+    /// The template of a GGUF file ([`ChatTemplate::source`]), or `None` if it has none.
     pub fn from_gguf(
         gguf: &GgufFile,
         tok: &super::Tokenizer,
     ) -> Result<Option<ChatTemplate>, GgufError> {
-        let Some(src) = gguf.opt_str("tokenizer.chat_template")? else {
+        let Some(src) = Self::source(gguf)? else {
             return Ok(None);
         };
         let piece = |id: Option<u32>| {
@@ -204,6 +226,21 @@ mod tests {
             .unwrap();
         // (Python spelling of booleans: the pycompat layer.)
         assert_eq!(out, "hi|False|x=1");
+    }
+
+    #[test]
+    fn bitnet_template_renders_the_bitnet_chat_format() {
+        let t = ChatTemplate::new(BITNET_TEMPLATE, "<|begin_of_text|>", "").unwrap();
+        let msgs = [
+            Message::new("user", "Hi"),
+            Message::new("assistant", "Hello."),
+            Message::new("user", "Again"),
+        ];
+        assert_eq!(
+            t.render(&msgs, true).unwrap(),
+            "<|begin_of_text|>User: Hi<|eot_id|>Assistant: Hello.<|eot_id|>User: \
+             Again<|eot_id|>Assistant: "
+        );
     }
 
     #[test]

@@ -35,17 +35,14 @@ fn fits(bytes: u64, room: u64, alignment: u64) -> bool {
 /// and byte size. `room[i]` is the space of tensor `i` up to the next tensor's data (or the end
 /// of the file).
 pub(super) fn resolve(tensors: &mut [TensorInfo], room: &[u64], alignment: u64) -> Result<()> {
-    let mut ids: Vec<u32> = tensors
-        .iter()
-        .filter(|t| t.ggml_type.block().is_none())
-        .map(|t| t.stored_type_id)
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    for id in ids {
-        let members: Vec<usize> = (0..tensors.len())
-            .filter(|&i| tensors[i].stored_type_id == id && tensors[i].ggml_type.block().is_none())
-            .collect();
+    // The tensors of each such id, in one pass (a hostile file may hold many ids).
+    let mut by_id: std::collections::BTreeMap<u32, Vec<usize>> = Default::default();
+    for (i, t) in tensors.iter().enumerate() {
+        if t.ggml_type.block().is_none() {
+            by_id.entry(t.stored_type_id).or_default().push(i);
+        }
+    }
+    for (id, members) in by_id {
         let fit = |ty: GgmlType, i: usize| {
             ty.tensor_bytes(&tensors[i].shape)
                 .filter(|&b| fits(b, room[i], alignment))

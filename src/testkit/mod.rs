@@ -8,6 +8,7 @@
 pub mod gguf_writer;
 pub mod quantize;
 pub mod synth;
+pub mod synth_bitnet;
 pub mod synth_qwen35;
 
 use std::fs::File;

@@ -250,6 +250,15 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
                 format!("{source} -> T2P g64 (a scale per 64 weights)")
             } else if opts.uses_t2p(t) {
                 format!("{source} -> T2P")
+            } else if t.ggml_type.is_int8_ternary() {
+                let scale = if t.ggml_type == GgmlType::I2_S {
+                    "tensor"
+                } else {
+                    "row"
+                };
+                format!(
+                    "{source} -> T2P codes x per-token int8 activations, f32 {scale} scale after"
+                )
             } else if t.ggml_type.is_ternary() {
                 format!("{source} -> pq2_0 blocks (kept by the load options)")
             } else if t.ggml_type.is_quant() {

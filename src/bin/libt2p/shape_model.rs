@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use t2p::runner::GgufFile;
 use t2p::testkit::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
+use t2p::testkit::synth_bitnet::{BITNET_SHAPES, write_bitnet};
 use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 
 /// Seed of the weights of a shape model (the `synth` default).
@@ -19,11 +20,13 @@ pub fn resolve(model: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
     let name = model.to_string_lossy();
     let qwen3 = QWEN3_SHAPES.iter().find(|s| s.name == name);
     let qwen35 = QWEN35_SHAPES.iter().find(|s| s.name == name);
-    if qwen3.is_none() && qwen35.is_none() {
+    let bitnet = BITNET_SHAPES.iter().find(|s| s.name == name);
+    if qwen3.is_none() && qwen35.is_none() && bitnet.is_none() {
         let known: Vec<&str> = QWEN3_SHAPES
             .iter()
             .map(|s| s.name)
             .chain(QWEN35_SHAPES.iter().map(|s| s.name))
+            .chain(BITNET_SHAPES.iter().map(|s| s.name))
             .collect();
         return Err(format!(
             "model file {name} not found (nor is it a synth shape: {})",
@@ -36,8 +39,12 @@ pub fn resolve(model: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
     if path.is_file() {
         return Ok(path);
     }
+    // BitNet 2B-4T's own vocabulary is llama3's; Falcon3's (131k tokens) is not in the test
+    // data, llama3's is the nearest in size.
     let vocab_name = if qwen35.is_some() {
         "ggml-vocab-qwen35.gguf"
+    } else if bitnet.is_some() {
+        "ggml-vocab-llama-bpe.gguf"
     } else {
         "ggml-vocab-qwen2.gguf"
     };
@@ -54,15 +61,16 @@ pub fn resolve(model: &Path) -> Result<PathBuf, Box<dyn std::error::Error>> {
         "{name}-seed{SEED}.gguf.{}.partial",
         std::process::id()
     ));
-    match (qwen3, qwen35) {
-        (Some(s), _) => write_qwen3_with(
+    match (qwen3, qwen35, bitnet) {
+        (Some(s), _, _) => write_qwen3_with(
             &partial,
             s,
             &vocab,
             SEED,
             &SynthOptions::new(SynthType::Pq2_0),
         )?,
-        (_, Some(s)) => write_qwen35(&partial, s, &vocab, SEED)?,
+        (_, Some(s), _) => write_qwen35(&partial, s, &vocab, SEED)?,
+        (_, _, Some(s)) => write_bitnet(&partial, s, &vocab, SEED)?,
         _ => unreachable!("checked above"),
     }
     std::fs::rename(&partial, &path)?;

@@ -6,22 +6,25 @@ use std::time::Instant;
 
 use t2p::runner::GgufFile;
 use t2p::testkit::synth::{QWEN3_SHAPES, SynthOptions, SynthType, write_qwen3_with};
+use t2p::testkit::synth_bitnet::{BITNET_SHAPES, write_bitnet};
 use t2p::testkit::synth_qwen35::{QWEN35_SHAPES, write_qwen35};
 
-/// Every `--shape` name: the qwen3 shapes, then the qwen35 ones.
+/// Every `--shape` name: the qwen3 shapes, the qwen35 ones, then the BitNet ones.
 fn shape_names() -> Vec<&'static str> {
     QWEN3_SHAPES
         .iter()
         .map(|s| s.name)
         .chain(QWEN35_SHAPES.iter().map(|s| s.name))
+        .chain(BITNET_SHAPES.iter().map(|s| s.name))
         .collect()
 }
 
 /// Options of `libt2p synth`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Shape: qwen3 (Ternary Bonsai 1.7B/4B/8B, a tiny test shape) or qwen35 (Ternary Bonsai 2
-    /// 27B, a tiny test shape).
+    /// Shape: qwen3 (Ternary Bonsai 1.7B/4B/8B, a tiny test shape), qwen35 (Ternary Bonsai 2
+    /// 27B, a tiny test shape), or BitNet in I2_S (`bitnet-2b`: BitNet b1.58 2B-4T with a llama3
+    /// vocab; `falcon3-1b`, `falcon3-10b`).
     #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(shape_names()))]
     shape: String,
     /// A GGUF whose `tokenizer.*` metadata is copied (e.g. a Qwen vocab GGUF).
@@ -72,12 +75,14 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         write_qwen3_with(&args.output, shape, &vocab, args.seed, &opts)?;
     } else if opts != SynthOptions::new(SynthType::Pq2_0) {
         return Err(format!(
-            "--type and --scale-group apply to the qwen3 shapes only ({} is qwen35)",
+            "--type and --scale-group apply to the qwen3 shapes only (not {})",
             args.shape
         )
         .into());
     } else if let Some(shape) = QWEN35_SHAPES.iter().find(|s| s.name == args.shape) {
         write_qwen35(&args.output, shape, &vocab, args.seed)?;
+    } else if let Some(shape) = BITNET_SHAPES.iter().find(|s| s.name == args.shape) {
+        write_bitnet(&args.output, shape, &vocab, args.seed)?;
     } else {
         return Err(format!(
             "unknown shape {:?} (known: {})",

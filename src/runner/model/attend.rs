@@ -6,7 +6,7 @@
 mod simd;
 
 use super::exec::Exec;
-use super::kv_cache::KvCache;
+use super::kv_cache::{KvCache, KvRows};
 use super::ops::softmax;
 
 /// The shape of one attention layer.
@@ -51,9 +51,17 @@ pub fn attend<'c>(
             scores.clear();
             scores.reserve(cache.n_ctx());
             scores.resize(pos + 1, 0.0);
-            isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores);
+            match k {
+                KvRows::F16(k) => isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores),
+                KvRows::F32(k) => {
+                    simd::scores_f32(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores)
+                }
+            }
             softmax(&mut scores);
-            isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o);
+            match v {
+                KvRows::F16(v) => isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o),
+                KvRows::F32(v) => simd::weighted_sum_f32(&scores, &v[kvh * hd..], kv_dim, o),
+            }
             SCORES.set(scores);
         });
 }

@@ -6,6 +6,10 @@
 //! reads the halves directly (converting eight at a time in registers, see `attend`), so the
 //! cache costs half the memory and half the bandwidth of an f32 one. Truncation is O(1), which
 //! speculative decoding uses to roll back.
+//!
+//! A cache can also hold f32 ([`KvCache::new_f32`]): the exact semantics the float references
+//! of the BitNet models assume, where the f16 rounding of K and V would flip int8 activation
+//! roundings downstream (portable loops, for checking numerics rather than speed).
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -21,21 +25,84 @@ pub struct KvCache {
     /// its request can reach).
     growth_cap: usize,
     kv_dim: usize,
-    k: Vec<Vec<f16>>,
-    v: Vec<Vec<f16>>,
+    k: Vec<KvBuf>,
+    v: Vec<KvBuf>,
     len: usize,
+}
+
+/// One layer's K or V values.
+#[derive(Clone)]
+enum KvBuf {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl KvBuf {
+    fn len(&self) -> usize {
+        match self {
+            KvBuf::F16(b) => b.len(),
+            KvBuf::F32(b) => b.len(),
+        }
+    }
+
+    fn resize(&mut self, n: usize) {
+        match self {
+            KvBuf::F16(b) => b.resize(n, f16::ZERO),
+            KvBuf::F32(b) => b.resize(n, 0.0),
+        }
+    }
+
+    fn value_bytes(&self) -> usize {
+        match self {
+            KvBuf::F16(_) => size_of::<f16>(),
+            KvBuf::F32(_) => size_of::<f32>(),
+        }
+    }
+
+    /// Stores `src` at `span` (f16: rounded to nearest, ties to even, as ggml converts).
+    fn store(&mut self, span: std::ops::Range<usize>, src: &[f32]) {
+        match self {
+            KvBuf::F16(b) => b[span].convert_from_f32_slice(src),
+            KvBuf::F32(b) => b[span].copy_from_slice(src),
+        }
+    }
+
+    fn rows(&self, n: usize) -> KvRows<'_> {
+        match self {
+            KvBuf::F16(b) => KvRows::F16(&b[..n]),
+            KvBuf::F32(b) => KvRows::F32(&b[..n]),
+        }
+    }
+}
+
+/// K or V values of one layer as the cache holds them.
+#[derive(Clone, Copy, Debug)]
+pub enum KvRows<'a> {
+    /// IEEE halves (the default cache).
+    F16(&'a [f16]),
+    /// f32 ([`KvCache::new_f32`]).
+    F32(&'a [f32]),
 }
 
 impl KvCache {
     /// A cache for `n_layers` attention layers of `kv_dim` values per position.
     /// Allocates nothing until a forward pass reserves its positions.
     pub fn new(n_layers: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
+        Self::with_bufs(n_layers, n_ctx, kv_dim, KvBuf::F16(Vec::new()))
+    }
+
+    /// As [`KvCache::new`], holding f32 values (twice the memory, no rounding).
+    pub fn new_f32(n_layers: usize, n_ctx: usize, kv_dim: usize) -> KvCache {
+        Self::with_bufs(n_layers, n_ctx, kv_dim, KvBuf::F32(Vec::new()))
+    }
+
+    fn with_bufs(n_layers: usize, n_ctx: usize, kv_dim: usize, empty: KvBuf) -> KvCache {
         KvCache {
             n_ctx,
             growth_cap: n_ctx,
             kv_dim,
-            k: vec![Vec::new(); n_layers],
-            v: vec![Vec::new(); n_layers],
+            k: vec![empty.clone(); n_layers],
+            v: vec![empty; n_layers],
             len: 0,
         }
     }
@@ -51,13 +118,13 @@ impl KvCache {
         let cap = self.growth_cap.min(self.n_ctx);
         let positions = n.max(2 * held).max(MIN_POSITIONS).min(cap).max(n);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
-            buf.resize(positions * self.kv_dim, f16::ZERO);
+            buf.resize(positions * self.kv_dim);
         }
     }
 
     /// Positions the buffers hold room for now.
     pub fn positions(&self) -> usize {
-        self.k.first().map_or(0, Vec::len) / self.kv_dim.max(1)
+        self.k.first().map_or(0, KvBuf::len) / self.kv_dim.max(1)
     }
 
     /// Caps how far the buffers may grow (at least what they hold and what is asked): a
@@ -100,28 +167,32 @@ impl KvCache {
 
     /// Bytes held now (the positions reserved so far).
     pub fn size_bytes(&self) -> usize {
-        let held: usize = self.k.iter().chain(&self.v).map(Vec::len).sum();
-        size_of::<f16>() * held
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|b| b.len() * b.value_bytes())
+            .sum()
     }
 
     /// Bytes one position takes (K and V of every layer).
     pub fn bytes_per_position(&self) -> usize {
-        2 * size_of::<f16>() * self.kv_dim * self.k.len()
+        let value = self.k.first().map_or(size_of::<f16>(), KvBuf::value_bytes);
+        2 * value * self.kv_dim * self.k.len()
     }
 
     /// Stores K and V of position `pos` in `layer`, rounding each value to the nearest half
-    /// (ties to even, as ggml's f32 -> f16 conversion does).
+    /// (ties to even, as ggml's f32 -> f16 conversion does) unless the cache holds f32.
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let span = pos * self.kv_dim..(pos + 1) * self.kv_dim;
-        self.k[layer][span.clone()].convert_from_f32_slice(&k[..self.kv_dim]);
-        self.v[layer][span].convert_from_f32_slice(&v[..self.kv_dim]);
+        self.k[layer].store(span.clone(), &k[..self.kv_dim]);
+        self.v[layer].store(span, &v[..self.kv_dim]);
     }
 
-    /// K and V of `layer` for positions `0..n` (`n * kv_dim` halves each).
-    pub fn layer(&self, layer: usize, n: usize) -> (&[f16], &[f16]) {
+    /// K and V of `layer` for positions `0..n` (`n * kv_dim` values each).
+    pub fn layer(&self, layer: usize, n: usize) -> (KvRows<'_>, KvRows<'_>) {
         (
-            &self.k[layer][..n * self.kv_dim],
-            &self.v[layer][..n * self.kv_dim],
+            self.k[layer].rows(n * self.kv_dim),
+            self.v[layer].rows(n * self.kv_dim),
         )
     }
 }
@@ -140,14 +211,29 @@ mod tests {
         let v = [0.1, -0.2, 1e-5, 7.0];
         c.store(1, 2, &k, &v);
         c.set_len(3);
-        let (ks, vs) = c.layer(1, 3);
+        let (KvRows::F16(ks), KvRows::F16(vs)) = c.layer(1, 3) else {
+            panic!("an f16 cache")
+        };
         for i in 0..4 {
             assert_eq!(ks[8 + i], f16::from_f32(k[i]));
             assert_eq!(vs[8 + i], f16::from_f32(v[i]));
         }
         // 1 + 2^-12 is halfway between two halves: ties go to the even one, 1.0.
         assert_eq!(ks[9].to_f32(), 1.0);
-        assert!(c.layer(0, 3).0.iter().all(|h| *h == f16::ZERO));
+        let KvRows::F16(k0) = c.layer(0, 3).0 else {
+            panic!("an f16 cache")
+        };
+        assert!(k0.iter().all(|h| *h == f16::ZERO));
+        // An f32 cache keeps the values and takes twice the bytes.
+        let mut c = KvCache::new_f32(2, 3, 4);
+        c.reserve(3);
+        assert_eq!(c.size_bytes(), 2 * 2 * 4 * 3 * 4);
+        assert_eq!(c.bytes_per_position(), 2 * 4 * 2 * 4);
+        c.store(1, 2, &k, &v);
+        let (KvRows::F32(ks), KvRows::F32(vs)) = c.layer(1, 3) else {
+            panic!("an f32 cache")
+        };
+        assert_eq!((&ks[8..12], &vs[8..12]), (&k[..], &v[..]));
     }
 
     #[test]
@@ -185,6 +271,9 @@ mod tests {
         assert_eq!(c.size_bytes(), 2 * 2 * 2 * 10_000, "capped at n_ctx");
         c.store(0, 9_999, &[1.0, 2.0], &[3.0, 4.0]);
         c.set_len(10_000);
-        assert_eq!(c.layer(0, 10_000).1[19_999], f16::from_f32(4.0));
+        let KvRows::F16(v) = c.layer(0, 10_000).1 else {
+            panic!("an f16 cache")
+        };
+        assert_eq!(v[19_999], f16::from_f32(4.0));
     }
 }

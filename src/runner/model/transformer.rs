@@ -28,6 +28,8 @@ pub struct Model {
     layers: Vec<Layer>,
     gated_attention: bool,
     round_bf16: bool,
+    /// Sessions keep K and V as f32 instead of f16.
+    kv_f32: bool,
 }
 
 impl Model {
@@ -83,6 +85,7 @@ impl Model {
             layers,
             gated_attention: arch.gated_attention,
             round_bf16: arch.round_bf16,
+            kv_f32: false,
         })
     }
 
@@ -91,6 +94,14 @@ impl Model {
     /// F32 twin of a file has, which the `f32` references of the test data use.
     pub fn set_round_bf16_activations(&mut self, on: bool) {
         self.round_bf16 = on;
+    }
+
+    /// Whether new sessions keep K and V as f32 (off: f16, llama.cpp's default cache). On gives
+    /// the all-f32 semantics of float references: with per-token int8 activations (BitNet), the
+    /// f16 rounding of K/V flips some int8 roundings downstream. Attention then runs portable
+    /// f32 loops (for checking numerics, not for speed).
+    pub fn set_kv_f32(&mut self, on: bool) {
+        self.kv_f32 = on;
     }
 
     /// The parsed Hadamard fold, if the file has one.
@@ -113,7 +124,10 @@ impl Model {
     pub fn new_session(&self, n_ctx: usize) -> Session {
         let c = &self.cfg;
         Session {
-            cache: KvCache::new(c.n_attn(), n_ctx, c.kv_dim()),
+            cache: match self.kv_f32 {
+                true => KvCache::new_f32(c.n_attn(), n_ctx, c.kv_dim()),
+                false => KvCache::new(c.n_attn(), n_ctx, c.kv_dim()),
+            },
             recurrent: c.ssm.map(|s| RecurrentState::new(s, c.n_rec())),
             state: RunState::default(),
         }

@@ -99,10 +99,7 @@ pub fn serve(
         gguf,
     } = loaded;
     let template = ChatTemplate::from_gguf(&gguf, &tokenizer)?.map(Arc::new);
-    let template_source = gguf
-        .opt_str("tokenizer.chat_template")?
-        .unwrap_or_default()
-        .to_string();
+    let template_source = ChatTemplate::source(&gguf)?.unwrap_or_default().to_string();
     // A tokenizer with no end-of-generation token cannot end a grammar: such a model serves
     // without structured output (those requests get a 400 saying why).
     let grammars = GrammarCompiler::new(&tokenizer).map(Arc::new);

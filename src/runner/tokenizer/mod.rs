@@ -137,9 +137,15 @@ impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer> {
         let kind = read_kind(gguf)?;
         let spm = kind == TokenizerKind::Spm;
+        // BitNet b1.58 2B-4T's file has llama3's vocabulary but no `tokenizer.ggml.pre`: its
+        // architecture implies llama3's pre-tokenizer.
+        let implied = match gguf.architecture() {
+            Ok("bitnet-b1.58" | "bitnet-25") if kind == TokenizerKind::Bpe => "llama-bpe",
+            _ => "default",
+        };
         let pre_name = gguf
             .opt_str("tokenizer.ggml.pre")?
-            .unwrap_or("default")
+            .unwrap_or(implied)
             .to_string();
         let llama3 = matches!(pre_name.as_str(), "llama3" | "llama-v3" | "llama-bpe");
         let vocab = Vocab::from_gguf(gguf, llama3)?;
@@ -193,7 +199,8 @@ impl Tokenizer {
         self.kind
     }
 
-    /// `tokenizer.ggml.pre` (`default` when absent).
+    /// `tokenizer.ggml.pre` (when absent: `llama-bpe` for a BitNet b1.58 BPE vocabulary,
+    /// else `default`).
     pub fn pre(&self) -> &str {
         &self.pre_name
     }

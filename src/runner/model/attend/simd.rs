@@ -88,7 +88,32 @@ impl Isa {
     }
 }
 
-fn check_rows(rows: &[f16], n: usize, stride: usize, width: usize) {
+/// [`Isa::scores`] over f32 rows (an f32 cache): [`dot`] per row, on any CPU.
+///
+/// # Panics
+/// If `k` is too short for `out.len()` rows of `stride`.
+pub fn scores_f32(q: &[f32], k: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    check_rows(k, out.len(), stride, q.len());
+    for (p, s) in out.iter_mut().enumerate() {
+        *s = dot(q, &k[p * stride..p * stride + q.len()]) * scale;
+    }
+}
+
+/// [`Isa::weighted_sum`] over f32 rows (an f32 cache), `p` in increasing order.
+///
+/// # Panics
+/// If `v` is too short for `w.len()` rows of `stride`.
+pub fn weighted_sum_f32(w: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+    check_rows(v, w.len(), stride, out.len());
+    out.fill(0.0);
+    for (p, &wp) in w.iter().enumerate() {
+        for (o, &x) in out.iter_mut().zip(&v[p * stride..]) {
+            *o += wp * x;
+        }
+    }
+}
+
+fn check_rows<T>(rows: &[T], n: usize, stride: usize, width: usize) {
     assert!(
         n == 0 || (n - 1) * stride + width <= rows.len(),
         "KV rows out of bounds"
@@ -471,6 +496,28 @@ mod tests {
             let mut o = vec![0.0; 16];
             isa.weighted_sum(&[0.0, 1.0, 0.0], &v, 16, &mut o);
             assert!(o.iter().zip(&v[16..32]).all(|(a, b)| *a == b.to_f32()));
+        }
+    }
+
+    /// The f32-cache loops are the portable f16 loops' expression: on values an f16 holds
+    /// exactly they give the same bits.
+    #[test]
+    fn f32_rows_give_the_portable_bits() {
+        for (hd, stride, len) in [(7, 10, 3), (64, 64, 17), (136, 144, 5)] {
+            let seed = (hd * 31 + len) as u64;
+            let q = floats(hd, seed);
+            let k = halves(len * stride, seed + 1);
+            let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
+            let w = floats(len, seed + 2);
+            let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
+            Isa::Portable.scores(&q, &k, stride, 0.125, &mut s0);
+            Isa::Portable.weighted_sum(&w, &k, stride, &mut o0);
+            let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
+            scores_f32(&q, &k32, stride, 0.125, &mut s);
+            weighted_sum_f32(&w, &k32, stride, &mut o);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&s), bits(&s0), "scores hd {hd} len {len}");
+            assert_eq!(bits(&o), bits(&o0), "sum hd {hd} len {len}");
         }
     }
 
