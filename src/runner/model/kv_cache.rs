@@ -51,7 +51,12 @@ impl KvCache {
         let cap = self.growth_cap.min(self.n_ctx);
         let positions = n.max(2 * held).max(MIN_POSITIONS).min(cap).max(n);
         for buf in self.k.iter_mut().chain(self.v.iter_mut()) {
-            buf.resize(positions * self.kv_dim, f16::ZERO);
+            // Room first, then the huge-page advice, then the zeros: the pages the zeros
+            // touch first are then huge ones (attention reads the whole cache every token).
+            let want = positions * self.kv_dim;
+            buf.reserve_exact(want.saturating_sub(buf.len()));
+            crate::runner::memory::advise_huge_vec(buf);
+            buf.resize(want, f16::ZERO);
         }
     }
 

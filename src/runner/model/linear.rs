@@ -164,7 +164,15 @@ impl Linear {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
                 let product = T2pProduct::new(m, batch)?;
-                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
+                let bytes = m.size_bytes() as u64;
+                run_step(
+                    exec,
+                    &mut [(product, out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    phase,
+                    bytes,
+                )
             }
             // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
             // over the pool, each reading its rows once for every column.
@@ -175,11 +183,25 @@ impl Linear {
                     m.quantize_acts(&input.x[..input.n * m.k()], work)?;
                 }
                 let product = QuantProduct::new(m, work, input.n)?;
-                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
+                let bytes = m.size_bytes() as u64;
+                run_step(
+                    exec,
+                    &mut [(product, out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    phase,
+                    bytes,
+                )
             }),
             Linear::Dense { w, k, .. } => {
-                let _t = exec.profile.time(Phase::DenseMatmul);
+                let start = exec.profile.is_on().then(std::time::Instant::now);
                 dense_forward(exec, w, *k, rows, input.x, out);
+                if let Some(t) = start {
+                    let ns = t.elapsed().as_nanos() as u64;
+                    exec.profile.add(Phase::DenseMatmul, ns);
+                    exec.profile
+                        .add_step(Phase::DenseMatmul, 4 * w.len() as u64, ns);
+                }
                 Ok(())
             }
         }
@@ -188,18 +210,19 @@ impl Linear {
 
 /// Runs the products `product` finds in `jobs` as one parallel step of the matmul driver
 /// ([`run_products`]), booking its time as `phase` (compute) and [`Phase::PoolWait`] when
-/// profiling.
+/// profiling, and `bytes` (the weights the products read) as the step's traffic.
 pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
     exec: &Exec,
     jobs: &mut [(M, &mut [f32])],
     product: impl Fn(&M) -> crate::Result<Option<P>> + Sync,
     tiles: &mut Vec<f32>,
     phase: Phase,
+    bytes: u64,
 ) -> Result<()> {
     let timed = exec.profile.is_on();
     if let Some(t) = run_products(&exec.pool, exec.kern, jobs, product, tiles, timed)? {
         exec.profile
-            .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads);
+            .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads, bytes);
     }
     Ok(())
 }
