@@ -204,8 +204,9 @@ pub struct LoadOptions {
     /// Bytes read per `read` call (rounded to whole T2P row groups), default 4 MiB.
     pub chunk_bytes: usize,
     /// Threads that read and repack the chunks of a ternary matrix at once when the source is
-    /// a file ([`TensorStore::load_file`]); default: the machine's parallelism. One reads the
-    /// file in order on the calling thread.
+    /// a file ([`TensorStore::load_file`]); default: the machine's parallelism, at most 8 (a
+    /// few cores already saturate the memory the load writes, and each thread holds one chunk).
+    /// One reads the file in order on the calling thread.
     pub threads: usize,
 }
 
@@ -216,7 +217,7 @@ impl Default for LoadOptions {
             keep_pq2_0: Vec::new(),
             progress: None,
             chunk_bytes: 4 << 20,
-            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         }
     }
 }
