@@ -258,6 +258,13 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
+    /// Calls of [`run`](Self::run) so far that handed jobs to the workers (calls run inline,
+    /// with one job or while another call holds the pool, are not counted): what a profile
+    /// divides the pool's overhead by.
+    pub fn calls(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Relaxed)
+    }
+
     /// Runs `f(i)` for every `i` in `0..n_jobs`, spread over the workers and the calling thread,
     /// and returns when all have finished. Each index runs exactly once; the order is unspecified.
     ///

@@ -279,6 +279,78 @@ pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<
 /// Repacks row group `g`'s source rows (4 rows of `k / WEIGHTS` blocks each, row-major in `src`)
 /// into `k / 128` T2P blocks.
 pub(super) fn repack_group<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [B::Target]) {
+    // pq2_0, the format of nearly every model, moves its codes byte-wise without decoding them
+    // one at a time (loading a 7 GB model is then bound by memory, not by this loop).
+    if B::GGML_TYPE == GgmlType::PQ2_0
+        && let (Ok(s), Ok(d)) = (
+            bytemuck::try_cast_slice::<B, BlockPq2_0>(src),
+            bytemuck::try_cast_slice_mut::<B::Target, BlockT2p>(dst),
+        )
+    {
+        return repack_group_pq2_0(s, k, d);
+    }
+    repack_group_decoded(src, k, dst);
+}
+
+/// `SPREAD[v]`: the four 2-bit fields of byte `v` moved to bits `8m..8m + 2` (field `m`).
+const SPREAD: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut v = 0;
+    while v < 256 {
+        let mut m = 0;
+        while m < 4 {
+            t[v] |= (((v >> (2 * m)) & 3) as u32) << (8 * m);
+            m += 1;
+        }
+        v += 1;
+    }
+    t
+};
+
+/// 32 pq2_0 codes (8 bytes, weight `j` in slot `j % 4` of byte `j / 4`) in T2P order (weight
+/// `8s + i` in slot `s` of byte `i`): a 4 x 8 transpose of 2-bit fields. Source byte `2s + h`
+/// holds weights `8s + 4h + m`, which go to slot `s` of bytes `4h + m`.
+#[inline]
+fn transpose_32(q: &[u8]) -> [u8; 8] {
+    let (mut lo, mut hi) = (0u32, 0u32);
+    for s in 0..4 {
+        lo |= SPREAD[q[2 * s] as usize] << (2 * s);
+        hi |= SPREAD[q[2 * s + 1] as usize] << (2 * s);
+    }
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&lo.to_le_bytes());
+    out[4..].copy_from_slice(&hi.to_le_bytes());
+    out
+}
+
+/// [`repack_group`] for pq2_0: the same bytes as [`repack_group_decoded`] (the tests compare
+/// them), 8 table lookups per 32 weights instead of a decode and a pack per weight.
+fn repack_group_pq2_0(src: &[BlockPq2_0], k: usize, dst: &mut [BlockT2p]) {
+    let nb = k / QK_PQ2_0;
+    let real = (src.len() / nb.max(1)).min(ROWS_PER_T2P);
+    for (b, t) in dst.iter_mut().enumerate().take(nb) {
+        for r in 0..ROWS_PER_T2P {
+            let half = 8 * (r % 2);
+            if r < real {
+                let block = &src[r * nb + b];
+                t.d[r] = block.d;
+                for (wd, q) in block.qs.chunks_exact(8).enumerate() {
+                    t.qs[r / 2][wd][half..half + 8].copy_from_slice(&transpose_32(q));
+                }
+            } else {
+                // A padded row: zero weights (code 1 everywhere, scale 0).
+                t.d[r] = 0;
+                for word in t.qs[r / 2].iter_mut() {
+                    word[half..half + 8].fill(0x55);
+                }
+            }
+        }
+    }
+}
+
+/// [`repack_group`] for any format: each source block decoded into codes and scales, each T2P
+/// row set from them.
+fn repack_group_decoded<B: TernaryBlock>(src: &[B], k: usize, dst: &mut [B::Target]) {
     let per_row = k / B::WEIGHTS;
     let group = <B::Target as RowPairBlock>::GROUP;
     // One step decodes `span` weights of a row: one source block of 128 or 256 weights (one
@@ -352,6 +424,28 @@ pub fn repack_to_t2p<B: TernaryBlock>(
 mod tests {
     use super::*;
     use crate::format::{dequantize_row_pq2_0, f32_to_f16};
+
+    #[test]
+    fn pq2_0_fast_repack_equals_the_decoded_one() {
+        let mut rng = Lcg(7);
+        for (rows, k) in [(4usize, 128usize), (8, 512), (3, 256), (13, 384), (1, 128)] {
+            let src: Vec<BlockPq2_0> = (0..rows * k / 128)
+                .map(|_| BlockPq2_0 {
+                    d: u16::from_le_bytes(rng.bytes::<2>()),
+                    qs: rng.bytes::<32>(),
+                })
+                .collect();
+            let nb = k / 128;
+            for g in 0..rows.div_ceil(4) {
+                let rows_g = &src[4 * g * nb..(4 * g + 4).min(rows) * nb];
+                let mut fast = vec![BlockT2p::default(); nb];
+                let mut slow = vec![BlockT2p::default(); nb];
+                repack_group_pq2_0(rows_g, k, &mut fast);
+                repack_group_decoded(rows_g, k, &mut slow);
+                assert_eq!(fast, slow, "{rows} x {k}, group {g}");
+            }
+        }
+    }
 
     struct Lcg(u64);
     impl Lcg {

@@ -1,19 +1,20 @@
 //! Tensor data into memory with ordinary reads (no mmap), ternary matrices straight into T2P.
 //!
-//! A pq2_0 matrix is read into its final buffer a few MB at a time and each chunk is repacked in
-//! place (a T2P row group occupies exactly the bytes of its four pq2_0 rows). The other ternary
-//! formats (tq2_0, tq1_0, ptq1_0; legacy id 42 is pq2_0) are smaller on disk than T2P: each chunk
-//! of whole row groups is read into one reused buffer and repacked from there into the final
-//! buffer. Either way the model is never held twice: peak memory is the model plus one chunk.
+//! A ternary matrix going to T2P is read a chunk of whole row groups (a few MB) at a time into a
+//! reused buffer and repacked from there into its final buffer, so the model is never held
+//! twice: peak memory is the model plus one chunk per loading thread. From a file
+//! ([`TensorStore::load_file`]) the chunks of a matrix are read with positioned reads and
+//! repacked on [`LoadOptions::threads`] threads at once; from any other reader, in order on the
+//! calling thread. Both give the same bytes.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek};
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Pod;
 
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
@@ -212,6 +213,11 @@ pub struct LoadOptions {
     pub progress: Option<ProgressFn>,
     /// Bytes read per `read` call (rounded to whole T2P row groups), default 4 MiB.
     pub chunk_bytes: usize,
+    /// Threads that read and repack the chunks of a ternary matrix at once when the source is
+    /// a file ([`TensorStore::load_file`]); default: the machine's parallelism, at most 8 (a
+    /// few cores already saturate the memory the load writes, and each thread holds one chunk).
+    /// One reads the file in order on the calling thread.
+    pub threads: usize,
 }
 
 impl Default for LoadOptions {
@@ -221,6 +227,7 @@ impl Default for LoadOptions {
             keep_pq2_0: Vec::new(),
             progress: None,
             chunk_bytes: 4 << 20,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
         }
     }
 }
@@ -232,6 +239,7 @@ impl std::fmt::Debug for LoadOptions {
             .field("keep_pq2_0", &self.keep_pq2_0)
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .field("chunk_bytes", &self.chunk_bytes)
+            .field("threads", &self.threads)
             .finish()
     }
 }
@@ -250,10 +258,11 @@ pub struct TensorStore {
     order: Vec<String>,
 }
 
-/// Counts the bytes read and passes them to [`LoadOptions::progress`].
+/// Counts the bytes read and passes them to [`LoadOptions::progress`] (from any of the threads
+/// reading a matrix).
 struct Counter<'a> {
     report: Option<&'a ProgressFn>,
-    done: Cell<u64>,
+    done: AtomicU64,
     total: u64,
 }
 
@@ -261,26 +270,26 @@ impl<'a> Counter<'a> {
     fn new(report: Option<&'a ProgressFn>, total: u64) -> Self {
         Counter {
             report,
-            done: Cell::new(0),
+            done: AtomicU64::new(0),
             total,
         }
     }
 
     fn inc(&self, n: usize) {
-        self.done.set(self.done.get() + n as u64);
-        self.report_now();
+        let done = self.done.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        self.report_now(done);
     }
 
     /// Reports the end of the load, so the last report always has `done == total`.
     fn finish(&self) {
-        self.done.set(self.total);
-        self.report_now();
+        self.done.store(self.total, Ordering::Relaxed);
+        self.report_now(self.total);
     }
 
-    fn report_now(&self) {
+    fn report_now(&self, done: u64) {
         if let Some(f) = self.report {
             f(LoadProgress {
-                done_bytes: self.done.get(),
+                done_bytes: done,
                 total_bytes: self.total,
             });
         }
@@ -326,12 +335,30 @@ impl TensorStore {
             offset: 0,
             message: e.to_string(),
         })?;
-        let store = Self::load(&gguf, &mut f, opts)?;
+        // A second handle for positioned reads: the threads of a matrix read their chunks with
+        // it at once, while `f` keeps the sequential position for everything else.
+        let shared = f.try_clone().map_err(|e| GgufError::Io {
+            what: path.display().to_string(),
+            offset: 0,
+            message: e.to_string(),
+        })?;
+        let store = Self::load_from(&gguf, &mut f, Some(&shared), opts)?;
         Ok((gguf, store))
     }
 
     /// Loads every tensor of `gguf` from `src` (the same file the header came from).
     pub fn load<R: Read + Seek>(gguf: &GgufFile, src: &mut R, opts: &LoadOptions) -> Result<Self> {
+        Self::load_from(gguf, src, None, opts)
+    }
+
+    /// [`load`](Self::load), with `shared` (the same file) read at positions by several
+    /// threads at once where [`LoadOptions::threads`] allows.
+    fn load_from<R: Read + Seek>(
+        gguf: &GgufFile,
+        src: &mut R,
+        shared: Option<&File>,
+        opts: &LoadOptions,
+    ) -> Result<Self> {
         // Refuse before reading anything, so a bad file costs no I/O.
         for t in gguf.tensors() {
             if t.ggml_type.tensor_bytes(&t.shape) != Some(t.n_bytes) {
@@ -354,6 +381,8 @@ impl TensorStore {
         let mut file = FileReader {
             gguf,
             src,
+            shared,
+            scratch: Vec::new(),
             opts,
             progress: &progress,
         };
@@ -416,6 +445,12 @@ impl TensorStore {
 struct FileReader<'a, R> {
     gguf: &'a GgufFile,
     src: &'a mut R,
+    /// The same file, for positioned reads from several threads (`None`: `src` only).
+    shared: Option<&'a File>,
+    /// One read buffer per thread of the parallel repack, kept from matrix to matrix (as
+    /// `u64`s so that any block type can be cast from them): a buffer allocated per matrix
+    /// would cost a page fault and a page clear per 4 KiB read, as much as the matrix itself.
+    scratch: Vec<Vec<u64>>,
     opts: &'a LoadOptions,
     progress: &'a Counter<'a>,
 }
@@ -423,7 +458,7 @@ struct FileReader<'a, R> {
 impl<R: Read> FileReader<'_, R> {
     /// Tensor `t`'s data as `n` values of `T` (its byte size checked against the file's).
     fn read_vec<T: Pod>(&mut self, t: &TensorInfo, n: usize) -> Result<Vec<T>> {
-        let mut v = vec![T::zeroed(); n];
+        let mut v = super::memory::zeroed_vec::<T>(n);
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
         if bytes.len() as u64 != t.n_bytes {
             return Err(GgufError::Shape {
@@ -538,6 +573,15 @@ impl<R: Read> FileReader<'_, R> {
         };
         if self.opts.uses_t2p(t) {
             let (k, rows) = matrix_dims(t)?;
+            #[cfg(unix)]
+            if let Some(file) = self.shared
+                && self.opts.threads > 1
+            {
+                let (chunk, threads) = (self.opts.chunk_bytes, self.opts.threads);
+                self.scratch.resize_with(threads, Vec::new);
+                let scratch = &mut self.scratch;
+                return data.repack_to_t2p_parallel::<B>(file, scratch, rows, k, chunk);
+            }
             return data.repack_to_t2p::<B>(rows, k, self.opts.chunk_bytes);
         }
         // Any other shape: lossless pq2_0 blocks (formats with a scale per 128 weights only:
@@ -651,7 +695,7 @@ impl<R: Read> TensorBytes<'_, R> {
         let row_bytes = per_row * size_of::<B>();
         let groups = t2p_row_groups(rows);
         let groups_per_chunk = (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
-        let mut blocks = vec![B::Target::zeroed(); nblocks];
+        let mut blocks = super::memory::zeroed_vec::<B::Target>(nblocks);
         let mut buf = vec![B::zeroed(); groups_per_chunk * ROWS_PER_T2P * per_row];
         for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
             let r0 = c * groups_per_chunk * ROWS_PER_T2P;
@@ -660,6 +704,79 @@ impl<R: Read> TensorBytes<'_, R> {
             self.read(part, r0 * row_bytes)?;
             repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
         }
+        let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
+        Ok(TensorData::T2p(m))
+    }
+
+    /// [`repack_to_t2p`](Self::repack_to_t2p) on `threads` threads: chunk `c` of whole row
+    /// groups is read with a positioned read of `file` and repacked by thread `c % threads`, each
+    /// into its own slice of the result, so reading (a copy out of the page cache) and
+    /// repacking run on every core, and each thread's pages of the result are first touched by
+    /// the thread that fills them. The same bytes as the sequential path.
+    /// `scratch` holds a read buffer per thread (its length is the thread count).
+    #[cfg(unix)]
+    fn repack_to_t2p_parallel<B: TernaryBlock>(
+        &mut self,
+        file: &File,
+        scratch: &mut [Vec<u64>],
+        rows: usize,
+        k: usize,
+        chunk_bytes: usize,
+    ) -> Result<TensorData> {
+        use std::os::unix::fs::FileExt;
+        let name = self.name;
+        let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
+        let nb = k / QK_PQ2_0;
+        let per_row = k / B::WEIGHTS;
+        let row_bytes = per_row * size_of::<B>();
+        let groups = t2p_row_groups(rows);
+        let groups_per_chunk = (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
+        let mut blocks = super::memory::zeroed_vec::<B::Target>(nblocks);
+        let chunks: Vec<_> = blocks
+            .chunks_mut(groups_per_chunk * nb)
+            .enumerate()
+            .collect();
+        let threads = scratch.len().min(chunks.len()).max(1);
+        let mut shares: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
+        for (c, out) in chunks {
+            shares[c % threads].push((c, out));
+        }
+        let (start, progress) = (self.start, self.progress);
+        let buf_words = (groups_per_chunk * ROWS_PER_T2P * row_bytes).div_ceil(8);
+        let work = |share: Vec<(usize, &mut [B::Target])>, buf: &mut Vec<u64>| -> Result<()> {
+            if buf.len() < buf_words {
+                *buf = vec![0u64; buf_words];
+            }
+            for (c, out) in share {
+                let r0 = c * groups_per_chunk * ROWS_PER_T2P;
+                let n_rows = (out.len() / nb * ROWS_PER_T2P).min(rows - r0);
+                let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..n_rows * row_bytes];
+                let at = start + (r0 * row_bytes) as u64;
+                file.read_exact_at(bytes, at).map_err(|e| GgufError::Io {
+                    what: format!("data of tensor {name:?}"),
+                    offset: at,
+                    message: e.to_string(),
+                })?;
+                progress.inc(bytes.len());
+                // The buffer is 8-byte aligned and `bytes` whole blocks, so the cast holds.
+                let part: &[B] = bytemuck::cast_slice(bytes);
+                repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
+            }
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            let mut shares = shares.into_iter().zip(scratch.iter_mut());
+            let (mine, my_buf) = shares.next().expect("at least one thread");
+            let handles: Vec<_> = shares
+                .map(|(s, buf)| scope.spawn(|| work(s, buf)))
+                .collect();
+            let first = work(mine, my_buf);
+            // Every thread's error is seen; the first in chunk order is not needed, any is.
+            handles.into_iter().fold(first, |acc, h| {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                acc.and(r)
+            })
+        })?;
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
         Ok(TensorData::T2p(m))
     }

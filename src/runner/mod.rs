@@ -24,6 +24,7 @@ mod error;
 pub mod generate;
 mod gguf;
 mod loader;
+mod memory;
 pub mod model;
 pub mod perplexity;
 pub mod sample;

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
-use t2p::runner::model::{Exec, Loaded, Phase};
+use t2p::runner::model::{Exec, Loaded, Phase, Traffic as PhaseTraffic};
 use t2p::runner::sample::argmax;
 
 use crate::run::ModelArgs;
@@ -127,7 +127,7 @@ pub fn run(
         report.print_text();
     }
     if args.profile {
-        profile(&loaded, &exec, args, json)?;
+        profile(&loaded, &exec, args, m.ceiling, json)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -320,61 +320,204 @@ impl Report<'_> {
     }
 }
 
-/// Runs a pp and a tg pass with the forward pass's phase timers on and prints their shares.
+/// One profiled run: its label, tokens (the divisor of "per token"), the phase shares, the
+/// traffic of the matmul phases and the pool calls it made.
+struct ProfiledRun {
+    test: String,
+    tokens: usize,
+    shares: Vec<(&'static str, f64, f64)>,
+    traffic: Vec<(Phase, PhaseTraffic)>,
+    pool_calls: u64,
+    pool_wait: f64,
+}
+
+/// The phases whose matmul steps stream weights.
+const MATMUL_PHASES: [Phase; 3] = [Phase::Matmul, Phase::LmHead, Phase::DenseMatmul];
+
+/// Runs `f` with the forward pass's phase timers on and collects what they saw.
+fn profiled(
+    exec: &Exec,
+    test: String,
+    tokens: usize,
+    f: impl FnOnce() -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<ProfiledRun, Box<dyn std::error::Error>> {
+    exec.profile.reset();
+    exec.profile.enable(true);
+    let calls = exec.pool.calls();
+    let r = f();
+    exec.profile.enable(false);
+    r?;
+    Ok(ProfiledRun {
+        test,
+        tokens,
+        shares: shares(exec),
+        traffic: MATMUL_PHASES
+            .iter()
+            .map(|&ph| (ph, exec.profile.traffic(ph)))
+            .collect(),
+        pool_calls: exec.pool.calls() - calls,
+        pool_wait: exec.profile.seconds(Phase::PoolWait),
+    })
+}
+
+/// Nanoseconds of one empty pool call (every thread wakes, runs nothing, and the caller waits
+/// for all): the fixed price of a parallel step, median of 5 rounds of 2000 calls.
+fn pool_call_ns(exec: &Exec) -> f64 {
+    let n = exec.pool.threads();
+    let round = || {
+        let t = Instant::now();
+        for _ in 0..2000 {
+            exec.pool.run(n, |i| {
+                std::hint::black_box(i);
+            });
+        }
+        t.elapsed().as_nanos() as f64 / 2000.0
+    };
+    round(); // warm-up
+    median((0..5).map(|_| round()).collect())
+}
+
+/// Runs a pp and a tg pass with the forward pass's phase timers on and prints their shares,
+/// the bandwidth of each matmul phase against `ceiling` (GB/s, measured in the same run) and
+/// the pool calls per token.
 fn profile(
     loaded: &Loaded,
     exec: &Exec,
     args: &ModelBenchArgs,
+    ceiling: f64,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let m = &loaded.model;
     let mut runs = Vec::new();
     if args.n_prompt > 0 {
         let mut s = m.new_session(args.n_prompt);
-        exec.profile.reset();
-        exec.profile.enable(true);
-        let logits = m.eval(exec, &mut s, &tokens(loaded, args.n_prompt), false)?;
-        let t = exec.profile.time(Phase::Sampling);
-        std::hint::black_box(argmax(logits));
-        drop(t);
-        exec.profile.enable(false);
-        runs.push((format!("pp{}", args.n_prompt), shares(exec)));
+        let toks = tokens(loaded, args.n_prompt);
+        runs.push(profiled(
+            exec,
+            format!("pp{}", args.n_prompt),
+            args.n_prompt,
+            || {
+                let logits = m.eval(exec, &mut s, &toks, false)?;
+                let _t = exec.profile.time(Phase::Sampling);
+                std::hint::black_box(argmax(logits));
+                Ok(())
+            },
+        )?);
     }
     if args.n_gen > 0 {
         let mut s = m.new_session(args.n_gen + 1);
         m.eval(exec, &mut s, &[1], false)?;
-        exec.profile.reset();
-        exec.profile.enable(true);
-        let mut next = 1;
-        for _ in 0..args.n_gen {
-            let logits = m.eval(exec, &mut s, &[next], false)?;
-            let _t = exec.profile.time(Phase::Sampling);
-            next = argmax(logits);
-        }
-        exec.profile.enable(false);
-        runs.push((format!("tg{}", args.n_gen), shares(exec)));
+        runs.push(profiled(
+            exec,
+            format!("tg{}", args.n_gen),
+            args.n_gen,
+            || {
+                let mut next = 1;
+                for _ in 0..args.n_gen {
+                    let logits = m.eval(exec, &mut s, &[next], false)?;
+                    let _t = exec.profile.time(Phase::Sampling);
+                    next = argmax(logits);
+                }
+                Ok(())
+            },
+        )?);
     }
+    let call_ns = pool_call_ns(exec);
+    let pct = |gbps: f64| {
+        if ceiling > 0.0 {
+            100.0 * gbps / ceiling
+        } else {
+            0.0
+        }
+    };
     if json {
         let v: Vec<_> = runs
             .iter()
-            .map(|(test, sh)| {
-                let phases: serde_json::Map<_, _> = sh
+            .map(|r| {
+                let phases: serde_json::Map<_, _> = r
+                    .shares
                     .iter()
                     .map(|(name, secs, _)| (name.to_string(), serde_json::json!(secs)))
                     .collect();
-                serde_json::json!({ "test": test, "seconds": phases })
+                let traffic: serde_json::Map<_, _> = r
+                    .traffic
+                    .iter()
+                    .map(|(ph, t)| {
+                        let v = serde_json::json!({
+                            "bytes": t.bytes,
+                            "seconds": t.seconds,
+                            "steps": t.steps,
+                            "gbps": t.gbps(),
+                            "pct_of_ceiling": pct(t.gbps()),
+                        });
+                        (ph.name().to_string(), v)
+                    })
+                    .collect();
+                serde_json::json!({
+                    "test": r.test,
+                    "tokens": r.tokens,
+                    "seconds": phases,
+                    "matmul_traffic": traffic,
+                    "pool_calls": r.pool_calls,
+                    "pool_wait_s": r.pool_wait,
+                })
             })
             .collect();
-        println!("{}", serde_json::json!({ "profile": v }));
+        println!(
+            "{}",
+            serde_json::json!({
+                "profile": v,
+                "ceiling_gbps": ceiling,
+                "threads": exec.pool.threads(),
+                "empty_pool_call_ns": call_ns,
+            })
+        );
         return Ok(());
     }
-    for (test, sh) in &runs {
-        println!("profile of {test} (wall time per phase, % of forward passes + sampling):");
+    for r in &runs {
+        println!(
+            "profile of {} (wall time per phase, % of forward passes + sampling):",
+            r.test
+        );
         println!("| phase | ms | share |");
         println!("|---|---|---|");
-        for (name, secs, share) in sh {
+        for (name, secs, share) in &r.shares {
             println!("| {name} | {:.2} | {:.1}% |", secs * 1e3, 100.0 * share);
         }
+        println!(
+            "weights streamed by the matmul phases of {} (wall time of their steps, waits \
+             included; ceiling {ceiling:.2} GB/s from this run):",
+            r.test
+        );
+        println!("| phase | MB per token | steps per token | GB/s | % of ceiling |");
+        println!("|---|---|---|---|---|");
+        let per_tok = |x: f64| x / r.tokens.max(1) as f64;
+        for (ph, t) in r.traffic.iter().filter(|(_, t)| t.steps > 0) {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.2} | {:.1}% |",
+                ph.name(),
+                per_tok(t.bytes as f64) / 1e6,
+                per_tok(t.steps as f64),
+                t.gbps(),
+                pct(t.gbps())
+            );
+        }
+        let steps: u64 = r.traffic.iter().map(|(_, t)| t.steps).sum();
+        let calls = per_tok(r.pool_calls as f64);
+        println!(
+            "pool: {calls:.1} calls per token ({} threads), an empty call costs {:.2} us \
+             (-> {:.3} ms per token of fixed call cost); matmul steps wait {:.2} us each on \
+             average ({:.2} ms per token)",
+            exec.pool.threads(),
+            call_ns * 1e-3,
+            calls * call_ns * 1e-6,
+            if steps > 0 {
+                r.pool_wait / steps as f64 * 1e6
+            } else {
+                0.0
+            },
+            per_tok(r.pool_wait) * 1e3,
+        );
     }
     Ok(())
 }

@@ -59,6 +59,8 @@ impl ModelArgs {
         let t = Instant::now();
         let opts = LoadOptions {
             progress: crate::progress::load_bar(quiet),
+            // The model loads on the threads it will run on (`--threads 2`: two).
+            threads: self.threads(),
             ..Default::default()
         };
         let loaded = Model::load(&path, &opts)?;

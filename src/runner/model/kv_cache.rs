@@ -45,10 +45,18 @@ impl KvBuf {
         }
     }
 
+    /// Grows (or shrinks) to `n` values: room first, then the huge-page advice, then the
+    /// zeros, so that the pages the zeros touch first are huge ones (attention reads the whole
+    /// cache every token).
     fn resize(&mut self, n: usize) {
+        fn grow<T: Copy>(b: &mut Vec<T>, n: usize, zero: T) {
+            b.reserve_exact(n.saturating_sub(b.len()));
+            crate::runner::memory::advise_huge_vec(b);
+            b.resize(n, zero);
+        }
         match self {
-            KvBuf::F16(b) => b.resize(n, f16::ZERO),
-            KvBuf::F32(b) => b.resize(n, 0.0),
+            KvBuf::F16(b) => grow(b, n, f16::ZERO),
+            KvBuf::F32(b) => grow(b, n, 0.0),
         }
     }
 

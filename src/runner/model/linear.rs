@@ -173,7 +173,15 @@ impl Linear {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
                 let product = T2pProduct::new(m, batch)?;
-                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
+                let bytes = m.size_bytes() as u64;
+                run_step(
+                    exec,
+                    &mut [(product, out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    phase,
+                    bytes,
+                )
             }
             // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
             // over the pool, each reading its rows once for every column.
@@ -184,7 +192,15 @@ impl Linear {
                     m.quantize_acts(&input.x[..input.n * m.k()], work)?;
                 }
                 let product = QuantProduct::new(m, work, input.n)?;
-                run_step(exec, &mut [(product, out)], |p| Ok(Some(*p)), tiles, phase)
+                let bytes = m.size_bytes() as u64;
+                run_step(
+                    exec,
+                    &mut [(product, out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    phase,
+                    bytes,
+                )
             }),
             // Each token quantized to int8 with its own scale, the integer sums from the T2P
             // kernels, then the f32 scales.
@@ -200,19 +216,27 @@ impl Linear {
                     )?;
                 }
                 let product = T2pProduct::new(m.t2p(), batch)?;
+                let bytes = m.size_bytes() as u64;
                 run_step(
                     exec,
                     &mut [(product, &mut *out)],
                     |p| Ok(Some(*p)),
                     tiles,
                     phase,
+                    bytes,
                 )?;
                 m.apply_scales(s, out);
                 Ok(())
             }),
             Linear::Dense { w, k, .. } => {
-                let _t = exec.profile.time(Phase::DenseMatmul);
+                let start = exec.profile.is_on().then(std::time::Instant::now);
                 dense_forward(exec, w, *k, rows, input.x, out);
+                if let Some(t) = start {
+                    let ns = t.elapsed().as_nanos() as u64;
+                    exec.profile.add(Phase::DenseMatmul, ns);
+                    exec.profile
+                        .add_step(Phase::DenseMatmul, 4 * w.len() as u64, ns);
+                }
                 Ok(())
             }
         }
@@ -221,18 +245,19 @@ impl Linear {
 
 /// Runs the products `product` finds in `jobs` as one parallel step of the matmul driver
 /// ([`run_products`]), booking its time as `phase` (compute) and [`Phase::PoolWait`] when
-/// profiling.
+/// profiling, and `bytes` (the weights the products read) as the step's traffic.
 pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
     exec: &Exec,
     jobs: &mut [(M, &mut [f32])],
     product: impl Fn(&M) -> crate::Result<Option<P>> + Sync,
     tiles: &mut Vec<f32>,
     phase: Phase,
+    bytes: u64,
 ) -> Result<()> {
     let timed = exec.profile.is_on();
     if let Some(t) = run_products(&exec.pool, exec.kern, jobs, product, tiles, timed)? {
         exec.profile
-            .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads);
+            .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads, bytes);
     }
     Ok(())
 }

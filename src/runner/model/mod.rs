@@ -35,7 +35,7 @@ pub use exec::Exec;
 pub use hparams::{DecoderDims, HParams};
 pub use kv_cache::KvCache;
 pub use linear::{Activations, Linear};
-pub use profile::{Phase, Profile};
+pub use profile::{Phase, Profile, Traffic};
 pub use state::RunState;
 pub use transformer::Model;
 

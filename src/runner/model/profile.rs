@@ -4,6 +4,8 @@
 //! taken with [`Instant`] on the calling thread. Matmul phases also measure the busy time of
 //! every chunk on every thread: their wall time is split into the average thread's compute
 //! and the rest, which is time threads spent waiting in the pool (imbalance and wake-ups).
+//! Every matmul step also books the bytes of weights it streamed and its wall time (compute
+//! and wait together), so a phase's bandwidth can be set against the memory ceiling.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -81,11 +83,36 @@ impl Drop for Timed<'_> {
     }
 }
 
-/// Accumulated nanoseconds per [`Phase`].
+/// What the matmul steps of one [`Phase`] streamed ([`Profile::traffic`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Traffic {
+    /// Bytes of weights read.
+    pub bytes: u64,
+    /// Wall seconds of the steps that read them (compute and pool waits).
+    pub seconds: f64,
+    /// Matmul steps (one pool call each when the pool has workers).
+    pub steps: u64,
+}
+
+impl Traffic {
+    /// Read bandwidth in GB/s (0 when nothing was timed).
+    pub fn gbps(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 / self.seconds * 1e-9
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Accumulated nanoseconds per [`Phase`], and per matmul phase the bytes it streamed.
 #[derive(Debug, Default)]
 pub struct Profile {
     on: AtomicBool,
     nanos: [AtomicU64; Phase::ALL.len()],
+    bytes: [AtomicU64; Phase::ALL.len()],
+    step_nanos: [AtomicU64; Phase::ALL.len()],
+    steps: [AtomicU64; Phase::ALL.len()],
 }
 
 impl Profile {
@@ -121,18 +148,46 @@ impl Profile {
         self.nanos[phase as usize].load(Ordering::Relaxed) as f64 * 1e-9
     }
 
+    /// What the matmul steps booked to `phase` streamed.
+    pub fn traffic(&self, phase: Phase) -> Traffic {
+        let i = phase as usize;
+        Traffic {
+            bytes: self.bytes[i].load(Ordering::Relaxed),
+            seconds: self.step_nanos[i].load(Ordering::Relaxed) as f64 * 1e-9,
+            steps: self.steps[i].load(Ordering::Relaxed),
+        }
+    }
+
     /// Clears every phase.
     pub fn reset(&self) {
-        self.nanos
-            .iter()
+        [&self.nanos, &self.bytes, &self.step_nanos, &self.steps]
+            .into_iter()
+            .flatten()
             .for_each(|n| n.store(0, Ordering::Relaxed));
     }
 
+    /// Books one matmul step of `phase` that read `bytes` of weights in `wall` nanoseconds.
+    pub(crate) fn add_step(&self, phase: Phase, bytes: u64, wall: u64) {
+        let i = phase as usize;
+        self.bytes[i].fetch_add(bytes, Ordering::Relaxed);
+        self.step_nanos[i].fetch_add(wall, Ordering::Relaxed);
+        self.steps[i].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Splits a parallel matmul's `wall` nanoseconds, whose chunks were busy `busy`
-    /// nanoseconds in all on `threads` threads, into `phase` and [`Phase::PoolWait`].
-    pub(crate) fn add_parallel(&self, phase: Phase, wall: u64, busy: u64, threads: usize) {
+    /// nanoseconds in all on `threads` threads, into `phase` and [`Phase::PoolWait`], and books
+    /// the step's `bytes` of weights ([`add_step`](Self::add_step)).
+    pub(crate) fn add_parallel(
+        &self,
+        phase: Phase,
+        wall: u64,
+        busy: u64,
+        threads: usize,
+        bytes: u64,
+    ) {
         let compute = (busy / threads.max(1) as u64).min(wall);
         self.add(phase, compute);
         self.add(Phase::PoolWait, wall - compute);
+        self.add_step(phase, bytes, wall);
     }
 }

@@ -95,7 +95,16 @@ pub(crate) fn project(
                 let t = Mat::ternary_for(m, kind, ctx.round_bf16);
                 t.map(|t| T2pProduct::new(t, batch)).transpose()
             };
-            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase)?;
+            // The weights this step streams, for the profile's bandwidth per phase.
+            let bytes = match ctx.exec.profile.is_on() {
+                true => jobs[i..]
+                    .iter()
+                    .filter_map(|&(m, _)| Mat::ternary_for(m, kind, ctx.round_bf16))
+                    .map(|t| t.size_bytes() as u64)
+                    .sum(),
+                false => 0,
+            };
+            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
         }
         for (m, out) in jobs[i..].iter_mut() {
             if kind_of(m) == kind && !m.lin.is_ternary() {
