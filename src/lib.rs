@@ -24,6 +24,7 @@ pub mod format;
 pub mod kernels;
 pub mod matmul;
 pub mod pool;
+pub mod f16_matrix;
 pub mod quant_matrix;
 #[cfg(feature = "runner")]
 pub mod runner;
