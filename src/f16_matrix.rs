@@ -107,3 +107,83 @@ impl F16Matrix {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::f32_to_f16;
+    use crate::kernels::Isa;
+    use crate::matmul::{F16Product, run_products};
+    use crate::pool::ThreadPool;
+
+    fn matrix(rows: usize, k: usize) -> F16Matrix {
+        let data = (0..rows * k)
+            .map(|i| f32_to_f16(((i * 7919 % 1000) as f32 - 500.0) / 300.0))
+            .collect();
+        F16Matrix::new(rows, k, data).unwrap()
+    }
+
+    #[test]
+    fn shapes_that_disagree_are_refused() {
+        assert!(F16Matrix::new(2, 3, vec![0; 5]).is_err());
+        assert!(F16Matrix::new(2, 0, vec![]).is_err());
+        assert!(F16Matrix::new(usize::MAX, 2, vec![]).is_err());
+    }
+
+    #[test]
+    fn a_looked_up_row_is_the_exact_widening() {
+        let m = matrix(5, 19);
+        let mut out = vec![0.0; 20];
+        m.dequantize_row(3, &mut out);
+        for (j, v) in out[..19].iter().enumerate() {
+            assert_eq!(v.to_bits(), f16_to_f32(m.data[3 * 19 + j]).to_bits());
+        }
+        assert_eq!(out[19], 0.0);
+        assert_eq!(m.size_bytes(), 2 * 5 * 19);
+    }
+
+    /// Chunked over a pool, the product is the one-call product bit for bit: chunks only
+    /// decide which thread computes a row.
+    #[test]
+    fn pool_chunks_equal_one_call_on_every_path() {
+        let pool = ThreadPool::new(3);
+        // Big enough to be split (above PARALLEL_MIN_MACS), with a last partial row group.
+        let (rows, k) = (1027, 1029);
+        let m = matrix(rows, k);
+        for isa in Isa::available() {
+            let kern = Kernels::for_isa(isa).unwrap();
+            for ncols in [1, 3, 6] {
+                assert!(m.chunk_count(pool.threads(), ncols) > 1);
+                let x: Vec<f32> = (0..ncols * k)
+                    .map(|i| (i % 13) as f32 * 0.25 - 1.5)
+                    .collect();
+                let mut want = vec![0.0; rows * ncols];
+                m.compute(kern, &x, ncols, 0..rows, &mut want, rows)
+                    .unwrap();
+                let p = F16Product::new(&m, &x, ncols).unwrap();
+                let mut got = vec![f32::NAN; rows * ncols];
+                let mut tiles = Vec::new();
+                run_products(
+                    &pool,
+                    kern,
+                    &mut [(p, &mut got[..])],
+                    |p| Ok(Some(*p)),
+                    &mut tiles,
+                    false,
+                )
+                .unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{isa}, {ncols} columns");
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_range_past_the_end_is_refused() {
+        let m = matrix(4, 16);
+        let kern = Kernels::for_isa(Isa::Scalar).unwrap();
+        let mut out = vec![0.0; 8];
+        assert!(m.compute(kern, &[0.0; 16], 1, 2..5, &mut out, 3).is_err());
+        assert!(m.compute(kern, &[0.0; 15], 1, 0..4, &mut out, 4).is_err());
+    }
+}

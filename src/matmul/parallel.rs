@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use super::{MatmulPlan, QuantizedBatch, T2pMatrix};
 use crate::error::{Error, Result};
+use crate::f16_matrix::F16Matrix;
 use crate::format::{ROWS_PER_T2P, T2pSlice};
 use crate::kernels::Kernels;
 use crate::pool::{ThreadPool, pieces, unit_chunk};
-use crate::f16_matrix::F16Matrix;
 use crate::quant_matrix::QuantMatrix;
 
 /// A matrix product whose output rows can be computed chunk by chunk, on any thread.

@@ -7,7 +7,8 @@ use super::exec::Exec;
 use super::profile::Phase;
 use crate::f16_matrix::F16Matrix;
 use crate::matmul::{
-    F16Product, Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
+    F16Product, Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct,
+    run_products,
 };
 use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
