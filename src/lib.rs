@@ -19,6 +19,7 @@
 
 pub mod bandwidth;
 pub mod error;
+pub mod f16_matrix;
 pub mod ffi;
 pub mod format;
 pub mod kernels;

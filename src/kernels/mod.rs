@@ -32,8 +32,10 @@ use crate::format::{
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 pub mod cpu;
+mod f16;
 mod quant;
 pub mod scalar;
+pub use f16::f16_path_name;
 pub use quant::{QuantKernel, quant_path_name};
 #[cfg(target_arch = "x86_64")]
 mod x86;

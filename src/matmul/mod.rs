@@ -40,7 +40,7 @@ pub mod parallel;
 
 pub use int8::Int8Matrix;
 
-pub use parallel::{QuantProduct, RowChunked, StepTime, T2pProduct, run_products};
+pub use parallel::{F16Product, QuantProduct, RowChunked, StepTime, T2pProduct, run_products};
 
 /// A `rows x k` ternary weight matrix in a T2P layout (`ceil(rows / 4)` row groups; a last
 /// group of fewer than 4 rows is padded with zero rows), with a scale per 128 weights or, from

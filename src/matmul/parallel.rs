@@ -2,8 +2,9 @@
 //! thread pool in one call, into the caller's buffers, allocating nothing.
 //!
 //! A product is anything split into row chunks ([`RowChunked`]): a T2P matrix times quantized
-//! columns ([`T2pProduct`]), or a matrix of one of ggml's block types times its `vec_dot_type`
-//! activations ([`QuantProduct`]). Products that read the same columns (a layer's q / k / v,
+//! columns ([`T2pProduct`]), a matrix of one of ggml's block types times its `vec_dot_type`
+//! activations ([`QuantProduct`]), or an F16 matrix times f32 columns ([`F16Product`]).
+//! Products that read the same columns (a layer's q / k / v,
 //! gate / up) run together, so the pool wakes once and waits for one last chunk instead of one
 //! per matrix. Every output is computed by the same kernel over the same blocks as a
 //! single-threaded call; only which thread computes it changes, so the result is bit-identical.
@@ -15,6 +16,7 @@ use std::time::Instant;
 
 use super::{MatmulPlan, QuantizedBatch, T2pMatrix};
 use crate::error::{Error, Result};
+use crate::f16_matrix::F16Matrix;
 use crate::format::{ROWS_PER_T2P, T2pSlice};
 use crate::kernels::Kernels;
 use crate::pool::{ThreadPool, pieces, unit_chunk};
@@ -76,6 +78,50 @@ impl<'a> QuantProduct<'a> {
     pub fn new(m: &'a QuantMatrix, work: &'a [u32], ncols: usize) -> Result<Self> {
         crate::error::check_len("activation words", m.act_words(ncols), work.len())?;
         Ok(QuantProduct { m, work, ncols })
+    }
+}
+
+/// An F16 matrix times `ncols` f32 columns (column `c` at `c * k`).
+#[derive(Clone, Copy, Debug)]
+pub struct F16Product<'a> {
+    m: &'a F16Matrix,
+    x: &'a [f32],
+    ncols: usize,
+}
+
+impl<'a> F16Product<'a> {
+    /// `m` times the `ncols` columns of `x`.
+    pub fn new(m: &'a F16Matrix, x: &'a [f32], ncols: usize) -> Result<Self> {
+        crate::error::check_len("activation values", ncols * m.k(), x.len())?;
+        Ok(F16Product { m, x, ncols })
+    }
+}
+
+impl RowChunked for F16Product<'_> {
+    fn rows(&self) -> usize {
+        self.m.rows()
+    }
+
+    fn ncols(&self) -> usize {
+        self.ncols
+    }
+
+    fn chunk_count(&self, threads: usize) -> usize {
+        self.m.chunk_count(threads, self.ncols)
+    }
+
+    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        self.m.chunk_rows(i, n)
+    }
+
+    fn compute_rows(
+        &self,
+        kern: &Kernels,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()> {
+        self.m.compute(kern, self.x, self.ncols, rows, out, ld)
     }
 }
 

@@ -45,6 +45,9 @@ pub struct Args {
     /// Activation quantization of a model benchmark (q8_0 or q8_K).
     #[arg(long = "act", default_value = "q8_0", value_parser = crate::run::parse_act)]
     act: ActQuant,
+    /// KV cache element type of a model benchmark (as `libt2p run --cache-type`).
+    #[arg(long = "cache-type", value_enum, default_value_t = crate::run::CacheType::F16)]
+    cache_type: crate::run::CacheType,
     /// Only the ggml block-type rows (Q6_K / Q4_0 / Q8_0 LM heads), not the ternary kernels.
     #[arg(long)]
     quant_only: bool,
@@ -354,6 +357,7 @@ fn run_model(args: &Args, model: &std::path::Path) -> Result<ExitCode, Box<dyn s
         ctx_size: None,
         batch: 512,
         act: args.act,
+        cache_type: args.cache_type,
     };
     crate::model_bench::run(&margs, &args.model_bench, args.json)
 }

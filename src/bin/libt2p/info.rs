@@ -265,6 +265,9 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
                 let act = t.ggml_type.vec_dot_type();
                 let path = t2p::kernels::quant_path_name(t2p::kernels::active().isa(), t.ggml_type);
                 format!("{source} as stored, x {act} activations ({path})")
+            } else if t.ggml_type == GgmlType::F16 && t.shape.len() == 2 {
+                let path = t2p::kernels::f16_path_name(t2p::kernels::active().isa());
+                format!("{source} as stored (a matrix: rows widened in registers x f32, {path})")
             } else if t.ggml_type.is_loadable() {
                 format!("{source} (as stored)")
             } else {

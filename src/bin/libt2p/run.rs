@@ -34,6 +34,20 @@ pub struct ModelArgs {
     /// numerics for pq2_0) or q8_K (a scale per 256, faster, noisier).
     #[arg(long = "act", default_value = "q8_0", value_parser = parse_act)]
     pub act: ActQuant,
+    /// Element type of the KV cache: f16 (llama.cpp's default) or f32 (float references'
+    /// numerics, e.g. BitNet's: attention then runs portable f32 loops).
+    #[arg(long = "cache-type", value_enum, default_value_t = CacheType::F16)]
+    pub cache_type: CacheType,
+}
+
+/// The KV cache's element type (`--cache-type`, as llama.cpp's `-ctk` / `-ctv` together).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheType {
+    /// IEEE half K and V.
+    #[default]
+    F16,
+    /// f32 K and V.
+    F32,
 }
 
 /// Parses `--act`.
@@ -63,7 +77,8 @@ impl ModelArgs {
             threads: self.threads(),
             ..Default::default()
         };
-        let loaded = Model::load(&path, &opts)?;
+        let mut loaded = Model::load(&path, &opts)?;
+        loaded.model.set_kv_f32(self.cache_type == CacheType::F32);
         let secs = t.elapsed().as_secs_f64();
         Ok((loaded, secs))
     }

@@ -11,7 +11,7 @@ use t2p::runner::server::reasoning::ReasoningFormat;
 use t2p::runner::server::{Limits, ServerConfig, parse_duration, serve};
 use t2p::runner::speculative::LookupConfig;
 
-use crate::run::{ModelArgs, parse_act};
+use crate::run::{CacheType, ModelArgs, parse_act};
 
 /// Options of `libt2p serve` (the model options of `run`, with a batch size fit for serving).
 #[derive(clap::Args)]
@@ -33,6 +33,9 @@ pub struct Args {
     /// Activation quantization for the ternary matmuls (as `libt2p run --act`).
     #[arg(long = "act", default_value = "q8_0", value_parser = parse_act)]
     act: ActQuant,
+    /// KV cache element type (as `libt2p run --cache-type`).
+    #[arg(long = "cache-type", value_enum, default_value_t = CacheType::F16)]
+    cache_type: CacheType,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -124,6 +127,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         ctx_size: args.ctx_size,
         batch: args.batch as usize,
         act: args.act,
+        cache_type: args.cache_type,
     };
     let (loaded, load_secs) = margs.load(false)?;
     let exec = margs.exec();

@@ -5,8 +5,10 @@
 use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
+use crate::f16_matrix::F16Matrix;
 use crate::matmul::{
-    Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct, run_products,
+    F16Product, Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct,
+    run_products,
 };
 use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
@@ -65,7 +67,10 @@ pub enum Linear {
     /// activations (quantized here, not shared: bitnet.cpp's numerics, see
     /// [`crate::format::i2s`]).
     Int8(Int8Matrix),
-    /// F32 / F16 / BF16, widened to f32 at load (norm-sized or small models only).
+    /// F16 as the file holds it (the F16 LM heads and token tables of BitNet b1.58 and
+    /// Falcon3): each row widened in registers, f32 activations.
+    F16(F16Matrix),
+    /// F32 / BF16, widened to f32 at load (norm-sized or small models only).
     Dense {
         /// Output rows.
         rows: usize,
@@ -91,6 +96,7 @@ impl Linear {
             TensorData::T2p(m) => Linear::T2p(m),
             TensorData::Quant(m) => Linear::Quant(m),
             TensorData::Int8(m) => Linear::Int8(m),
+            TensorData::F16(w) => Linear::F16(F16Matrix::new(rows, k, w)?),
             _ => Linear::Dense {
                 rows,
                 k,
@@ -105,6 +111,7 @@ impl Linear {
             Linear::T2p(m) => m.rows(),
             Linear::Quant(m) => m.rows(),
             Linear::Int8(m) => m.rows(),
+            Linear::F16(m) => m.rows(),
             Linear::Dense { rows, .. } => *rows,
         }
     }
@@ -115,6 +122,7 @@ impl Linear {
             Linear::T2p(m) => m.k(),
             Linear::Quant(m) => m.k(),
             Linear::Int8(m) => m.k(),
+            Linear::F16(m) => m.k(),
             Linear::Dense { k, .. } => *k,
         }
     }
@@ -130,6 +138,7 @@ impl Linear {
             Linear::T2p(m) => m.dequantize_row(r, out),
             Linear::Quant(m) => m.dequantize_row(r, out),
             Linear::Int8(m) => m.dequantize_row(r, out),
+            Linear::F16(m) => m.dequantize_row(r, out),
             Linear::Dense { k, w, .. } => out[..*k].copy_from_slice(&w[r * k..(r + 1) * k]),
         }
     }
@@ -140,6 +149,7 @@ impl Linear {
             Linear::T2p(m) => m.size_bytes(),
             Linear::Quant(m) => m.size_bytes(),
             Linear::Int8(m) => m.size_bytes(),
+            Linear::F16(m) => m.size_bytes(),
             Linear::Dense { w, .. } => 4 * w.len(),
         }
     }
@@ -228,6 +238,17 @@ impl Linear {
                 m.apply_scales(s, out);
                 Ok(())
             }),
+            // Row chunks over the pool, each reading its rows once for every column.
+            Linear::F16(m) => {
+                let product = F16Product::new(m, &input.x[..input.n * input.k], input.n)?;
+                run_step(
+                    exec,
+                    &mut [(product, out)],
+                    |p| Ok(Some(*p)),
+                    tiles,
+                    Phase::DenseMatmul,
+                )
+            }
             Linear::Dense { w, k, .. } => {
                 let start = exec.profile.is_on().then(std::time::Instant::now);
                 dense_forward(exec, w, *k, rows, input.x, out);

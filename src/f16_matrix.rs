@@ -1,0 +1,189 @@
+//! A matrix of IEEE half weights held as the file holds them (two bytes a weight, nothing
+//! widened at load), multiplied by f32 columns in row chunks ([`crate::kernels::f16`]'s
+//! summation order on every path) and read row by row for a token-table lookup.
+
+use std::ops::Range;
+
+use crate::error::{Error, Result};
+use crate::format::f16_to_f32;
+use crate::kernels::{Gemm, Kernels};
+
+/// Products smaller than this many multiply-adds run as one chunk: waking the pool costs more
+/// than the chunk (about a tenth of a millisecond of one core's multiply-adds).
+const PARALLEL_MIN_MACS: usize = 1 << 20;
+
+/// A `rows x k` matrix of f16 weights, row after row.
+#[derive(Clone, Debug)]
+pub struct F16Matrix {
+    rows: usize,
+    k: usize,
+    data: Vec<u16>,
+}
+
+impl F16Matrix {
+    /// Takes the `rows * k` f16 values of a `rows x k` matrix (`k > 0`).
+    pub fn new(rows: usize, k: usize, data: Vec<u16>) -> Result<Self> {
+        if k == 0 || rows.checked_mul(k) != Some(data.len()) {
+            return Err(Error::Shape(format!(
+                "{rows} x {k} F16 needs a positive k and {rows} * {k} values, {} given",
+                data.len()
+            )));
+        }
+        Ok(F16Matrix { rows, k, data })
+    }
+
+    /// Output rows.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Inner dimension.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (and read by a product).
+    pub fn size_bytes(&self) -> usize {
+        2 * self.data.len()
+    }
+
+    /// Writes row `r` as f32 into `out[..k]` (exact: the embedding lookup).
+    ///
+    /// # Panics
+    /// If `r >= rows` or `out` is shorter than `k`.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let row = &self.data[r * self.k..(r + 1) * self.k];
+        for (o, &h) in out[..self.k].iter_mut().zip(row) {
+            *o = f16_to_f32(h);
+        }
+    }
+
+    /// How many row chunks a product of `ncols` columns over `threads` threads is split into:
+    /// four per thread (so a slow thread leaves little behind), never smaller than four rows,
+    /// and one for a product too small to be worth the pool.
+    pub fn chunk_count(&self, threads: usize, ncols: usize) -> usize {
+        if self.rows * self.k * ncols < PARALLEL_MIN_MACS {
+            return 1;
+        }
+        (threads * 4).min(self.rows.div_ceil(4)).max(1)
+    }
+
+    /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
+    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
+        crate::pool::unit_chunk(self.rows, 4, i, n)
+    }
+
+    /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
+    /// `ncols` columns of `x` (column `c` at `c * k`).
+    pub fn compute(
+        &self,
+        kern: &Kernels,
+        x: &[f32],
+        ncols: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()> {
+        if rows.start > rows.end || rows.end > self.rows {
+            return Err(Error::Shape(format!("rows {rows:?} of {}", self.rows)));
+        }
+        crate::error::check_len("activation values", ncols * self.k, x.len())?;
+        let len = rows.len();
+        if ncols == 0 || len == 0 {
+            return Ok(());
+        }
+        if ld < len {
+            return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
+        }
+        crate::error::check_len("output", (ncols - 1) * ld + len, out.len())?;
+        kern.f16_rows(Gemm {
+            x: &self.data[rows.start * self.k..rows.end * self.k],
+            nb: self.k,
+            y: &x[..ncols * self.k],
+            ncols,
+            out,
+            ld,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::f32_to_f16;
+    use crate::kernels::Isa;
+    use crate::matmul::{F16Product, run_products};
+    use crate::pool::ThreadPool;
+
+    fn matrix(rows: usize, k: usize) -> F16Matrix {
+        let data = (0..rows * k)
+            .map(|i| f32_to_f16(((i * 7919 % 1000) as f32 - 500.0) / 300.0))
+            .collect();
+        F16Matrix::new(rows, k, data).unwrap()
+    }
+
+    #[test]
+    fn shapes_that_disagree_are_refused() {
+        assert!(F16Matrix::new(2, 3, vec![0; 5]).is_err());
+        assert!(F16Matrix::new(2, 0, vec![]).is_err());
+        assert!(F16Matrix::new(usize::MAX, 2, vec![]).is_err());
+    }
+
+    #[test]
+    fn a_looked_up_row_is_the_exact_widening() {
+        let m = matrix(5, 19);
+        let mut out = vec![0.0; 20];
+        m.dequantize_row(3, &mut out);
+        for (j, v) in out[..19].iter().enumerate() {
+            assert_eq!(v.to_bits(), f16_to_f32(m.data[3 * 19 + j]).to_bits());
+        }
+        assert_eq!(out[19], 0.0);
+        assert_eq!(m.size_bytes(), 2 * 5 * 19);
+    }
+
+    /// Chunked over a pool, the product is the one-call product bit for bit: chunks only
+    /// decide which thread computes a row.
+    #[test]
+    fn pool_chunks_equal_one_call_on_every_path() {
+        let pool = ThreadPool::new(3);
+        // Big enough to be split (above PARALLEL_MIN_MACS), with a last partial row group.
+        let (rows, k) = (1027, 1029);
+        let m = matrix(rows, k);
+        for isa in Isa::available() {
+            let kern = Kernels::for_isa(isa).unwrap();
+            for ncols in [1, 3, 6] {
+                assert!(m.chunk_count(pool.threads(), ncols) > 1);
+                let x: Vec<f32> = (0..ncols * k)
+                    .map(|i| (i % 13) as f32 * 0.25 - 1.5)
+                    .collect();
+                let mut want = vec![0.0; rows * ncols];
+                m.compute(kern, &x, ncols, 0..rows, &mut want, rows)
+                    .unwrap();
+                let p = F16Product::new(&m, &x, ncols).unwrap();
+                let mut got = vec![f32::NAN; rows * ncols];
+                let mut tiles = Vec::new();
+                run_products(
+                    &pool,
+                    kern,
+                    &mut [(p, &mut got[..])],
+                    |p| Ok(Some(*p)),
+                    &mut tiles,
+                    false,
+                )
+                .unwrap();
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{isa}, {ncols} columns");
+            }
+        }
+    }
+
+    #[test]
+    fn a_row_range_past_the_end_is_refused() {
+        let m = matrix(4, 16);
+        let kern = Kernels::for_isa(Isa::Scalar).unwrap();
+        let mut out = vec![0.0; 8];
+        assert!(m.compute(kern, &[0.0; 16], 1, 2..5, &mut out, 3).is_err());
+        assert!(m.compute(kern, &[0.0; 15], 1, 0..4, &mut out, 4).is_err());
+    }
+}

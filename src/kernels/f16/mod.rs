@@ -1,0 +1,227 @@
+//! F16 weight rows times f32 activation columns: the F16 LM heads and token tables (BitNet
+//! b1.58 2B-4T's tied `token_embd`, Falcon3's `output.weight`) multiplied as the file holds
+//! them, each row widened to f32 in registers, never in memory.
+//!
+//! # One summation order, every path
+//!
+//! A dot product of `k` values keeps **16 lane partial sums** `acc[0..16]`, all zero at first.
+//! Element `i` (for `i < k - k % 16`) goes to lane `i % 16` by one fused multiply-add,
+//! `acc[i % 16] = fma(w[i] as f32, x[i], acc[i % 16])`, in increasing `i`. The `k % 16` leftover
+//! elements go to lanes `0..k % 16` the same way (the other lanes are left as they are). Then a
+//! fixed tree folds the lanes: `acc[j] += acc[j + h]` for `j < h`, with `h = 8, 4, 2, 1`, and
+//! `acc[0]` is the result. The f16 -> f32 widening is exact, so every path ([`scalar`], AVX2 +
+//! F16C + FMA, AVX-512, NEON `fcvtl` + `fmla`) computes the same roundings in the same order and
+//! is bit-identical to the scalar reference, which the tests assert on every path this CPU has.
+//! The lanes of a path only decide which registers hold `acc`; the leftovers and the tree run in
+//! the shared [`finish`].
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use super::{Gemm, Isa, Kernels};
+use crate::format::f16_to_f32;
+
+/// Lanes of partial sums every path keeps (see the module docs).
+pub const LANES: usize = 16;
+
+/// The 16 partial sums of one dot product, in a path's registers.
+///
+/// Implementations only run inside a function compiled for their features (the path's entry),
+/// which is what the `unsafe` of the methods asks of callers.
+trait Lanes16: Copy {
+    /// 16 weights widened to f32.
+    type W: Copy;
+    /// All lanes zero.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn zero() -> Self;
+    /// Widens the 16 f16 values at `w`.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features, and `w` must be valid for 16 reads.
+    unsafe fn widen(w: *const u16) -> Self::W;
+    /// `acc[j] = fma(w[j], x[j], acc[j])` for the 16 lanes.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features, and `x` must be valid for 16 reads.
+    unsafe fn fma(self, w: Self::W, x: *const f32) -> Self;
+    /// The lanes in order.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn lanes(self) -> [f32; LANES];
+}
+
+/// The portable path: the lanes as an array, `f32::mul_add` (a correctly rounded fused
+/// multiply-add, as the SIMD instructions are).
+#[derive(Clone, Copy)]
+struct Scalar([f32; LANES]);
+
+impl Lanes16 for Scalar {
+    type W = [f32; LANES];
+
+    #[inline(always)]
+    unsafe fn zero() -> Self {
+        Scalar([0.0; LANES])
+    }
+
+    #[inline(always)]
+    unsafe fn widen(w: *const u16) -> Self::W {
+        // SAFETY: the caller guarantees 16 readable values at `w`.
+        std::array::from_fn(|j| f16_to_f32(unsafe { *w.add(j) }))
+    }
+
+    #[inline(always)]
+    unsafe fn fma(self, w: Self::W, x: *const f32) -> Self {
+        Scalar(std::array::from_fn(|j| {
+            // SAFETY: the caller guarantees 16 readable values at `x`.
+            let x = unsafe { *x.add(j) };
+            w[j].mul_add(x, self.0[j])
+        }))
+    }
+
+    #[inline(always)]
+    unsafe fn lanes(self) -> [f32; LANES] {
+        self.0
+    }
+}
+
+/// Adds the leftover elements (`w.len() < 16`) to the first lanes and folds the lanes with the
+/// fixed tree: the common end of every path's dot products.
+#[inline(always)]
+fn finish(mut acc: [f32; LANES], w: &[u16], x: &[f32]) -> f32 {
+    for ((a, &w), &x) in acc.iter_mut().zip(w).zip(x) {
+        *a = f16_to_f32(w).mul_add(x, *a);
+    }
+    let mut h = LANES / 2;
+    while h > 0 {
+        for j in 0..h {
+            acc[j] += acc[j + h];
+        }
+        h /= 2;
+    }
+    acc[0]
+}
+
+/// The dot products of `R` rows and `C` columns (each `k` long), every row and column read
+/// once per 16 elements for all of them.
+///
+/// # Safety
+/// The CPU must have `L`'s features; every slice must be `k` long.
+#[inline(always)]
+unsafe fn tile<L: Lanes16, const R: usize, const C: usize>(
+    w: [&[u16]; R],
+    x: [&[f32]; C],
+    k: usize,
+) -> [[f32; C]; R] {
+    let full = k - k % LANES;
+    // SAFETY: the caller guarantees the features.
+    let zero = unsafe { L::zero() };
+    let mut acc = [[zero; C]; R];
+    let mut i = 0;
+    while i < full {
+        for (acc, w) in acc.iter_mut().zip(&w) {
+            // SAFETY: `i + 16 <= full <= k`, the length of every row and column.
+            let wv = unsafe { L::widen(w.as_ptr().add(i)) };
+            for (a, x) in acc.iter_mut().zip(&x) {
+                // SAFETY: as above.
+                *a = unsafe { a.fma(wv, x.as_ptr().add(i)) };
+            }
+        }
+        i += LANES;
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            // SAFETY: the caller guarantees the features.
+            let lanes = unsafe { acc[r][c].lanes() };
+            finish(lanes, &w[r][full..k], &x[c][full..k])
+        })
+    })
+}
+
+/// `out[c * ld + r] = dot(row r, column c)` for the `w.len() / k` rows of `w` and the `ncols`
+/// columns of `x` (column `c` at `c * k`). Columns go four at a time through each row; the
+/// columns left over go one at a time through four rows at a time (a lone column is the
+/// decode's gemv: four rows keep four independent chains of `fma`s in flight).
+///
+/// # Safety
+/// The CPU must have `L`'s features; the shapes must have been checked ([`Kernels::f16_rows`]).
+#[inline(always)]
+unsafe fn rows_with<L: Lanes16>(g: Gemm<'_, u16, f32>) {
+    let (w, k, x, ncols, out, ld) = g.into_parts();
+    let rows = w.len() / k;
+    let row = |r: usize| &w[r * k..(r + 1) * k];
+    let col = |c: usize| &x[c * k..(c + 1) * k];
+    let quads = ncols - ncols % 4;
+    for c0 in (0..quads).step_by(4) {
+        for r in 0..rows {
+            // SAFETY: the caller guarantees the features; rows and columns are `k` long.
+            let [d] = unsafe { tile::<L, 1, 4>([row(r)], std::array::from_fn(|j| col(c0 + j)), k) };
+            for (j, v) in d.into_iter().enumerate() {
+                out[(c0 + j) * ld + r] = v;
+            }
+        }
+    }
+    let groups = rows - rows % 4;
+    for c in quads..ncols {
+        for r0 in (0..groups).step_by(4) {
+            // SAFETY: as above.
+            let d = unsafe { tile::<L, 4, 1>(std::array::from_fn(|j| row(r0 + j)), [col(c)], k) };
+            for (j, [v]) in d.into_iter().enumerate() {
+                out[c * ld + r0 + j] = v;
+            }
+        }
+        for r in groups..rows {
+            // SAFETY: as above.
+            let [[v]] = unsafe { tile::<L, 1, 1>([row(r)], [col(c)], k) };
+            out[c * ld + r] = v;
+        }
+    }
+}
+
+/// The scalar reference (every path's oracle).
+fn rows_scalar(g: Gemm<'_, u16, f32>) {
+    // SAFETY: the scalar lanes need no CPU feature; the entry checked the shapes.
+    unsafe { rows_with::<Scalar>(g) }
+}
+
+/// `rows_with` for the path `isa` runs for F16 rows, and its name.
+fn entry(isa: Isa) -> (fn(Gemm<'_, u16, f32>), &'static str) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => (x86::rows_avx2, "avx2"),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => (x86::rows_avx512, "avx512"),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (neon::rows_neon, "neon"),
+        _ => (rows_scalar, "scalar"),
+    }
+}
+
+/// Which implementation `isa` runs for F16 matrices (for tools).
+pub fn f16_path_name(isa: Isa) -> &'static str {
+    entry(isa).1
+}
+
+impl Kernels {
+    /// `out[c * ld + r] = dot(row r of x, column c of y)` for the `x.len() / nb` rows of `nb`
+    /// f16 weights (IEEE half bits) and the `ncols` f32 columns `y` (column `c` at `c * nb`), in
+    /// the summation order of [`crate::kernels::f16`] on every path.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn f16_rows(&self, g: Gemm<'_, u16, f32>) {
+        let rows = g.assert_shape(1);
+        assert_eq!(g.y.len(), g.ncols * g.nb, "activation values");
+        if g.ncols > 0 && rows > 0 {
+            // Only paths whose features were detected are ever a `Kernels`' ISA.
+            (entry(self.isa()).0)(g)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
