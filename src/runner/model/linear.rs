@@ -241,12 +241,14 @@ impl Linear {
             // Row chunks over the pool, each reading its rows once for every column.
             Linear::F16(m) => {
                 let product = F16Product::new(m, &input.x[..input.n * input.k], input.n)?;
+                let bytes = m.size_bytes() as u64;
                 run_step(
                     exec,
                     &mut [(product, out)],
                     |p| Ok(Some(*p)),
                     tiles,
                     Phase::DenseMatmul,
+                    bytes,
                 )
             }
             Linear::Dense { w, k, .. } => {
