@@ -369,7 +369,10 @@ impl CallSplitter {
                     }
                     Parsed::NotACall(used) => {
                         let c: String = self.buf.drain(..used).collect();
-                        out.push(Piece::Content(format!("{marker}{c}")));
+                        let text = format!("{marker}{c}");
+                        if !text.is_empty() {
+                            out.push(Piece::Content(text));
+                        }
                     }
                 }
                 self.open = None;
@@ -463,9 +466,11 @@ fn parse_call(format: ToolFormat, tools: &[Tool], s: &str, end: bool) -> Parsed 
                 }
             }
         }
+        // Text that cannot start a call leaves only the marker as text: what follows is read
+        // again from there, so the answer is the same however much of it has arrived.
         ToolFormat::Llama3 => match json_prefix(s, end) {
             JsonPrefix::Wait => Parsed::Wait,
-            JsonPrefix::Bad => Parsed::NotACall(s.len()),
+            JsonPrefix::Bad => Parsed::NotACall(0),
             JsonPrefix::Value(v, used) => match v.get("name").and_then(Value::as_str) {
                 Some(name) => one(
                     name,
@@ -514,7 +519,7 @@ fn parse_mistral(s: &str, end: bool, tools: &[Tool]) -> Parsed {
         let blanks = s.len() - s.trim_start().len();
         return match json_prefix(&s[blanks..], end) {
             JsonPrefix::Wait => Parsed::Wait,
-            JsonPrefix::Bad => Parsed::NotACall(s.len()),
+            JsonPrefix::Bad => Parsed::NotACall(0),
             JsonPrefix::Value(Value::Array(list), used) => {
                 let calls: Option<Vec<Piece>> = list
                     .iter()
@@ -540,7 +545,7 @@ fn parse_mistral(s: &str, end: bool, tools: &[Tool]) -> Parsed {
         // A name is short and has no blanks: past that it is not a call.
         let bad = s.len() > 256 || s.contains(char::is_whitespace);
         return if end || bad {
-            Parsed::NotACall(s.len())
+            Parsed::NotACall(0)
         } else {
             Parsed::Wait
         };
@@ -550,7 +555,7 @@ fn parse_mistral(s: &str, end: bool, tools: &[Tool]) -> Parsed {
     let rest = &s[a + MISTRAL_ARGS.len()..];
     match json_prefix(rest, end) {
         JsonPrefix::Wait => Parsed::Wait,
-        JsonPrefix::Bad => Parsed::NotACall(s.len()),
+        JsonPrefix::Bad => Parsed::NotACall(0),
         JsonPrefix::Value(v, used) => {
             let used = a + MISTRAL_ARGS.len() + used;
             if known(name) && v.is_object() {
