@@ -25,16 +25,19 @@ pub struct Int8Matrix {
 impl Int8Matrix {
     /// Repacks an I2_S tensor of `rows x k` (`data` its `rows * k / 4 + 32` bytes).
     pub fn from_i2s(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        // The shape first: it refuses a `rows x k` whose size overflows (a hostile file's).
+        let count = t2p_block_count(rows, k)?;
         check_len("i2_s bytes", i2s_bytes(rows * k), data.len())?;
-        let mut blocks = vec![BlockT2p::default(); t2p_block_count(rows, k)?];
+        let mut blocks = vec![BlockT2p::default(); count];
         let scale = repack_i2s_to_t2p(data, rows, k, &mut blocks)?;
         Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, vec![scale])
     }
 
     /// Repacks an IQ2_BN tensor of `rows x k` (`k` a multiple of 128).
     pub fn from_iq2bn(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        let count = t2p_block_count(rows, k)?;
         check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
-        let mut blocks = vec![BlockT2p::default(); t2p_block_count(rows, k)?];
+        let mut blocks = vec![BlockT2p::default(); count];
         let scales = repack_iq2bn_to_t2p(data, rows, k, &mut blocks)?;
         Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
     }

@@ -511,7 +511,7 @@ impl<R: Read> FileReader<'_, R> {
     /// (a few MB per matrix: 2 bits a weight) and repacked.
     fn load_int8(&mut self, t: &TensorInfo) -> Result<TensorData> {
         let (k, rows) = matrix_dims(t)?;
-        if t.shape.len() != 2 || !k.is_multiple_of(QK_PQ2_0) {
+        if t.shape.len() != 2 || k == 0 || !k.is_multiple_of(QK_PQ2_0) {
             return Err(GgufError::Shape {
                 name: t.name.clone(),
                 reason: format!(

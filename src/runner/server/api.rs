@@ -349,9 +349,13 @@ fn parse_sampler(
         Some(v) if v < 0 => return Err(out_of_range("top_k", "0 (off) or more")),
         Some(v) => usize::try_from(v).unwrap_or(usize::MAX),
     };
-    // Any integer: negative seeds are taken as their two's complement. Without one, a fresh
+    // Any integer: negative seeds are taken as their two's complement, except -1, which means
+    // "random" as in llama-server (and as `/props` reports the default). Without one, a fresh
     // seed per request ("regenerate" gives another answer); the response reports it.
-    let seed = opt_int(m, "seed")?.map_or_else(random_seed, |s| s as u64);
+    let seed = match opt_int(m, "seed")? {
+        None | Some(-1) => random_seed(),
+        Some(s) => s as u64,
+    };
     // OpenAI's two penalties take the same range.
     let openai_penalty = |name: &str, default: f32| {
         opt_penalty(
@@ -1035,11 +1039,14 @@ mod tests {
         assert!(common(r#"{"stop": 3}"#).is_err());
         assert!(common(r#"{"n": 12}"#).is_err());
         let c =
-            common(r#"{"max_tokens": 64, "stop": ["a", "b"], "seed": -1, "top_k": null, "x": {}}"#)
+            common(r#"{"max_tokens": 64, "stop": ["a", "b"], "seed": -2, "top_k": null, "x": {}}"#)
                 .unwrap();
         assert_eq!(c.max_tokens, Some(64));
         assert_eq!(c.stop, ["a", "b"]);
-        assert_eq!(c.sampler.seed, u64::MAX);
+        assert_eq!(c.sampler.seed, u64::MAX - 1);
+        // -1 is llama-server's "random": two requests draw two seeds.
+        let random = |_| common(r#"{"seed": -1}"#).unwrap().sampler.seed;
+        assert_ne!(random(0), random(1));
         assert_eq!(c.sampler.top_k, SamplerConfig::default().top_k);
     }
 

@@ -33,7 +33,14 @@ pub fn allowed(configured: Option<&str>, origin: Option<&HeaderValue>) -> Option
 pub async fn cors(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let allow = allowed(st.cors_origin.as_deref(), req.headers().get(header::ORIGIN));
     let Some(allow) = allow else {
-        return next.run(req).await;
+        let mut resp = next.run(req).await;
+        // The answer depends on the origin whenever one origin is configured: a shared cache
+        // must not hand this header-less answer to the allowed origin.
+        if st.cors_origin.as_deref().is_some_and(|o| o != "*") {
+            resp.headers_mut()
+                .append(header::VARY, HeaderValue::from_static("Origin"));
+        }
+        return resp;
     };
     let preflight = req.method() == Method::OPTIONS
         && req

@@ -221,7 +221,7 @@ fn xml_call_rule(t: &Tool) -> Result<String, GrammarError> {
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    let mut rule = format!("\"<function={}>\\n\"", lark_str(&t.name).trim_matches('"'));
+    let mut rule = lark_str(&format!("<function={}>\n", t.name));
     for name in required {
         let schema = props
             .and_then(|p| p.get(name))
