@@ -130,3 +130,17 @@ fn id_36_of_another_layout_reads_but_does_not_load() {
         "{e}"
     );
 }
+
+#[test]
+fn empty_rows_of_huge_bitnet_matrices_are_refused_not_overflowed() {
+    // 2^62 rows of 0 weights: no bytes, so the header reads; the load must refuse the shape
+    // (before the fix, IQ2_BN's byte count overflowed first: a panic with overflow checks on).
+    for (id, name) in [(135, "iq2_bn.weight"), (36, "i2_s.weight")] {
+        let bytes = file(&[(name, [0, 1 << 62], id, 0)]);
+        let Ok(gguf) = GgufFile::from_bytes(&bytes) else {
+            continue; // refused at the header: also fine
+        };
+        let r = TensorStore::load(&gguf, &mut Cursor::new(&bytes), &LoadOptions::default());
+        assert!(r.is_err(), "{name}: an empty matrix loaded");
+    }
+}
