@@ -183,15 +183,7 @@ impl Linear {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
                 let product = T2pProduct::new(m, batch)?;
-                let bytes = m.size_bytes() as u64;
-                run_step(
-                    exec,
-                    &mut [(product, out)],
-                    |p| Ok(Some(*p)),
-                    tiles,
-                    phase,
-                    bytes,
-                )
+                run_one(exec, product, out, tiles, phase, m.size_bytes())
             }
             // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
             // over the pool, each reading its rows once for every column.
@@ -202,15 +194,7 @@ impl Linear {
                     m.quantize_acts(&input.x[..input.n * m.k()], work)?;
                 }
                 let product = QuantProduct::new(m, work, input.n)?;
-                let bytes = m.size_bytes() as u64;
-                run_step(
-                    exec,
-                    &mut [(product, out)],
-                    |p| Ok(Some(*p)),
-                    tiles,
-                    phase,
-                    bytes,
-                )
+                run_one(exec, product, out, tiles, phase, m.size_bytes())
             }),
             // Each token quantized to int8 with its own scale, the integer sums from the T2P
             // kernels, then the f32 scales.
@@ -226,29 +210,20 @@ impl Linear {
                     )?;
                 }
                 let product = T2pProduct::new(m.t2p(), batch)?;
-                let bytes = m.size_bytes() as u64;
-                run_step(
-                    exec,
-                    &mut [(product, &mut *out)],
-                    |p| Ok(Some(*p)),
-                    tiles,
-                    phase,
-                    bytes,
-                )?;
+                run_one(exec, product, &mut *out, tiles, phase, m.size_bytes())?;
                 m.apply_scales(s, out);
                 Ok(())
             }),
             // Row chunks over the pool, each reading its rows once for every column.
             Linear::F16(m) => {
                 let product = F16Product::new(m, &input.x[..input.n * input.k], input.n)?;
-                let bytes = m.size_bytes() as u64;
-                run_step(
+                run_one(
                     exec,
-                    &mut [(product, out)],
-                    |p| Ok(Some(*p)),
+                    product,
+                    out,
                     tiles,
                     Phase::DenseMatmul,
-                    bytes,
+                    m.size_bytes(),
                 )
             }
             Linear::Dense { w, k, .. } => {
@@ -264,6 +239,25 @@ impl Linear {
             }
         }
     }
+}
+
+/// One product into `out` as one parallel step ([`run_step`]), `bytes` its weights.
+fn run_one<P: RowChunked + Copy + Send + Sync>(
+    exec: &Exec,
+    product: P,
+    out: &mut [f32],
+    tiles: &mut Vec<f32>,
+    phase: Phase,
+    bytes: usize,
+) -> Result<()> {
+    run_step(
+        exec,
+        &mut [(product, out)],
+        |p| Ok(Some(*p)),
+        tiles,
+        phase,
+        bytes as u64,
+    )
 }
 
 /// Runs the products `product` finds in `jobs` as one parallel step of the matmul driver
