@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use t2p::runner::{
-    Array, GgmlType, GgufFile, LoadOptions, TensorStore, Tokenizer, Value, peak_rss_bytes,
+    Array, GgmlType, GgufFile, LoadOptions, TensorInfo, TensorStore, Tokenizer, Value,
+    peak_rss_bytes,
 };
 
 /// Options of `libt2p info`.
@@ -221,12 +222,18 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
         };
         println!("  {:<8} {n:>5} tensors {:>14}{load}", ty.name(), mib(bytes));
     }
-    let t2p: Vec<_> = gguf.tensors().iter().filter(|t| opts.uses_t2p(t)).collect();
+    // BitNet's I2_S / IQ2_BN matrices always run as T2P codes (with their f32 scales).
+    let bitnet = |t: &&TensorInfo| matches!(t.ggml_type, GgmlType::I2_S | GgmlType::IQ2_BN);
+    let t2p: Vec<_> = gguf
+        .tensors()
+        .iter()
+        .filter(|t| opts.uses_t2p(t) || bitnet(t))
+        .collect();
     let t2p_bytes: u64 = t2p.iter().map(|t| t.n_bytes).sum();
     let ternary = gguf
         .tensors()
         .iter()
-        .filter(|t| t.ggml_type.has_t2p_layout())
+        .filter(|t| t.ggml_type.has_t2p_layout() || bitnet(t))
         .count();
     println!(
         "  T2P: {} of {ternary} ternary tensors, {} of {} tensor data (in the file's format)",
