@@ -38,7 +38,7 @@ pub mod scalar;
 pub use f16::f16_path_name;
 pub use quant::{QuantKernel, quant_path_name};
 #[cfg(target_arch = "x86_64")]
-mod x86;
+mod x86_64;
 
 /// Blocks per row a per-thread operand buffer ([`with_per_call_buffer`]) holds from its first
 /// use (k = 32768), so which thread first meets which matrix does not decide when a buffer grows.
@@ -50,7 +50,7 @@ pub(crate) const PER_CALL_MIN_BLOCKS: usize = 256;
 
 /// A kernel's per-call operand buffer: one per thread and layout, declared next to the kernel as
 /// `thread_local! { static BUF: Cell<Vec<T>> = const { Cell::new(Vec::new()) }; }` (the pattern
-/// of the x86 kernels' buffers, e.g. `x86::q8k`'s `TILE_OPS`).
+/// of the x86 kernels' buffers, e.g. `x86_64::q8k`'s `TILE_OPS`).
 #[cfg_attr(
     not(any(target_arch = "aarch64", target_arch = "x86_64")),
     allow(dead_code)
@@ -347,7 +347,7 @@ fn table(isa: Isa) -> Option<&'static Kernels> {
     match isa {
         Isa::Scalar => Some(&scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86::kernels(isa),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86_64::kernels(isa),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::kernels(isa),
         _ => None,

@@ -129,7 +129,7 @@ macro_rules! quant_driver {
                             // reads its own (the Q6_K head gemv ran at 18 % of the 1-thread memory
                             // ceiling without this, 75-100 % with it, Zen 5).
                             for i in 0..R {
-                                $crate::kernels::x86::prefetch::blocks::<1>(
+                                $crate::kernels::x86_64::prefetch::blocks::<1>(
                                     w,
                                     (r0 + R + i) * nb + b,
                                 );

@@ -198,7 +198,7 @@ macro_rules! q8_0_kernels {
             y: &[$crate::format::BlockQ8_0Quad],
             out: &mut [f32],
         ) {
-            $crate::kernels::x86::q8_0::with_tables(1, |t| {
+            $crate::kernels::x86_64::q8_0::with_tables(1, |t| {
                 t[0].fill(y);
                 // SAFETY: same CPU features as this function.
                 unsafe { gemv_q8_0_table(x, nb, y, &t[0], out) }
@@ -215,10 +215,10 @@ macro_rules! q8_0_kernels {
             x: &[B],
             nb: usize,
             y: &[$crate::format::BlockQ8_0Quad],
-            table: &$crate::kernels::x86::q8_0::Q8_0Table,
+            table: &$crate::kernels::x86_64::q8_0::Q8_0Table,
             out: &mut [f32],
         ) {
-            use $crate::kernels::x86::{prefetch, scales_ab};
+            use $crate::kernels::x86_64::{prefetch, scales_ab};
             let groups = x.len() / nb;
             for g in (0..groups).step_by(2) {
                 let a = &x[g * nb..(g + 1) * nb];
@@ -268,7 +268,7 @@ macro_rules! q8_0_kernels {
             }
         }
 
-        /// The `q8_0` gemm: up to [`$crate::kernels::x86::q8_0::MAX_TILE_COLS`] columns per pass over the
+        /// The `q8_0` gemm: up to [`$crate::kernels::x86_64::q8_0::MAX_TILE_COLS`] columns per pass over the
         /// weights, as column pairs (an odd last column is paired with itself and stored
         /// once); a single column runs through the gemv.
         ///
@@ -279,7 +279,7 @@ macro_rules! q8_0_kernels {
         unsafe fn gemm_q8_0_impl<B: $crate::format::RowPairBlock>(
             mut g: $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
         ) {
-            use $crate::kernels::x86::q8_0::{MAX_TILE_COLS, with_tables, with_tile};
+            use $crate::kernels::x86_64::q8_0::{MAX_TILE_COLS, with_tables, with_tile};
             let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
             let rows = x.len() / nb * $crate::format::ROWS_PER_T2P;
             for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
@@ -320,10 +320,10 @@ macro_rules! q8_0_kernels {
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8_0_tile<B: $crate::format::RowPairBlock, const NP: usize>(
             g: &mut $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
-            tile: &[$crate::kernels::x86::q8_0::TileBlock],
+            tile: &[$crate::kernels::x86_64::q8_0::TileBlock],
             cols: std::ops::Range<usize>,
         ) {
-            use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
+            use $crate::kernels::x86_64::{decode_pair, prefetch, scales_twice, store_column_pairs};
             let (x, nb) = (g.x, g.nb);
             for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];

@@ -20,9 +20,9 @@ macro_rules! vnni_path {
 
             use crate::format::{BlockT2p, RowPairBlock};
             use crate::kernels::Isa;
-            use crate::kernels::x86::{bcast8, chunk8, decode_pair, load_word};
+            use crate::kernels::x86_64::{bcast8, chunk8, decode_pair, load_word};
 
-            crate::kernels::x86::x86_path!($isa, $feat $(, $zmm)?);
+            crate::kernels::x86_64::x86_path!($isa, $feat $(, $zmm)?);
 
             /// [`block_dot`] returns `64 * dot(u, y)`.
             const SHIFT: i32 = 6;

@@ -209,7 +209,7 @@ macro_rules! q8k_gemm_kernel {
             mut g: $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
         ) {
             let (nb, y, ncols) = (g.nb, g.y, g.ncols);
-            $crate::kernels::x86::q8k::for_each_pass(nb, y, ncols, |ops, pf, cols| {
+            $crate::kernels::x86_64::q8k::for_each_pass(nb, y, ncols, |ops, pf, cols| {
                 // SAFETY: same CPU features as this function.
                 unsafe {
                     match cols.len().div_ceil(2) {
@@ -230,18 +230,18 @@ macro_rules! q8k_gemm_kernel {
         #[target_feature(enable = $feat)]
         unsafe fn gemm_q8k_tile<const NP: usize>(
             g: &mut $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
-            tile_ops: &[$crate::kernels::x86::q8k::TileOps],
-            pair_f: &[$crate::kernels::x86::q8k::PairFactors],
+            tile_ops: &[$crate::kernels::x86_64::q8k::TileOps],
+            pair_f: &[$crate::kernels::x86_64::q8k::PairFactors],
             cols: std::ops::Range<usize>,
         ) {
-            use $crate::kernels::x86::{decode_pair, prefetch, scales_twice, store_column_pairs};
+            use $crate::kernels::x86_64::{decode_pair, prefetch, scales_twice, store_column_pairs};
             let (x, nb) = (g.x, g.nb);
             for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
                 for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
                     prefetch::blocks::<1>(x, (grp + 1) * nb + i);
                     // Per word pair: decode both row pairs once, then every column's dot.
-                    let mut m = [_mm256_setzero_si256(); $crate::kernels::x86::q8_0::MAX_TILE_COLS];
+                    let mut m = [_mm256_setzero_si256(); $crate::kernels::x86_64::q8_0::MAX_TILE_COLS];
                     for q in 0..2 {
                         let u = decode_pair(blk, q);
                         for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {

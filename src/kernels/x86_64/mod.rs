@@ -60,16 +60,16 @@ pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
 /// `unsafe` calls sound.
 macro_rules! x86_path {
     ($isa:expr, $feat:literal) => {
-        $crate::kernels::x86::x86_path!(@loops $isa, $feat);
-        $crate::kernels::x86::q8_0::q8_0_kernels!($feat);
+        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
+        $crate::kernels::x86_64::q8_0::q8_0_kernels!($feat);
     };
     // The AVX-512 VNNI path: its q8_0 kernels are the 512-bit ones of `x86::zmm`.
     ($isa:expr, $feat:literal, zmm) => {
-        $crate::kernels::x86::x86_path!(@loops $isa, $feat);
-        use $crate::kernels::x86::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
+        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
+        use $crate::kernels::x86_64::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
     };
     (@loops $isa:expr, $feat:literal) => {
-        pub(in $crate::kernels::x86) static KERNELS: $crate::kernels::Kernels =
+        pub(in $crate::kernels::x86_64) static KERNELS: $crate::kernels::Kernels =
             $crate::kernels::Kernels {
                 isa: $isa,
                 gemv: |x, nb, y, out| {
@@ -96,7 +96,7 @@ macro_rules! x86_path {
                     // SAFETY: as for `gemv`.
                     unsafe { gemm_q8_0_impl(g) }
                 },
-                vec_dot_stock: $crate::kernels::x86::stock::vec_dot_stock,
+                vec_dot_stock: $crate::kernels::x86_64::stock::vec_dot_stock,
             };
 
         /// The `q8_K` gemv (`q8k::gemv_q8k_loop` around this path's `block_dot`).
@@ -113,13 +113,13 @@ macro_rules! x86_path {
         ) {
             // SAFETY: this function has the features the loop (AVX2, F16C) and the dot need.
             unsafe {
-                $crate::kernels::x86::q8k::gemv_q8k_loop::<SHIFT>(x, nb, y, out, |b, ys| {
+                $crate::kernels::x86_64::q8k::gemv_q8k_loop::<SHIFT>(x, nb, y, out, |b, ys| {
                     block_dot(b, ys)
                 })
             }
         }
 
-        $crate::kernels::x86::q8k::q8k_gemm_kernel!($feat);
+        $crate::kernels::x86_64::q8k::q8k_gemm_kernel!($feat);
     };
 }
 pub(super) use x86_path;
