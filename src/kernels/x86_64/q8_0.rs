@@ -323,7 +323,9 @@ macro_rules! q8_0_kernels {
             tile: &[$crate::kernels::x86_64::q8_0::TileBlock],
             cols: std::ops::Range<usize>,
         ) {
-            use $crate::kernels::x86_64::{decode_pair, prefetch, scales_twice, store_column_pairs};
+            use $crate::kernels::x86_64::{
+                decode_pair, prefetch, scales_twice, store_column_pairs,
+            };
             let (x, nb) = (g.x, g.nb);
             for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];

@@ -234,14 +234,17 @@ macro_rules! q8k_gemm_kernel {
             pair_f: &[$crate::kernels::x86_64::q8k::PairFactors],
             cols: std::ops::Range<usize>,
         ) {
-            use $crate::kernels::x86_64::{decode_pair, prefetch, scales_twice, store_column_pairs};
+            use $crate::kernels::x86_64::{
+                decode_pair, prefetch, scales_twice, store_column_pairs,
+            };
             let (x, nb) = (g.x, g.nb);
             for (grp, group) in x.chunks_exact(nb).enumerate() {
                 let mut acc = [_mm256_setzero_ps(); NP];
                 for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
                     prefetch::blocks::<1>(x, (grp + 1) * nb + i);
                     // Per word pair: decode both row pairs once, then every column's dot.
-                    let mut m = [_mm256_setzero_si256(); $crate::kernels::x86_64::q8_0::MAX_TILE_COLS];
+                    let mut m =
+                        [_mm256_setzero_si256(); $crate::kernels::x86_64::q8_0::MAX_TILE_COLS];
                     for q in 0..2 {
                         let u = decode_pair(blk, q);
                         for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {

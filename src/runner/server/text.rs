@@ -52,7 +52,10 @@ impl<'a> TextStream<'a> {
     pub fn push(&mut self, id: u32) -> String {
         let mut piece = self.decoder.push(id);
         if self.rendered.contains(&id) {
-            // A special token is whole ASCII-or-UTF-8 text, never part of a character.
+            // A marker ends any character the bytes before it started: those bytes are
+            // flushed (as U+FFFD) first, so the text keeps token order. The marker itself is
+            // whole ASCII-or-UTF-8 text, never part of a character.
+            piece.push_str(&self.decoder.finish());
             piece.push_str(&String::from_utf8_lossy(
                 &self.tokenizer.token_to_piece(id, true),
             ));
@@ -160,6 +163,47 @@ mod tests {
         assert!(!stopped);
         assert_eq!(out.concat(), "abcENx");
         assert_eq!(out[2], "ENx");
+    }
+
+    /// The real Qwen2 vocabulary from the shared test data; `None` (test skipped, said on
+    /// stderr) only where `T2P_TESTDATA_OPTIONAL` allows missing data.
+    fn qwen2_vocab() -> Option<Tokenizer> {
+        let dir = std::env::var_os("T2P_TESTDATA")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| "../shared/testdata".into());
+        let path = dir.join("tokenizer/ggml-vocab-qwen2.gguf");
+        if !path.is_file() && std::env::var_os("T2P_TESTDATA_OPTIONAL").is_some() {
+            eprintln!("SKIPPED: {} missing", path.display());
+            return None;
+        }
+        let gguf = crate::runner::GgufFile::open(&path).expect("the Qwen2 vocabulary");
+        Some(Tokenizer::from_gguf(&gguf).unwrap())
+    }
+
+    #[test]
+    fn a_rendered_marker_after_half_a_character_keeps_token_order() {
+        let Some(tok) = qwen2_vocab() else { return };
+        // Byte-level BPE: `Ã` is the token of the lone byte 0xC3, the first half of `é`.
+        let half = tok.token_id("\u{C3}").expect("a byte token");
+        let marker = tok.token_id("<|im_start|>").expect("a control token");
+        let word = tok.token_id("ok").expect("a word");
+        let mut ts = TextStream::new(&tok, &[], Arc::from([marker]));
+        let out = [
+            ts.push(word),
+            ts.push(half),
+            ts.push(marker),
+            ts.push(word),
+            ts.finish(),
+        ];
+        assert_eq!(out.concat(), "ok\u{FFFD}<|im_start|>ok");
+        assert_eq!(out[1], "", "half a character waits");
+        assert_eq!(
+            out[2], "\u{FFFD}<|im_start|>",
+            "the marker ends it, after its bytes"
+        );
+        // Without the marker rendered, the held byte still waits for its continuation.
+        let mut ts = TextStream::new(&tok, &[], Arc::from([]));
+        assert_eq!(ts.push(half) + &ts.push(marker), "");
     }
 
     #[test]
