@@ -306,6 +306,67 @@ pub struct CallSplitter {
     open: Option<&'static str>,
     /// Nothing but blanks seen yet (a Llama 3 call is the whole answer).
     at_start: bool,
+    /// How far the open call has been read, so a call that never closes is not parsed
+    /// again from its start on every piece (that was quadratic in its length).
+    gate: ParseGate,
+}
+
+/// Says when the text of an open call is worth parsing again: once its closing tag or the
+/// close of its outermost JSON bracket has arrived, or (to find text that is not JSON early)
+/// once it has grown by an eighth since the last parse. Each byte is scanned once, and the
+/// parses' lengths grow geometrically, so reading a call costs time linear in its length.
+#[derive(Default)]
+struct ParseGate {
+    /// Bytes of the call's text scanned so far.
+    scanned: usize,
+    /// Length of the text at the last parse.
+    parsed: usize,
+    /// JSON bracket depth outside strings, and the string state, of the scanned bytes.
+    depth: i64,
+    in_string: bool,
+    escaped: bool,
+    /// Bytes handed to the parser in all (what the gate bounds).
+    parsed_total: usize,
+}
+
+impl ParseGate {
+    fn worth_parsing(&mut self, format: ToolFormat, s: &str) -> bool {
+        let new = &s.as_bytes()[self.scanned.min(s.len())..];
+        let closed = match format {
+            ToolFormat::Hermes | ToolFormat::QwenXml => {
+                // The tag may have begun in the bytes scanned before.
+                let from = self.scanned.saturating_sub(TOOL_CALL_CLOSE.len() - 1);
+                s.as_bytes()[from..]
+                    .windows(TOOL_CALL_CLOSE.len())
+                    .any(|w| w == TOOL_CALL_CLOSE.as_bytes())
+            }
+            ToolFormat::Llama3 | ToolFormat::Mistral => {
+                let mut closed = false;
+                for &b in new {
+                    match (self.in_string, self.escaped, b) {
+                        (true, true, _) => self.escaped = false,
+                        (true, false, b'\\') => self.escaped = true,
+                        (true, false, b'"') => self.in_string = false,
+                        (false, _, b'"') => self.in_string = true,
+                        (false, _, b'{' | b'[') => self.depth += 1,
+                        (false, _, b'}' | b']') => {
+                            self.depth -= 1;
+                            closed |= self.depth <= 0;
+                        }
+                        _ => {}
+                    }
+                }
+                closed
+            }
+        };
+        self.scanned = s.len();
+        let grown = s.len() >= self.parsed + (self.parsed / 8).max(64);
+        if closed || grown {
+            self.parsed = s.len();
+            self.parsed_total += s.len();
+        }
+        closed || grown
+    }
 }
 
 impl CallSplitter {
@@ -317,6 +378,7 @@ impl CallSplitter {
             buf: String::new(),
             open: None,
             at_start: true,
+            gate: ParseGate::default(),
         }
     }
 
@@ -361,6 +423,9 @@ impl CallSplitter {
     fn advance(&mut self, end: bool, out: &mut Vec<Piece>) {
         loop {
             if let Some(marker) = self.open {
+                if !end && !self.gate.worth_parsing(self.format, &self.buf) {
+                    return;
+                }
                 match parse_call(self.format, &self.tools, &self.buf, end) {
                     Parsed::Wait => return,
                     Parsed::Calls(calls, used) => {
@@ -376,6 +441,7 @@ impl CallSplitter {
                     }
                 }
                 self.open = None;
+                self.gate = ParseGate::default();
                 self.at_start = false;
                 continue;
             }
@@ -782,6 +848,43 @@ mod tests {
             &[c("[TOOL_CALLS]no such call here")],
         );
         assert_eq!(ToolFormat::Mistral.call_id("chatcmpl-1", 0, 0).len(), 9);
+    }
+
+    #[test]
+    fn a_call_that_never_closes_is_read_in_linear_time() {
+        for (format, open) in [
+            (
+                ToolFormat::Llama3,
+                "{\"name\": \"f\", \"parameters\": {\"x\": [",
+            ),
+            (ToolFormat::Mistral, "[TOOL_CALLS]f[ARGS]{\"x\": ["),
+            (
+                ToolFormat::Hermes,
+                "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": [",
+            ),
+        ] {
+            let mut s = CallSplitter::new(format, tools());
+            let mut out = Vec::new();
+            let mut full = open.to_string();
+            s.push(open, &mut out);
+            for i in 0..20_000 {
+                // Nested closes and brackets in strings: a re-parse per closing bracket would
+                // be quadratic too.
+                let piece = if i % 2 == 0 { "{\"a]\": [1]}" } else { "," };
+                full.push_str(piece);
+                s.push(piece, &mut out);
+            }
+            let len = s.buf.len();
+            assert!(len > 100_000, "{format:?}");
+            assert!(
+                s.gate.parsed_total <= 10 * len,
+                "{format:?}: parsed {} bytes of a {len}-byte call",
+                s.gate.parsed_total
+            );
+            s.finish(&mut out);
+            // An unfinished call is content, as the model wrote it.
+            assert_eq!(merge(&out), [c(&full)], "{format:?}");
+        }
     }
 
     #[test]
