@@ -689,19 +689,13 @@ impl<R: Read> TensorBytes<'_, R> {
         chunk_bytes: usize,
     ) -> Result<TensorData> {
         let name = self.name;
-        let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
-        let nb = k / QK_PQ2_0;
-        let per_row = k / B::WEIGHTS;
-        let row_bytes = per_row * size_of::<B>();
-        let groups = t2p_row_groups(rows);
-        let groups_per_chunk = (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
-        let mut blocks = super::memory::zeroed_vec::<B::Target>(nblocks);
-        let mut buf = vec![B::zeroed(); groups_per_chunk * ROWS_PER_T2P * per_row];
-        for (c, out) in blocks.chunks_mut(groups_per_chunk * nb).enumerate() {
-            let r0 = c * groups_per_chunk * ROWS_PER_T2P;
-            let n_rows = (out.len() / nb * ROWS_PER_T2P).min(rows - r0);
-            let part = &mut buf[..n_rows * per_row];
-            self.read(part, r0 * row_bytes)?;
+        let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
+        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
+        let mut buf = vec![B::zeroed(); plan.rows_per_chunk * plan.per_row];
+        for (c, out) in blocks.chunks_mut(plan.chunk_blocks()).enumerate() {
+            let (r0, n_rows) = plan.chunk_rows(c, out.len());
+            let part = &mut buf[..n_rows * plan.per_row];
+            self.read(part, r0 * plan.row_bytes)?;
             repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
         }
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
@@ -725,33 +719,25 @@ impl<R: Read> TensorBytes<'_, R> {
     ) -> Result<TensorData> {
         use std::os::unix::fs::FileExt;
         let name = self.name;
-        let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
-        let nb = k / QK_PQ2_0;
-        let per_row = k / B::WEIGHTS;
-        let row_bytes = per_row * size_of::<B>();
-        let groups = t2p_row_groups(rows);
-        let groups_per_chunk = (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, groups);
-        let mut blocks = super::memory::zeroed_vec::<B::Target>(nblocks);
-        let chunks: Vec<_> = blocks
-            .chunks_mut(groups_per_chunk * nb)
-            .enumerate()
-            .collect();
+        let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
+        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
+        let chunks: Vec<_> = blocks.chunks_mut(plan.chunk_blocks()).enumerate().collect();
         let threads = scratch.len().min(chunks.len()).max(1);
         let mut shares: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
         for (c, out) in chunks {
             shares[c % threads].push((c, out));
         }
         let (start, progress) = (self.start, self.progress);
-        let buf_words = (groups_per_chunk * ROWS_PER_T2P * row_bytes).div_ceil(8);
+        let buf_words = (plan.rows_per_chunk * plan.row_bytes).div_ceil(8);
         let work = |share: Vec<(usize, &mut [B::Target])>, buf: &mut Vec<u64>| -> Result<()> {
             if buf.len() < buf_words {
                 *buf = vec![0u64; buf_words];
             }
             for (c, out) in share {
-                let r0 = c * groups_per_chunk * ROWS_PER_T2P;
-                let n_rows = (out.len() / nb * ROWS_PER_T2P).min(rows - r0);
-                let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..n_rows * row_bytes];
-                let at = start + (r0 * row_bytes) as u64;
+                let (r0, n_rows) = plan.chunk_rows(c, out.len());
+                let bytes =
+                    &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..n_rows * plan.row_bytes];
+                let at = start + (r0 * plan.row_bytes) as u64;
                 file.read_exact_at(bytes, at).map_err(|e| GgufError::Io {
                     what: format!("data of tensor {name:?}"),
                     offset: at,
@@ -834,4 +820,59 @@ pub fn peak_rss_bytes() -> Option<u64> {
 /// Current resident set size of this process in bytes (`VmRSS`), where `/proc` exists.
 pub fn current_rss_bytes() -> Option<u64> {
     proc_status_kb("VmRSS:")
+}
+
+/// How a `rows x k` ternary matrix is read and repacked a chunk at a time: whole T2P row
+/// groups per chunk, so every chunk repacks on its own (the sequential and parallel loaders
+/// cut alike).
+struct RepackPlan {
+    /// T2P blocks of the result.
+    nblocks: usize,
+    /// T2P blocks per row group.
+    nb: usize,
+    /// Source blocks per row.
+    per_row: usize,
+    /// Source bytes per row.
+    row_bytes: usize,
+    /// Rows per chunk (whole row groups; the last chunk may have fewer rows).
+    rows_per_chunk: usize,
+    /// Rows of the matrix.
+    rows: usize,
+}
+
+impl RepackPlan {
+    fn new<B: TernaryBlock>(
+        name: &str,
+        rows: usize,
+        k: usize,
+        chunk_bytes: usize,
+    ) -> Result<RepackPlan> {
+        let nblocks = t2p_block_count(rows, k).map_err(|e| shape_err(name, e))?;
+        let per_row = k / B::WEIGHTS;
+        let row_bytes = per_row * size_of::<B>();
+        let groups_per_chunk =
+            (chunk_bytes / (ROWS_PER_T2P * row_bytes)).clamp(1, t2p_row_groups(rows));
+        Ok(RepackPlan {
+            nblocks,
+            nb: k / QK_PQ2_0,
+            per_row,
+            row_bytes,
+            rows_per_chunk: groups_per_chunk * ROWS_PER_T2P,
+            rows,
+        })
+    }
+
+    /// T2P blocks of a whole chunk.
+    fn chunk_blocks(&self) -> usize {
+        self.rows_per_chunk / ROWS_PER_T2P * self.nb
+    }
+
+    /// The first row and the row count of chunk `c`, whose output holds `out_blocks` blocks.
+    fn chunk_rows(&self, c: usize, out_blocks: usize) -> (usize, usize) {
+        let r0 = c * self.rows_per_chunk;
+        (
+            r0,
+            (out_blocks / self.nb * ROWS_PER_T2P).min(self.rows - r0),
+        )
+    }
 }
