@@ -390,9 +390,11 @@ fn odd_shapes_load_exactly() {
         ),
     ];
     write_tensors(&path, &tensors);
-    for chunk_bytes in [1, 100, 4 << 20] {
+    // One thread reads in order; several read and repack chunks at once: the same values.
+    for (chunk_bytes, threads) in [1, 100, 4 << 20].into_iter().flat_map(|c| [(c, 1), (c, 3)]) {
         let opts = LoadOptions {
             chunk_bytes,
+            threads,
             ..quiet()
         };
         let (_, store) = TensorStore::load_file(&path, &opts).unwrap();
@@ -421,7 +423,7 @@ fn odd_shapes_load_exactly() {
                     .zip(&values)
                     .all(|(a, b)| a.to_bits() == b.to_bits())
                     && got.len() == values.len(),
-                "{name} (chunk {chunk_bytes}): values differ"
+                "{name} (chunk {chunk_bytes}, {threads} threads): values differ"
             );
         }
     }
