@@ -19,13 +19,11 @@
 
 pub mod bandwidth;
 pub mod error;
-pub mod f16_matrix;
 pub mod ffi;
 pub mod format;
 pub mod kernels;
 pub mod matmul;
 pub mod pool;
-pub mod quant_matrix;
 #[cfg(feature = "runner")]
 pub mod runner;
 #[cfg(feature = "testkit")]

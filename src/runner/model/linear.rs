@@ -5,12 +5,10 @@
 use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
-use crate::f16_matrix::F16Matrix;
 use crate::matmul::{
-    F16Product, Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct,
-    run_products,
+    F16Matrix, F16Product, Int8Matrix, QuantMatrix, QuantProduct, QuantizedBatch, RowChunked,
+    T2pMatrix, T2pProduct, run_products,
 };
-use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
 
 /// `n` activation vectors of length `k` (token after token), with their quantized form when a

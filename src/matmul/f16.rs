@@ -8,10 +8,6 @@ use crate::error::{Error, Result};
 use crate::format::f16_to_f32;
 use crate::kernels::{Gemm, Kernels};
 
-/// Products smaller than this many multiply-adds run as one chunk: waking the pool costs more
-/// than the chunk (about a tenth of a millisecond of one core's multiply-adds).
-const PARALLEL_MIN_MACS: usize = 1 << 20;
-
 /// A `rows x k` matrix of f16 weights, row after row.
 #[derive(Clone, Debug)]
 pub struct F16Matrix {
@@ -58,21 +54,6 @@ impl F16Matrix {
         }
     }
 
-    /// How many row chunks a product of `ncols` columns over `threads` threads is split into:
-    /// four per thread (so a slow thread leaves little behind), never smaller than four rows,
-    /// and one for a product too small to be worth the pool.
-    pub fn chunk_count(&self, threads: usize, ncols: usize) -> usize {
-        if self.rows * self.k * ncols < PARALLEL_MIN_MACS {
-            return 1;
-        }
-        (threads * 4).min(self.rows.div_ceil(4)).max(1)
-    }
-
-    /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
-    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        crate::pool::unit_chunk(self.rows, 4, i, n)
-    }
-
     /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
     /// `ncols` columns of `x` (column `c` at `c * k`).
     pub fn compute(
@@ -113,7 +94,7 @@ mod tests {
     use super::*;
     use crate::format::f32_to_f16;
     use crate::kernels::Isa;
-    use crate::matmul::{F16Product, run_products};
+    use crate::matmul::{F16Product, RowChunked, run_products};
     use crate::pool::ThreadPool;
 
     fn matrix(rows: usize, k: usize) -> F16Matrix {
@@ -147,13 +128,13 @@ mod tests {
     #[test]
     fn pool_chunks_equal_one_call_on_every_path() {
         let pool = ThreadPool::new(3);
-        // Big enough to be split (above PARALLEL_MIN_MACS), with a last partial row group.
-        let (rows, k) = (1027, 1029);
+        // Big enough to be split (above the chunk rule's minimum), with a last partial row
+        // group.
+        let (rows, k) = (1027, 2053);
         let m = matrix(rows, k);
         for isa in Isa::available() {
             let kern = Kernels::for_isa(isa).unwrap();
             for ncols in [1, 3, 6] {
-                assert!(m.chunk_count(pool.threads(), ncols) > 1);
                 let x: Vec<f32> = (0..ncols * k)
                     .map(|i| (i % 13) as f32 * 0.25 - 1.5)
                     .collect();
@@ -161,6 +142,7 @@ mod tests {
                 m.compute(kern, &x, ncols, 0..rows, &mut want, rows)
                     .unwrap();
                 let p = F16Product::new(&m, &x, ncols).unwrap();
+                assert!(p.chunk_count(pool.threads()) > 1);
                 let mut got = vec![f32::NAN; rows * ncols];
                 let mut tiles = Vec::new();
                 run_products(
