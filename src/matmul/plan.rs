@@ -118,7 +118,7 @@ impl MatmulPlan {
 
     /// Splits a column-strided output (`(ncols - 1) * ld + rows` values, `ld >= rows`) into the
     /// disjoint pieces of `n` chunks: `parts[i][c]` is rows [`MatmulPlan::chunk_rows`]`(i, n)`
-    /// of column `c`, ready for [`ThreadPool::run_parts`].
+    /// of column `c`, ready for [`crate::pool::ThreadPool::run_parts`].
     ///
     /// # Panics
     /// If `out` is shorter than that or `ld < rows` with several columns (callers check first).
