@@ -4,7 +4,8 @@
 
 use std::ops::Range;
 
-use crate::error::{Error, Result};
+use super::plan::check_row_range;
+use crate::error::{Error, Result, check_len};
 use crate::format::f16_to_f32;
 use crate::kernels::{Gemm, Kernels};
 
@@ -65,18 +66,10 @@ impl F16Matrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        if rows.start > rows.end || rows.end > self.rows {
-            return Err(Error::Shape(format!("rows {rows:?} of {}", self.rows)));
-        }
-        crate::error::check_len("activation values", ncols * self.k, x.len())?;
-        let len = rows.len();
-        if ncols == 0 || len == 0 {
+        check_len("activation values", ncols * self.k, x.len())?;
+        if !check_row_range(&rows, self.rows, ncols, ld, out)? {
             return Ok(());
         }
-        if ld < len {
-            return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
-        }
-        crate::error::check_len("output", (ncols - 1) * ld + len, out.len())?;
         kern.f16_rows(Gemm {
             x: &self.data[rows.start * self.k..rows.end * self.k],
             nb: self.k,

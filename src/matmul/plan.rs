@@ -63,6 +63,31 @@ pub fn chunk_rows(rows: usize, i: usize, n: usize) -> Range<usize> {
     unit_chunk(rows, ROWS_PER_CHUNK_UNIT, i, n)
 }
 
+/// Checks the arguments of a product of rows `range` of a `rows`-row matrix times `ncols`
+/// columns into `out[c * ld + (r - range.start)]` (the ggml block and F16 kinds): the range
+/// within the matrix and, when there is anything to compute, `ld` and `out` big enough.
+/// Returns whether there is anything to compute.
+pub(super) fn check_row_range(
+    range: &Range<usize>,
+    rows: usize,
+    ncols: usize,
+    ld: usize,
+    out: &[f32],
+) -> Result<bool> {
+    if range.start > range.end || range.end > rows {
+        return Err(Error::Shape(format!("rows {range:?} of {rows}")));
+    }
+    let len = range.len();
+    if ncols == 0 || len == 0 {
+        return Ok(false);
+    }
+    if ld < len {
+        return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
+    }
+    check_len("output", (ncols - 1) * ld + len, out.len())?;
+    Ok(true)
+}
+
 /// One T2P matmul: `out[c * ld + r] = sum_k w[r][k] * x[c][k]`. See the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulPlan {
@@ -395,20 +420,18 @@ mod tests {
                     let plan = MatmulPlan::for_batch(&w, &batch).unwrap();
                     for isa in Isa::available() {
                         let kern = Kernels::for_isa(isa).unwrap();
+                        // Each chunk into a tile of its own, handed out by split_output.
                         let mut got = vec![f32::NAN; rows * ncols];
                         let n = 3;
-                        for i in 0..n {
+                        let parts = plan.split_output(&mut got, rows, n);
+                        for (i, cols) in parts.into_iter().enumerate() {
                             let r = plan.chunk_rows(i, n);
-                            let mut scratch = Vec::new();
-                            plan.compute_columns(
-                                kern,
-                                w.blocks(),
-                                &work,
-                                r.clone(),
-                                &mut scratch,
-                                |c, v| got[c * rows + r.start..c * rows + r.end].copy_from_slice(v),
-                            )
-                            .unwrap();
+                            let mut tile = vec![f32::NAN; r.len() * ncols];
+                            plan.compute(kern, w.blocks(), &work, r.clone(), &mut tile, r.len())
+                                .unwrap();
+                            for (piece, col) in cols.into_iter().zip(tile.chunks(r.len().max(1))) {
+                                piece.copy_from_slice(col);
+                            }
                         }
                         let same = got
                             .iter()

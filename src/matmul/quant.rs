@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use bytemuck::Zeroable;
 
+use super::plan::check_row_range;
 use crate::error::{Error, Result, check_len};
 use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
 use crate::kernels::{Gemm, Kernels};
@@ -151,16 +152,9 @@ impl QuantMatrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        if rows.start > rows.end || rows.end > self.rows {
-            return Err(Error::Shape(format!("rows {rows:?} of {}", self.rows)));
-        }
         check_len("activation words", self.act_words(ncols), work.len())?;
-        let len = rows.len();
-        if ncols > 0 && len > 0 {
-            if ld < len {
-                return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
-            }
-            check_len("output", (ncols - 1) * ld + len, out.len())?;
+        if !check_row_range(&rows, self.rows, ncols, ld, out)? {
+            return Ok(());
         }
         with_quant_block!(self.ty, B => {
                 let nb = self.k / B::WEIGHTS;
