@@ -7,8 +7,9 @@
 //!
 //! * [`format`](mod@format): the GGML type table and the byte layouts (the ternary formats, q8_K, q8_K x4, q8_0, T2P) and the repacks;
 //! * [`kernels`]: gemv/gemm per ISA path, the scalar oracle, and runtime dispatch;
-//! * [`matmul`]: the safe driver that checks shapes, tiles columns and pads leftovers, and its
-//!   parallel entry point on [`pool`], the persistent thread pool;
+//! * [`matmul`]: the weight matrices ([`matmul::Matrix`], one kind a module) and the safe driver
+//!   that checks shapes, tiles columns and pads leftovers, and its parallel entry point on
+//!   [`pool`], the persistent thread pool;
 //! * [`bandwidth`]: the memory-read probe that gives the ceiling kernels are measured against;
 //! * [`ffi`]: the C ABI (`include/t2p.h`);
 //! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers;
@@ -19,13 +20,11 @@
 
 pub mod bandwidth;
 pub mod error;
-pub mod f16_matrix;
 pub mod ffi;
 pub mod format;
 pub mod kernels;
 pub mod matmul;
 pub mod pool;
-pub mod quant_matrix;
 #[cfg(feature = "runner")]
 pub mod runner;
 #[cfg(feature = "testkit")]

@@ -13,8 +13,7 @@ use t2p::format::{
     repack_to_t2p,
 };
 use t2p::kernels::Kernels;
-use t2p::matmul::{ActQuant, MatmulPlan, QuantizedBatch, T2pMatrix};
-use t2p::quant_matrix::QuantMatrix;
+use t2p::matmul::{ActQuant, MatmulPlan, QuantMatrix, QuantizedBatch, T2pMatrix};
 
 fn repack(src: &[BlockQ2_0g64], rows: usize, k: usize) -> Vec<BlockT2pG64> {
     let mut w = vec![BlockT2pG64::default(); rows.div_ceil(4) * k / 128];
@@ -140,23 +139,8 @@ fn driver_equals_the_ggml_path_on_the_same_bytes() {
         q.compute(oracle(), &work, ncols, 0..rows, &mut want, rows)
             .unwrap();
         let batch = QuantizedBatch::new(&x, k, ncols, ActQuant::Q8_0).unwrap();
-        let plan = MatmulPlan::for_batch(&t2p, &batch).unwrap();
         for kern in std::iter::once(oracle()).chain(paths_under_test()) {
-            let mut got = vec![f32::NAN; rows * ncols];
-            let n = 3;
-            for i in 0..n {
-                let r = plan.chunk_rows(i, n);
-                let mut scratch = Vec::new();
-                plan.compute_columns(
-                    kern,
-                    t2p.blocks(),
-                    batch.work(),
-                    r.clone(),
-                    &mut scratch,
-                    |c, v| got[c * rows + r.start..c * rows + r.end].copy_from_slice(v),
-                )
-                .unwrap();
-            }
+            let got = compute_in_chunks(kern, &t2p, &batch);
             assert_bits_eq(
                 &got,
                 &want,

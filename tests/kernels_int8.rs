@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use t2p::format::i2s::{decode_i2s, decode_iq2bn, encode_i2s, encode_iq2bn, reference_matmul_int8};
 use t2p::kernels::Kernels;
-use t2p::matmul::{Int8Matrix, MatmulPlan, QuantizedBatch};
+use t2p::matmul::{Int8Matrix, QuantizedBatch};
 
 /// How the activations are drawn.
 #[derive(Clone, Copy, Debug)]
@@ -44,26 +44,11 @@ fn draw_codes(codes: Codes, n: usize, rng: &mut Lcg) -> Vec<u8> {
 /// Runs `m` on `x` with `kern` through the driver in 3 row chunks, as the model does:
 /// per-token int8 quads, the T2P product, the f32 scales.
 fn run(kern: &Kernels, m: &Int8Matrix, x: &[f32], ncols: usize) -> Vec<f32> {
-    let (rows, k) = (m.rows(), m.k());
+    let k = m.k();
     let mut batch = QuantizedBatch::default();
     let mut s = Vec::new();
     Int8Matrix::quantize_acts(x, k, ncols, &mut batch, &mut s).unwrap();
-    let plan = MatmulPlan::for_batch(m.t2p(), &batch).unwrap();
-    let mut out = vec![f32::NAN; rows * ncols];
-    let n = 3;
-    for i in 0..n {
-        let r = plan.chunk_rows(i, n);
-        let mut scratch = Vec::new();
-        plan.compute_columns(
-            kern,
-            m.t2p().blocks(),
-            batch.work(),
-            r.clone(),
-            &mut scratch,
-            |c, v| out[c * rows + r.start..c * rows + r.end].copy_from_slice(v),
-        )
-        .unwrap();
-    }
+    let mut out = compute_in_chunks(kern, m.t2p(), &batch);
     m.apply_scales(&s, &mut out);
     out
 }

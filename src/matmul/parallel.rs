@@ -14,26 +14,30 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::{MatmulPlan, QuantizedBatch, T2pMatrix};
-use crate::error::{Error, Result};
-use crate::f16_matrix::F16Matrix;
-use crate::format::{ROWS_PER_T2P, T2pSlice};
+use super::{
+    F16Matrix, MatmulPlan, QuantMatrix, QuantizedBatch, T2pMatrix, chunk_count, chunk_rows,
+};
+use crate::error::{Error, Result, check_len};
+use crate::format::T2pSlice;
 use crate::kernels::Kernels;
-use crate::pool::{ThreadPool, pieces, unit_chunk};
-use crate::quant_matrix::QuantMatrix;
+use crate::pool::{ThreadPool, pieces};
 
 /// A matrix product whose output rows can be computed chunk by chunk, on any thread.
 pub trait RowChunked: Sync {
     /// Output rows.
     fn rows(&self) -> usize;
+    /// Inner dimension.
+    fn k(&self) -> usize;
     /// Columns (activation vectors).
     fn ncols(&self) -> usize;
-    /// How many row chunks to hand out to `threads` threads.
-    fn chunk_count(&self, threads: usize) -> usize;
-    /// Rows of chunk `i` of `n`: whole row groups of the kernels, as even as possible
-    /// (consecutive chunks cover `0..rows()`).
+    /// How many row chunks to hand out to `threads` threads: the one rule of every matrix
+    /// kind ([`chunk_count`]).
+    fn chunk_count(&self, threads: usize) -> usize {
+        chunk_count(self.rows(), self.k(), self.ncols(), threads)
+    }
+    /// Rows of chunk `i` of `n` ([`chunk_rows`]).
     fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        unit_chunk(self.rows(), ROWS_PER_T2P, i, n)
+        chunk_rows(self.rows(), i, n)
     }
     /// Rows `rows` of every column into `out[c * ld + (r - rows.start)]`.
     fn compute_rows(
@@ -76,7 +80,7 @@ pub struct QuantProduct<'a> {
 impl<'a> QuantProduct<'a> {
     /// `m` times the `ncols` quantized columns in `work`.
     pub fn new(m: &'a QuantMatrix, work: &'a [u32], ncols: usize) -> Result<Self> {
-        crate::error::check_len("activation words", m.act_words(ncols), work.len())?;
+        check_len("activation words", m.act_words(ncols), work.len())?;
         Ok(QuantProduct { m, work, ncols })
     }
 }
@@ -92,52 +96,29 @@ pub struct F16Product<'a> {
 impl<'a> F16Product<'a> {
     /// `m` times the `ncols` columns of `x`.
     pub fn new(m: &'a F16Matrix, x: &'a [f32], ncols: usize) -> Result<Self> {
-        crate::error::check_len("activation values", ncols * m.k(), x.len())?;
+        check_len("activation values", ncols * m.k(), x.len())?;
         Ok(F16Product { m, x, ncols })
     }
 }
 
-impl RowChunked for F16Product<'_> {
-    fn rows(&self) -> usize {
-        self.m.rows()
-    }
-
-    fn ncols(&self) -> usize {
-        self.ncols
-    }
-
-    fn chunk_count(&self, threads: usize) -> usize {
-        self.m.chunk_count(threads, self.ncols)
-    }
-
-    fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        self.m.chunk_rows(i, n)
-    }
-
-    fn compute_rows(
-        &self,
-        kern: &Kernels,
-        rows: Range<usize>,
-        out: &mut [f32],
-        ld: usize,
-    ) -> Result<()> {
-        self.m.compute(kern, self.x, self.ncols, rows, out, ld)
-    }
-}
-
-/// Implements [`RowChunked`] for a product that binds a matrix to its columns: `$plan` (the
-/// product `$p`'s matrix or plan) knows its rows and chunking, `$ncols` and `$compute` say how
-/// many columns there are and how a chunk is computed.
+/// Implements [`RowChunked`] for a product that binds a matrix to its columns: `$rows`, `$k`
+/// and `$ncols` (expressions of the product `$p`) give its shape, `$compute` computes a chunk.
 macro_rules! row_chunked {
     ($product:ident, $p:ident => {
-        plan: $plan:expr,
+        rows: $rows:expr,
+        k: $k:expr,
         ncols: $ncols:expr,
-        compute($kern:ident, $rows:ident, $out:ident, $ld:ident): $compute:expr $(,)?
+        compute($kern:ident, $rows_:ident, $out:ident, $ld:ident): $compute:expr $(,)?
     }) => {
         impl RowChunked for $product<'_> {
             fn rows(&self) -> usize {
                 let $p = self;
-                $plan.rows()
+                $rows
+            }
+
+            fn k(&self) -> usize {
+                let $p = self;
+                $k
             }
 
             fn ncols(&self) -> usize {
@@ -145,15 +126,10 @@ macro_rules! row_chunked {
                 $ncols
             }
 
-            fn chunk_count(&self, threads: usize) -> usize {
-                let $p = self;
-                $plan.chunk_count(threads)
-            }
-
             fn compute_rows(
                 &self,
                 $kern: &Kernels,
-                $rows: Range<usize>,
+                $rows_: Range<usize>,
                 $out: &mut [f32],
                 $ld: usize,
             ) -> Result<()> {
@@ -165,15 +141,24 @@ macro_rules! row_chunked {
 }
 
 row_chunked!(T2pProduct, p => {
-    plan: p.plan,
+    rows: p.plan.rows(),
+    k: p.plan.layout().k(),
     ncols: p.plan.layout().ncols(),
     compute(kern, rows, out, ld): p.plan.compute(kern, p.w, p.work, rows, out, ld),
 });
 
 row_chunked!(QuantProduct, p => {
-    plan: p.m,
+    rows: p.m.rows(),
+    k: p.m.k(),
     ncols: p.ncols,
     compute(kern, rows, out, ld): p.m.compute(kern, p.work, p.ncols, rows, out, ld),
+});
+
+row_chunked!(F16Product, p => {
+    rows: p.m.rows(),
+    k: p.m.k(),
+    ncols: p.ncols,
+    compute(kern, rows, out, ld): p.m.compute(kern, p.x, p.ncols, rows, out, ld),
 });
 
 /// Where a parallel step's time went (when it was asked to measure).
@@ -254,7 +239,7 @@ pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
                 p.ncols()
             )));
         }
-        crate::error::check_len("output values", p.rows() * n, out.len())?;
+        check_len("output values", p.rows() * n, out.len())?;
         products += 1;
         chunks += p.chunk_count(threads);
         tile_len += p.rows() * n;
@@ -376,4 +361,48 @@ impl Step<'_> {
             }
         });
     }
+}
+
+/// `w` times every column of `batch` into `out[c * ld + r]`, the rows split across `pool` in
+/// chunks of whole row groups ([`MatmulPlan::chunk_rows`]), through [`run_products`].
+///
+/// Bit-identical to [`matmul`](super::matmul): each output is computed by the same kernel over the same blocks
+/// in the same order; only which thread computes it changes. Allocates its tiles (and, for
+/// `ld != rows`, the output) per call; a forward pass calls [`run_products`] with its own.
+pub fn matmul_parallel(
+    pool: &ThreadPool,
+    kern: &Kernels,
+    w: &T2pMatrix,
+    batch: &QuantizedBatch,
+    out: &mut [f32],
+    ld: usize,
+) -> Result<()> {
+    let product = T2pProduct::new(w, batch)?;
+    let (rows, ncols) = (w.rows(), batch.ncols());
+    if ncols > 1 && ld < rows {
+        return Err(Error::Shape(format!(
+            "ld = {ld} is smaller than rows = {rows}"
+        )));
+    }
+    check_len("output values", (ncols - 1) * ld + rows, out.len())?;
+    let mut tiles = Vec::new();
+    if ld == rows || ncols == 1 {
+        let out = &mut out[..ncols * rows];
+        run_products(
+            pool,
+            kern,
+            &mut [(product, out)],
+            |p| Ok(Some(*p)),
+            &mut tiles,
+            false,
+        )?;
+        return Ok(());
+    }
+    let mut packed = vec![0.0; ncols * rows];
+    let job = (product, &mut packed[..]);
+    run_products(pool, kern, &mut [job], |p| Ok(Some(*p)), &mut tiles, false)?;
+    for (c, col) in packed.chunks_exact(rows).enumerate() {
+        out[c * ld..c * ld + rows].copy_from_slice(col);
+    }
+    Ok(())
 }

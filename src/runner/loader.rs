@@ -22,8 +22,7 @@ use crate::format::{
     BlockPq2_0, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
     repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
 };
-use crate::matmul::{Int8Matrix, T2pMatrix};
-use crate::quant_matrix::{QuantMatrix, quant_matrix_bytes};
+use crate::matmul::{Int8Matrix, QuantMatrix, T2pMatrix};
 
 pub use crate::format::{BlockQ8_0, QK8_0};
 
@@ -488,7 +487,8 @@ impl<R: Read> FileReader<'_, R> {
                 reason: format!("shape {:?} does not fit in memory", t.shape),
             });
         };
-        let bytes = quant_matrix_bytes(t.ggml_type, rows, k).map_err(|e| shape_err(&t.name, e))?;
+        let bytes =
+            QuantMatrix::bytes_for(t.ggml_type, rows, k).map_err(|e| shape_err(&t.name, e))?;
         if bytes as u64 != t.n_bytes {
             return Err(GgufError::Shape {
                 name: t.name.clone(),

@@ -6,6 +6,7 @@ use t2p::format::{
     TernaryBlock, f32_to_f16, repack_pq2_0_to_t2p, t2p_block_count,
 };
 use t2p::kernels::{Gemm, Isa, Kernels};
+use t2p::matmul::{MatmulPlan, QuantizedBatch, T2pMatrix};
 
 /// A small deterministic generator (tests must be reproducible under qemu too).
 pub struct Lcg(pub u64);
@@ -210,6 +211,25 @@ pub fn assert_every_path(want: &[f32], what: &str, run: impl Fn(&Kernels) -> Vec
     for kern in paths_under_test() {
         assert_bits_eq(&run(kern), want, &format!("{} {what}", kern.isa()));
     }
+}
+
+/// `w` times the columns of `batch` as a C thread computes it: `plan`'s rows in three chunks,
+/// each through [`MatmulPlan::compute_columns`], into `out[c * rows + r]`.
+pub fn compute_in_chunks(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Vec<f32> {
+    let plan = MatmulPlan::for_batch(w, batch).unwrap();
+    let rows = w.rows();
+    let mut out = vec![f32::NAN; rows * batch.ncols()];
+    let n = 3;
+    for i in 0..n {
+        let r = plan.chunk_rows(i, n);
+        let mut scratch = Vec::new();
+        let put = |c: usize, v: &[f32]| {
+            out[c * rows + r.start..c * rows + r.end].copy_from_slice(v);
+        };
+        plan.compute_columns(kern, w.blocks(), batch.work(), r.clone(), &mut scratch, put)
+            .unwrap();
+    }
+    out
 }
 
 /// The scalar oracle every other path must match.

@@ -2,14 +2,14 @@
 //! (151936 x 2048) as `llama-quantize`'s default mix (Q6_K), a community repack (Q4_0) and the
 //! Q8_0 fallback, one column (decode) and four (verification), against the same ceiling as the
 //! ternary kernels. Split over the pool as the runner splits it
-//! ([`QuantMatrix::chunk_rows`]).
+//! ([`chunk_rows`]: the one row-chunk rule).
 
 use std::time::Duration;
 
 use t2p::format::GgmlType;
 use t2p::kernels::Kernels;
+use t2p::matmul::{QuantMatrix, chunk_count, chunk_rows};
 use t2p::pool::ThreadPool;
-use t2p::quant_matrix::{QuantMatrix, zeroed_words};
 
 /// One measured product.
 pub struct QuantRow {
@@ -33,7 +33,7 @@ fn random_matrix(
     k: usize,
     seed: u64,
 ) -> Result<QuantMatrix, t2p::Error> {
-    let mut words = zeroed_words(ty, rows, k)?;
+    let mut words = QuantMatrix::zeroed_words(ty, rows, k)?;
     let mut s = seed | 1;
     for w in words.iter_mut() {
         s ^= s << 13;
@@ -53,17 +53,17 @@ fn product(
     ncols: usize,
     out: &mut [f32],
 ) {
-    let n = m.chunk_count(pool.threads());
     let rows = m.rows();
+    let n = chunk_count(rows, m.k(), ncols, pool.threads());
     let mut parts = Vec::with_capacity(n);
     let mut rest = &mut out[..rows * ncols];
     for i in 0..n {
-        let (piece, tail) = rest.split_at_mut(m.chunk_rows(i, n).len() * ncols);
+        let (piece, tail) = rest.split_at_mut(chunk_rows(rows, i, n).len() * ncols);
         parts.push(piece);
         rest = tail;
     }
     pool.run_parts(parts, |i, tile| {
-        let r = m.chunk_rows(i, n);
+        let r = chunk_rows(rows, i, n);
         m.compute(kern, work, ncols, r.clone(), tile, r.len())
             .expect("shape");
     });

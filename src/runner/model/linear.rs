@@ -1,16 +1,15 @@
-//! A weight matrix as a layer uses it: T2P for ternary weights, dense f32 for the rest, and the
-//! activations it reads, quantized once for every T2P matrix that shares them. Nothing here
-//! allocates once the buffers of a session have their size.
+//! A weight matrix ([`Matrix`]) as a layer uses it: made from a loaded tensor, multiplied on the
+//! session's pool through the matmul driver, and the activations it reads, quantized once for
+//! every T2P matrix that shares them. Nothing here allocates once the buffers of a session have
+//! their size.
 
 use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
-use crate::f16_matrix::F16Matrix;
 use crate::matmul::{
-    F16Product, Int8Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pMatrix, T2pProduct,
-    run_products,
+    F16Matrix, F16Product, Int8Matrix, Matrix, QuantProduct, QuantizedBatch, RowChunked,
+    T2pProduct, run_products,
 };
-use crate::quant_matrix::QuantMatrix;
 use crate::runner::{Tensor, TensorData};
 
 /// `n` activation vectors of length `k` (token after token), with their quantized form when a
@@ -56,34 +55,11 @@ impl Activations<'_> {
     }
 }
 
-/// A `rows x k` weight matrix.
-pub enum Linear {
-    /// Ternary weights in the T2P layout.
-    T2p(T2pMatrix),
-    /// One of ggml's block types (Q4_0 ... Q6_K), in the file's bytes: activations quantized
-    /// to its ggml `vec_dot_type`, as llama.cpp does.
-    Quant(QuantMatrix),
-    /// BitNet weights (I2_S, IQ2_BN): T2P codes with f32 scales, times per-token int8
-    /// activations (quantized here, not shared: bitnet.cpp's numerics, see
-    /// [`crate::format::i2s`]).
-    Int8(Int8Matrix),
-    /// F16 as the file holds it (the F16 LM heads and token tables of BitNet b1.58 and
-    /// Falcon3): each row widened in registers, f32 activations.
-    F16(F16Matrix),
-    /// F32 / BF16, widened to f32 at load (norm-sized or small models only).
-    Dense {
-        /// Output rows.
-        rows: usize,
-        /// Inner dimension.
-        k: usize,
-        /// Row-major weights.
-        w: Vec<f32>,
-    },
-}
-
-impl Linear {
+/// The runner's side of a weight matrix: made from a loaded tensor, multiplied on the session's
+/// pool with its time booked in the profile.
+impl Matrix {
     /// Takes a loaded 2-D tensor (`shape = [k, rows]`).
-    pub fn from_tensor(t: Tensor) -> Result<Linear> {
+    pub(crate) fn from_tensor(t: Tensor) -> Result<Matrix> {
         if t.shape.len() != 2 {
             return Err(ModelError::BadShape(format!(
                 "{} has {} dimensions, a matrix needs 2",
@@ -93,11 +69,11 @@ impl Linear {
         }
         let (k, rows) = (t.row_len(), t.n_rows());
         Ok(match t.data {
-            TensorData::T2p(m) => Linear::T2p(m),
-            TensorData::Quant(m) => Linear::Quant(m),
-            TensorData::Int8(m) => Linear::Int8(m),
-            TensorData::F16(w) => Linear::F16(F16Matrix::new(rows, k, w)?),
-            _ => Linear::Dense {
+            TensorData::T2p(m) => Matrix::T2p(m),
+            TensorData::Quant(m) => Matrix::Quant(m),
+            TensorData::Int8(m) => Matrix::Int8(m),
+            TensorData::F16(w) => Matrix::F16(F16Matrix::new(rows, k, w)?),
+            _ => Matrix::Dense {
                 rows,
                 k,
                 w: t.to_f32_vec()?,
@@ -105,59 +81,10 @@ impl Linear {
         })
     }
 
-    /// Output rows.
-    pub fn rows(&self) -> usize {
-        match self {
-            Linear::T2p(m) => m.rows(),
-            Linear::Quant(m) => m.rows(),
-            Linear::Int8(m) => m.rows(),
-            Linear::F16(m) => m.rows(),
-            Linear::Dense { rows, .. } => *rows,
-        }
-    }
-
-    /// Inner dimension.
-    pub fn k(&self) -> usize {
-        match self {
-            Linear::T2p(m) => m.k(),
-            Linear::Quant(m) => m.k(),
-            Linear::Int8(m) => m.k(),
-            Linear::F16(m) => m.k(),
-            Linear::Dense { k, .. } => *k,
-        }
-    }
-
-    /// Whether the matrix reads quantized activations.
-    pub fn is_ternary(&self) -> bool {
-        matches!(self, Linear::T2p(_))
-    }
-
-    /// Row `r` as f32 (the embedding lookup when the matrix is a token table).
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        match self {
-            Linear::T2p(m) => m.dequantize_row(r, out),
-            Linear::Quant(m) => m.dequantize_row(r, out),
-            Linear::Int8(m) => m.dequantize_row(r, out),
-            Linear::F16(m) => m.dequantize_row(r, out),
-            Linear::Dense { k, w, .. } => out[..*k].copy_from_slice(&w[r * k..(r + 1) * k]),
-        }
-    }
-
-    /// Bytes of weights read by one forward pass.
-    pub fn size_bytes(&self) -> usize {
-        match self {
-            Linear::T2p(m) => m.size_bytes(),
-            Linear::Quant(m) => m.size_bytes(),
-            Linear::Int8(m) => m.size_bytes(),
-            Linear::F16(m) => m.size_bytes(),
-            Linear::Dense { w, .. } => 4 * w.len(),
-        }
-    }
-
     /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`; `tiles`
     /// is scratch for several columns. Its time counts as `phase` (T2P) or
     /// [`Phase::DenseMatmul`] when profiling.
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         exec: &Exec,
         input: &Activations,
@@ -178,7 +105,7 @@ impl Linear {
             return Ok(());
         }
         match self {
-            Linear::T2p(m) => {
+            Matrix::T2p(m) => {
                 let batch = input.quantized().ok_or_else(|| {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
@@ -187,7 +114,7 @@ impl Linear {
             }
             // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
             // over the pool, each reading its rows once for every column.
-            Linear::Quant(m) => QUANT_ACTS.with_borrow_mut(|work| {
+            Matrix::Quant(m) => QUANT_ACTS.with_borrow_mut(|work| {
                 {
                     let _t = exec.profile.time(Phase::Quantize);
                     work.resize(work.len().max(m.act_words(input.n)), 0);
@@ -198,7 +125,7 @@ impl Linear {
             }),
             // Each token quantized to int8 with its own scale, the integer sums from the T2P
             // kernels, then the f32 scales.
-            Linear::Int8(m) => INT8_ACTS.with_borrow_mut(|(batch, s)| {
+            Matrix::Int8(m) => INT8_ACTS.with_borrow_mut(|(batch, s)| {
                 {
                     let _t = exec.profile.time(Phase::Quantize);
                     Int8Matrix::quantize_acts(
@@ -215,7 +142,7 @@ impl Linear {
                 Ok(())
             }),
             // Row chunks over the pool, each reading its rows once for every column.
-            Linear::F16(m) => {
+            Matrix::F16(m) => {
                 let product = F16Product::new(m, &input.x[..input.n * input.k], input.n)?;
                 run_one(
                     exec,
@@ -226,7 +153,7 @@ impl Linear {
                     m.size_bytes(),
                 )
             }
-            Linear::Dense { w, k, .. } => {
+            Matrix::Dense { w, k, .. } => {
                 let start = exec.profile.is_on().then(std::time::Instant::now);
                 dense_forward(exec, w, *k, rows, input.x, out);
                 if let Some(t) = start {
@@ -280,10 +207,10 @@ pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
 }
 
 thread_local! {
-    /// The quantized activations of [`Linear::forward`] for a ggml block matrix, grown to the
+    /// The quantized activations of `Matrix::forward` for a ggml block matrix, grown to the
     /// largest batch once.
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The int8 activations and their per-token scales of [`Linear::forward`] for a BitNet
+    /// The int8 activations and their per-token scales of `Matrix::forward` for a BitNet
     /// matrix, grown to the largest batch once.
     static INT8_ACTS: std::cell::RefCell<(QuantizedBatch, Vec<f32>)> =
         std::cell::RefCell::new((QuantizedBatch::default(), Vec::new()));

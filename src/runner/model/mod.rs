@@ -34,7 +34,7 @@ pub use error::{ModelError, Result};
 pub use exec::Exec;
 pub use hparams::{DecoderDims, HParams};
 pub use kv_cache::KvCache;
-pub use linear::{Activations, Linear};
+pub use linear::Activations;
 pub use profile::{Phase, Profile, Traffic};
 pub use state::RunState;
 pub use transformer::Model;

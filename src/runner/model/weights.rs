@@ -6,14 +6,14 @@ use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
 use super::hadamard::{FoldKind, GdnGeometry, HadamardFold};
-use super::linear::Linear;
-use crate::matmul::T2pMatrix;
+use crate::matmul::{Matrix, T2pMatrix};
 use crate::runner::{GgmlType, TensorStore};
 
-/// A matrix with what its activation needs first.
-pub struct Mat {
+/// A projection as a layer holds it: the weight [`Matrix`] with what its input goes through
+/// first.
+pub struct Projection {
     /// The weights.
-    pub lin: Linear,
+    pub matrix: Matrix,
     /// The fold's transform of the activation.
     pub fold: FoldKind,
     /// The file holds the weight in BF16: llama.cpp rounds the activation to bf16 too.
@@ -38,7 +38,7 @@ impl InputKind {
     };
 }
 
-impl Mat {
+impl Projection {
     /// What its input goes through first (`round_bf16`: whether the model rounds activations
     /// before BF16 weights).
     pub fn input_kind(&self, round_bf16: bool) -> InputKind {
@@ -50,8 +50,8 @@ impl Mat {
 
     /// Its T2P weights if it is ternary and reads input kind `kind`.
     pub(crate) fn ternary_for(&self, kind: InputKind, round_bf16: bool) -> Option<&T2pMatrix> {
-        match &self.lin {
-            Linear::T2p(t) if self.input_kind(round_bf16) == kind => Some(t),
+        match &self.matrix {
+            Matrix::T2p(t) if self.input_kind(round_bf16) == kind => Some(t),
             _ => None,
         }
     }
@@ -88,12 +88,12 @@ impl<'a> WeightLoader<'a> {
         rows: usize,
         k: usize,
         geo: Option<GdnGeometry>,
-    ) -> Result<Mat> {
+    ) -> Result<Projection> {
         let bf16_input = self
             .store
             .get(name)
             .is_some_and(|t| t.ggml_type() == GgmlType::BF16);
-        let lin = self.linear(name, rows, k)?;
+        let matrix = self.matrix(name, rows, k)?;
         let fold = match self.fold {
             Some(f) if f.is_rotated(name) => {
                 f.check_width(name, k)?;
@@ -105,27 +105,27 @@ impl<'a> WeightLoader<'a> {
             }
             _ => FoldKind::None,
         };
-        Ok(Mat {
-            lin,
+        Ok(Projection {
+            matrix,
             fold,
             bf16_input,
         })
     }
 
-    fn linear(&mut self, name: &str, rows: usize, k: usize) -> Result<Linear> {
+    fn matrix(&mut self, name: &str, rows: usize, k: usize) -> Result<Matrix> {
         let t = self
             .store
             .take(name)
             .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-        let lin = Linear::from_tensor(t)?;
-        if lin.rows() != rows || lin.k() != k {
+        let m = Matrix::from_tensor(t)?;
+        if m.rows() != rows || m.k() != k {
             return Err(ModelError::BadShape(format!(
                 "{name} is {} x {}, expected {rows} x {k}",
-                lin.rows(),
-                lin.k()
+                m.rows(),
+                m.k()
             )));
         }
-        Ok(lin)
+        Ok(m)
     }
 
     /// Moves a 1-D f32-convertible tensor of `n` values out of the store.
@@ -153,7 +153,7 @@ impl<'a> WeightLoader<'a> {
             .get(name)
             .ok_or_else(|| ModelError::MissingTensor(name.into()))?
             .n_rows();
-        let table = self.linear(name, n_vocab, n_embd)?;
+        let table = self.matrix(name, n_vocab, n_embd)?;
         let rotated = self.fold.is_some_and(|f| f.is_rotated(name));
         if let Some(f) = self.fold.filter(|_| rotated) {
             f.check_width(name, n_embd)?;
@@ -167,8 +167,8 @@ impl<'a> WeightLoader<'a> {
         Ok(Embedding {
             // A rotated table holds `R e`: as the head it needs `R` on its input, and it never
             // sees bf16 rounding (llama.cpp's tied head reads the table as it is).
-            table: Mat {
-                lin: table,
+            table: Projection {
+                matrix: table,
                 fold: if rotated {
                     FoldKind::Rotate
                 } else {
@@ -202,11 +202,11 @@ impl<'a> WeightLoader<'a> {
 /// The token table, the final norm and the LM head.
 pub struct Embedding {
     /// `n_vocab x n_embd`; rows stored rotated when `table.fold` is a rotation.
-    table: Mat,
+    table: Projection,
     /// The final RMSNorm weight.
     pub out_norm: Vec<f32>,
     /// The LM head, `None` when tied to the table.
-    output: Option<Mat>,
+    output: Option<Projection>,
     /// Rows of the table.
     pub n_vocab: usize,
 }
@@ -214,7 +214,7 @@ pub struct Embedding {
 impl Embedding {
     /// Writes the embedding of token `id` into `row` (`n_embd` values).
     pub fn lookup(&self, id: u32, row: &mut [f32], fold: Option<&HadamardFold>) {
-        self.table.lin.dequantize_row(id as usize, row);
+        self.table.matrix.dequantize_row(id as usize, row);
         if self.table.fold != FoldKind::None
             && let Some(f) = fold
         {
@@ -223,12 +223,12 @@ impl Embedding {
     }
 
     /// The LM head: `output.weight` or the table.
-    pub fn head(&self) -> &Mat {
+    pub fn head(&self) -> &Projection {
         self.output.as_ref().unwrap_or(&self.table)
     }
 
     /// Bytes the head streams per token.
     pub fn head_bytes(&self) -> usize {
-        self.head().lin.size_bytes()
+        self.head().matrix.size_bytes()
     }
 }

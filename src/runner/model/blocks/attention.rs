@@ -9,14 +9,14 @@ use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, rope, sigmoid};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::state::RunState;
-use crate::runner::model::weights::{Mat, WeightLoader};
+use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One attention layer's weights.
 pub(crate) struct Attention {
-    wq: Mat,
-    wk: Mat,
-    wv: Mat,
-    wo: Mat,
+    wq: Projection,
+    wk: Projection,
+    wv: Projection,
+    wo: Projection,
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
     /// `wq` also yields a per-head output gate.
@@ -65,7 +65,7 @@ impl Attention {
     pub fn bytes(&self) -> usize {
         [&self.wq, &self.wk, &self.wv, &self.wo]
             .iter()
-            .map(|m| m.lin.size_bytes())
+            .map(|m| m.matrix.size_bytes())
             .sum()
     }
 

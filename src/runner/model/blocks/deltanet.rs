@@ -11,21 +11,21 @@ use crate::runner::model::ops::{rms_norm, sigmoid, silu};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::recurrent::{DeltaInput, l2_norm_heads};
 use crate::runner::model::state::RunState;
-use crate::runner::model::weights::{Mat, WeightLoader};
+use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One DeltaNet layer's weights.
 pub(crate) struct DeltaNet {
-    qkv: Mat,
-    gate: Mat,
-    alpha: Mat,
-    beta: Mat,
+    qkv: Projection,
+    gate: Projection,
+    alpha: Projection,
+    beta: Projection,
     /// `conv_channels x conv_kernel`.
     conv: Vec<f32>,
     dt_bias: Vec<f32>,
     /// `-exp(A_log)` per value head.
     a: Vec<f32>,
     norm: Vec<f32>,
-    out: Mat,
+    out: Projection,
     /// Layer index in the recurrent state.
     slot: usize,
 }
@@ -66,7 +66,7 @@ impl DeltaNet {
     pub fn bytes(&self) -> usize {
         [&self.qkv, &self.gate, &self.alpha, &self.beta, &self.out]
             .iter()
-            .map(|m| m.lin.size_bytes())
+            .map(|m| m.matrix.size_bytes())
             .sum::<usize>()
             + 4 * self.conv.len()
     }

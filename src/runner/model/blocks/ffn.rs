@@ -7,13 +7,13 @@ use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{FfnAct, rms_norm};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::state::RunState;
-use crate::runner::model::weights::{Mat, WeightLoader};
+use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One FFN's weights.
 pub(crate) struct Ffn {
-    gate: Mat,
-    up: Mat,
-    down: Mat,
+    gate: Projection,
+    up: Projection,
+    down: Projection,
     act: FfnAct,
     /// `ffn_sub_norm` (BitNet), applied to the hidden vector before `down`.
     sub_norm: Option<Vec<f32>>,
@@ -45,7 +45,7 @@ impl Ffn {
     pub fn bytes(&self) -> usize {
         [&self.gate, &self.up, &self.down]
             .iter()
-            .map(|m| m.lin.size_bytes())
+            .map(|m| m.matrix.size_bytes())
             .sum()
     }
 

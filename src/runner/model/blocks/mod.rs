@@ -17,7 +17,7 @@ use super::hparams::HParams;
 use super::linear::{Activations, run_step};
 use super::profile::Phase;
 use super::state::MatmulScratch;
-use super::weights::{InputKind, Mat};
+use super::weights::{InputKind, Projection};
 use crate::matmul::T2pProduct;
 
 /// The sequences of a batch: each session with the tokens it runs.
@@ -74,11 +74,11 @@ pub(crate) fn project(
     mm: &mut MatmulScratch,
     x: &[f32],
     k: usize,
-    jobs: &mut [(&Mat, &mut [f32])],
+    jobs: &mut [(&Projection, &mut [f32])],
     phase: Phase,
 ) -> Result<()> {
     let MatmulScratch { xt, act, tiles } = mm;
-    let kind_of = |m: &Mat| m.input_kind(ctx.round_bf16);
+    let kind_of = |m: &Projection| m.input_kind(ctx.round_bf16);
     // A layer passes at most four matrices: scanning the earlier ones finds each kind's first.
     for i in 0..jobs.len() {
         let kind = kind_of(jobs[i].0);
@@ -88,18 +88,18 @@ pub(crate) fn project(
         let input = transform(ctx, kind, x, k, xt);
         let quantize = jobs[i..]
             .iter()
-            .any(|(m, _)| kind_of(m) == kind && m.lin.is_ternary());
+            .any(|(m, _)| kind_of(m) == kind && m.matrix.is_ternary());
         let acts = Activations::prepare(ctx.exec, act, input, k, quantize)?;
         if let Some(batch) = acts.quantized() {
             let product = |&m: &_| {
-                let t = Mat::ternary_for(m, kind, ctx.round_bf16);
+                let t = Projection::ternary_for(m, kind, ctx.round_bf16);
                 t.map(|t| T2pProduct::new(t, batch)).transpose()
             };
             // The weights this step streams, for the profile's bandwidth per phase.
             let bytes = match ctx.exec.profile.is_on() {
                 true => jobs[i..]
                     .iter()
-                    .filter_map(|&(m, _)| Mat::ternary_for(m, kind, ctx.round_bf16))
+                    .filter_map(|&(m, _)| Projection::ternary_for(m, kind, ctx.round_bf16))
                     .map(|t| t.size_bytes() as u64)
                     .sum(),
                 false => 0,
@@ -107,8 +107,8 @@ pub(crate) fn project(
             run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
         }
         for (m, out) in jobs[i..].iter_mut() {
-            if kind_of(m) == kind && !m.lin.is_ternary() {
-                m.lin.forward(ctx.exec, &acts, out, tiles, phase)?;
+            if kind_of(m) == kind && !m.matrix.is_ternary() {
+                m.matrix.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
     }

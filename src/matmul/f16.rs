@@ -4,13 +4,10 @@
 
 use std::ops::Range;
 
-use crate::error::{Error, Result};
+use super::plan::check_row_range;
+use crate::error::{Error, Result, check_len};
 use crate::format::f16_to_f32;
 use crate::kernels::{Gemm, Kernels};
-
-/// Products smaller than this many multiply-adds run as one chunk: waking the pool costs more
-/// than the chunk (about a tenth of a millisecond of one core's multiply-adds).
-const PARALLEL_MIN_MACS: usize = 1 << 20;
 
 /// A `rows x k` matrix of f16 weights, row after row.
 #[derive(Clone, Debug)]
@@ -58,21 +55,6 @@ impl F16Matrix {
         }
     }
 
-    /// How many row chunks a product of `ncols` columns over `threads` threads is split into:
-    /// four per thread (so a slow thread leaves little behind), never smaller than four rows,
-    /// and one for a product too small to be worth the pool.
-    pub fn chunk_count(&self, threads: usize, ncols: usize) -> usize {
-        if self.rows * self.k * ncols < PARALLEL_MIN_MACS {
-            return 1;
-        }
-        (threads * 4).min(self.rows.div_ceil(4)).max(1)
-    }
-
-    /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
-    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        crate::pool::unit_chunk(self.rows, 4, i, n)
-    }
-
     /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
     /// `ncols` columns of `x` (column `c` at `c * k`).
     pub fn compute(
@@ -84,18 +66,10 @@ impl F16Matrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        if rows.start > rows.end || rows.end > self.rows {
-            return Err(Error::Shape(format!("rows {rows:?} of {}", self.rows)));
-        }
-        crate::error::check_len("activation values", ncols * self.k, x.len())?;
-        let len = rows.len();
-        if ncols == 0 || len == 0 {
+        check_len("activation values", ncols * self.k, x.len())?;
+        if !check_row_range(&rows, self.rows, ncols, ld, out)? {
             return Ok(());
         }
-        if ld < len {
-            return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
-        }
-        crate::error::check_len("output", (ncols - 1) * ld + len, out.len())?;
         kern.f16_rows(Gemm {
             x: &self.data[rows.start * self.k..rows.end * self.k],
             nb: self.k,
@@ -113,7 +87,7 @@ mod tests {
     use super::*;
     use crate::format::f32_to_f16;
     use crate::kernels::Isa;
-    use crate::matmul::{F16Product, run_products};
+    use crate::matmul::{F16Product, RowChunked, run_products};
     use crate::pool::ThreadPool;
 
     fn matrix(rows: usize, k: usize) -> F16Matrix {
@@ -147,13 +121,13 @@ mod tests {
     #[test]
     fn pool_chunks_equal_one_call_on_every_path() {
         let pool = ThreadPool::new(3);
-        // Big enough to be split (above PARALLEL_MIN_MACS), with a last partial row group.
-        let (rows, k) = (1027, 1029);
+        // Big enough to be split (above the chunk rule's minimum), with a last partial row
+        // group.
+        let (rows, k) = (1027, 2053);
         let m = matrix(rows, k);
         for isa in Isa::available() {
             let kern = Kernels::for_isa(isa).unwrap();
             for ncols in [1, 3, 6] {
-                assert!(m.chunk_count(pool.threads(), ncols) > 1);
                 let x: Vec<f32> = (0..ncols * k)
                     .map(|i| (i % 13) as f32 * 0.25 - 1.5)
                     .collect();
@@ -161,6 +135,7 @@ mod tests {
                 m.compute(kern, &x, ncols, 0..rows, &mut want, rows)
                     .unwrap();
                 let p = F16Product::new(&m, &x, ncols).unwrap();
+                assert!(p.chunk_count(pool.threads()) > 1);
                 let mut got = vec![f32::NAN; rows * ncols];
                 let mut tiles = Vec::new();
                 run_products(

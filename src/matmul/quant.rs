@@ -6,7 +6,8 @@ use std::ops::Range;
 
 use bytemuck::Zeroable;
 
-use crate::error::{Error, Result};
+use super::plan::check_row_range;
+use crate::error::{Error, Result, check_len};
 use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
 use crate::kernels::{Gemm, Kernels};
 
@@ -20,30 +21,30 @@ pub struct QuantMatrix {
     data: Vec<u16>,
 }
 
-/// The bytes `rows x k` weights of type `ty` take, or an error naming why it cannot hold them.
-pub fn quant_matrix_bytes(ty: GgmlType, rows: usize, k: usize) -> Result<usize> {
-    let (w, b) = ty
-        .block()
-        .filter(|_| ty.is_quant())
-        .ok_or_else(|| Error::InvalidArgument(format!("{ty} is not a ggml block type here")))?;
-    let (w, b) = (w as usize, b as usize);
-    if k == 0 || !k.is_multiple_of(w) {
-        return Err(Error::Shape(format!(
-            "row length {k} is not a positive multiple of {w} (the {ty} block)"
-        )));
-    }
-    (k / w)
-        .checked_mul(b)
-        .and_then(|row| row.checked_mul(rows))
-        .ok_or_else(|| Error::Shape(format!("{rows} x {k} {ty} does not fit in memory")))
-}
-
 impl QuantMatrix {
+    /// The bytes `rows x k` weights of type `ty` take, or an error naming why it cannot hold them.
+    pub fn bytes_for(ty: GgmlType, rows: usize, k: usize) -> Result<usize> {
+        let (w, b) = ty
+            .block()
+            .filter(|_| ty.is_quant())
+            .ok_or_else(|| Error::InvalidArgument(format!("{ty} is not a ggml block type here")))?;
+        let (w, b) = (w as usize, b as usize);
+        if k == 0 || !k.is_multiple_of(w) {
+            return Err(Error::Shape(format!(
+                "row length {k} is not a positive multiple of {w} (the {ty} block)"
+            )));
+        }
+        (k / w)
+            .checked_mul(b)
+            .and_then(|row| row.checked_mul(rows))
+            .ok_or_else(|| Error::Shape(format!("{rows} x {k} {ty} does not fit in memory")))
+    }
+
     /// Takes the blocks of a `rows x k` matrix of type `ty` (`data`, as `u16` words, exactly
-    /// [`quant_matrix_bytes`] long). Refused: a type that is not a ggml block type, a `k` the
+    /// [`QuantMatrix::bytes_for`] long). Refused: a type that is not a ggml block type, a `k` the
     /// block does not divide, a length that disagrees, non-finite scales.
     pub fn new(ty: GgmlType, rows: usize, k: usize, data: Vec<u16>) -> Result<Self> {
-        let bytes = quant_matrix_bytes(ty, rows, k)?;
+        let bytes = Self::bytes_for(ty, rows, k)?;
         if 2 * data.len() != bytes {
             return Err(Error::Shape(format!(
                 "{rows} x {k} {ty} takes {bytes} bytes, {} given",
@@ -82,6 +83,12 @@ impl QuantMatrix {
         self.ty.vec_dot_type()
     }
 
+    /// The zeroed words of a `rows x k` matrix of `ty`, for [`QuantMatrix::new`] (tests and
+    /// benchmarks that fill the bytes themselves).
+    pub fn zeroed_words(ty: GgmlType, rows: usize, k: usize) -> Result<Vec<u16>> {
+        Ok(vec![u16::zeroed(); Self::bytes_for(ty, rows, k)? / 2])
+    }
+
     /// Output rows.
     pub fn rows(&self) -> usize {
         self.rows
@@ -108,17 +115,6 @@ impl QuantMatrix {
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"))
     }
 
-    /// How many row chunks a product over `threads` threads is split into: four per thread
-    /// (so a slow thread leaves little behind), never smaller than one group of four rows.
-    pub fn chunk_count(&self, threads: usize) -> usize {
-        (threads * 4).min(self.rows.div_ceil(4)).max(1)
-    }
-
-    /// Rows of chunk `i` of `n`, in whole groups of four rows (the kernels' row groups).
-    pub fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
-        crate::pool::unit_chunk(self.rows, 4, i, n)
-    }
-
     /// `u32` words of scratch [`quantize_acts`](Self::quantize_acts) needs for `ncols` columns.
     pub fn act_words(&self, ncols: usize) -> usize {
         with_quant_block!(self.ty, B => {
@@ -138,7 +134,7 @@ impl QuantMatrix {
             )));
         }
         let ncols = x.len() / self.k;
-        crate::error::check_len("activation words", self.act_words(ncols), work.len())?;
+        check_len("activation words", self.act_words(ncols), work.len())?;
         with_quant_block!(self.ty, B => {
             quantize_act(x, act_blocks_mut::<<B as QuantBlock>::Act>(work, x.len() / <<B as QuantBlock>::Act as ActBlock>::VALUES));
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"));
@@ -156,16 +152,9 @@ impl QuantMatrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        if rows.start > rows.end || rows.end > self.rows {
-            return Err(Error::Shape(format!("rows {rows:?} of {}", self.rows)));
-        }
-        crate::error::check_len("activation words", self.act_words(ncols), work.len())?;
-        let len = rows.len();
-        if ncols > 0 && len > 0 {
-            if ld < len {
-                return Err(Error::Shape(format!("ld {ld} below the {len} rows")));
-            }
-            crate::error::check_len("output", (ncols - 1) * ld + len, out.len())?;
+        check_len("activation words", self.act_words(ncols), work.len())?;
+        if !check_row_range(&rows, self.rows, ncols, ld, out)? {
+            return Ok(());
         }
         with_quant_block!(self.ty, B => {
                 let nb = self.k / B::WEIGHTS;
@@ -186,9 +175,4 @@ fn act_blocks<A: ActBlock>(work: &[u32], n: usize) -> &[A] {
 fn act_blocks_mut<A: ActBlock>(work: &mut [u32], n: usize) -> &mut [A] {
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(work);
     bytemuck::cast_slice_mut(&mut bytes[..n * size_of::<A>()])
-}
-
-/// A zeroed matrix of `ty` (for tests and benchmarks that fill the bytes themselves).
-pub fn zeroed_words(ty: GgmlType, rows: usize, k: usize) -> Result<Vec<u16>> {
-    Ok(vec![u16::zeroed(); quant_matrix_bytes(ty, rows, k)? / 2])
 }
