@@ -9,7 +9,7 @@ mod runner_data;
 use std::path::Path;
 
 use reference::*;
-use t2p::runner::model::{Exec, Loaded, Model};
+use t2p::runner::model::{Exec, Loaded, Logits, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
 use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
@@ -41,7 +41,11 @@ fn check_seq64(l: &Loaded, dir: &Path, semantics: &str, margin: f32, tol: f32) -
     let r = json(&dir.join(format!("logits/seq64.{semantics}.json")));
     let nv = l.model.n_vocab();
     let mut s = l.model.new_session(64);
-    let got = l.model.forward(&exec, &mut s, &ids64, true).unwrap();
+    let got = l
+        .model
+        .forward_one(&exec, &mut s, &ids64, Logits::All)
+        .unwrap()
+        .to_vec();
     let mut worst = 0.0f32;
     for p in r["positions"].as_array().unwrap() {
         let pos = p["pos"].as_u64().unwrap() as usize;
@@ -155,7 +159,11 @@ fn decode_each(
     ids: &[u32],
 ) -> Vec<Vec<f32>> {
     ids.iter()
-        .map(|&id| l.forward(exec, s, &[id], false).unwrap())
+        .map(|&id| {
+            l.forward_one(exec, s, &[id], Logits::Last)
+                .unwrap()
+                .to_vec()
+        })
         .collect()
 }
 
@@ -166,7 +174,10 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     let m = &l.model;
     let prompt = ids(&json(&dir.join("greedy/english.pq2_0.prism.json"))["prompt_ids"]);
     let mut s = m.new_session(64);
-    let first = m.forward(&exec, &mut s, &prompt, false).unwrap();
+    let first = m
+        .forward_one(&exec, &mut s, &prompt, Logits::Last)
+        .unwrap()
+        .to_vec();
     let rec = s.recurrent.as_ref().unwrap();
     eprintln!(
         "qwen35-tiny recurrent state: {} bytes per copy ({} held before any checkpoint)",
@@ -183,7 +194,10 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     for _ in 0..8 {
         let id = argmax(&logits);
         toks.push(id);
-        logits = m.forward(&exec, &mut s, &[id], false).unwrap();
+        logits = m
+            .forward_one(&exec, &mut s, &[id], Logits::Last)
+            .unwrap()
+            .to_vec();
         rows.push(logits.clone());
     }
     assert_eq!(s.len(), prompt.len() + 8);
@@ -199,18 +213,30 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     // fresh session fed the same calls.
     s.rollback(&cp).unwrap();
     let other = [toks[2], toks[0], 11, 13, 2000];
-    let after = m.forward(&exec, &mut s, &other, true).unwrap();
+    let after = m
+        .forward_one(&exec, &mut s, &other, Logits::All)
+        .unwrap()
+        .to_vec();
     let mut fresh = m.new_session(64);
-    assert_eq!(m.forward(&exec, &mut fresh, &prompt, false).unwrap(), first);
     assert_eq!(
-        m.forward(&exec, &mut fresh, &other, true).unwrap(),
+        m.forward_one(&exec, &mut fresh, &prompt, Logits::Last)
+            .unwrap()
+            .to_vec(),
+        first
+    );
+    assert_eq!(
+        m.forward_one(&exec, &mut fresh, &other, Logits::All)
+            .unwrap()
+            .to_vec(),
         after,
         "batch after rollback vs fresh session"
     );
 
     // Accept two tokens, checkpoint there, draft, roll back: the old checkpoint is stale.
     s.rollback(&cp).unwrap();
-    m.forward(&exec, &mut s, &toks[..2], false).unwrap();
+    m.forward_one(&exec, &mut s, &toks[..2], Logits::Last)
+        .unwrap()
+        .to_vec();
     let cp2 = s.checkpoint();
     assert!(
         s.rollback(&cp).is_err(),
@@ -230,10 +256,15 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
 
     // Truncation: to an arbitrary point is refused on the next forward, to 0 starts over.
     s.truncate(prompt.len() + 1);
-    assert!(m.forward(&exec, &mut s, &[toks[3]], false).is_err());
+    assert!(
+        m.forward_one(&exec, &mut s, &[toks[3]], Logits::Last)
+            .is_err()
+    );
     s.truncate(0);
     assert_eq!(
-        m.forward(&exec, &mut s, &prompt, false).unwrap(),
+        m.forward_one(&exec, &mut s, &prompt, Logits::Last)
+            .unwrap()
+            .to_vec(),
         first,
         "after truncate(0)"
     );
@@ -251,7 +282,9 @@ fn attention_only_sessions_checkpoint_and_roll_back() {
     let exec = Exec::new(2);
     let m = &l.model;
     let mut s = m.new_session(32);
-    m.forward(&exec, &mut s, &[1, 403, 407], false).unwrap();
+    m.forward_one(&exec, &mut s, &[1, 403, 407], Logits::Last)
+        .unwrap()
+        .to_vec();
     let cp = s.checkpoint();
     let a = decode_each(m, &exec, &mut s, &[261, 378, 300]);
     s.rollback(&cp).unwrap();
@@ -497,9 +530,16 @@ fn fold(plain: &Synth) -> Folded {
 fn run(m: &Model, exec: &Exec) -> Vec<f32> {
     let mut s = m.new_session(64);
     let prompt: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % N_VOCAB as u32).collect();
-    let mut out = m.forward(exec, &mut s, &prompt, true).unwrap();
+    let mut out = m
+        .forward_one(exec, &mut s, &prompt, Logits::All)
+        .unwrap()
+        .to_vec();
     for id in [7, 250, 123] {
-        out.extend(m.forward(exec, &mut s, &[id], false).unwrap());
+        out.extend(
+            m.forward_one(exec, &mut s, &[id], Logits::Last)
+                .unwrap()
+                .to_vec(),
+        );
     }
     out
 }
