@@ -11,7 +11,7 @@ use std::fs::File;
 use std::io::{BufWriter, Cursor};
 use std::path::Path;
 
-use reference::{max_abs, max_abs_diff};
+use reference::{logits_of, max_abs, max_abs_diff};
 use runner_data::SynthSetup;
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
@@ -52,11 +52,7 @@ fn logits(path: &Path, ids: &[u32], act: ActQuant) -> Vec<f32> {
     let loaded = Model::load(path, &quiet()).unwrap();
     let exec = Exec::new(2).with_act(act);
     let mut s = loaded.model.new_session(ids.len());
-    loaded
-        .model
-        .forward_one(&exec, &mut s, ids, Logits::All)
-        .unwrap()
-        .to_vec()
+    logits_of(&loaded.model, &exec, &mut s, ids, Logits::All)
 }
 
 /// The test data's stories260K model as the vocabulary: its 512 tokens keep the token tables

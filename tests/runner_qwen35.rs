@@ -41,11 +41,7 @@ fn check_seq64(l: &Loaded, dir: &Path, semantics: &str, margin: f32, tol: f32) -
     let r = json(&dir.join(format!("logits/seq64.{semantics}.json")));
     let nv = l.model.n_vocab();
     let mut s = l.model.new_session(64);
-    let got = l
-        .model
-        .forward_one(&exec, &mut s, &ids64, Logits::All)
-        .unwrap()
-        .to_vec();
+    let got = logits_of(&l.model, &exec, &mut s, &ids64, Logits::All);
     let mut worst = 0.0f32;
     for p in r["positions"].as_array().unwrap() {
         let pos = p["pos"].as_u64().unwrap() as usize;
@@ -159,11 +155,7 @@ fn decode_each(
     ids: &[u32],
 ) -> Vec<Vec<f32>> {
     ids.iter()
-        .map(|&id| {
-            l.forward_one(exec, s, &[id], Logits::Last)
-                .unwrap()
-                .to_vec()
-        })
+        .map(|&id| logits_of(l, exec, s, &[id], Logits::Last))
         .collect()
 }
 
@@ -174,10 +166,7 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     let m = &l.model;
     let prompt = ids(&json(&dir.join("greedy/english.pq2_0.prism.json"))["prompt_ids"]);
     let mut s = m.new_session(64);
-    let first = m
-        .forward_one(&exec, &mut s, &prompt, Logits::Last)
-        .unwrap()
-        .to_vec();
+    let first = logits_of(m, &exec, &mut s, &prompt, Logits::Last);
     let rec = s.recurrent.as_ref().unwrap();
     eprintln!(
         "qwen35-tiny recurrent state: {} bytes per copy ({} held before any checkpoint)",
@@ -194,10 +183,7 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     for _ in 0..8 {
         let id = argmax(&logits);
         toks.push(id);
-        logits = m
-            .forward_one(&exec, &mut s, &[id], Logits::Last)
-            .unwrap()
-            .to_vec();
+        logits = logits_of(m, &exec, &mut s, &[id], Logits::Last);
         rows.push(logits.clone());
     }
     assert_eq!(s.len(), prompt.len() + 8);
@@ -213,30 +199,21 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     // fresh session fed the same calls.
     s.rollback(&cp).unwrap();
     let other = [toks[2], toks[0], 11, 13, 2000];
-    let after = m
-        .forward_one(&exec, &mut s, &other, Logits::All)
-        .unwrap()
-        .to_vec();
+    let after = logits_of(m, &exec, &mut s, &other, Logits::All);
     let mut fresh = m.new_session(64);
     assert_eq!(
-        m.forward_one(&exec, &mut fresh, &prompt, Logits::Last)
-            .unwrap()
-            .to_vec(),
+        logits_of(m, &exec, &mut fresh, &prompt, Logits::Last),
         first
     );
     assert_eq!(
-        m.forward_one(&exec, &mut fresh, &other, Logits::All)
-            .unwrap()
-            .to_vec(),
+        logits_of(m, &exec, &mut fresh, &other, Logits::All),
         after,
         "batch after rollback vs fresh session"
     );
 
     // Accept two tokens, checkpoint there, draft, roll back: the old checkpoint is stale.
     s.rollback(&cp).unwrap();
-    m.forward_one(&exec, &mut s, &toks[..2], Logits::Last)
-        .unwrap()
-        .to_vec();
+    logits_of(m, &exec, &mut s, &toks[..2], Logits::Last);
     let cp2 = s.checkpoint();
     assert!(
         s.rollback(&cp).is_err(),
@@ -262,9 +239,7 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     );
     s.truncate(0);
     assert_eq!(
-        m.forward_one(&exec, &mut s, &prompt, Logits::Last)
-            .unwrap()
-            .to_vec(),
+        logits_of(m, &exec, &mut s, &prompt, Logits::Last),
         first,
         "after truncate(0)"
     );
@@ -282,9 +257,7 @@ fn attention_only_sessions_checkpoint_and_roll_back() {
     let exec = Exec::new(2);
     let m = &l.model;
     let mut s = m.new_session(32);
-    m.forward_one(&exec, &mut s, &[1, 403, 407], Logits::Last)
-        .unwrap()
-        .to_vec();
+    logits_of(m, &exec, &mut s, &[1, 403, 407], Logits::Last);
     let cp = s.checkpoint();
     let a = decode_each(m, &exec, &mut s, &[261, 378, 300]);
     s.rollback(&cp).unwrap();
@@ -530,16 +503,9 @@ fn fold(plain: &Synth) -> Folded {
 fn run(m: &Model, exec: &Exec) -> Vec<f32> {
     let mut s = m.new_session(64);
     let prompt: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % N_VOCAB as u32).collect();
-    let mut out = m
-        .forward_one(exec, &mut s, &prompt, Logits::All)
-        .unwrap()
-        .to_vec();
+    let mut out = logits_of(m, exec, &mut s, &prompt, Logits::All);
     for id in [7, 250, 123] {
-        out.extend(
-            m.forward_one(exec, &mut s, &[id], Logits::Last)
-                .unwrap()
-                .to_vec(),
-        );
+        out.extend(logits_of(m, exec, &mut s, &[id], Logits::Last));
     }
     out
 }
