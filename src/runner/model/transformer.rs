@@ -265,16 +265,9 @@ impl Model {
         out.resize(at * nv, 0.0);
         if at > 0 {
             let jobs = &mut [(self.emb.head(), &mut out[..])];
-            project(
-                ctx,
-                &mut st.mm,
-                &st.head_in[..at * d],
-                d,
-                jobs,
-                Phase::LmHead,
-            )?;
+            project(ctx, &mut st.mm, &st.head_in, d, jobs, Phase::LmHead)?;
         }
-        if let [_, _, ..] = seqs {
+        if seqs.len() > 1 {
             let mut at = 0;
             for (seq, &r) in seqs.iter_mut().zip(&st.rows) {
                 let mine = &mut seq.session.logits;
