@@ -19,9 +19,11 @@ mod runner_data;
 use std::path::PathBuf;
 
 use reference::{
-    floats, greedy, ids, json, load, read_f32le, read_ids, reference_exec, teacher_forced,
+    floats, greedy, ids, json, load, logits_of, read_f32le, read_ids, reference_exec,
+    teacher_forced,
 };
 use t2p::runner::TensorData;
+use t2p::runner::model::Logits;
 
 /// The `bitnet/` folder beside the test data, or `None` when the data is optional and missing.
 fn bitnet_dir() -> Option<PathBuf> {
@@ -154,7 +156,7 @@ fn seq64_logits_match_the_int8_reference() {
         for (kv_f32, rms_tol, max_tol) in [(true, 0.005, 0.1), (false, SEQ64_RMS, LOGIT_TOL)] {
             l.model.set_kv_f32(kv_f32);
             let mut s = l.model.new_session(input.len());
-            let logits = l.model.forward(&exec, &mut s, &input, true).unwrap();
+            let logits = logits_of(&l.model, &exec, &mut s, &input, Logits::All);
             let mut worst_top = 0.0f32;
             for p in r["positions"].as_array().unwrap() {
                 let pos = p["pos"].as_u64().unwrap() as usize;
@@ -296,7 +298,7 @@ fn synthetic_bitnet_files_load_and_run() {
         assert_eq!(i2s, 7 * 2, "{}", shape.name);
         let exec = reference_exec();
         let mut s = l.model.new_session(8);
-        let logits = l.model.forward(&exec, &mut s, &[1, 2, 3], false).unwrap();
+        let logits = logits_of(&l.model, &exec, &mut s, &[1, 2, 3], Logits::Last);
         assert!(
             logits.iter().all(|v| v.is_finite()) && logits.iter().any(|&v| v != 0.0),
             "{}",
@@ -357,7 +359,7 @@ fn iq2bn_twin_gives_the_same_logits() {
     let input = read_ids(&dir.join(folder).join("logits/seq64.ids.txt"));
     let run = |l: &t2p::runner::model::Loaded| {
         let mut s = l.model.new_session(input.len());
-        l.model.forward(&exec, &mut s, &input, true).unwrap()
+        logits_of(&l.model, &exec, &mut s, &input, Logits::All)
     };
     let (la, lb) = (run(&a), run(&b));
     assert!(

@@ -11,12 +11,12 @@ use std::fs::File;
 use std::io::{BufWriter, Cursor};
 use std::path::Path;
 
-use reference::{max_abs, max_abs_diff};
+use reference::{logits_of, max_abs, max_abs_diff};
 use runner_data::SynthSetup;
 use t2p::format::{BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row};
 use t2p::matmul::ActQuant;
 use t2p::runner::model::DecoderDims;
-use t2p::runner::model::{Exec, Model};
+use t2p::runner::model::{Exec, Logits, Model};
 use t2p::runner::{
     GgmlType, GgufError, GgufFile, LoadOptions, LoadProgress, TensorData, TensorStore, Value,
 };
@@ -52,7 +52,7 @@ fn logits(path: &Path, ids: &[u32], act: ActQuant) -> Vec<f32> {
     let loaded = Model::load(path, &quiet()).unwrap();
     let exec = Exec::new(2).with_act(act);
     let mut s = loaded.model.new_session(ids.len());
-    loaded.model.forward(&exec, &mut s, ids, true).unwrap()
+    logits_of(&loaded.model, &exec, &mut s, ids, Logits::All)
 }
 
 /// The test data's stories260K model as the vocabulary: its 512 tokens keep the token tables
@@ -289,7 +289,10 @@ fn q2_0_group_64_is_the_twin_of_pq2_0() {
     let loaded = Model::load(path(SynthType::Q2_0, 128), &quiet()).unwrap();
     let exec = Exec::new(1).with_act(ActQuant::Q8K);
     let mut s = loaded.model.new_session(IDS.len());
-    let e = loaded.model.forward(&exec, &mut s, &IDS, true).unwrap_err();
+    let e = loaded
+        .model
+        .forward_one(&exec, &mut s, &IDS, Logits::All)
+        .unwrap_err();
     assert!(e.to_string().contains("q8_0"), "{e}");
 }
 

@@ -5,7 +5,7 @@ mod reference;
 mod runner_data;
 
 use reference::*;
-use t2p::runner::model::Exec;
+use t2p::runner::model::{Exec, Logits};
 use t2p::runner::sample::argmax;
 
 #[test]
@@ -37,7 +37,7 @@ fn stories260k_seq64_logits_within_tolerance() {
     let ids = read_ids(&dir.join("seq64.ids.txt"));
     let want = read_f32le(&dir.join("seq64.logits.f32le.bin"));
     let mut s = l.model.new_session(64);
-    let got = l.model.forward(&exec, &mut s, &ids, true).unwrap();
+    let got = logits_of(&l.model, &exec, &mut s, &ids, Logits::All);
     assert_eq!(got.len(), want.len());
     let max = max_abs_diff(&got, &want);
     eprintln!("stories260K seq64: max |logit diff| = {max}");

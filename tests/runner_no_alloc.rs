@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use reference::load;
-use t2p::runner::model::{Exec, Loaded, Session};
+use t2p::runner::model::{Exec, Loaded, Logits, Seq, Session};
 
 struct Counting;
 
@@ -100,21 +100,21 @@ fn check(l: &Loaded, what: &str) {
     let m = &l.model;
     let prompt = tokens(l, 8, 1);
     let mut s = m.new_session(64);
-    m.eval(&exec, &mut s, &prompt, true).unwrap();
+    m.forward_one(&exec, &mut s, &prompt, Logits::All).unwrap();
     // Two warm-up decode steps: per-thread kernel buffers are made on a thread's first call,
     // and jobs are claimed dynamically, so each thread should have met a decode once.
     for &id in &prompt[..2] {
-        m.eval(&exec, &mut s, &[id], false).unwrap();
+        m.forward_one(&exec, &mut s, &[id], Logits::Last).unwrap();
     }
     let decode = allocations(&format!("{what}, 4 decode steps"), || {
         for &id in &prompt[1..5] {
-            let logits = m.eval(&exec, &mut s, &[id], false).unwrap();
+            let logits = m.forward_one(&exec, &mut s, &[id], Logits::Last).unwrap();
             assert_eq!(logits.len(), m.n_vocab());
         }
     });
     assert_eq!(decode, 0, "{what}: 4 decode steps allocated {decode} times");
     let again = allocations(&format!("{what}, an 8-token pass"), || {
-        m.eval(&exec, &mut s, &prompt, true).unwrap();
+        m.forward_one(&exec, &mut s, &prompt, Logits::All).unwrap();
     });
     assert_eq!(
         again, 0,
@@ -124,7 +124,12 @@ fn check(l: &Loaded, what: &str) {
     let (mut a, mut b): (Session, Session) = (m.new_session(32), m.new_session(32));
     let (ta, tb) = (tokens(l, 3, 2), tokens(l, 3, 3));
     let batch = |a: &mut Session, b: &mut Session| {
-        m.eval_batch(&exec, &mut [(a, &ta[..]), (b, &tb[..])])
+        let seq = |session, tokens| Seq {
+            session,
+            tokens,
+            logits: Logits::Last,
+        };
+        m.forward(&exec, &mut [seq(a, &ta[..]), seq(b, &tb[..])])
             .unwrap();
     };
     batch(&mut a, &mut b);

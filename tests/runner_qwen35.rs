@@ -9,7 +9,7 @@ mod runner_data;
 use std::path::Path;
 
 use reference::*;
-use t2p::runner::model::{Exec, Loaded, Model};
+use t2p::runner::model::{Exec, Loaded, Logits, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{Array, LoadOptions, TensorStore, Value};
 use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
@@ -41,7 +41,7 @@ fn check_seq64(l: &Loaded, dir: &Path, semantics: &str, margin: f32, tol: f32) -
     let r = json(&dir.join(format!("logits/seq64.{semantics}.json")));
     let nv = l.model.n_vocab();
     let mut s = l.model.new_session(64);
-    let got = l.model.forward(&exec, &mut s, &ids64, true).unwrap();
+    let got = logits_of(&l.model, &exec, &mut s, &ids64, Logits::All);
     let mut worst = 0.0f32;
     for p in r["positions"].as_array().unwrap() {
         let pos = p["pos"].as_u64().unwrap() as usize;
@@ -155,7 +155,7 @@ fn decode_each(
     ids: &[u32],
 ) -> Vec<Vec<f32>> {
     ids.iter()
-        .map(|&id| l.forward(exec, s, &[id], false).unwrap())
+        .map(|&id| logits_of(l, exec, s, &[id], Logits::Last))
         .collect()
 }
 
@@ -166,7 +166,7 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     let m = &l.model;
     let prompt = ids(&json(&dir.join("greedy/english.pq2_0.prism.json"))["prompt_ids"]);
     let mut s = m.new_session(64);
-    let first = m.forward(&exec, &mut s, &prompt, false).unwrap();
+    let first = logits_of(m, &exec, &mut s, &prompt, Logits::Last);
     let rec = s.recurrent.as_ref().unwrap();
     eprintln!(
         "qwen35-tiny recurrent state: {} bytes per copy ({} held before any checkpoint)",
@@ -183,7 +183,7 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     for _ in 0..8 {
         let id = argmax(&logits);
         toks.push(id);
-        logits = m.forward(&exec, &mut s, &[id], false).unwrap();
+        logits = logits_of(m, &exec, &mut s, &[id], Logits::Last);
         rows.push(logits.clone());
     }
     assert_eq!(s.len(), prompt.len() + 8);
@@ -199,18 +199,21 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
     // fresh session fed the same calls.
     s.rollback(&cp).unwrap();
     let other = [toks[2], toks[0], 11, 13, 2000];
-    let after = m.forward(&exec, &mut s, &other, true).unwrap();
+    let after = logits_of(m, &exec, &mut s, &other, Logits::All);
     let mut fresh = m.new_session(64);
-    assert_eq!(m.forward(&exec, &mut fresh, &prompt, false).unwrap(), first);
     assert_eq!(
-        m.forward(&exec, &mut fresh, &other, true).unwrap(),
+        logits_of(m, &exec, &mut fresh, &prompt, Logits::Last),
+        first
+    );
+    assert_eq!(
+        logits_of(m, &exec, &mut fresh, &other, Logits::All),
         after,
         "batch after rollback vs fresh session"
     );
 
     // Accept two tokens, checkpoint there, draft, roll back: the old checkpoint is stale.
     s.rollback(&cp).unwrap();
-    m.forward(&exec, &mut s, &toks[..2], false).unwrap();
+    logits_of(m, &exec, &mut s, &toks[..2], Logits::Last);
     let cp2 = s.checkpoint();
     assert!(
         s.rollback(&cp).is_err(),
@@ -230,10 +233,13 @@ fn recurrent_state_checkpoint_and_rollback_reproduce_logits() {
 
     // Truncation: to an arbitrary point is refused on the next forward, to 0 starts over.
     s.truncate(prompt.len() + 1);
-    assert!(m.forward(&exec, &mut s, &[toks[3]], false).is_err());
+    assert!(
+        m.forward_one(&exec, &mut s, &[toks[3]], Logits::Last)
+            .is_err()
+    );
     s.truncate(0);
     assert_eq!(
-        m.forward(&exec, &mut s, &prompt, false).unwrap(),
+        logits_of(m, &exec, &mut s, &prompt, Logits::Last),
         first,
         "after truncate(0)"
     );
@@ -251,7 +257,7 @@ fn attention_only_sessions_checkpoint_and_roll_back() {
     let exec = Exec::new(2);
     let m = &l.model;
     let mut s = m.new_session(32);
-    m.forward(&exec, &mut s, &[1, 403, 407], false).unwrap();
+    logits_of(m, &exec, &mut s, &[1, 403, 407], Logits::Last);
     let cp = s.checkpoint();
     let a = decode_each(m, &exec, &mut s, &[261, 378, 300]);
     s.rollback(&cp).unwrap();
@@ -497,9 +503,9 @@ fn fold(plain: &Synth) -> Folded {
 fn run(m: &Model, exec: &Exec) -> Vec<f32> {
     let mut s = m.new_session(64);
     let prompt: Vec<u32> = (0..20).map(|i| (i * 37 + 5) % N_VOCAB as u32).collect();
-    let mut out = m.forward(exec, &mut s, &prompt, true).unwrap();
+    let mut out = logits_of(m, exec, &mut s, &prompt, Logits::All);
     for id in [7, 250, 123] {
-        out.extend(m.forward(exec, &mut s, &[id], false).unwrap());
+        out.extend(logits_of(m, exec, &mut s, &[id], Logits::Last));
     }
     out
 }

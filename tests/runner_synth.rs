@@ -5,7 +5,7 @@ mod runner_data;
 
 use runner_data::synth_model;
 use t2p::runner::LoadOptions;
-use t2p::runner::model::{Exec, Model};
+use t2p::runner::model::{Exec, Logits, Model};
 
 #[test]
 fn synthetic_qwen3_loads_into_t2p_and_runs() {
@@ -33,8 +33,9 @@ fn synthetic_qwen3_loads_into_t2p_and_runs() {
     let loaded = Model::load(&synth.path, &LoadOptions::default()).unwrap();
     let exec = Exec::new(2);
     let ids = loaded.tokenizer.encode("Hello, world", true, true);
-    let mut s = loaded.model.new_session(32);
-    let logits = loaded.model.forward(&exec, &mut s, &ids, false).unwrap();
+    let m = &loaded.model;
+    let mut s = m.new_session(32);
+    let logits = m.forward_one(&exec, &mut s, &ids, Logits::Last).unwrap();
     assert_eq!(logits.len(), loaded.model.n_vocab());
     assert!(logits.iter().all(|v| v.is_finite()));
     // The same weights again give the same file.

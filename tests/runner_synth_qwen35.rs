@@ -6,9 +6,9 @@
 mod reference;
 mod runner_data;
 
-use reference::{max_abs, max_abs_diff};
+use reference::{logits_of, max_abs, max_abs_diff};
 use runner_data::synth_model;
-use t2p::runner::model::{Exec, Model};
+use t2p::runner::model::{Exec, Logits, Model};
 use t2p::runner::sample::argmax;
 use t2p::runner::{GgmlType, GgufFile, LoadOptions};
 use t2p::testkit::synth_qwen35::{Qwen35Shape, hadamard_weight_names};
@@ -74,7 +74,7 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
 
     // The prompt in one batch (every row), then greedy decoding.
     let mut s = m.new_session(prompt.len() + n_gen);
-    let batch = m.forward(&exec, &mut s, &prompt, true).unwrap();
+    let batch = logits_of(m, &exec, &mut s, &prompt, Logits::All);
     assert_eq!(batch.len(), prompt.len() * nv);
     assert!(batch.iter().all(|v| v.is_finite()), "prompt logits finite");
     let mut logits = batch[(prompt.len() - 1) * nv..].to_vec();
@@ -83,7 +83,7 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
     for _ in 0..n_gen {
         let id = argmax(&logits);
         generated.push(id);
-        logits = m.forward(&exec, &mut s, &[id], false).unwrap();
+        logits = logits_of(m, &exec, &mut s, &[id], Logits::Last);
         assert!(logits.iter().all(|v| v.is_finite()), "decode logits finite");
         rows.push(logits.clone());
     }
@@ -97,12 +97,12 @@ fn synthetic_qwen35_loads_into_t2p_and_batches_like_token_by_token() {
     let mut one = m.new_session(prompt.len() + n_gen);
     let mut worst = 0.0f32;
     for (t, &id) in prompt.iter().enumerate() {
-        let row = m.forward(&exec, &mut one, &[id], false).unwrap();
+        let row = logits_of(m, &exec, &mut one, &[id], Logits::Last);
         let want = &batch[t * nv..(t + 1) * nv];
         worst = worst.max(max_abs_diff(&row, want) / max_abs(want));
     }
     for (id, want) in generated.iter().zip(&rows) {
-        let row = m.forward(&exec, &mut one, &[*id], false).unwrap();
+        let row = logits_of(m, &exec, &mut one, &[*id], Logits::Last);
         worst = worst.max(max_abs_diff(&row, want) / max_abs(want));
     }
     eprintln!(

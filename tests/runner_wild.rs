@@ -11,7 +11,7 @@ mod runner_data;
 use std::path::Path;
 
 use reference::*;
-use t2p::runner::model::{Exec, Loaded};
+use t2p::runner::model::{Exec, Loaded, Logits};
 use t2p::runner::{GgmlType, LoadOptions, TensorData, TensorStore};
 
 /// The `Final estimate: PPL = ...` of a reference file.
@@ -34,11 +34,11 @@ fn fork_ppl(path: &Path) -> f64 {
 /// those of one batch over all of them, bit for bit: every kernel is exact per column.
 fn decoding_matches_the_batch(file: &str, l: &Loaded, exec: &Exec, ids: &[u32]) {
     let mut s = l.model.new_session(ids.len());
-    let batch = l.model.forward(exec, &mut s, ids, true).unwrap();
+    let batch = logits_of(&l.model, exec, &mut s, ids, Logits::All);
     let n_vocab = batch.len() / ids.len();
     let mut s = l.model.new_session(ids.len());
     for (i, &id) in ids.iter().enumerate() {
-        let one = l.model.forward(exec, &mut s, &[id], false).unwrap();
+        let one = logits_of(&l.model, exec, &mut s, &[id], Logits::Last);
         let want = &batch[i * n_vocab..(i + 1) * n_vocab];
         assert!(
             one.iter()

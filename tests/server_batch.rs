@@ -1,4 +1,4 @@
-//! `Model::forward_batch` (what `libt2p serve` decodes with) against separate `forward` calls,
+//! `Model::forward` over several sequences (what `libt2p serve` decodes with) against each alone,
 //! bit for bit, on the shared tiny models: three sequences at different positions (one of them
 //! still prefilling a chunk, one with nothing to do) in one pass, step after step, with both
 //! activation types.
@@ -8,7 +8,7 @@ mod runner_data;
 
 use reference::*;
 use t2p::matmul::ActQuant;
-use t2p::runner::model::{Exec, Loaded, Session};
+use t2p::runner::model::{Exec, Loaded, Logits, Seq, Session};
 use t2p::runner::sample::argmax;
 
 /// Three prompts of different lengths from the test data's tokenizer.
@@ -23,6 +23,25 @@ fn prompts(l: &Loaded) -> Vec<Vec<u32>> {
     .collect()
 }
 
+/// `forward` over `(session, tokens)` pairs, each wanting its last position's logits; returns a
+/// copy of each session's.
+fn forward_last(
+    exec: &Exec,
+    l: &Loaded,
+    seqs: Vec<(&mut Session, &[u32])>,
+) -> t2p::runner::model::Result<Vec<Vec<f32>>> {
+    let mut seqs: Vec<Seq> = seqs
+        .into_iter()
+        .map(|(session, tokens)| Seq {
+            session,
+            tokens,
+            logits: Logits::Last,
+        })
+        .collect();
+    l.model.forward(exec, &mut seqs)?;
+    Ok(seqs.iter().map(|s| s.session.logits().to_vec()).collect())
+}
+
 /// Runs the batched schedule and the one-sequence-at-a-time schedule side by side and
 /// compares every logit row bit for bit.
 fn check(l: &Loaded, exec: &Exec, what: &str) {
@@ -35,16 +54,16 @@ fn check(l: &Loaded, exec: &Exec, what: &str) {
     let mut next: Vec<Vec<u32>> = vec![ps[0].clone(), ps[1][..3].to_vec(), Vec::new()];
     let mut steps = 0;
     for step in 0..10 {
-        let mut seqs: Vec<(&mut Session, &[u32])> = batched
+        let seqs = batched
             .iter_mut()
             .zip(&next)
             .map(|(s, t)| (s, t.as_slice()))
             .collect();
-        let got = m.forward_batch(exec, &mut seqs).unwrap();
+        let got = forward_last(exec, l, seqs).unwrap();
         assert_eq!(got.len(), ps.len());
         let mut following = Vec::new();
         for (i, toks) in next.iter().enumerate() {
-            let want = m.forward(exec, &mut alone[i], toks, false).unwrap();
+            let want = logits_of(m, exec, &mut alone[i], toks, Logits::Last);
             assert_eq!(
                 got[i].len(),
                 want.len(),
@@ -104,25 +123,60 @@ fn a_bad_sequence_leaves_every_session_untouched() {
     let (m, exec) = (&l.model, reference_exec());
     let (mut a, mut b) = (m.new_session(8), m.new_session(8));
     let too_long = [1u32; 9];
-    let r = m.forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &too_long[..])]);
+    let r = forward_last(
+        &exec,
+        &l,
+        vec![(&mut a, &[1, 2][..]), (&mut b, &too_long[..])],
+    );
     assert!(
         r.is_err(),
         "a sequence past its context must fail the batch"
     );
     assert_eq!((a.len(), b.len()), (0, 0));
     let bad_id = [m.n_vocab() as u32];
-    assert!(
-        m.forward_batch(&exec, &mut [(&mut a, &[1][..]), (&mut b, &bad_id[..])])
-            .is_err()
-    );
+    assert!(forward_last(&exec, &l, vec![(&mut a, &[1][..]), (&mut b, &bad_id[..])]).is_err());
     assert_eq!((a.len(), b.len()), (0, 0));
     // Both still work afterwards, and give what a fresh session gives.
-    let got = m
-        .forward_batch(&exec, &mut [(&mut a, &[1, 2][..]), (&mut b, &[3][..])])
-        .unwrap();
+    let got = forward_last(&exec, &l, vec![(&mut a, &[1, 2][..]), (&mut b, &[3][..])]).unwrap();
     let mut fresh = m.new_session(8);
     assert_eq!(
         got[0],
-        m.forward(&exec, &mut fresh, &[1, 2], false).unwrap()
+        logits_of(m, &exec, &mut fresh, &[1, 2], Logits::Last)
     );
+}
+
+/// Each sequence of a batch keeps the logits it asks for: every position's, none, or the
+/// last one's, bit for bit those of a pass over it alone.
+#[test]
+fn each_sequence_keeps_the_logits_it_asks_for() {
+    let Some(l) = model("qwen3-tiny") else { return };
+    let (m, exec) = (&l.model, reference_exec());
+    let ps = prompts(&l);
+    let asks = [Logits::All, Logits::None, Logits::Last];
+    let mut sessions: Vec<Session> = ps.iter().map(|_| m.new_session(64)).collect();
+    let mut seqs: Vec<Seq> = sessions
+        .iter_mut()
+        .zip(&ps)
+        .zip(asks)
+        .map(|((session, tokens), logits)| Seq {
+            session,
+            tokens,
+            logits,
+        })
+        .collect();
+    m.forward(&exec, &mut seqs).unwrap();
+    drop(seqs);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let nv = m.n_vocab();
+    for ((s, p), ask) in sessions.iter().zip(&ps).zip(asks) {
+        let mut alone = m.new_session(64);
+        let all = m.forward_one(&exec, &mut alone, p, Logits::All).unwrap();
+        let want = match ask {
+            Logits::All => all,
+            Logits::None => &[],
+            Logits::Last => &all[(p.len() - 1) * nv..],
+        };
+        assert_eq!(bits(s.logits()), bits(want), "{ask:?}");
+        assert_eq!(s.len(), p.len());
+    }
 }

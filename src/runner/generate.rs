@@ -1,10 +1,11 @@
 //! The generation loop shared by `run`, `chat` and `bench` ([`Decoder`]): the prompt in
-//! batches, then one token per forward pass, with timings.
+//! batches, then one token per forward pass (drawn by the shared [`TokenStep`]), with timings.
 
 use std::time::Instant;
 
-use super::model::{Exec, Model, ModelError, Result, Session};
+use super::model::{Exec, Logits, Model, ModelError, Result, Session};
 use super::sample::{Sampler, TokenMask};
+use super::step::TokenStep;
 
 /// Timings of one generation.
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,22 +65,34 @@ impl<'a> Decoder<'a> {
     }
 
     /// Evaluates `tokens` in batches of at most `n_batch`; returns the last position's logits
-    /// (empty for no tokens).
+    /// (those of the session's latest pass for no tokens).
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<&[f32]> {
-        for chunk in tokens.chunks(self.n_batch) {
-            self.model.eval(self.exec, self.session, chunk, false)?;
+        let n = tokens.len().div_ceil(self.n_batch);
+        for (i, chunk) in tokens.chunks(self.n_batch).enumerate() {
+            // Only the last chunk's logits are read.
+            let logits = if i + 1 < n {
+                Logits::None
+            } else {
+                Logits::Last
+            };
+            self.forward(chunk, logits)?;
         }
         Ok(self.session.logits())
     }
 
     /// Evaluates one token; returns its logits.
     pub fn step(&mut self, id: u32) -> Result<&[f32]> {
-        self.model.eval(self.exec, self.session, &[id], false)
+        self.forward(&[id], Logits::Last)
     }
 
     /// Evaluates `tokens` in one pass; returns the logits of every position.
     pub fn eval_all(&mut self, tokens: &[u32]) -> Result<&[f32]> {
-        self.model.eval(self.exec, self.session, tokens, true)
+        self.forward(tokens, Logits::All)
+    }
+
+    fn forward(&mut self, tokens: &[u32], logits: Logits) -> Result<&[f32]> {
+        self.model
+            .forward_one(self.exec, self.session, tokens, logits)
     }
 
     /// Generates up to `n` tokens after `prompt`. `on_token` sees each sampled id and returns
@@ -126,33 +139,18 @@ impl<'a> Decoder<'a> {
         let t0 = Instant::now();
         self.prefill(prompt)?;
         stats.prompt_secs = t0.elapsed().as_secs_f64();
-        let mut history = prompt.to_vec();
-        let mut masked = Vec::new();
+        let mut pick = TokenStep::new(prompt);
         let t1 = Instant::now();
         for i in 0..n {
             let logits = self.session.logits();
-            let id = match mask.as_deref_mut() {
-                None => sampler.sample(logits, &history, prompt.len()),
-                Some(m) => {
-                    masked.clear();
-                    masked.extend_from_slice(logits);
-                    m.apply(&mut masked).map_err(ModelError::Grammar)?;
-                    sampler.sample(&masked, &history, prompt.len())
-                }
-            };
-            history.push(id);
+            let drawn = pick
+                .draw(logits, sampler, mask.as_deref_mut(), &is_eog)
+                .map_err(|e| ModelError::Grammar(e.to_string()))?;
             stats.gen_tokens += 1;
-            let finished = match mask.as_deref_mut() {
-                Some(m) if !is_eog(id) => {
-                    m.accept(id).map_err(ModelError::Grammar)?;
-                    m.is_finished()
-                }
-                _ => false,
-            };
-            if !on_token(id) || is_eog(id) || finished || i + 1 == n {
+            if !on_token(drawn.id) || drawn.stop.is_some() || i + 1 == n {
                 break;
             }
-            self.step(id)?;
+            self.step(drawn.id)?;
         }
         stats.gen_secs = t1.elapsed().as_secs_f64();
         Ok(stats)

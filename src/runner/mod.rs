@@ -31,6 +31,7 @@ pub mod sample;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod speculative;
+pub mod step;
 pub mod tokenizer;
 mod type_ids;
 

@@ -3,7 +3,7 @@
 //! replaced by BOS when the vocabulary adds one), scoring the second half: the logits at
 //! positions `n_ctx/2 .. n_ctx-1` against the next token.
 
-use super::model::{Exec, Model, Result};
+use super::model::{Exec, Logits, Model, Result};
 
 /// Cumulative perplexity after each chunk (the numbers llama-perplexity prints as `[i]`).
 pub fn perplexity(
@@ -24,7 +24,7 @@ pub fn perplexity(
             batch[0] = b;
         }
         let mut session = model.new_session(n_ctx);
-        let logits = model.eval(exec, &mut session, &batch, true)?;
+        let logits = model.forward_one(exec, &mut session, &batch, Logits::All)?;
         for j in first..n_ctx - 1 {
             let row = &logits[j * n_vocab..(j + 1) * n_vocab];
             nll -= log_softmax_at(row, chunk[j + 1] as usize);

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::generate::{Decoder, GenStats};
 use super::model::Result;
 use super::sample::argmax;
+use super::step::check_draft;
 
 /// Prompt-lookup drafter settings.
 #[derive(Clone, Copy, Debug)]
@@ -491,13 +492,8 @@ impl Decoder<'_> {
         batch.extend_from_slice(draft);
         let nv = self.model().n_vocab();
         let rows = self.eval_all(batch)?;
-        let row = |i: usize| &rows[i * nv..(i + 1) * nv];
-        let accepted = draft
-            .iter()
-            .enumerate()
-            .take_while(|&(i, &d)| argmax(row(i)) == d)
-            .count();
-        let following = argmax(row(accepted));
+        let (accepted, following) = check_draft(rows, nv, draft, |row| Some(argmax(row)));
+        let following = following.expect("greedy draws a token from every row");
         if accepted < draft.len() {
             if self.session().recurrent.is_some() {
                 self.session().rollback(&checkpoint)?;

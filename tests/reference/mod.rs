@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value as Json;
 use t2p::matmul::ActQuant;
 use t2p::runner::LoadOptions;
-use t2p::runner::model::{Exec, Loaded, Model};
+use t2p::runner::model::{Exec, Loaded, Logits, Model, Session};
 use t2p::runner::sample::argmax;
 
 pub fn load(path: &Path) -> Loaded {
@@ -71,10 +71,21 @@ pub fn read_f32le(path: &Path) -> Vec<f32> {
         .collect()
 }
 
+/// A copy of the logits `m` leaves in `s` after `tokens` (the `rows` asked for).
+pub fn logits_of(
+    m: &Model,
+    exec: &Exec,
+    s: &mut Session,
+    tokens: &[u32],
+    rows: Logits,
+) -> Vec<f32> {
+    m.forward_one(exec, s, tokens, rows).unwrap().to_vec()
+}
+
 /// Greedy decoding as llama-completion does it: the prompt in one batch, then one token a call.
 pub fn greedy(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut s = l.model.new_session(prompt.len() + n);
-    let mut logits = l.model.forward(exec, &mut s, prompt, false).unwrap();
+    let mut logits = logits_of(&l.model, exec, &mut s, prompt, Logits::Last);
     let mut out = Vec::new();
     for _ in 0..n {
         let id = argmax(&logits);
@@ -82,7 +93,7 @@ pub fn greedy(l: &Loaded, exec: &Exec, prompt: &[u32], n: usize) -> Vec<u32> {
         if out.len() == n || l.tokenizer.is_eog(id) {
             break;
         }
-        logits = l.model.forward(exec, &mut s, &[id], false).unwrap();
+        logits = logits_of(&l.model, exec, &mut s, &[id], Logits::Last);
     }
     out
 }
@@ -103,7 +114,7 @@ pub fn teacher_forced(
     let generated = ids(&r["generated_ids"]);
     let all: Vec<u32> = prompt.iter().chain(&generated).copied().collect();
     let mut s = l.model.new_session(all.len());
-    let logits = l.model.forward(exec, &mut s, &all, true).unwrap();
+    let logits = logits_of(&l.model, exec, &mut s, &all, Logits::All);
     let nv = l.model.n_vocab();
     let mut wide_prefix = None;
     let (mut worst, mut checked, mut agree, mut flips) = (0.0f32, 0, 0, Vec::new());

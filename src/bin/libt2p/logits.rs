@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 
+use t2p::runner::model::Logits;
+
 use crate::run::ModelArgs;
 
 /// Options of `libt2p logits`.
@@ -25,7 +27,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let exec = args.model.exec();
     let model = &loaded.model;
     let mut session = model.new_session(args.ids.len());
-    let logits = model.forward(&exec, &mut session, &args.ids, true)?;
+    let logits = model.forward_one(&exec, &mut session, &args.ids, Logits::All)?;
     let nv = model.n_vocab();
     let positions: Vec<(Vec<u32>, Vec<f32>)> = logits
         .chunks_exact(nv)

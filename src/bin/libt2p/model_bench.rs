@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use t2p::bandwidth::BandwidthProbe;
-use t2p::runner::model::{Exec, Loaded, Phase, Traffic as PhaseTraffic};
+use t2p::runner::model::{Exec, Loaded, Logits, Phase, Traffic as PhaseTraffic};
 use t2p::runner::sample::argmax;
 
 use crate::run::ModelArgs;
@@ -75,33 +75,24 @@ fn tokens(loaded: &Loaded, n: usize) -> Vec<u32> {
     (0..n as u32).map(|i| (i * 7919 + 13) % nv).collect()
 }
 
-/// Which logits a timed pass computes.
-#[derive(Clone, Copy)]
-enum Rows {
-    /// The last position's (a prompt, as llama-bench's pp).
-    Last,
-    /// Every position's: what verifying drafted tokens, or a server step over that many
-    /// sequences, needs (the LM head runs over every column).
-    All,
-}
-
-/// Seconds of one forward pass over `n` tokens after `ctx` tokens of context.
+/// Seconds of one forward pass over `n` tokens after `ctx` tokens of context, with `rows`:
+/// the last position's logits (a prompt, as llama-bench's pp), or every position's (what
+/// verifying drafted tokens, or a server step over that many sequences, needs: the LM head
+/// runs over every column).
 fn time_forward(
     loaded: &Loaded,
     exec: &Exec,
     ctx: usize,
     n: usize,
-    rows: Rows,
+    rows: Logits,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let mut s = loaded.model.new_session(ctx + n + 1);
+    let m = &loaded.model;
+    let mut s = m.new_session(ctx + n + 1);
     if ctx > 0 {
-        loaded
-            .model
-            .eval(exec, &mut s, &tokens(loaded, ctx), false)?;
+        m.forward_one(exec, &mut s, &tokens(loaded, ctx), Logits::Last)?;
     }
     let t = Instant::now();
-    let all = matches!(rows, Rows::All);
-    loaded.model.eval(exec, &mut s, &tokens(loaded, n), all)?;
+    m.forward_one(exec, &mut s, &tokens(loaded, n), rows)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -158,10 +149,10 @@ impl Measured {
         let reps = args.reps.max(1);
         let mut results = Vec::new();
         if args.n_prompt > 0 {
-            time_forward(loaded, exec, 0, args.n_prompt.min(64), Rows::Last)?; // warm-up
+            time_forward(loaded, exec, 0, args.n_prompt.min(64), Logits::Last)?; // warm-up
             let t = median(
                 (0..reps)
-                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt, Rows::Last))
+                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt, Logits::Last))
                     .collect::<Result<_, _>>()?,
             );
             results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
@@ -199,13 +190,13 @@ impl Measured {
         if !args.verify_batches.is_empty() {
             let one = median(
                 (0..reps + 2)
-                    .map(|_| time_forward(loaded, exec, 64, 1, Rows::All))
+                    .map(|_| time_forward(loaded, exec, 64, 1, Logits::All))
                     .collect::<Result<_, _>>()?,
             );
             for &b in &args.verify_batches {
                 let tb = median(
                     (0..reps + 2)
-                        .map(|_| time_forward(loaded, exec, 64, b, Rows::All))
+                        .map(|_| time_forward(loaded, exec, 64, b, Logits::All))
                         .collect::<Result<_, _>>()?,
                 );
                 ratios.push((b, tb / one));
@@ -229,11 +220,13 @@ fn time_decode(
     n_gen: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
     let mut s = loaded.model.new_session(n_gen + 2);
-    loaded.model.eval(exec, &mut s, &[1], false)?;
+    loaded.model.forward_one(exec, &mut s, &[1], Logits::Last)?;
     let t = Instant::now();
     for i in 0..n_gen {
         let id = (i as u32 * 31 + 7) % loaded.model.n_vocab() as u32;
-        loaded.model.eval(exec, &mut s, &[id], false)?;
+        loaded
+            .model
+            .forward_one(exec, &mut s, &[id], Logits::Last)?;
     }
     Ok(t.elapsed().as_secs_f64())
 }
@@ -397,7 +390,7 @@ fn profile(
             format!("pp{}", args.n_prompt),
             args.n_prompt,
             || {
-                let logits = m.eval(exec, &mut s, &toks, false)?;
+                let logits = m.forward_one(exec, &mut s, &toks, Logits::Last)?;
                 let _t = exec.profile.time(Phase::Sampling);
                 std::hint::black_box(argmax(logits));
                 Ok(())
@@ -406,7 +399,7 @@ fn profile(
     }
     if args.n_gen > 0 {
         let mut s = m.new_session(args.n_gen + 1);
-        m.eval(exec, &mut s, &[1], false)?;
+        m.forward_one(exec, &mut s, &[1], Logits::Last)?;
         runs.push(profiled(
             exec,
             format!("tg{}", args.n_gen),
@@ -414,7 +407,7 @@ fn profile(
             || {
                 let mut next = 1;
                 for _ in 0..args.n_gen {
-                    let logits = m.eval(exec, &mut s, &[next], false)?;
+                    let logits = m.forward_one(exec, &mut s, &[next], Logits::Last)?;
                     let _t = exec.profile.time(Phase::Sampling);
                     next = argmax(logits);
                 }

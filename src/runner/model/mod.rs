@@ -1,18 +1,21 @@
 //! Forward passes of the architectures the runner implements, on T2P matmuls.
 //!
 //! [`Model::load`] reads a GGUF file (pq2_0 matrices straight into T2P), picks the architecture
-//! and returns the one [`Model`] type, whose [`Model::eval`] evaluates a batch of tokens against
-//! a [`Session`] (KV cache, recurrent state for hybrid models, and the buffers of a pass).
+//! and returns the one [`Model`] type. Its one entry, [`Model::forward`], runs a batch of
+//! sequences ([`Seq`]: a [`Session`] holding the KV cache, recurrent state for hybrid models and
+//! logits, the tokens to run after it, and the [`Logits`] wanted back) on an [`Exec`], which
+//! owns the buffers of the batch.
 //!
 //! Where things are: `arch` says what distinguishes each architecture; [`hparams`] reads the
 //! hyper-parameters of every architecture; `weights` holds matrices, the loader and the token
 //! table / LM head; `blocks` the attention, SwiGLU FFN and Gated DeltaNet layers, each written
 //! once; `transformer` builds any architecture as a list of layers and runs the forward pass;
-//! `attend` and [`recurrent`] are the attention and DeltaNet inner loops; `state` is the run
-//! state a session owns; `exec` where a pass runs (kernels, pool, profile).
+//! `attend` and [`recurrent`] are the attention and DeltaNet inner loops; `batch` the buffers a
+//! pass works in; `exec` where a pass runs (kernels, pool, profile, those buffers).
 
 mod arch;
 mod attend;
+mod batch;
 mod blocks;
 mod error;
 mod exec;
@@ -23,7 +26,6 @@ mod linear;
 pub mod ops;
 pub mod profile;
 pub mod recurrent;
-mod state;
 mod transformer;
 mod weights;
 
@@ -36,7 +38,6 @@ pub use hparams::{DecoderDims, HParams};
 pub use kv_cache::KvCache;
 pub use linear::Activations;
 pub use profile::{Phase, Profile, Traffic};
-pub use state::RunState;
 pub use transformer::Model;
 
 use recurrent::{RecurrentCheckpoint, RecurrentState};
@@ -44,14 +45,37 @@ use recurrent::{RecurrentCheckpoint, RecurrentState};
 use crate::runner::{GgufFile, LoadOptions, TensorStore, Tokenizer};
 
 /// Per-sequence state: the position, the KV cache, for hybrid models the recurrent state, and
-/// the buffers of a forward pass (sized by the first one).
+/// the logits of the latest forward pass. Cloning it forks the sequence.
+#[derive(Clone)]
 pub struct Session {
     /// Attention K/V.
     pub cache: KvCache,
     /// Conv + SSM state of the recurrent layers (`None` for attention-only models).
     pub recurrent: Option<RecurrentState>,
-    /// Buffers of the forward pass, and the logits of the latest one.
-    state: RunState,
+    /// `[rows][n_vocab]`: the rows the latest pass gave this session (see [`Logits`]).
+    logits: Vec<f32>,
+}
+
+/// Which logits a sequence wants back from a forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// None (a prompt chunk with more to follow): the LM head skips the sequence.
+    None,
+    /// The last position's: what sampling the next token reads.
+    Last,
+    /// Every position's, in order: checking drafted tokens, perplexity, tests.
+    All,
+}
+
+/// One sequence of a forward pass: its session, the tokens it runs after what the session
+/// holds, and the logits it wants, which the pass leaves in the session ([`Session::logits`]).
+pub struct Seq<'a> {
+    /// The sequence's state, extended by the pass.
+    pub session: &'a mut Session,
+    /// The tokens to run (none: the sequence sits this pass out).
+    pub tokens: &'a [u32],
+    /// Which logits to keep.
+    pub logits: Logits,
 }
 
 /// A point a [`Session`] can return to with [`Session::rollback`].
@@ -74,10 +98,10 @@ impl Checkpoint {
 }
 
 impl Session {
-    /// The logits of the latest forward pass over this session ([`Model::eval`],
-    /// [`Model::eval_batch`]): `n_vocab` values per row, empty when it had no tokens.
+    /// The logits of the latest forward pass over this session, as its [`Seq::logits`] asked:
+    /// `n_vocab` values per row, empty when it had no tokens or asked for none.
     pub fn logits(&self) -> &[f32] {
-        &self.state.logits
+        &self.logits
     }
 
     /// Tokens evaluated so far.
@@ -173,67 +197,40 @@ impl Model {
         self.cfg.n_ctx_train
     }
 
-    /// Evaluates `tokens` after what `session` holds; returns a copy of the logits of every
-    /// position (`all_logits`, `tokens.len() * n_vocab` values) or of the last one. For tools
-    /// and tests; decoding loops use [`eval`](Self::eval), which does not allocate.
-    pub fn forward(
-        &self,
-        exec: &Exec,
-        session: &mut Session,
-        tokens: &[u32],
-        all_logits: bool,
-    ) -> Result<Vec<f32>> {
-        if tokens.is_empty() {
-            return Ok(Vec::new());
+    /// Runs every sequence of `seqs` after what its session holds, in one pass: each matrix
+    /// once over the columns of all sequences; attention and the recurrent layers per sequence
+    /// on its own session. Each session keeps the logits its [`Seq::logits`] asks for, bit for
+    /// bit those it would get alone (a matmul column and its activation quantization do not
+    /// depend on the other columns). Nothing is written unless every sequence fits its
+    /// context, every id is in the vocabulary and every recurrent state is at its position.
+    /// Allocates nothing once `exec` has run a batch this large and each session has held
+    /// logits this large.
+    pub fn forward(&self, exec: &Exec, seqs: &mut [Seq]) -> Result<()> {
+        if seqs.is_empty() {
+            return Ok(());
         }
-        Ok(self.eval(exec, session, tokens, all_logits)?.to_vec())
+        let t = exec.profile.time(Phase::Forward);
+        let res = self.run(exec, &mut exec.batch(), seqs);
+        drop(t);
+        res
     }
 
-    /// Evaluates `tokens` after what `session` holds without allocating after the session's
-    /// first pass: the logits of every position (`all_logits`) or of the last one stay in the
-    /// session (also [`Session::logits`]).
-    pub fn eval<'s>(
+    /// One sequence alone: [`forward`](Self::forward) over `[Seq { session, tokens, logits }]`,
+    /// returning the session's logits. Most passes run one sequence (decoding loops, tools,
+    /// tests); this spares each of them the one-element batch and the separate read.
+    pub fn forward_one<'s>(
         &self,
         exec: &Exec,
         session: &'s mut Session,
         tokens: &[u32],
-        all_logits: bool,
+        logits: Logits,
     ) -> Result<&'s [f32]> {
-        self.forward_seqs(exec, &mut [(&mut *session, tokens)], &[all_logits])?;
+        let seq = Seq {
+            session: &mut *session,
+            tokens,
+            logits,
+        };
+        self.forward(exec, &mut [seq])?;
         Ok(session.logits())
-    }
-
-    /// Evaluates several sequences in one pass, each `(session, tokens)` after what its
-    /// session holds, and returns a copy of the last position's logits of each (empty for a
-    /// sequence without tokens); see [`eval_batch`](Self::eval_batch).
-    pub fn forward_batch(
-        &self,
-        exec: &Exec,
-        seqs: &mut [(&mut Session, &[u32])],
-    ) -> Result<Vec<Vec<f32>>> {
-        self.forward_batch_rows(exec, seqs, &[])
-    }
-
-    /// As [`forward_batch`](Self::forward_batch), with every position's logits (`n_vocab`
-    /// each, in order) for the sequences `i` with `all_logits[i]` (a sequence past the end of
-    /// `all_logits` gets its last position's): a server slot verifying drafted tokens.
-    pub fn forward_batch_rows(
-        &self,
-        exec: &Exec,
-        seqs: &mut [(&mut Session, &[u32])],
-        all_logits: &[bool],
-    ) -> Result<Vec<Vec<f32>>> {
-        self.forward_seqs(exec, seqs, all_logits)?;
-        Ok(seqs.iter().map(|(s, _)| s.logits().to_vec()).collect())
-    }
-
-    /// Evaluates several sequences in one pass and leaves each one's last logits in its
-    /// session ([`Session::logits`]). Every matrix runs once over the columns of all
-    /// sequences; attention and the recurrent layers run per sequence on its own session. The
-    /// logits are bit for bit those of separate [`eval`](Self::eval) calls (a matmul column
-    /// and its activation quantization do not depend on the other columns). Allocates nothing
-    /// once the first session has seen a batch this large (it holds the batch's buffers).
-    pub fn eval_batch(&self, exec: &Exec, seqs: &mut [(&mut Session, &[u32])]) -> Result<()> {
-        self.forward_seqs(exec, seqs, &[])
     }
 }

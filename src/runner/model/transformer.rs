@@ -4,8 +4,8 @@
 //! lines in `arch.rs`);
 //! this module builds any of them and runs the one forward pass.
 
-use super::Session;
 use super::arch::ARCHS;
+use super::batch::{Batch, Span};
 use super::blocks::{Attention, Ctx, DeltaNet, Ffn, Layer, Mixer, add, norm_rows, project};
 use super::error::{ModelError, Result};
 use super::exec::Exec;
@@ -14,8 +14,8 @@ use super::hparams::HParams;
 use super::kv_cache::KvCache;
 use super::profile::Phase;
 use super::recurrent::RecurrentState;
-use super::state::{RunState, Span};
 use super::weights::{Embedding, WeightLoader};
+use super::{Logits, Seq, Session};
 use crate::runner::{GgufFile, TensorStore};
 
 /// A loaded model of any architecture: the one model type.
@@ -129,50 +129,20 @@ impl Model {
                 false => KvCache::new(c.n_attn(), n_ctx, c.kv_dim()),
             },
             recurrent: c.ssm.map(|s| RecurrentState::new(s, c.n_rec())),
-            state: RunState::default(),
+            logits: Vec::new(),
         }
     }
 
-    /// Runs each `(session, tokens)` after what its session holds, every matrix once over the
-    /// columns of all sequences (attention and the recurrence per sequence), and leaves each
-    /// session's logits in it (every position for sequence `i` with `all_logits[i]`, else the
-    /// last; none for a sequence without tokens). A column of a matmul does not depend on its neighbours, so
-    /// each sequence gets exactly the logits it would get alone. Nothing is written unless
-    /// every sequence fits, every id is in the vocabulary and every state is at its position.
-    /// The first session's run state holds the batch's buffers.
-    pub(crate) fn forward_seqs(
-        &self,
-        exec: &Exec,
-        seqs: &mut [(&mut Session, &[u32])],
-        all_logits: &[bool],
-    ) -> Result<()> {
-        let Some((host, _)) = seqs.first_mut() else {
-            return Ok(());
-        };
-        let mut st = std::mem::take(&mut host.state);
-        let t = exec.profile.time(Phase::Forward);
-        let res = self.run(exec, &mut st, seqs, all_logits);
-        drop(t);
-        seqs[0].0.state = st;
-        res
-    }
-
-    /// The forward pass, top to bottom.
-    fn run(
-        &self,
-        exec: &Exec,
-        st: &mut RunState,
-        seqs: &mut [(&mut Session, &[u32])],
-        all_logits: &[bool],
-    ) -> Result<()> {
+    /// The forward pass ([`Model::forward`]), top to bottom, in the batch workspace `st`.
+    pub(super) fn run(&self, exec: &Exec, st: &mut Batch, seqs: &mut [Seq]) -> Result<()> {
         let ctx = Ctx {
             exec,
             hp: &self.cfg,
             fold: self.fold.as_deref(),
             round_bf16: self.round_bf16,
         };
-        if self.begin(st, seqs, all_logits)? == 0 {
-            seqs.iter_mut().for_each(|(s, _)| s.state.logits.clear());
+        if self.begin(st, seqs)? == 0 {
+            seqs.iter_mut().for_each(|s| s.session.logits.clear());
             return Ok(());
         }
         self.embed(&ctx, st, seqs);
@@ -191,7 +161,8 @@ impl Model {
             layer.ffn.forward(&ctx, st)?;
             add(&ctx, &mut st.x, &st.out);
         }
-        for (((sess, _), span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
+        for ((seq, span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
+            let sess = &mut *seq.session;
             sess.cache.set_len(span.pos0 + span.cols.len());
             if let (Some(u), Some(rec)) = (*upd, sess.recurrent.as_mut()) {
                 rec.finish(u, span.cols.len());
@@ -202,14 +173,14 @@ impl Model {
 
     /// Checks every sequence, lays the batch out (`st.spans`, `st.rows`, recurrent updates),
     /// sizes the buffers and returns the batch's token count.
-    fn begin(
-        &self,
-        st: &mut RunState,
-        seqs: &mut [(&mut Session, &[u32])],
-        all_logits: &[bool],
-    ) -> Result<usize> {
+    fn begin(&self, st: &mut Batch, seqs: &mut [Seq]) -> Result<usize> {
         let c = &self.cfg;
-        for (sess, tokens) in seqs.iter() {
+        for Seq {
+            session: sess,
+            tokens,
+            ..
+        } in seqs.iter()
+        {
             let needed = sess.cache.len() + tokens.len();
             if needed > sess.cache.n_ctx() {
                 return Err(ModelError::ContextOverflow {
@@ -229,26 +200,29 @@ impl Model {
         st.spans.clear();
         st.rows.clear();
         let mut at = 0;
-        for (i, (sess, tokens)) in seqs.iter().enumerate() {
-            let n = tokens.len();
+        for seq in seqs.iter() {
+            let n = seq.tokens.len();
             st.spans.push(Span {
                 cols: at..at + n,
-                pos0: sess.cache.len(),
+                pos0: seq.session.cache.len(),
             });
-            let all = all_logits.get(i).copied().unwrap_or(false);
-            st.rows.push(if all { n } else { n.min(1) });
+            st.rows.push(match seq.logits {
+                Logits::None => 0,
+                Logits::Last => n.min(1),
+                Logits::All => n,
+            });
             at += n;
         }
         // Room for every sequence's new positions: allocation only, before anything is written.
-        for (sess, tokens) in seqs.iter_mut() {
-            let needed = sess.cache.len() + tokens.len();
-            sess.cache.reserve(needed);
+        for seq in seqs.iter_mut() {
+            let needed = seq.session.cache.len() + seq.tokens.len();
+            seq.session.cache.reserve(needed);
         }
         // `begin` checks that each state is at its session's position and only allocates (the
         // second buffer of a checkpointed state), so a failure here leaves every state as it was.
         st.upds.clear();
-        for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
-            st.upds.push(match sess.recurrent.as_mut() {
+        for (seq, span) in seqs.iter_mut().zip(&st.spans) {
+            st.upds.push(match seq.session.recurrent.as_mut() {
                 Some(rec) if !span.cols.is_empty() => Some(rec.begin(span.pos0)?),
                 _ => None,
             });
@@ -259,22 +233,18 @@ impl Model {
     }
 
     /// `st.x[t]` = the embedding of token `t` of the batch.
-    fn embed(&self, ctx: &Ctx, st: &mut RunState, seqs: &[(&mut Session, &[u32])]) {
+    fn embed(&self, ctx: &Ctx, st: &mut Batch, seqs: &[Seq]) {
         let _t = ctx.exec.profile.time(Phase::Elementwise);
-        let tokens = seqs.iter().flat_map(|(_, t)| t.iter());
+        let tokens = seqs.iter().flat_map(|s| s.tokens.iter());
         for (row, &id) in st.x.chunks_exact_mut(self.cfg.dims.n_embd).zip(tokens) {
             self.emb.lookup(id, row, self.fold.as_deref());
         }
     }
 
     /// The final norm and the LM head over the rows each sequence wants; each session gets its
-    /// rows of logits (the first one's stay in `st`, which goes back to it).
-    fn logits(
-        &self,
-        ctx: &Ctx,
-        st: &mut RunState,
-        seqs: &mut [(&mut Session, &[u32])],
-    ) -> Result<()> {
+    /// rows of logits. A sequence alone gets them straight from the head; a batch's go through
+    /// `st.logits`.
+    fn logits(&self, ctx: &Ctx, st: &mut Batch, seqs: &mut [Seq]) -> Result<()> {
         let (d, nv) = (self.cfg.dims.n_embd, self.cfg.n_vocab);
         let mut at = 0;
         for (span, &r) in st.spans.iter().zip(&st.rows) {
@@ -288,19 +258,24 @@ impl Model {
             );
             at += r;
         }
-        let head = self.emb.head();
-        let jobs = &mut [(head, &mut st.logits[..])];
-        project(ctx, &mut st.mm, &st.head_in, d, jobs, Phase::LmHead)?;
-        let mut at = st.rows.first().copied().unwrap_or(0);
-        for ((sess, _), &r) in seqs.iter_mut().zip(&st.rows).skip(1) {
-            sess.state.logits.clear();
-            sess.state
-                .logits
-                .extend_from_slice(&st.logits[at * nv..(at + r) * nv]);
-            at += r;
+        let out = match seqs {
+            [alone] => &mut alone.session.logits,
+            _ => &mut st.logits,
+        };
+        out.resize(at * nv, 0.0);
+        if at > 0 {
+            let jobs = &mut [(self.emb.head(), &mut out[..])];
+            project(ctx, &mut st.mm, &st.head_in, d, jobs, Phase::LmHead)?;
         }
-        st.logits
-            .truncate(st.rows.first().copied().unwrap_or(0) * nv);
+        if seqs.len() > 1 {
+            let mut at = 0;
+            for (seq, &r) in seqs.iter_mut().zip(&st.rows) {
+                let mine = &mut seq.session.logits;
+                mine.clear();
+                mine.extend_from_slice(&st.logits[at * nv..(at + r) * nv]);
+                at += r;
+            }
+        }
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! `libt2p serve`: an OpenAI-compatible HTTP server with continuous batching.
 //!
 //! The model runs on one dedicated thread ([`scheduler`]): up to `parallel` requests decode
-//! together, one [`Model::forward_batch`](crate::runner::model::Model::forward_batch) per step,
+//! together, one [`Model::forward`](crate::runner::model::Model::forward) per step,
 //! joining and leaving between steps. The HTTP side ([`routes`], axum on tokio) parses and
 //! tokenizes requests, queues them (bounded: a full queue answers 503) and turns the
 //! scheduler's events into JSON or server-sent events ([`respond`]). Batching never changes an

@@ -1,9 +1,10 @@
 //! The model's thread: up to `parallel` slots, each with its own [`Session`], decoded together
-//! in one [`Model::forward_batch`] per step. Requests join and leave between steps; prompts are
+//! in one [`Model::forward`] per step. Requests join and leave between steps; prompts are
 //! fed in chunks from a per-step budget, so a long prompt never stalls the others' decoding.
 //!
 //! Batching never changes an output: every sequence's logits are those it would get alone
-//! (see `forward_batch`), each request samples with its own [`Sampler`], and chunked prompt
+//! (see `Model::forward`), each request samples with its own [`Sampler`] (through the
+//! [`TokenStep`] every decoding loop shares), and chunked prompt
 //! evaluation gives the same K/V and recurrent state as a single pass.
 //!
 //! The choices of one request (`n`) share its prompt's evaluation: while the first choice
@@ -25,9 +26,10 @@ use super::metrics::Metrics;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
 use crate::runner::constrain::Constraint;
-use crate::runner::model::{Exec, Model, Session};
-use crate::runner::sample::{Sampler, SamplerConfig, log_softmax_top};
+use crate::runner::model::{Exec, Logits, Model, Seq, Session};
+use crate::runner::sample::{Sampler, SamplerConfig, TokenMask, log_softmax_top};
 use crate::runner::speculative::{LookupConfig, lookup_draft};
+use crate::runner::step::{StepError, Stop, TokenStep, check_draft};
 
 /// Why a completion ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,9 +174,8 @@ struct Active<'t> {
     /// Prompt tokens in the session so far.
     fed: usize,
     cached: usize,
-    /// Prompt then sampled tokens (for the repetition penalty).
-    history: Vec<u32>,
-    generated: usize,
+    /// Prompt then sampled tokens (for the penalties and the drafter), and the masked logits.
+    step: TokenStep,
     /// `max_tokens` cut to the context.
     limit: usize,
     /// The last sampled token, evaluated in the next step.
@@ -184,8 +185,6 @@ struct Active<'t> {
     group: Option<u64>,
     /// Waiting for a choice of its group to finish evaluating the prompt (then forked).
     waiting: bool,
-    /// The logits with the grammar's mask applied (kept to reuse its allocation).
-    masked: Vec<f32>,
 }
 
 /// How sampling ended a job.
@@ -197,6 +196,11 @@ enum Ended {
 }
 
 impl Active<'_> {
+    /// Tokens sampled so far.
+    fn generated(&self) -> usize {
+        self.step.generated().len()
+    }
+
     /// KV positions this job can reach: its prompt and every token it may sample.
     fn reach(&self) -> usize {
         self.job.prompt.len() + self.limit
@@ -434,13 +438,11 @@ fn admit<'t>(
         text: TextStream::new(tok, &job.stop, job.rendered.clone()),
         fed: 0,
         cached: 0,
-        history: job.prompt.clone(),
-        generated: 0,
+        step: TokenStep::new(&job.prompt),
         limit,
         pending: None,
         group,
         waiting: true,
-        masked: Vec::new(),
         job,
     });
     if !waits {
@@ -539,20 +541,15 @@ fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
 }
 
 /// Gives slot `to` a copy of slot `from`'s session, which has just evaluated the prompt of
-/// `to`'s job: the K/V and recurrent state that job would have computed itself.
-fn fork(model: &Model, cfg: SchedulerConfig, slots: &mut [Slot], from: usize, to: usize) {
+/// `to`'s job: the K/V, recurrent state and logits that job would have computed itself.
+fn fork(slots: &mut [Slot], from: usize, to: usize) {
     let src = slots[from]
         .session
-        .as_ref()
+        .clone()
         .expect("an evaluated slot has a session");
-    let (cache, recurrent) = (src.cache.clone(), src.recurrent.clone());
     let held = slots[from].held.clone();
     let dst = &mut slots[to];
-    let session = dst
-        .session
-        .get_or_insert_with(|| model.new_session(cfg.n_ctx));
-    session.cache = cache;
-    session.recurrent = recurrent;
+    let session = dst.session.insert(src);
     dst.held = held;
     let a = dst.active.as_mut().expect("a waiting job");
     session.cache.cap_growth(a.reach());
@@ -584,39 +581,40 @@ fn step(
         panic!("a panic injected by the test hook");
     }
     let t0 = Instant::now();
-    // A decoding slot that drafted needs the logits of every position it fed.
-    let verify: Vec<bool> = slots
-        .iter()
-        .zip(&feeds)
-        .filter(|(_, f)| !f.is_empty())
-        .map(|(s, f)| f.len() > 1 && s.active.as_ref().is_some_and(|a| a.pending.is_some()))
-        .collect();
-    let mut seqs: Vec<(&mut Session, &[u32])> = Vec::new();
+    let mut seqs: Vec<Seq> = Vec::new();
     let mut who = Vec::new();
     for (i, (s, f)) in slots.iter_mut().zip(&feeds).enumerate() {
-        if !f.is_empty() {
-            seqs.push((
-                s.session.as_mut().expect("an admitted slot has a session"),
-                f,
-            ));
-            who.push(i);
+        if f.is_empty() {
+            continue;
         }
+        let a = s.active.as_ref().expect("a fed slot is busy");
+        let logits = match a.pending {
+            // A decoding slot that drafted needs the logits of every position it fed.
+            Some(_) if f.len() > 1 => Logits::All,
+            Some(_) => Logits::Last,
+            None if a.fed + f.len() < a.job.prompt.len() => Logits::None,
+            None => Logits::Last,
+        };
+        seqs.push(Seq {
+            session: s.session.as_mut().expect("an admitted slot has a session"),
+            tokens: f,
+            logits,
+        });
+        who.push(i);
     }
-    let result = model.forward_batch_rows(exec, &mut seqs, &verify);
+    let result = model.forward(exec, &mut seqs);
     drop(seqs);
     metrics.steps.fetch_add(1, Relaxed);
     let cols: usize = feeds.iter().map(Vec::len).sum();
     metrics.step_tokens.fetch_add(cols as u64, Relaxed);
-    let logits = match result {
-        Ok(logits) => logits,
-        Err(e) => return fail_batch(&who, slots, metrics, &e.to_string()),
-    };
+    if let Err(e) = result {
+        return fail_batch(&who, slots, metrics, &e.to_string());
+    }
     let pass = Evaluated {
         who: &who,
         feeds: &feeds,
-        logits: &logits,
     };
-    metrics.step_sampled(pass.sample(model, tok, cfg, slots, metrics));
+    metrics.step_sampled(pass.sample(tok, slots, metrics));
     metrics
         .busy_nanos
         .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
@@ -674,8 +672,8 @@ fn plan_feeds(cfg: SchedulerConfig, slots: &[Slot]) -> Vec<Vec<u32>> {
             feeds[i] = vec![id];
             if let Some(d) = &cfg.draft {
                 // Never more than the request may still sample after `id`'s successor.
-                let room = a.limit.saturating_sub(a.generated + 1).min(d.max_draft);
-                feeds[i].extend(lookup_draft(&a.history, d, room));
+                let room = a.limit.saturating_sub(a.generated() + 1).min(d.max_draft);
+                feeds[i].extend(lookup_draft(a.step.history(), d, room));
             }
         } else if a.fed < a.job.prompt.len() && budget > 0 {
             let n = (a.job.prompt.len() - a.fed).min(budget);
@@ -700,33 +698,25 @@ fn fail_batch(who: &[usize], slots: &mut [Slot], metrics: &Metrics, error: &str)
     }
 }
 
-/// A pass that ran: which slots it fed (`who`), with what, and their logits.
+/// A pass that ran: which slots it fed (`who`) and with what; their sessions hold the logits.
 struct Evaluated<'a> {
     who: &'a [usize],
     feeds: &'a [Vec<u32>],
-    logits: &'a [Vec<f32>],
 }
 
 impl Evaluated<'_> {
     /// Samples every slot whose prompt is done, and every choice waiting on a prompt that just
     /// finished; returns how many were sampled.
-    fn sample(
-        &self,
-        model: &Model,
-        tok: &Tokenizer,
-        cfg: SchedulerConfig,
-        slots: &mut [Slot],
-        metrics: &Metrics,
-    ) -> u64 {
+    fn sample(&self, tok: &Tokenizer, slots: &mut [Slot], metrics: &Metrics) -> u64 {
         let mut sampled = 0;
-        // Slots that just finished evaluating a shared prompt: (slot, group, prompt, logits).
+        // Slots that just finished evaluating a shared prompt: (slot, group, prompt).
         let mut evaluated = Vec::new();
-        for (&i, l) in self.who.iter().zip(self.logits) {
+        for &i in self.who {
             let feed = &self.feeds[i];
             let s = &mut slots[i];
             let a = s.active.as_mut().expect("fed slots are busy");
             if a.pending.is_some() {
-                sampled += decode(tok, s, feed, l, metrics);
+                sampled += decode(tok, s, feed, metrics);
                 continue;
             }
             s.held.extend_from_slice(feed);
@@ -735,21 +725,21 @@ impl Evaluated<'_> {
                 continue; // more prompt to go
             }
             if a.group.is_some() {
-                evaluated.push((i, a.group, a.job.prompt.clone(), l));
+                evaluated.push((i, a.group, a.job.prompt.clone()));
             }
             sampled += 1;
-            sample_into(tok, &mut slots[i], l, metrics);
+            sample_into(tok, &mut slots[i], metrics);
         }
-        for (from, group, prompt, l) in evaluated {
+        for (from, group, prompt) in evaluated {
             for to in 0..slots.len() {
                 let waits = slots[to]
                     .active
                     .as_ref()
                     .is_some_and(|a| a.waiting && a.group == group && a.job.prompt == prompt);
                 if waits {
-                    fork(model, cfg, slots, from, to);
+                    fork(slots, from, to);
                     sampled += 1;
-                    sample_into(tok, &mut slots[to], l, metrics);
+                    sample_into(tok, &mut slots[to], metrics);
                 }
             }
         }
@@ -758,58 +748,63 @@ impl Evaluated<'_> {
 }
 
 /// Samples a decoding slot that was fed `feed` (its pending token, then any drafted ones) from
-/// `logits` (one row per fed token when it drafted): a drafted token is kept while it is the
-/// token the sampler draws at its place, so the output is the one plain decoding gives. The
-/// rejected rest leaves the cache. Returns how many tokens were sampled.
-fn decode(tok: &Tokenizer, s: &mut Slot, feed: &[u32], logits: &[f32], metrics: &Metrics) -> u64 {
-    let draft = &feed[1..];
-    let nv = logits.len() / if draft.is_empty() { 1 } else { feed.len() };
-    let session = s.session.as_mut().expect("a fed slot has a session");
-    let base = session.cache.len() - feed.len();
-    let mut kept = feed.len();
-    let mut sampled = 0;
-    for (j, row) in logits.chunks_exact(nv).enumerate() {
-        sampled += 1;
-        let a = s.active.as_mut().expect("a sampled slot is busy");
+/// its session's logits (one row per fed token): a drafted token is kept while it is the token
+/// the sampler draws at its place ([`check_draft`]), so the output is the one plain decoding
+/// gives. The rejected rest leaves the cache. Returns how many tokens were sampled.
+fn decode(tok: &Tokenizer, s: &mut Slot, feed: &[u32], metrics: &Metrics) -> u64 {
+    let Slot {
+        session,
+        held,
+        active,
+        ..
+    } = s;
+    let session = session.as_mut().expect("a fed slot has a session");
+    let a = active.as_mut().expect("a sampled slot is busy");
+    let logits = session.logits();
+    let mut ended = None;
+    let (accepted, _) = check_draft(logits, logits.len() / feed.len(), &feed[1..], |row| {
         a.pending = None;
-        if let Some(end) = sample_one(tok, a, row, metrics) {
-            kept = j + 1;
-            end_job(s, end, metrics);
-            break;
+        match sample_one(tok, a, row, metrics) {
+            Some(end) => {
+                ended = Some(end);
+                None
+            }
+            None => a.pending,
         }
-        if draft.get(j) != a.pending.as_ref() {
-            kept = j + 1;
-            break;
-        }
-        // The drafted token is the one drawn, and already in the cache.
-        a.pending = None;
+    });
+    let kept = accepted + 1;
+    metrics
+        .draft_tokens
+        .fetch_add(feed.len() as u64 - 1, Relaxed);
+    metrics.draft_accepted.fetch_add(accepted as u64, Relaxed);
+    held.extend_from_slice(&feed[..kept]);
+    let base = session.len() - feed.len();
+    session.truncate(base + kept);
+    if let Some(end) = ended {
+        end_job(active, end, metrics);
     }
-    metrics.draft_tokens.fetch_add(draft.len() as u64, Relaxed);
-    metrics.draft_accepted.fetch_add((kept - 1) as u64, Relaxed);
-    s.held.extend_from_slice(&feed[..kept]);
-    if let Some(session) = s.session.as_mut() {
-        session.truncate(base + kept);
-    }
-    sampled
+    kept as u64
 }
 
-/// Samples the busy slot `s` from `logits`, finishing its request when it is done.
-fn sample_into(tok: &Tokenizer, s: &mut Slot, logits: &[f32], metrics: &Metrics) {
+/// Samples the busy slot `s` from its session's logits, finishing its request when it is done.
+fn sample_into(tok: &Tokenizer, s: &mut Slot, metrics: &Metrics) {
+    let logits = s
+        .session
+        .as_ref()
+        .expect("a sampled slot has a session")
+        .logits();
     let a = s.active.as_mut().expect("a sampled slot is busy");
     if let Some(end) = sample_one(tok, a, logits, metrics) {
-        end_job(s, end, metrics);
+        end_job(&mut s.active, end, metrics);
     }
 }
 
-/// Ends the busy slot `s`'s request as sampling decided.
-fn end_job(s: &mut Slot, end: Ended, metrics: &Metrics) {
+/// Ends the busy slot's request (`active`) as sampling decided.
+fn end_job(active: &mut Option<Active>, end: Ended, metrics: &Metrics) {
+    let a = active.take().expect("active");
     match end {
-        Ended::Finished(finish) => {
-            let a = s.active.take().expect("active");
-            finish_job(metrics, a, finish);
-        }
+        Ended::Finished(finish) => finish_job(metrics, a, finish),
         Ended::Failed(e) => {
-            let a = s.active.take().expect("active");
             metrics.slots_busy.fetch_sub(1, Relaxed);
             account_prompt(metrics, &a);
             let _ = a.job.events.send(Event::Error(e));
@@ -817,42 +812,54 @@ fn end_job(s: &mut Slot, end: Ended, metrics: &Metrics) {
     }
 }
 
-/// Draws the next token of `a` from `logits`, masked by its grammar if it has one.
-fn draw(a: &mut Active, logits: &[f32], metrics: &Metrics) -> Result<u32, String> {
-    let n_prompt = a.job.prompt.len();
-    let Some(c) = &mut a.job.constraint else {
-        return Ok(a.sampler.sample(logits, &a.history, n_prompt));
-    };
-    let t0 = Instant::now();
-    a.masked.clear();
-    a.masked.extend_from_slice(logits);
-    let masked = c.apply(&mut a.masked);
-    metrics
-        .grammar_mask_nanos
-        .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
-    metrics.grammar_masks.fetch_add(1, Relaxed);
-    masked.map_err(|e| format!("the grammar failed: {e}"))?;
-    Ok(a.sampler.sample(&a.masked, &a.history, n_prompt))
+/// A grammar whose masking is timed for the metrics.
+struct Timed<'a> {
+    mask: &'a mut Constraint,
+    metrics: &'a Metrics,
+}
+
+impl TokenMask for Timed<'_> {
+    fn apply(&mut self, logits: &mut [f32]) -> Result<(), String> {
+        let t0 = Instant::now();
+        let masked = TokenMask::apply(self.mask, logits);
+        let m = self.metrics;
+        m.grammar_mask_nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
+        m.grammar_masks.fetch_add(1, Relaxed);
+        masked
+    }
+
+    fn accept(&mut self, id: u32) -> Result<(), String> {
+        TokenMask::accept(self.mask, id)
+    }
+
+    fn is_finished(&self) -> bool {
+        TokenMask::is_finished(self.mask)
+    }
 }
 
 /// Samples the next token of `a` from `logits` and sends its text; says how the request
 /// ended when it is done (as [`Decoder::generate`](crate::runner::generate::Decoder::generate)
 /// decides it, and when its grammar is complete).
 fn sample_one(tok: &Tokenizer, a: &mut Active, logits: &[f32], metrics: &Metrics) -> Option<Ended> {
-    let id = match draw(a, logits, metrics) {
-        Ok(id) => id,
-        Err(e) => return Some(Ended::Failed(e)),
-    };
-    metrics.completion_tokens.fetch_add(1, Relaxed);
-    a.history.push(id);
-    a.generated += 1;
-    if tok.is_eog(id) {
-        return Some(Ended::Finished(Finish::Stop));
+    let mut timed = a
+        .job
+        .constraint
+        .as_mut()
+        .map(|mask| Timed { mask, metrics });
+    let mask = timed.as_mut().map(|t| t as &mut dyn TokenMask);
+    let drawn = a
+        .step
+        .draw(logits, &mut a.sampler, mask, |id| tok.is_eog(id));
+    if !matches!(drawn, Err(StepError::Mask(_))) {
+        metrics.completion_tokens.fetch_add(1, Relaxed);
     }
-    if let Some(c) = &mut a.job.constraint
-        && let Err(e) = c.accept(id)
-    {
-        return Some(Ended::Failed(format!("the grammar failed: {e}")));
+    let (id, stop) = match drawn {
+        Ok(d) => (d.id, d.stop),
+        Err(e) => return Some(Ended::Failed(format!("the grammar failed: {e}"))),
+    };
+    if stop == Some(Stop::EndOfGeneration) {
+        return Some(Ended::Finished(Finish::Stop));
     }
     if let Some(k) = a.job.logprobs {
         let (logprob, top) = log_softmax_top(logits, id, k);
@@ -865,15 +872,10 @@ fn sample_one(tok: &Tokenizer, a: &mut Active, logits: &[f32], metrics: &Metrics
     }
     let piece = a.text.push(id);
     send_text(a, piece);
-    if a.text.stopped()
-        || a.job
-            .constraint
-            .as_ref()
-            .is_some_and(Constraint::is_finished)
-    {
+    if a.text.stopped() || stop == Some(Stop::GrammarComplete) {
         return Some(Ended::Finished(Finish::Stop));
     }
-    if a.generated >= a.limit {
+    if a.generated() >= a.limit {
         return Some(Ended::Finished(Finish::Length));
     }
     a.pending = Some(id);
@@ -907,8 +909,8 @@ fn finish_job(metrics: &Metrics, mut a: Active, finish: Finish) {
         finish,
         prompt_tokens: a.job.prompt.len(),
         cached_tokens: a.cached,
-        completion_tokens: a.generated,
-        tokens: a.history[a.job.prompt.len()..].to_vec(),
+        completion_tokens: a.generated(),
+        tokens: a.step.generated().to_vec(),
     });
 }
 

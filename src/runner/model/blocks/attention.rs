@@ -4,11 +4,11 @@
 
 use super::{Ctx, Seqs, project};
 use crate::runner::model::attend::{AttnShape, attend};
+use crate::runner::model::batch::Batch;
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, rope, sigmoid};
 use crate::runner::model::profile::Phase;
-use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One attention layer's weights.
@@ -70,7 +70,7 @@ impl Attention {
     }
 
     /// `st.out = attention(st.xn)` for every sequence, appending K/V to each cache.
-    pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
+    pub fn forward(&self, ctx: &Ctx, st: &mut Batch, seqs: &mut Seqs) -> Result<()> {
         let hp = ctx.hp;
         let (hd, q_dim, kv_dim) = (hp.dims.head_dim, hp.q_dim(), hp.kv_dim());
         let prof = &ctx.exec.profile;
@@ -87,10 +87,10 @@ impl Attention {
             (0..n).for_each(|c| self.norm_and_rope(hp, st, c));
         }
         let _t = prof.time(Phase::Attention);
-        for ((sess, _), span) in seqs.iter_mut().zip(&st.spans) {
+        for (seq, span) in seqs.iter_mut().zip(&st.spans) {
             for c in span.cols.clone() {
                 let pos = span.pos0 + c - span.cols.start;
-                sess.cache.store(
+                seq.session.cache.store(
                     self.slot,
                     pos,
                     &st.k[c * kv_dim..(c + 1) * kv_dim],
@@ -107,7 +107,7 @@ impl Attention {
                 .position(|s| s.cols.contains(&c))
                 .expect("every column is in a span");
             let span = &spans[i];
-            (&seqs[i].0.cache, span.pos0 + c - span.cols.start)
+            (&seqs[i].session.cache, span.pos0 + c - span.cols.start)
         };
         attend(
             ctx.exec,
@@ -135,7 +135,7 @@ impl Attention {
     }
 
     /// `st.q`, `st.k`, `st.v` (and `st.gate`) of every token from `st.xn`.
-    fn project_qkv(&self, ctx: &Ctx, st: &mut RunState) -> Result<()> {
+    fn project_qkv(&self, ctx: &Ctx, st: &mut Batch) -> Result<()> {
         let (d, hd) = (ctx.hp.dims.n_embd, ctx.hp.dims.head_dim);
         if !self.gated {
             let jobs = &mut [
@@ -163,7 +163,7 @@ impl Attention {
     }
 
     /// The q/k norms and RoPE of batch column `c`, at the position its tables were made for.
-    fn norm_and_rope(&self, hp: &HParams, st: &mut RunState, c: usize) {
+    fn norm_and_rope(&self, hp: &HParams, st: &mut Batch, c: usize) {
         let (hd, q_dim, kv_dim, half) =
             (hp.dims.head_dim, hp.q_dim(), hp.kv_dim(), hp.rope_dims / 2);
         let (cos, sin) = (

@@ -4,13 +4,13 @@
 //! `ssm_out`.
 
 use super::{Ctx, Seqs, project};
+use crate::runner::model::batch::Batch;
 use crate::runner::model::error::{ModelError, Result};
 use crate::runner::model::hadamard::GdnGeometry;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{rms_norm, sigmoid, silu};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::recurrent::{DeltaInput, l2_norm_heads};
-use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One DeltaNet layer's weights.
@@ -72,7 +72,7 @@ impl DeltaNet {
     }
 
     /// `st.out = deltanet(st.xn)` for every sequence, advancing each recurrent state.
-    pub fn forward(&self, ctx: &Ctx, st: &mut RunState, seqs: &mut Seqs) -> Result<()> {
+    pub fn forward(&self, ctx: &Ctx, st: &mut Batch, seqs: &mut Seqs) -> Result<()> {
         let (hp, prof) = (ctx.hp, &ctx.exec.profile);
         let s = hp.ssm.expect("loaded with a DeltaNet shape");
         let (nv, ch, kd, vd) = (s.n_v_heads, s.conv_channels(), s.key_dim(), s.value_dim());
@@ -92,8 +92,8 @@ impl DeltaNet {
         st.dn_beta.iter_mut().for_each(|v| *v = sigmoid(*v));
         drop(t);
         let t = prof.time(Phase::Recurrence);
-        for (((sess, _), span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
-            let (Some(upd), Some(rec)) = (*upd, sess.recurrent.as_mut()) else {
+        for ((seq, span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
+            let (Some(upd), Some(rec)) = (*upd, seq.session.recurrent.as_mut()) else {
                 continue;
             };
             let cols = span.cols.clone();

@@ -2,11 +2,11 @@
 //! and an RMSNorm of the hidden vector before `down`).
 
 use super::{Ctx, par_zip, project};
+use crate::runner::model::batch::Batch;
 use crate::runner::model::error::Result;
 use crate::runner::model::hparams::HParams;
 use crate::runner::model::ops::{FfnAct, rms_norm};
 use crate::runner::model::profile::Phase;
-use crate::runner::model::state::RunState;
 use crate::runner::model::weights::{Projection, WeightLoader};
 
 /// One FFN's weights.
@@ -50,7 +50,7 @@ impl Ffn {
     }
 
     /// `st.out = ffn(st.xn)`.
-    pub fn forward(&self, ctx: &Ctx, st: &mut RunState) -> Result<()> {
+    pub fn forward(&self, ctx: &Ctx, st: &mut Batch) -> Result<()> {
         let jobs = &mut [
             (&self.gate, &mut st.ff_gate[..]),
             (&self.up, &mut st.ff_up[..]),

@@ -9,21 +9,21 @@ pub(crate) use attention::Attention;
 pub(crate) use deltanet::DeltaNet;
 pub(crate) use ffn::Ffn;
 
-use super::Session;
+use super::Seq;
+use super::batch::MatmulScratch;
 use super::error::Result;
 use super::exec::Exec;
 use super::hadamard::HadamardFold;
 use super::hparams::HParams;
 use super::linear::{Activations, run_step};
 use super::profile::Phase;
-use super::state::MatmulScratch;
 use super::weights::{InputKind, Projection};
 use crate::matmul::T2pProduct;
 
 /// The sequences of a batch: each session with the tokens it runs.
-pub(crate) type Seqs<'a, 'b> = [(&'a mut Session, &'b [u32])];
+pub(crate) type Seqs<'a> = [Seq<'a>];
 
-/// What every block of a forward pass reads besides its weights and the run state.
+/// What every block of a forward pass reads besides its weights and the batch workspace.
 pub(crate) struct Ctx<'a> {
     /// Kernels, pool, activation type, profile.
     pub exec: &'a Exec,

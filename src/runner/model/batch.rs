@@ -1,6 +1,8 @@
-//! The run state: every buffer a forward pass works in, owned by a [`Session`](super::Session)
-//! and sized on its first forward pass (like llama2.c's `RunState`). A later pass over as many
-//! tokens or fewer reuses the allocations; each buffer keeps one meaning.
+//! The batch workspace: every buffer a forward pass works in besides what each session keeps
+//! (its KV cache, recurrent state and logits). The [`Exec`](super::Exec) owns it, so one
+//! allocation serves every session and every batch (like llama2.c's `RunState`); it is sized
+//! by the first pass this large, and a later pass over as many tokens or fewer reuses it. Each
+//! buffer keeps one meaning.
 //!
 //! Shapes below: `n` = tokens of the batch (all sequences), `r` = rows the LM head reads (the
 //! last token of each sequence, or every token), `d` = `n_embd`.
@@ -31,7 +33,7 @@ pub(crate) struct MatmulScratch {
 
 /// The buffers of a forward pass (see the module documentation).
 #[derive(Debug, Default)]
-pub struct RunState {
+pub(crate) struct Batch {
     /// Per sequence: its columns and first position.
     pub(crate) spans: Vec<Span>,
     /// Per sequence: which recurrent buffers this pass reads and writes (hybrid models).
@@ -81,15 +83,17 @@ pub struct RunState {
     pub(crate) dn_heads: Vec<f32>,
     /// `[r][d]`: the rows the LM head reads.
     pub(crate) head_in: Vec<f32>,
-    /// `[r][n_vocab]`: logits (after a pass: this session's rows only).
+    /// `[r][n_vocab]`: logits of every sequence's rows, before they go to the sessions (unused
+    /// when one sequence runs alone: the LM head then writes into its session).
     pub(crate) logits: Vec<f32>,
     /// Inputs of matmul groups.
     pub(crate) mm: MatmulScratch,
 }
 
-impl RunState {
-    /// Gives every buffer its shape for `n` tokens and `r` head rows (allocating only when
-    /// one grows past what an earlier pass needed); `gated`: the attention has an output gate.
+impl Batch {
+    /// Gives every buffer but `logits` its shape for `n` tokens and `r` head rows (allocating
+    /// only when one grows past what an earlier pass needed); `gated`: the attention has an
+    /// output gate.
     pub(crate) fn size(&mut self, hp: &HParams, gated: bool, n: usize, r: usize) {
         let d = hp.dims.n_embd;
         let (q, kv) = (hp.q_dim(), hp.kv_dim());
@@ -121,7 +125,6 @@ impl RunState {
             sized(&mut self.dn_o, n * s.value_dim());
         }
         sized(&mut self.head_in, r * d);
-        sized(&mut self.logits, r * hp.n_vocab);
     }
 
     /// The RoPE tables of every token of the batch (`spans` laid out by the pass), once per
