@@ -326,7 +326,9 @@ pub(crate) fn fold_q8_0<V: Copy>(
 
 /// A path's [`T2pKernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
 /// `vec_dot_stock` in scope where it is invoked; the `q8_0` entries are generic over the T2P
-/// layout, so one function serves both groups.
+/// layout, so one function serves both groups. A macro because it names the functions of the
+/// module it is invoked in (a `const fn` would take the seven function items positionally,
+/// where two `gemv_q8_0` and two `gemm_q8_0` instances are easy to swap unnoticed).
 macro_rules! kernel_table {
     ($isa:expr) => {
         $crate::kernels::T2pKernels {

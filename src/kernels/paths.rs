@@ -16,15 +16,15 @@ use super::{Isa, Kernels, T2pKernels, attention, f16, quant, scalar};
 use crate::format::GgmlType;
 
 /// Every path's table, at its [`Isa`] number; `None` for the paths of other targets.
-static TABLES: [Option<Kernels>; Isa::ALL.len()] = [
-    compose(Isa::Scalar),
-    compose(Isa::Avx2),
-    compose(Isa::Neon),
-    compose(Isa::NeonDotprod),
-    compose(Isa::NeonI8mm),
-    compose(Isa::AvxVnni),
-    compose(Isa::Avx512Vnni),
-];
+static TABLES: [Option<Kernels>; Isa::ALL.len()] = {
+    let mut tables = [const { None }; Isa::ALL.len()];
+    let mut i = 0;
+    while i < Isa::ALL.len() {
+        tables[Isa::ALL[i] as usize] = compose(Isa::ALL[i]);
+        i += 1;
+    }
+    tables
+};
 
 /// The table of `isa` if this build has one, whether or not this CPU runs it.
 pub(super) fn table(isa: Isa) -> Option<&'static Kernels> {
@@ -40,12 +40,13 @@ const fn compose(isa: Isa) -> Option<Kernels> {
         t2p.isa as u32 == isa as u32,
         "a T2P table in the wrong place"
     );
+    let (f16, attention) = float_loops(isa);
     Some(Kernels {
         isa,
         t2p,
         quant: quant(isa),
-        f16: f16(isa),
-        attention: attention(isa),
+        f16,
+        attention,
     })
 }
 
@@ -74,29 +75,18 @@ const fn quant(isa: Isa) -> &'static QuantKernels {
     }
 }
 
-/// Two ymm registers of lanes on the AVX2 and AVX-VNNI paths, a zmm on the AVX-512 one, four q
-/// registers on every aarch64 path.
-const fn f16(isa: Isa) -> F16Kernel {
+/// The F16 rows and the attention loops: two ymm registers of lanes and AVX2 + F16C on the AVX2
+/// and AVX-VNNI paths, a zmm and AVX-512 on the AVX-512 one; on aarch64 four q registers of
+/// lanes and the attention reference (the compiler vectorises its f32 loops with NEON).
+const fn float_loops(isa: Isa) -> (F16Kernel, AttentionKernels) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => x86_64::f16::AVX2,
+        Isa::Avx2 | Isa::AvxVnni => (x86_64::f16::AVX2, x86_64::attention::AVX2),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => x86_64::f16::AVX512,
+        Isa::Avx512Vnni => (x86_64::f16::AVX512, x86_64::attention::AVX512),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::f16::NEON,
-        _ => f16::SCALAR,
-    }
-}
-
-/// AVX2 + F16C on the AVX2 and AVX-VNNI paths, AVX-512 on the AVX-512 one; the reference on
-/// the others (on aarch64 the compiler vectorises its f32 loops with NEON).
-const fn attention(isa: Isa) -> AttentionKernels {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => x86_64::attention::AVX2,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => x86_64::attention::AVX512,
-        _ => attention::SCALAR,
+        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (aarch64::f16::NEON, attention::SCALAR),
+        _ => (f16::SCALAR, attention::SCALAR),
     }
 }
 
@@ -107,10 +97,10 @@ pub fn quant_path_name(isa: Isa, ty: GgmlType) -> &'static str {
 
 /// Which implementation `isa` runs for F16 matrices (for tools).
 pub fn f16_path_name(isa: Isa) -> &'static str {
-    f16(isa).path
+    float_loops(isa).0.path
 }
 
 /// Which implementation `isa`'s attention runs over an f16 KV cache (for tools).
 pub fn attention_path_name(isa: Isa) -> &'static str {
-    attention(isa).path
+    float_loops(isa).1.path
 }

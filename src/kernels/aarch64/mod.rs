@@ -58,7 +58,9 @@ trait Layout: Sized + 'static {
     fn buffer() -> &'static PerCallBuffer<Self>;
 }
 
-/// Declares the per-thread buffer of a [`Layout`] type and implements the trait.
+/// Declares the per-thread buffer of a [`Layout`] type and implements the trait. A macro
+/// because a `thread_local!` static cannot be generic: each type needs its own, declared where
+/// its type is named.
 macro_rules! per_call_layout {
     ($t:ty) => {
         impl $crate::kernels::aarch64::Layout for $t {

@@ -14,25 +14,22 @@ use super::asm::sdot;
 use super::{load_i8x16x2, load_u8x16};
 use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, QuantBlock};
 use crate::kernels::Gemm;
-use crate::kernels::quant::{QuantEntry, QuantKernels, scalar};
+use crate::kernels::quant::{QuantEntry, QuantKernels, Step, scalar};
 
-/// The dotprod and i8mm paths' table: SDOT for Q4_0, Q8_0 and Q6_K, the scalar reference for
-/// the other types.
+/// The dotprod and i8mm paths' table: SDOT for Q4_0, Q8_0 and Q6_K, the scalar reference's
+/// entries (named `scalar`) for the other types.
 pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
-    q4_0: entry(),
-    q4_1: scalar::entry(),
-    q5_0: scalar::entry(),
-    q5_1: scalar::entry(),
-    q8_0: entry(),
-    q4_k: scalar::entry(),
-    q5_k: scalar::entry(),
-    q6_k: entry(),
-    q2_0_g64: scalar::entry(),
+    q4_0: Sdot::ENTRY,
+    q8_0: Sdot::ENTRY,
+    q6_k: Sdot::ENTRY,
+    ..scalar::KERNELS
 };
 
-/// The SDOT step for `B`.
-const fn entry<B: SdotBlock>() -> QuantEntry<B> {
-    QuantEntry::new(rows_dotprod::<B>, "neon-dotprod")
+/// The SDOT steps.
+struct Sdot;
+
+impl<B: SdotBlock> Step<B> for Sdot {
+    const ENTRY: QuantEntry<B> = QuantEntry::new(rows_dotprod::<B>, "neon-dotprod");
 }
 
 fn rows_dotprod<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {

@@ -20,6 +20,7 @@ pub(crate) type QuantRowsFn<B> = fn(Gemm<'_, B, <B as QuantBlock>::Act>);
 
 /// One type's kernel in a path's table, with the name of the path whose step it is (another
 /// path's, or the scalar reference's, where the table's own path has none for the type).
+#[derive(Clone, Copy)]
 pub struct QuantEntry<B: QuantBlock> {
     rows: QuantRowsFn<B>,
     path: &'static str,
@@ -46,7 +47,33 @@ pub struct QuantKernels {
     pub(crate) q2_0_g64: QuantEntry<BlockQ2_0g64>,
 }
 
+/// A path's step for the block type `B`: the entry it puts in its table.
+pub(crate) trait Step<B: QuantBlock> {
+    /// The step, named after the path.
+    const ENTRY: QuantEntry<B>;
+}
+
 impl QuantKernels {
+    /// The table of a path `P` with a step of its own for every type.
+    pub(crate) const fn every<P>() -> QuantKernels
+    where
+        P: Step<BlockQ4_0> + Step<BlockQ4_1> + Step<BlockQ5_0> + Step<BlockQ5_1>,
+        P: Step<BlockQ8_0> + Step<BlockQ4K> + Step<BlockQ5K> + Step<BlockQ6K>,
+        P: Step<BlockQ2_0g64>,
+    {
+        QuantKernels {
+            q4_0: <P as Step<_>>::ENTRY,
+            q4_1: <P as Step<_>>::ENTRY,
+            q5_0: <P as Step<_>>::ENTRY,
+            q5_1: <P as Step<_>>::ENTRY,
+            q8_0: <P as Step<_>>::ENTRY,
+            q4_k: <P as Step<_>>::ENTRY,
+            q5_k: <P as Step<_>>::ENTRY,
+            q6_k: <P as Step<_>>::ENTRY,
+            q2_0_g64: <P as Step<_>>::ENTRY,
+        }
+    }
+
     /// The name of the path whose step runs `ty` (the scalar reference's for a type without
     /// kernels).
     pub(super) fn path(&self, ty: GgmlType) -> &'static str {

@@ -1,25 +1,17 @@
 //! The reference for ggml block types: [`crate::format::vec_dot`] per row and column.
 
-use super::{QuantEntry, QuantKernels};
+use super::{QuantEntry, QuantKernels, Step};
 use crate::format::{QuantBlock, vec_dot};
 use crate::kernels::Gemm;
 
 /// The scalar path's table: the reference for every type.
-pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
-    q4_0: entry(),
-    q4_1: entry(),
-    q5_0: entry(),
-    q5_1: entry(),
-    q8_0: entry(),
-    q4_k: entry(),
-    q5_k: entry(),
-    q6_k: entry(),
-    q2_0_g64: entry(),
-};
+pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels::every::<Reference>();
 
-/// The reference's entry for `B`, which the paths without a step of their own for `B` name.
-pub(in crate::kernels) const fn entry<B: QuantBlock>() -> QuantEntry<B> {
-    QuantEntry::new(rows::<B>, "scalar")
+/// The reference's steps.
+struct Reference;
+
+impl<B: QuantBlock> Step<B> for Reference {
+    const ENTRY: QuantEntry<B> = QuantEntry::new(rows::<B>, "scalar");
 }
 
 fn rows<B: QuantBlock>(g: Gemm<'_, B, B::Act>) {

@@ -20,26 +20,14 @@ use crate::format::{
     ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
     BlockQ6K, BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
 };
-use crate::kernels::quant::{QuantEntry, QuantKernels};
+use crate::kernels::quant::{QuantEntry, QuantKernels, Step};
 use crate::kernels::{Gemm, const_table};
 
 /// The AVX2 path's table (the AVX-VNNI path's too): its own step for every type.
-pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
-    q4_0: entry(),
-    q4_1: entry(),
-    q5_0: entry(),
-    q5_1: entry(),
-    q8_0: entry(),
-    q4_k: entry(),
-    q5_k: entry(),
-    q6_k: entry(),
-    q2_0_g64: entry(),
-};
+pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels::every::<Ymm>();
 
-/// The AVX2 step for `B`, which the AVX-512 path's table names for the types it has no step of
-/// its own for.
-pub(super) const fn entry<B: Avx2Block>() -> QuantEntry<B> {
-    QuantEntry::new(rows_avx2::<B>, "avx2")
+impl<B: Avx2Block> Step<B> for Ymm {
+    const ENTRY: QuantEntry<B> = QuantEntry::new(rows_avx2::<B>, "avx2");
 }
 
 fn rows_avx2<B: Avx2Block>(g: Gemm<'_, B, B::Act>) {
@@ -117,7 +105,7 @@ pub(super) trait DotStep<B: Avx2Block> {
     unsafe fn dot(b: &B, a: &B::Act) -> (__m256i, i32);
 }
 
-/// The AVX2 dot steps, [`Avx2Block::dot`].
+/// The AVX2 path: its dot steps are [`Avx2Block::dot`].
 struct Ymm;
 
 impl<B: Avx2Block> DotStep<B> for Ymm {

@@ -16,17 +16,11 @@ use crate::format::{BlockQ6K, BlockQ8K};
 use crate::kernels::quant::{QuantEntry, QuantKernels};
 use crate::kernels::{Gemm, const_table};
 
-/// The AVX-512 VNNI path's table: its own step for Q6_K, the AVX2 path's for the other types.
+/// The AVX-512 VNNI path's table: its own step for Q6_K, the AVX2 path's entries (named
+/// `avx2`) for the other types.
 pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
-    q4_0: quant::entry(),
-    q4_1: quant::entry(),
-    q5_0: quant::entry(),
-    q5_1: quant::entry(),
-    q8_0: quant::entry(),
-    q4_k: quant::entry(),
-    q5_k: quant::entry(),
     q6_k: QuantEntry::new(q6_k, "avx512-vnni"),
-    q2_0_g64: quant::entry(),
+    ..quant::KERNELS
 };
 
 fn q6_k(g: Gemm<'_, BlockQ6K, BlockQ8K>) {
