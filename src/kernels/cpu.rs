@@ -1,4 +1,7 @@
-//! Runtime CPU feature detection, as a stable bit set (the C ABI's `T2P_CPU_*` values).
+//! Runtime CPU feature detection, as a stable bit set (the C ABI's `T2P_CPU_*` values): the
+//! one place that asks the CPU; a path runs where it has [`crate::kernels::Isa::required_features`].
+
+use std::sync::OnceLock;
 
 /// x86_64 AVX2.
 pub const AVX2: u32 = 1 << 0;
@@ -31,8 +34,13 @@ const NAMES: [(u32, &str); 9] = [
     (I8MM, "i8mm"),
 ];
 
-/// The features of this CPU that t2p knows about.
+/// The features of this CPU that t2p knows about (detected once).
 pub fn features() -> u32 {
+    static FEATURES: OnceLock<u32> = OnceLock::new();
+    *FEATURES.get_or_init(detect)
+}
+
+fn detect() -> u32 {
     let mut f = 0;
     #[cfg(target_arch = "x86_64")]
     {

@@ -31,12 +31,14 @@ use crate::format::{
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+pub mod attention;
 pub mod cpu;
 mod f16;
+mod paths;
 mod quant;
 pub mod scalar;
-pub use f16::f16_path_name;
-pub use quant::{QuantKernel, quant_path_name};
+pub use paths::{attention_path_name, f16_path_name, quant_path_name};
+pub use quant::QuantKernel;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
@@ -142,9 +144,27 @@ impl Isa {
             .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA number {v}")))
     }
 
-    /// Whether this CPU (and this build's target) can run the path.
+    /// The CPU features ([`cpu`] bits) the path needs: every kernel of its table (T2P, ggml
+    /// block types, F16 rows, attention) is compiled for them. The x86 paths ask for FMA, which
+    /// their F16 rows use and every AVX2 CPU has.
+    pub fn required_features(self) -> u32 {
+        let x86 = cpu::AVX2 | cpu::F16C | cpu::FMA;
+        match self {
+            Isa::Scalar => 0,
+            Isa::Avx2 => x86,
+            Isa::AvxVnni => x86 | cpu::AVX_VNNI,
+            Isa::Avx512Vnni => x86 | cpu::AVX512F | cpu::AVX512_VNNI,
+            Isa::Neon => cpu::NEON,
+            Isa::NeonDotprod => cpu::NEON | cpu::DOTPROD,
+            Isa::NeonI8mm => cpu::NEON | cpu::DOTPROD | cpu::I8MM,
+        }
+    }
+
+    /// Whether this CPU (and this build's target) can run the path: the one place that asks
+    /// the CPU ([`cpu::features`]).
     pub fn is_supported(self) -> bool {
-        table(self).is_some()
+        let need = self.required_features();
+        paths::table(self).is_some() && cpu::features() & need == need
     }
 
     /// The best path this CPU supports.
@@ -266,9 +286,9 @@ impl<'a, W, A> Gemm<'a, W, A> {
     }
 }
 
-/// The kernels of one ISA path. Only obtainable for paths the CPU supports, so calling them is
-/// always sound.
-pub struct Kernels {
+/// The T2P kernels of one ISA path: one part of its [`Kernels`].
+pub(crate) struct T2pKernels {
+    /// The path these are compiled for (checked against the table they are put in).
     isa: Isa,
     gemv: GemvFn,
     gemm: GemmFn,
@@ -304,12 +324,14 @@ pub(crate) fn fold_q8_0<V: Copy>(
     }
 }
 
-/// A path's [`Kernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
+/// A path's [`T2pKernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
 /// `vec_dot_stock` in scope where it is invoked; the `q8_0` entries are generic over the T2P
-/// layout, so one function serves both groups.
+/// layout, so one function serves both groups. A macro because it names the functions of the
+/// module it is invoked in (a `const fn` would take the seven function items positionally,
+/// where two `gemv_q8_0` and two `gemm_q8_0` instances are easy to swap unnoticed).
 macro_rules! kernel_table {
     ($isa:expr) => {
-        $crate::kernels::Kernels {
+        $crate::kernels::T2pKernels {
             isa: $isa,
             gemv,
             gemm,
@@ -343,21 +365,22 @@ macro_rules! const_table {
 }
 pub(crate) use const_table;
 
-fn table(isa: Isa) -> Option<&'static Kernels> {
-    match isa {
-        Isa::Scalar => Some(&scalar::KERNELS),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86_64::kernels(isa),
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::kernels(isa),
-        _ => None,
-    }
+/// The kernels of one ISA path, all of them: T2P, ggml block types, F16 rows and attention
+/// ([`paths`] composes them). Only obtainable for paths the CPU supports, so calling them is
+/// always sound.
+pub struct Kernels {
+    isa: Isa,
+    t2p: &'static T2pKernels,
+    quant: &'static quant::QuantKernels,
+    f16: f16::F16Kernel,
+    attention: attention::AttentionKernels,
 }
 
 impl Kernels {
     /// The kernels of `isa`, or [`Error::UnsupportedIsa`] if this CPU cannot run it.
     pub fn for_isa(isa: Isa) -> Result<&'static Kernels> {
-        table(isa)
+        paths::table(isa)
+            .filter(|_| isa.is_supported())
             .ok_or_else(|| Error::UnsupportedIsa(format!("{isa} cannot run on this CPU or target")))
     }
 
@@ -373,7 +396,7 @@ impl Kernels {
     /// If the slice lengths do not match that shape (the [`crate::matmul`] driver checks first).
     pub fn gemv(&self, x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
         assert_gemv_shape(x, nb, y.len(), out.len());
-        (self.gemv)(x, nb, y, out)
+        (self.t2p.gemv)(x, nb, y, out)
     }
 
     /// gemm over whole row groups and `ncols` columns held in `ceil(ncols / 4)` tiles of
@@ -392,7 +415,7 @@ impl Kernels {
             g.ncols.div_ceil(4) * g.nb / 2,
             "activation tiles"
         );
-        (self.gemm)(g)
+        (self.t2p.gemm)(g)
     }
 
     /// gemv with `q8_0` activations (llama.cpp's numerics for `pq2_0` and Q2_0): `x` holds
@@ -415,8 +438,8 @@ impl Kernels {
         assert_eq!(out.len() % ROWS_PER_T2P, 0, "rows");
         assert_eq!(x.len(), out.len() / ROWS_PER_T2P * nb, "weight blocks");
         match B::slice(x) {
-            T2pSlice::G128(x) => (self.gemv_q8_0)(x, nb, y, out),
-            T2pSlice::G64(x) => (self.gemv_q8_0_g64)(x, nb, y, out),
+            T2pSlice::G128(x) => (self.t2p.gemv_q8_0)(x, nb, y, out),
+            T2pSlice::G64(x) => (self.t2p.gemv_q8_0_g64)(x, nb, y, out),
         }
     }
 
@@ -430,8 +453,8 @@ impl Kernels {
         assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
         if g.ncols > 0 {
             match B::slice(g.x) {
-                T2pSlice::G128(x) => (self.gemm_q8_0)(g.with_weights(x)),
-                T2pSlice::G64(x) => (self.gemm_q8_0_g64)(g.with_weights(x)),
+                T2pSlice::G128(x) => (self.t2p.gemm_q8_0)(g.with_weights(x)),
+                T2pSlice::G64(x) => (self.t2p.gemm_q8_0_g64)(g.with_weights(x)),
             }
         }
     }
@@ -442,7 +465,7 @@ impl Kernels {
     /// If `x.len() != 2 * y.len()`.
     pub fn vec_dot_stock(&self, x: &[BlockPq2_0], y: &[BlockQ8K]) -> f32 {
         assert_eq!(x.len(), 2 * y.len(), "one q8_K block per two pq2_0 blocks");
-        (self.vec_dot_stock)(x, y)
+        (self.t2p.vec_dot_stock)(x, y)
     }
 }
 
@@ -473,7 +496,9 @@ pub fn active() -> &'static Kernels {
     } else {
         Isa::from_u32(cur as u32).unwrap_or(Isa::Scalar)
     };
-    Kernels::for_isa(isa).unwrap_or(&scalar::KERNELS)
+    Kernels::for_isa(isa)
+        .or_else(|_| Kernels::for_isa(Isa::Scalar))
+        .expect("the scalar path runs everywhere")
 }
 
 fn isa_from_env() -> Option<Isa> {

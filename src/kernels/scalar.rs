@@ -2,13 +2,13 @@
 //! float arithmetic only at the end of each 128-weight block. Every SIMD path is compared with
 //! these bit for bit.
 
-use super::{Gemm, Isa, Kernels, fold_q8_0, kernel_table};
+use super::{Gemm, Isa, T2pKernels, fold_q8_0, kernel_table};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
     RowPairBlock, f16_to_f32,
 };
 
-pub(super) static KERNELS: Kernels = kernel_table!(Isa::Scalar);
+pub(super) static KERNELS: T2pKernels = kernel_table!(Isa::Scalar);
 
 /// The float step every path shares: `acc + (d_w * d_y) * isum`, two roundings, no FMA.
 #[inline(always)]

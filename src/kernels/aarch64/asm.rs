@@ -6,7 +6,9 @@ use core::arch::aarch64::{int8x16_t, int32x4_t};
 use core::arch::asm;
 
 /// A safe wrapper `fn $name(acc, a, b) -> acc` around one accumulating instruction on three
-/// vector registers, compiled for (and only callable with) the feature `$feature`.
+/// vector registers, compiled for (and only callable with) the feature `$feature`. A macro
+/// because `asm!` takes its template and `#[target_feature]` its feature as literals, which a
+/// generic function cannot be handed.
 macro_rules! accumulating_op {
     ($(#[$doc:meta])* $vis:vis fn $name:ident, $feature:literal, $insn:literal) => {
         $(#[$doc])*

@@ -12,9 +12,9 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Gemm, Isa, Kernels, kernel_table};
+use crate::kernels::{Gemm, Isa, T2pKernels, kernel_table};
 
-pub(in crate::kernels) static KERNELS: Kernels = kernel_table!(Isa::NeonDotprod);
+pub(in crate::kernels) static KERNELS: T2pKernels = kernel_table!(Isa::NeonDotprod);
 
 /// gemv entry (also the i8mm path's gemv).
 pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {

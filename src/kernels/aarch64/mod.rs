@@ -19,8 +19,8 @@
 //!
 //! Safety: weights and activations are read only through references to whole blocks (each vector
 //! load reads inside one `&[u8; 16]`-sized field), so a wrong length can panic but never read out
-//! of bounds. The dotprod/i8mm code is `#[target_feature]` code; its statics are handed out by
-//! [`kernels`] only after runtime detection.
+//! of bounds. The dotprod/i8mm code is `#[target_feature]` code; its statics are handed out
+//! only after runtime detection ([`crate::kernels::cpu`]).
 //!
 //! The kernels use the q8_K `bsums` and the q8_0 `sums` for `sum(y)` (to turn the stored codes
 //! `u = w + 1` back into weights), so they rely on the invariant that these are the sums of
@@ -29,26 +29,24 @@
 use core::arch::aarch64::*;
 
 use super::{
-    Gemm, Isa, Kernels, PER_CALL_MIN_BLOCKS, PerCallBuffer, fold_q8_0, with_per_call_buffer,
+    Gemm, Isa, PER_CALL_MIN_BLOCKS, PerCallBuffer, T2pKernels, fold_q8_0, with_per_call_buffer,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 
 pub(in crate::kernels) mod asm;
 mod dotprod;
+pub(super) mod f16;
 mod i8mm;
 mod neon;
+pub(super) mod quant;
 
-/// The kernels of an aarch64 path, if this CPU has the features it needs.
-pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
-    let neon = std::arch::is_aarch64_feature_detected!("neon");
-    let dotprod = neon && std::arch::is_aarch64_feature_detected!("dotprod");
+/// The T2P kernels of an aarch64 path. Whether this CPU runs the path is asked once, by
+/// [`crate::kernels::cpu`] (the i8mm path uses the dotprod gemv, so it needs both).
+pub(super) const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
     match isa {
-        Isa::Neon if neon => Some(&neon::KERNELS),
-        Isa::NeonDotprod if dotprod => Some(&dotprod::KERNELS),
-        // The i8mm path uses the dotprod gemv, so it needs both.
-        Isa::NeonI8mm if dotprod && std::arch::is_aarch64_feature_detected!("i8mm") => {
-            Some(&i8mm::KERNELS)
-        }
+        Isa::Neon => Some(&neon::KERNELS),
+        Isa::NeonDotprod => Some(&dotprod::KERNELS),
+        Isa::NeonI8mm => Some(&i8mm::KERNELS),
         _ => None,
     }
 }
@@ -60,7 +58,9 @@ trait Layout: Sized + 'static {
     fn buffer() -> &'static PerCallBuffer<Self>;
 }
 
-/// Declares the per-thread buffer of a [`Layout`] type and implements the trait.
+/// Declares the per-thread buffer of a [`Layout`] type and implements the trait. A macro
+/// because a `thread_local!` static cannot be generic: each type needs its own, declared where
+/// its type is named.
 macro_rules! per_call_layout {
     ($t:ty) => {
         impl $crate::kernels::aarch64::Layout for $t {
@@ -583,7 +583,7 @@ mod stock {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Gemm, Isa, Kernels, scalar};
+    use super::super::{Gemm, Isa, Kernels};
     use crate::format::{
         BlockPq2_0, BlockQ8K, BlockT2p, f32_to_f16, interleave_q8k_x4, repack_pq2_0_to_t2p,
     };
@@ -686,7 +686,7 @@ mod tests {
         let x4: Vec<_> = (0..k / 256)
             .map(|b| interleave_q8k_x4([&cols[0][b], &cols[1][b], &cols[2][b], &cols[3][b]]))
             .collect();
-        let oracle = &scalar::KERNELS;
+        let oracle = Kernels::for_isa(Isa::Scalar).unwrap();
         let mut want_v = vec![0.0; rows];
         oracle.gemv(&w, k / 128, &cols[0], &mut want_v);
         let mut want_m = vec![0.0; 4 * rows];

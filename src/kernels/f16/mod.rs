@@ -15,22 +15,34 @@
 //! The lanes of a path only decide which registers hold `acc`; the leftovers and the tree run in
 //! the shared [`finish`].
 
-#[cfg(target_arch = "aarch64")]
-mod neon;
-#[cfg(target_arch = "x86_64")]
-mod x86;
-
-use super::{Gemm, Isa, Kernels};
+use super::{Gemm, Kernels};
 use crate::format::f16_to_f32;
 
 /// Lanes of partial sums every path keeps (see the module docs).
 pub const LANES: usize = 16;
 
+/// A path's F16 rows, with the name tools show for it.
+#[derive(Clone, Copy)]
+pub(crate) struct F16Kernel {
+    rows: fn(Gemm<'_, u16, f32>),
+    pub(super) path: &'static str,
+}
+
+impl F16Kernel {
+    /// `rows`, named `path`.
+    pub(crate) const fn new(rows: fn(Gemm<'_, u16, f32>), path: &'static str) -> Self {
+        F16Kernel { rows, path }
+    }
+}
+
+/// The scalar reference's entry.
+pub(super) const SCALAR: F16Kernel = F16Kernel::new(rows_scalar, "scalar");
+
 /// The 16 partial sums of one dot product, in a path's registers.
 ///
 /// Implementations only run inside a function compiled for their features (the path's entry),
 /// which is what the `unsafe` of the methods asks of callers.
-trait Lanes16: Copy {
+pub(in crate::kernels) trait Lanes16: Copy {
     /// 16 weights widened to f32.
     type W: Copy;
     /// All lanes zero.
@@ -150,7 +162,7 @@ unsafe fn tile<L: Lanes16, const R: usize, const C: usize>(
 /// # Safety
 /// The CPU must have `L`'s features; the shapes must have been checked ([`Kernels::f16_rows`]).
 #[inline(always)]
-unsafe fn rows_with<L: Lanes16>(g: Gemm<'_, u16, f32>) {
+pub(in crate::kernels) unsafe fn rows_with<L: Lanes16>(g: Gemm<'_, u16, f32>) {
     let (w, k, x, ncols, out, ld) = g.into_parts();
     let rows = w.len() / k;
     let row = |r: usize| &w[r * k..(r + 1) * k];
@@ -188,24 +200,6 @@ fn rows_scalar(g: Gemm<'_, u16, f32>) {
     unsafe { rows_with::<Scalar>(g) }
 }
 
-/// `rows_with` for the path `isa` runs for F16 rows, and its name.
-fn entry(isa: Isa) -> (fn(Gemm<'_, u16, f32>), &'static str) {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => (x86::rows_avx2, "avx2"),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86::rows_avx512, "avx512"),
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (neon::rows_neon, "neon"),
-        _ => (rows_scalar, "scalar"),
-    }
-}
-
-/// Which implementation `isa` runs for F16 matrices (for tools).
-pub fn f16_path_name(isa: Isa) -> &'static str {
-    entry(isa).1
-}
-
 impl Kernels {
     /// `out[c * ld + r] = dot(row r of x, column c of y)` for the `x.len() / nb` rows of `nb`
     /// f16 weights (IEEE half bits) and the `ncols` f32 columns `y` (column `c` at `c * nb`), in
@@ -217,8 +211,7 @@ impl Kernels {
         let rows = g.assert_shape(1);
         assert_eq!(g.y.len(), g.ncols * g.nb, "activation values");
         if g.ncols > 0 && rows > 0 {
-            // Only paths whose features were detected are ever a `Kernels`' ISA.
-            (entry(self.isa()).0)(g)
+            (self.f16.rows)(g)
         }
     }
 }

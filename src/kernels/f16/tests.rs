@@ -1,5 +1,6 @@
 use super::*;
 use crate::format::f32_to_f16;
+use crate::kernels::{Isa, f16_path_name};
 
 /// A small xorshift: the tests' shapes and values, reproducible.
 struct Rng(u64);

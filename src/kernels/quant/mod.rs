@@ -6,15 +6,9 @@
 //! computes the block's exact integer sums and folds them with the float expression of
 //! [`QuantBlock::fold`], block after block, so all paths give bit-identical results.
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(target_arch = "aarch64")]
-mod neon;
-mod scalar;
-#[cfg(target_arch = "x86_64")]
-mod zmm;
+pub(super) mod scalar;
 
-use super::{Gemm, Isa, Kernels};
+use super::{Gemm, Kernels};
 use crate::format::{
     BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
     BlockQ8_0, GgmlType, QuantBlock,
@@ -24,71 +18,124 @@ use crate::format::{
 /// `c` at `c * nb`); writes `out[c * ld + r]`.
 pub(crate) type QuantRowsFn<B> = fn(Gemm<'_, B, <B as QuantBlock>::Act>);
 
+/// One type's kernel in a path's table, with the name of the path whose step it is (another
+/// path's, or the scalar reference's, where the table's own path has none for the type).
+#[derive(Clone, Copy)]
+pub struct QuantEntry<B: QuantBlock> {
+    rows: QuantRowsFn<B>,
+    path: &'static str,
+}
+
+impl<B: QuantBlock> QuantEntry<B> {
+    /// `rows`, the step of the path named `path`.
+    pub(crate) const fn new(rows: QuantRowsFn<B>, path: &'static str) -> Self {
+        QuantEntry { rows, path }
+    }
+}
+
 /// The kernels of one path for ggml block types, one per type (opaque: reached through
 /// [`Kernels::quant_rows`]).
 pub struct QuantKernels {
-    /// The path's name, for `libt2p check` / `info`.
-    name: &'static str,
-    /// Where this table takes some types' entries from another one's: that table, and the
-    /// types this one has its own steps for.
-    inherits: Option<(&'static QuantKernels, &'static [GgmlType])>,
-    q4_0: QuantRowsFn<BlockQ4_0>,
-    q4_1: QuantRowsFn<BlockQ4_1>,
-    q5_0: QuantRowsFn<BlockQ5_0>,
-    q5_1: QuantRowsFn<BlockQ5_1>,
-    q8_0: QuantRowsFn<BlockQ8_0>,
-    q4_k: QuantRowsFn<BlockQ4K>,
-    q5_k: QuantRowsFn<BlockQ5K>,
-    q6_k: QuantRowsFn<BlockQ6K>,
-    q2_0_g64: QuantRowsFn<BlockQ2_0g64>,
+    pub(crate) q4_0: QuantEntry<BlockQ4_0>,
+    pub(crate) q4_1: QuantEntry<BlockQ4_1>,
+    pub(crate) q5_0: QuantEntry<BlockQ5_0>,
+    pub(crate) q5_1: QuantEntry<BlockQ5_1>,
+    pub(crate) q8_0: QuantEntry<BlockQ8_0>,
+    pub(crate) q4_k: QuantEntry<BlockQ4K>,
+    pub(crate) q5_k: QuantEntry<BlockQ5K>,
+    pub(crate) q6_k: QuantEntry<BlockQ6K>,
+    pub(crate) q2_0_g64: QuantEntry<BlockQ2_0g64>,
 }
 
-/// A block type with kernels: picks its entry from a path's table.
+/// A path's step for the block type `B`: the entry it puts in its table.
+pub(crate) trait Step<B: QuantBlock> {
+    /// The step, named after the path.
+    const ENTRY: QuantEntry<B>;
+}
+
+impl QuantKernels {
+    /// The table of a path `P` with a step of its own for every type.
+    pub(crate) const fn every<P>() -> QuantKernels
+    where
+        P: Step<BlockQ4_0> + Step<BlockQ4_1> + Step<BlockQ5_0> + Step<BlockQ5_1>,
+        P: Step<BlockQ8_0> + Step<BlockQ4K> + Step<BlockQ5K> + Step<BlockQ6K>,
+        P: Step<BlockQ2_0g64>,
+    {
+        QuantKernels {
+            q4_0: <P as Step<_>>::ENTRY,
+            q4_1: <P as Step<_>>::ENTRY,
+            q5_0: <P as Step<_>>::ENTRY,
+            q5_1: <P as Step<_>>::ENTRY,
+            q8_0: <P as Step<_>>::ENTRY,
+            q4_k: <P as Step<_>>::ENTRY,
+            q5_k: <P as Step<_>>::ENTRY,
+            q6_k: <P as Step<_>>::ENTRY,
+            q2_0_g64: <P as Step<_>>::ENTRY,
+        }
+    }
+
+    /// The name of the path whose step runs `ty` (the scalar reference's for a type without
+    /// kernels).
+    pub(super) fn path(&self, ty: GgmlType) -> &'static str {
+        match ty {
+            BlockQ4_0::TYPE => self.q4_0.path,
+            BlockQ4_1::TYPE => self.q4_1.path,
+            BlockQ5_0::TYPE => self.q5_0.path,
+            BlockQ5_1::TYPE => self.q5_1.path,
+            BlockQ8_0::TYPE => self.q8_0.path,
+            BlockQ4K::TYPE => self.q4_k.path,
+            BlockQ5K::TYPE => self.q5_k.path,
+            BlockQ6K::TYPE => self.q6_k.path,
+            BlockQ2_0g64::TYPE => self.q2_0_g64.path,
+            _ => "scalar",
+        }
+    }
+}
+
+/// A block type with kernels: its entry in a path's table.
 pub trait QuantKernel: QuantBlock {
     #[doc(hidden)]
-    fn pick(k: &QuantKernels) -> QuantRowsFn<Self>;
+    const ENTRY: Pick<Self>;
 }
 
-macro_rules! quant_kernel {
-    ($($B:ty => $field:ident),* $(,)?) => {
-        $(impl QuantKernel for $B {
-            fn pick(k: &QuantKernels) -> QuantRowsFn<Self> {
-                k.$field
-            }
-        })*
-    };
-}
-quant_kernel!(
-    BlockQ4_0 => q4_0, BlockQ4_1 => q4_1, BlockQ5_0 => q5_0, BlockQ5_1 => q5_1,
-    BlockQ8_0 => q8_0, BlockQ4K => q4_k, BlockQ5K => q5_k, BlockQ6K => q6_k,
-    BlockQ2_0g64 => q2_0_g64,
-);
+/// Where a type's entry is in a path's table.
+#[doc(hidden)]
+pub type Pick<B> = fn(&QuantKernels) -> &QuantEntry<B>;
 
-/// The table of `isa`: AVX2 for the AVX2 and AVX-VNNI paths, AVX-512 for Q6_K on the AVX-512
-/// one (its other types AVX2), SDOT for the aarch64 paths with dotprod, the scalar reference
-/// elsewhere.
-fn table(isa: Isa) -> &'static QuantKernels {
-    match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => &avx2::KERNELS,
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => &zmm::KERNELS,
-        #[cfg(target_arch = "aarch64")]
-        Isa::NeonDotprod | Isa::NeonI8mm => &neon::KERNELS,
-        _ => &scalar::KERNELS,
-    }
+impl QuantKernel for BlockQ4_0 {
+    const ENTRY: Pick<Self> = |k| &k.q4_0;
 }
 
-/// Which implementation `isa` runs for the ggml block type `ty` (for `libt2p info` / `bench`).
-pub fn quant_path_name(isa: Isa, ty: GgmlType) -> &'static str {
-    let mut t = table(isa);
-    while let Some((base, own)) = t.inherits {
-        if own.contains(&ty) {
-            break;
-        }
-        t = base;
-    }
-    t.name
+impl QuantKernel for BlockQ4_1 {
+    const ENTRY: Pick<Self> = |k| &k.q4_1;
+}
+
+impl QuantKernel for BlockQ5_0 {
+    const ENTRY: Pick<Self> = |k| &k.q5_0;
+}
+
+impl QuantKernel for BlockQ5_1 {
+    const ENTRY: Pick<Self> = |k| &k.q5_1;
+}
+
+impl QuantKernel for BlockQ8_0 {
+    const ENTRY: Pick<Self> = |k| &k.q8_0;
+}
+
+impl QuantKernel for BlockQ4K {
+    const ENTRY: Pick<Self> = |k| &k.q4_k;
+}
+
+impl QuantKernel for BlockQ5K {
+    const ENTRY: Pick<Self> = |k| &k.q5_k;
+}
+
+impl QuantKernel for BlockQ6K {
+    const ENTRY: Pick<Self> = |k| &k.q6_k;
+}
+
+impl QuantKernel for BlockQ2_0g64 {
+    const ENTRY: Pick<Self> = |k| &k.q2_0_g64;
 }
 
 impl Kernels {
@@ -101,7 +148,7 @@ impl Kernels {
         let rows = g.assert_shape(1);
         assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
         if g.ncols > 0 && rows > 0 {
-            (B::pick(table(self.isa())))(g)
+            (B::ENTRY(self.quant).rows)(g)
         }
     }
 }
@@ -109,6 +156,7 @@ impl Kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{Isa, quant_path_name};
 
     #[test]
     fn path_names_follow_the_types_with_their_own_steps() {

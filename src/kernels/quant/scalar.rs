@@ -1,22 +1,18 @@
 //! The reference for ggml block types: [`crate::format::vec_dot`] per row and column.
 
-use super::QuantKernels;
+use super::{QuantEntry, QuantKernels, Step};
 use crate::format::{QuantBlock, vec_dot};
 use crate::kernels::Gemm;
 
-pub(super) static KERNELS: QuantKernels = QuantKernels {
-    name: "scalar",
-    inherits: None,
-    q4_0: rows,
-    q4_1: rows,
-    q5_0: rows,
-    q5_1: rows,
-    q8_0: rows,
-    q4_k: rows,
-    q5_k: rows,
-    q6_k: rows,
-    q2_0_g64: rows,
-};
+/// The scalar path's table: the reference for every type.
+pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels::every::<Reference>();
+
+/// The reference's steps.
+struct Reference;
+
+impl<B: QuantBlock> Step<B> for Reference {
+    const ENTRY: QuantEntry<B> = QuantEntry::new(rows::<B>, "scalar");
+}
 
 fn rows<B: QuantBlock>(g: Gemm<'_, B, B::Act>) {
     let (x, nb, y, ncols, out, ld) = g.into_parts();

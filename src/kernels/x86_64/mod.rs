@@ -23,35 +23,40 @@
 
 use std::arch::x86_64::*;
 
-use super::{Isa, Kernels};
+use super::{Isa, T2pKernels};
 use crate::format::{BlockQ8K, RowPairBlock};
 
+pub(super) mod attention;
 mod avx2;
+pub(super) mod f16;
 pub(in crate::kernels) mod prefetch;
 mod q8_0;
 mod q8k;
+pub(super) mod quant;
+pub(super) mod quant_zmm;
 mod stock;
 mod vnni;
 mod zmm;
 
-/// The kernels of an x86 path, if this CPU has the features it needs.
-pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
-    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c");
-    let path: &'static Kernels = match isa {
-        Isa::Avx2 => &avx2::KERNELS,
-        Isa::AvxVnni if is_x86_feature_detected!("avxvnni") => &vnni::avx_vnni::KERNELS,
-        Isa::Avx512Vnni
-            if is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni") =>
-        {
-            &vnni::avx512_vnni::KERNELS
-        }
-        _ => return None,
-    };
-    // Every path builds on AVX2 + F16C (the shared helpers are compiled for them).
-    avx2.then_some(path)
+/// The T2P kernels of an x86 path. Whether this CPU runs the path is asked once, by
+/// [`crate::kernels::cpu`] (every x86 path builds on AVX2 + F16C: the shared helpers are
+/// compiled for them).
+pub(super) const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
+    match isa {
+        Isa::Avx2 => Some(&avx2::KERNELS),
+        Isa::AvxVnni => Some(&vnni::avx_vnni::KERNELS),
+        Isa::Avx512Vnni => Some(&vnni::avx512_vnni::KERNELS),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+use super::Kernels;
+
+/// The table of an x86 path, if this CPU runs it.
+#[cfg(test)]
+fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    Kernels::for_isa(isa).ok()
 }
 
 /// Defines `KERNELS` (the path's [`Kernels`]) in the calling path module, with every x86 kernel
@@ -69,8 +74,8 @@ macro_rules! x86_path {
         use $crate::kernels::x86_64::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
     };
     (@loops $isa:expr, $feat:literal) => {
-        pub(in $crate::kernels::x86_64) static KERNELS: $crate::kernels::Kernels =
-            $crate::kernels::Kernels {
+        pub(in $crate::kernels::x86_64) static KERNELS: $crate::kernels::T2pKernels =
+            $crate::kernels::T2pKernels {
                 isa: $isa,
                 gemv: |x, nb, y, out| {
                     // SAFETY: KERNELS is handed out only after this path's features were detected.

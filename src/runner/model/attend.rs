@@ -1,9 +1,9 @@
 //! Causal multi-head attention over the f16 KV cache, with grouped KV heads (query head `h`
 //! reads KV head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses). The scores and
-//! the weighted V sum read the cached halves directly ([`simd`], on the matmul kernels' path);
-//! the softmax is f32 with an f64 sum.
+//! the weighted V sum read the cached halves directly (the attention entries of the matmul
+//! kernels' table, [`crate::kernels::attention`]); the softmax is f32 with an f64 sum.
 
-mod simd;
+use crate::kernels::attention::{scores_f32, weighted_sum_f32};
 
 use super::exec::Exec;
 use super::kv_cache::{KvCache, KvRows};
@@ -38,7 +38,7 @@ pub fn attend<'c>(
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     let n = q.len() / q_dim;
     let group = s.n_head / s.n_head_kv;
-    let isa = simd::Isa::for_kernels(exec.kern.isa());
+    let kern = exec.kern;
     exec.pool
         .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
             let (c, h) = (j / s.n_head, j % s.n_head);
@@ -52,15 +52,15 @@ pub fn attend<'c>(
             scores.reserve(cache.n_ctx());
             scores.resize(pos + 1, 0.0);
             match k {
-                KvRows::F16(k) => isa.scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores),
-                KvRows::F32(k) => {
-                    simd::scores_f32(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores)
+                KvRows::F16(k) => {
+                    kern.attention_scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores)
                 }
+                KvRows::F32(k) => scores_f32(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores),
             }
             softmax(&mut scores);
             match v {
-                KvRows::F16(v) => isa.weighted_sum(&scores, &v[kvh * hd..], kv_dim, o),
-                KvRows::F32(v) => simd::weighted_sum_f32(&scores, &v[kvh * hd..], kv_dim, o),
+                KvRows::F16(v) => kern.attention_weighted_sum(&scores, &v[kvh * hd..], kv_dim, o),
+                KvRows::F32(v) => weighted_sum_f32(&scores, &v[kvh * hd..], kv_dim, o),
             }
             SCORES.set(scores);
         });

@@ -104,24 +104,9 @@ pub fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
-/// `sum a[i] * b[i]` with eight partial sums, so the compiler vectorises it.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
+/// `sum a[i] * b[i]` with eight partial sums, so the compiler vectorises it (the attention
+/// kernels' order).
+pub use crate::kernels::attention::dot;
 
 #[cfg(test)]
 mod tests {

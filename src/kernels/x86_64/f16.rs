@@ -1,11 +1,16 @@
 //! The x86 lanes of the F16 rows: F16C `vcvtph2ps` widens, `vfmadd` accumulates; two ymm
 //! registers (lanes 0..8, 8..16) on the AVX2 path, one zmm on the AVX-512 one. Both are the
-//! summation order of [`super`] and bit-identical to its scalar reference.
+//! summation order of [`crate::kernels::f16`] and bit-identical to its scalar reference.
 
 use std::arch::x86_64::*;
 
-use super::{LANES, Lanes16, rows_with};
 use crate::kernels::Gemm;
+use crate::kernels::f16::{F16Kernel, LANES, Lanes16, rows_with};
+
+/// The AVX2 and AVX-VNNI paths' F16 rows.
+pub(in crate::kernels) const AVX2: F16Kernel = F16Kernel::new(rows_avx2, "avx2");
+/// The AVX-512 VNNI path's F16 rows.
+pub(in crate::kernels) const AVX512: F16Kernel = F16Kernel::new(rows_avx512, "avx512");
 
 /// Lanes 0..8 and 8..16 in two ymm registers.
 #[derive(Clone, Copy)]
@@ -88,14 +93,6 @@ impl Lanes16 for Zmm {
     }
 }
 
-/// Whether this CPU has what the AVX2 lanes use (the AVX2 path's detection does not ask for
-/// FMA, which every AVX2 + F16C CPU shipped has; checked anyway rather than assumed).
-fn has_avx2_fma() -> bool {
-    is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("f16c")
-        && is_x86_feature_detected!("fma")
-}
-
 /// # Safety
 /// The CPU must have AVX2, F16C and FMA; the shapes must have been checked.
 #[target_feature(enable = "avx2,f16c,fma")]
@@ -112,22 +109,14 @@ unsafe fn rows_avx512_impl(g: Gemm<'_, u16, f32>) {
     unsafe { rows_with::<Zmm>(g) }
 }
 
-/// The AVX2 path's F16 rows (the scalar reference on a CPU without FMA).
-pub(super) fn rows_avx2(g: Gemm<'_, u16, f32>) {
-    if has_avx2_fma() {
-        // SAFETY: the features were just detected; `Kernels::f16_rows` checked the shapes.
-        unsafe { rows_avx2_impl(g) }
-    } else {
-        super::rows_scalar(g)
-    }
+fn rows_avx2(g: Gemm<'_, u16, f32>) {
+    // SAFETY: this entry is only in the x86 paths' tables, which are handed out only on CPUs
+    // with AVX2, F16C and FMA (`Isa::required_features`); `Kernels::f16_rows` checked the shapes.
+    unsafe { rows_avx2_impl(g) }
 }
 
-/// The AVX-512 path's F16 rows.
-pub(super) fn rows_avx512(g: Gemm<'_, u16, f32>) {
-    if has_avx2_fma() && is_x86_feature_detected!("avx512f") {
-        // SAFETY: as for `rows_avx2`.
-        unsafe { rows_avx512_impl(g) }
-    } else {
-        super::rows_scalar(g)
-    }
+fn rows_avx512(g: Gemm<'_, u16, f32>) {
+    // SAFETY: this entry is only in the AVX-512 VNNI path's table, which is handed out only on
+    // CPUs with AVX-512F, AVX2, F16C and FMA; `Kernels::f16_rows` checked the shapes.
+    unsafe { rows_avx512_impl(g) }
 }

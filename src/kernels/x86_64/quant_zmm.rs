@@ -1,5 +1,5 @@
 //! The AVX-512 (F/BW/VL + VNNI) path's kernels for ggml block types: the AVX2 path's driver,
-//! tiles and folds ([`super::avx2`]), compiled for AVX-512, with a 512-bit dot step for Q6_K,
+//! tiles and folds ([`super::quant`]), compiled for AVX-512, with a 512-bit dot step for Q6_K,
 //! `llama-quantize`'s LM-head type; the other types run the AVX2 path's kernels.
 //!
 //! Q6_K in 512 bits: each 64-byte `ql` load holds the low nibbles of 64 consecutive weights and
@@ -11,29 +11,32 @@
 
 use std::arch::x86_64::*;
 
-use super::QuantKernels;
-use super::avx2::{self, Avx2Block, quant_driver};
-use crate::format::{BlockQ6K, BlockQ8K, GgmlType};
+use super::quant::{self, Avx2Block, DotStep};
+use crate::format::{BlockQ6K, BlockQ8K};
+use crate::kernels::quant::{QuantEntry, QuantKernels};
 use crate::kernels::{Gemm, const_table};
 
-pub(super) static KERNELS: QuantKernels = QuantKernels {
-    name: "avx512-vnni",
-    inherits: Some((&avx2::KERNELS, &[GgmlType::Q6_K])),
-    q6_k,
-    ..avx2::KERNELS
+/// The AVX-512 VNNI path's table: its own step for Q6_K, the AVX2 path's entries (named
+/// `avx2`) for the other types.
+pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
+    q6_k: QuantEntry::new(q6_k, "avx512-vnni"),
+    ..quant::KERNELS
 };
 
 fn q6_k(g: Gemm<'_, BlockQ6K, BlockQ8K>) {
-    // SAFETY: this table is only reachable through the AVX-512 VNNI path's `Kernels`, which
-    // exists only after AVX2, F16C, AVX-512 F/BW/VL and VNNI were detected.
+    // SAFETY: this entry is only in the AVX-512 VNNI path's table, which is handed out only on
+    // CPUs with AVX2, F16C, AVX-512 F/BW/VL and VNNI (`Isa::required_features`).
     unsafe { rows::<BlockQ6K>(g) }
 }
 
-quant_driver!(
-    "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    ZmmBlock,
-    dot_zmm
-);
+/// # Safety
+///
+/// The CPU must have AVX2, F16C, AVX-512 F/BW/VL and VNNI.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn rows<B: ZmmBlock>(g: Gemm<'_, B, B::Act>) {
+    // SAFETY: the CPU has every feature `Zmm` needs (this fn's contract).
+    unsafe { quant::drive::<B, Zmm>(g) }
+}
 
 /// A block type's 512-bit dot step.
 trait ZmmBlock: Avx2Block {
@@ -43,6 +46,17 @@ trait ZmmBlock: Avx2Block {
     ///
     /// The CPU must have AVX2, F16C, AVX-512 F/BW/VL and VNNI.
     unsafe fn dot_zmm(&self, a: &Self::Act) -> (__m256i, i32);
+}
+
+/// The 512-bit dot steps, [`ZmmBlock::dot_zmm`].
+struct Zmm;
+
+impl<B: ZmmBlock> DotStep<B> for Zmm {
+    #[inline(always)]
+    unsafe fn dot(b: &B, a: &B::Act) -> (__m256i, i32) {
+        // SAFETY: the caller guarantees the AVX-512 features.
+        unsafe { b.dot_zmm(a) }
+    }
 }
 
 /// `vpermw` indices: word `j` of chunk `v` (weights `64v .. 64v + 64`) takes the scale of its
@@ -58,7 +72,7 @@ impl ZmmBlock for BlockQ6K {
     unsafe fn dot_zmm(&self, a: &BlockQ8K) -> (__m256i, i32) {
         let low = _mm512_set1_epi8(0x0F);
         let two = _mm512_set1_epi8(0x30);
-        let (sc16, offset) = avx2::q6k_scales_and_offset(self, a);
+        let (sc16, offset) = quant::q6k_scales_and_offset(self, a);
         let mut acc = _mm512_zextsi256_si512(offset);
         let sc = _mm512_zextsi256_si512(sc16);
         // Bytes 0..32 of a broadcast `qh` serve weights `l`, bytes 32..64 weights `32 + l`.

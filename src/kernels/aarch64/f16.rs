@@ -1,13 +1,16 @@
 //! The aarch64 lanes of the F16 rows: four q registers (lanes 0..4, ..., 12..16), `fcvtl` /
 //! `fcvtl2` widen (as inline assembly: the `float16x4_t` intrinsics are unstable in Rust 1.95;
 //! the conversions are baseline ARMv8), `fmla` (`vfmaq_f32`) accumulates. The summation order of
-//! [`super`], bit-identical to its scalar reference.
+//! [`crate::kernels::f16`], bit-identical to its scalar reference.
 
 use core::arch::aarch64::*;
 use core::arch::asm;
 
-use super::{LANES, Lanes16, rows_with};
 use crate::kernels::Gemm;
+use crate::kernels::f16::{F16Kernel, LANES, Lanes16, rows_with};
+
+/// Every aarch64 path's F16 rows.
+pub(in crate::kernels) const NEON: F16Kernel = F16Kernel::new(rows_neon, "neon");
 
 /// Lanes `4i..4i + 4` in register `i`.
 #[derive(Clone, Copy)]
@@ -81,12 +84,8 @@ unsafe fn rows_neon_impl(g: Gemm<'_, u16, f32>) {
     unsafe { rows_with::<Neon>(g) }
 }
 
-/// The aarch64 paths' F16 rows.
-pub(super) fn rows_neon(g: Gemm<'_, u16, f32>) {
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        // SAFETY: the feature was just detected; `Kernels::f16_rows` checked the shapes.
-        unsafe { rows_neon_impl(g) }
-    } else {
-        super::rows_scalar(g)
-    }
+fn rows_neon(g: Gemm<'_, u16, f32>) {
+    // SAFETY: this entry is only in the aarch64 paths' tables, which are handed out only on
+    // CPUs with NEON (`Isa::required_features`); `Kernels::f16_rows` checked the shapes.
+    unsafe { rows_neon_impl(g) }
 }

@@ -10,34 +10,33 @@
 
 use core::arch::aarch64::*;
 
-use super::QuantKernels;
-use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, GgmlType, QuantBlock};
+use super::asm::sdot;
+use super::{load_i8x16x2, load_u8x16};
+use crate::format::{BlockQ4_0, BlockQ6K, BlockQ8_0, BlockQ8K, QuantBlock};
 use crate::kernels::Gemm;
-use crate::kernels::aarch64::asm::sdot;
-use crate::kernels::aarch64::{load_i8x16x2, load_u8x16};
+use crate::kernels::quant::{QuantEntry, QuantKernels, Step, scalar};
 
-pub(super) static KERNELS: QuantKernels = QuantKernels {
-    name: "neon-dotprod",
-    inherits: Some((
-        &super::scalar::KERNELS,
-        &[GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q6_K],
-    )),
-    q4_0,
-    q8_0,
-    q6_k,
-    ..super::scalar::KERNELS
+/// The dotprod and i8mm paths' table: SDOT for Q4_0, Q8_0 and Q6_K, the scalar reference's
+/// entries (named `scalar`) for the other types.
+pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
+    q4_0: Sdot::ENTRY,
+    q8_0: Sdot::ENTRY,
+    q6_k: Sdot::ENTRY,
+    ..scalar::KERNELS
 };
 
-macro_rules! safe_rows {
-    ($($name:ident: $B:ty),* $(,)?) => {
-        $(fn $name(g: Gemm<'_, $B, <$B as QuantBlock>::Act>) {
-            // SAFETY: this table is only reachable through `Kernels` of the dotprod and i8mm
-            // paths, which exist only after dotprod was detected.
-            unsafe { rows::<$B>(g) }
-        })*
-    };
+/// The SDOT steps.
+struct Sdot;
+
+impl<B: SdotBlock> Step<B> for Sdot {
+    const ENTRY: QuantEntry<B> = QuantEntry::new(rows_dotprod::<B>, "neon-dotprod");
 }
-safe_rows!(q4_0: BlockQ4_0, q8_0: BlockQ8_0, q6_k: BlockQ6K);
+
+fn rows_dotprod<B: SdotBlock>(g: Gemm<'_, B, B::Act>) {
+    // SAFETY: this entry is only in the dotprod and i8mm paths' tables, which are handed out
+    // only on CPUs with NEON and dotprod (`Isa::required_features`).
+    unsafe { rows::<B>(g) }
+}
 
 /// A block type's SDOT integer sums.
 trait SdotBlock: QuantBlock {

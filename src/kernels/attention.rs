@@ -1,0 +1,169 @@
+//! The two inner loops of attention over an f16 KV cache: the scores `q . k[p]` of one query head
+//! against every cached position, and the weighted sum of the cached V rows, as entries of each
+//! path's table ([`Kernels::attention_scores`], [`Kernels::attention_weighted_sum`]); this is
+//! their reference, and the loops over an f32 cache. Both read the halves directly, and every
+//! path evaluates the same f32 expression in the same order, so they agree bit for bit: a dot
+//! product is [`dot`]'s (eight lane sums, added lane 0 first, then the leftover products), and
+//! `out[d]` sums `w[p] * v[p][d]` over `p` in increasing order.
+//!
+//! A slice of rows is addressed as `rows[p * stride..p * stride + width]`.
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::Kernels;
+
+/// `out[p] = dot(q, k[p]) * scale` for `p < out.len()`, each row `q.len()` wide.
+pub(crate) type ScoresFn = fn(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]);
+/// `out[d] = sum_p w[p] * v[p][d]` for `d < out.len()`, `p < w.len()`.
+pub(crate) type WeightedSumFn = fn(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]);
+
+/// A path's attention loops, with the name tools show for them. Each entry checks the rows'
+/// bounds itself.
+#[derive(Clone, Copy)]
+pub(crate) struct AttentionKernels {
+    scores: ScoresFn,
+    weighted_sum: WeightedSumFn,
+    pub(super) path: &'static str,
+}
+
+impl AttentionKernels {
+    /// The loops `scores` and `weighted_sum`, named `path`.
+    pub(crate) const fn new(
+        scores: ScoresFn,
+        weighted_sum: WeightedSumFn,
+        path: &'static str,
+    ) -> Self {
+        AttentionKernels {
+            scores,
+            weighted_sum,
+            path,
+        }
+    }
+}
+
+/// The reference, every path's oracle (on aarch64 the compiler vectorises its f32 loops).
+pub(super) const SCALAR: AttentionKernels =
+    AttentionKernels::new(scores_portable, weighted_sum_portable, "scalar");
+
+impl Kernels {
+    /// `out[p] = dot(q, k[p]) * scale` for `p < out.len()`, each row `q.len()` wide, over f16
+    /// rows: bit-identical to [`scores_f32`] on the rows' values, on every path.
+    ///
+    /// # Panics
+    /// If `k` is too short for `out.len()` rows of `stride`.
+    pub fn attention_scores(
+        &self,
+        q: &[f32],
+        k: &[f16],
+        stride: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        (self.attention.scores)(q, k, stride, scale, out)
+    }
+
+    /// `out[d] = sum_p w[p] * v[p][d]` for `d < out.len()`, `p < w.len()`, over f16 rows:
+    /// bit-identical to [`weighted_sum_f32`] on the rows' values, on every path.
+    ///
+    /// # Panics
+    /// If `v` is too short for `w.len()` rows of `stride`.
+    pub fn attention_weighted_sum(&self, w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+        (self.attention.weighted_sum)(w, v, stride, out)
+    }
+}
+
+/// The dot product in the order every attention path keeps: eight lane sums (lane `i % 8` adds
+/// `a[i] * b[i]` for the whole chunks of eight, in increasing `i`), added lane 0 first, then
+/// the leftover products.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// [`Kernels::attention_scores`] over f32 rows (an f32 cache): [`dot`] per row, on any CPU.
+///
+/// # Panics
+/// If `k` is too short for `out.len()` rows of `stride`.
+pub fn scores_f32(q: &[f32], k: &[f32], stride: usize, scale: f32, out: &mut [f32]) {
+    check_rows(k, out.len(), stride, q.len());
+    for (p, s) in out.iter_mut().enumerate() {
+        *s = dot(q, &k[p * stride..p * stride + q.len()]) * scale;
+    }
+}
+
+/// [`Kernels::attention_weighted_sum`] over f32 rows (an f32 cache), `p` in increasing order.
+///
+/// # Panics
+/// If `v` is too short for `w.len()` rows of `stride`.
+pub fn weighted_sum_f32(w: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
+    check_rows(v, w.len(), stride, out.len());
+    out.fill(0.0);
+    for (p, &wp) in w.iter().enumerate() {
+        for (o, &x) in out.iter_mut().zip(&v[p * stride..]) {
+            *o += wp * x;
+        }
+    }
+}
+
+/// Panics unless `rows` holds `n` rows of `stride`, `width` wide: what every entry checks
+/// before it reads.
+pub(crate) fn check_rows<T>(rows: &[T], n: usize, stride: usize, width: usize) {
+    assert!(
+        n == 0 || (n - 1) * stride + width <= rows.len(),
+        "KV rows out of bounds"
+    );
+}
+
+fn scores_portable(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    check_rows(k, out.len(), stride, q.len());
+    let mut row = ROW.take();
+    row.clear();
+    row.reserve(q.len().max(MIN_ROW));
+    row.resize(q.len(), 0.0);
+    for (p, s) in out.iter_mut().enumerate() {
+        k[p * stride..p * stride + q.len()].convert_to_f32_slice(&mut row);
+        *s = dot(q, &row) * scale;
+    }
+    ROW.set(row);
+}
+
+fn weighted_sum_portable(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+    check_rows(v, w.len(), stride, out.len());
+    let mut row = ROW.take();
+    row.clear();
+    row.reserve(out.len().max(MIN_ROW));
+    row.resize(out.len(), 0.0);
+    out.fill(0.0);
+    for (p, &wp) in w.iter().enumerate() {
+        v[p * stride..p * stride + out.len()].convert_to_f32_slice(&mut row);
+        for (o, &x) in out.iter_mut().zip(&row) {
+            *o += wp * x;
+        }
+    }
+    ROW.set(row);
+}
+
+/// Values the row buffer holds from its first use (every head width in use is at most this).
+const MIN_ROW: usize = 512;
+
+thread_local! {
+    /// One K or V row converted to f32, per thread, for the portable loops (allocated once).
+    static ROW: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,146 @@
+use super::*;
+use crate::kernels::Isa;
+
+/// The reference's table.
+fn reference() -> &'static Kernels {
+    Kernels::for_isa(Isa::Scalar).unwrap()
+}
+
+/// The table of every path this CPU runs with its own attention loops, the reference first.
+fn paths() -> Vec<&'static Kernels> {
+    let mut paths: Vec<&'static Kernels> = Isa::available()
+        .into_iter()
+        .map(|isa| Kernels::for_isa(isa).unwrap())
+        .collect();
+    paths.dedup_by_key(|k| k.attention.path);
+    paths
+}
+
+/// Halves over the whole range that matters (subnormals to thousands, both signs).
+fn halves(n: usize, seed: u64) -> Vec<f16> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mag = ((x >> 8) % 1000) as f32 / 100.0 - 6.0; // 1e-6 .. 1e4
+            let sign = if x & 1 == 0 { 1.0 } else { -1.0 };
+            f16::from_f32(sign * 10f32.powf(mag) * ((x >> 20) % 997) as f32 / 997.0)
+        })
+        .collect()
+}
+
+fn floats(n: usize, seed: u64) -> Vec<f32> {
+    halves(n, seed)
+        .iter()
+        .enumerate()
+        .map(|(i, h)| h.to_f32() * (1.0 + i as f32 * 1e-3))
+        .collect()
+}
+
+/// Every path gives the portable path's bits, for head widths with and without leftovers
+/// and position counts on and off the four-row blocks.
+#[test]
+fn every_path_matches_the_portable_one_bit_for_bit() {
+    let paths = paths();
+    let tested = |isa: Isa, name: &str| {
+        !isa.is_supported() || paths.iter().any(|k| k.attention.path == name)
+    };
+    assert!(
+        tested(Isa::Avx2, "avx2"),
+        "the AVX2+F16C path must be tested here"
+    );
+    assert!(
+        tested(Isa::Avx512Vnni, "avx512"),
+        "the AVX-512 path must be tested here"
+    );
+    for (hd, extra) in [
+        (1, 0),
+        (7, 3),
+        (8, 0),
+        (13, 5),
+        (64, 0),
+        (72, 8),
+        (128, 128),
+        (136, 8),
+        (200, 1),
+        (256, 0),
+    ] {
+        let stride = hd + extra;
+        for len in [1, 3, 4, 5, 8, 9, 16, 17, 33] {
+            let seed = (hd * 1000 + len) as u64;
+            let q = floats(hd, seed);
+            let k = halves(len * stride, seed + 1);
+            let w = floats(len, seed + 2);
+            let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
+            reference().attention_scores(&q, &k, stride, 0.125, &mut s0);
+            reference().attention_weighted_sum(&w, &k, stride, &mut o0);
+            // The portable path is the f32 expression of the cache's values.
+            let row: Vec<f32> = k[..hd].iter().map(|h| h.to_f32()).collect();
+            assert_eq!(s0[0].to_bits(), (dot(&q, &row) * 0.125).to_bits());
+            for kern in &paths[1..] {
+                let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
+                kern.attention_scores(&q, &k, stride, 0.125, &mut s);
+                kern.attention_weighted_sum(&w, &k, stride, &mut o);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let isa = kern.isa();
+                assert_eq!(bits(&s), bits(&s0), "{isa} scores hd {hd} len {len}");
+                assert_eq!(bits(&o), bits(&o0), "{isa} sum hd {hd} len {len}");
+            }
+        }
+    }
+}
+
+#[test]
+fn weighted_sum_of_one_hot_weights_is_the_row() {
+    let v = halves(3 * 16, 9);
+    for kern in paths() {
+        let mut o = vec![0.0; 16];
+        kern.attention_weighted_sum(&[0.0, 1.0, 0.0], &v, 16, &mut o);
+        assert!(o.iter().zip(&v[16..32]).all(|(a, b)| *a == b.to_f32()));
+    }
+}
+
+/// The f32-cache loops are the portable f16 loops' expression: on values an f16 holds
+/// exactly they give the same bits.
+#[test]
+fn f32_rows_give_the_portable_bits() {
+    for (hd, stride, len) in [(7, 10, 3), (64, 64, 17), (136, 144, 5)] {
+        let seed = (hd * 31 + len) as u64;
+        let q = floats(hd, seed);
+        let k = halves(len * stride, seed + 1);
+        let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
+        let w = floats(len, seed + 2);
+        let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
+        reference().attention_scores(&q, &k, stride, 0.125, &mut s0);
+        reference().attention_weighted_sum(&w, &k, stride, &mut o0);
+        let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
+        scores_f32(&q, &k32, stride, 0.125, &mut s);
+        weighted_sum_f32(&w, &k32, stride, &mut o);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&s), bits(&s0), "scores hd {hd} len {len}");
+        assert_eq!(bits(&o), bits(&o0), "sum hd {hd} len {len}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "out of bounds")]
+fn short_rows_are_refused() {
+    reference().attention_scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
+}
+
+/// Every path's entries refuse rows out of bounds before they read.
+#[test]
+fn every_path_refuses_short_rows() {
+    for kern in paths() {
+        let short = std::panic::catch_unwind(|| {
+            kern.attention_scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2])
+        });
+        assert!(short.is_err(), "{} scores", kern.isa());
+        let short = std::panic::catch_unwind(|| {
+            kern.attention_weighted_sum(&[1.0; 2], &[f16::ZERO; 15], 8, &mut [0.0; 8])
+        });
+        assert!(short.is_err(), "{} weighted sum", kern.isa());
+    }
+}
