@@ -1,21 +1,22 @@
-//! x86_64 kernels: one source per kernel, instantiated per ISA path.
+//! x86_64 kernels: every kernel loop written once, generic over the path's dot step.
 //!
-//! Three paths share every kernel loop and differ only in their **dot step**, the integer dot
-//! product of slot-masked T2P weight registers with activation bytes:
+//! Three paths share every kernel loop and differ only in their **dot step** ([`DotStep`]), the
+//! integer dot product of slot-masked T2P weight registers with activation bytes:
 //!
 //! | path | dot step | features |
 //! |---|---|---|
-//! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` | AVX2, F16C |
-//! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation) | + AVX-VNNI |
+//! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` ([`avx2`]) | AVX2, F16C |
+//! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation; [`vnni`]) | + AVX-VNNI |
 //! | [`Isa::Avx512Vnni`] | `vpdpbusd`, EVEX on ymm; on zmm for `q8_0` ([`zmm`]) | + AVX-512 F/BW/VL/VNNI |
 //!
-//! Each path module supplies its dot steps under fixed names (`SHIFT` and `block_dot` for the
-//! `q8_K` gemv, `slots_dot` and `pair_dot` for the tiles and the `q8_0` kernels) and calls
-//! [`x86_path!`], which compiles every kernel of [`q8k`] and [`q8_0`] with that path's
-//! `target_feature`s around them: the loops, operand tables, float folds, tile epilogues and
-//! prefetches the AVX-512 instance runs are the ones the AVX2 instance runs. The helpers below
-//! (word loads, broadcasts, scale conversions, slot decoding) are AVX2 functions that inline into
-//! every instance.
+//! The hot loops ([`q8k`]'s gemv and gemm pass, [`q8_0`]'s gemv and gemm tile) are plain generic
+//! `#[inline(always)]` functions over a `D: DotStep`, behind the [`HotLoop`] trait. A path runs
+//! one through its single `#[target_feature]` entry point, [`Path::run`]: the loop, its dot step
+//! and the helpers below are inlined into that entry, so LLVM compiles them with the path's
+//! features (the loops, operand tables, float folds, tile epilogues and prefetches the AVX-512
+//! instance runs are the ones the AVX2 instance runs; only the dot step differs). The per-call
+//! operand setup around a loop is written once as plain functions ([`q8k::gemm`],
+//! [`q8_0::gemv`], ...), and a path's [`Kernels`] table is [`table`] of its type.
 //!
 //! Exactness: every integer sum of a 128-weight block is exact (each path documents its bounds),
 //! and every float step is the oracle's ([`super::scalar`]), separately rounded `mulps` / `addps`
@@ -24,7 +25,7 @@
 use std::arch::x86_64::*;
 
 use super::{Isa, Kernels};
-use crate::format::{BlockQ8K, RowPairBlock};
+use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockT2p, BlockT2pG64, RowPairBlock};
 
 mod avx2;
 pub(in crate::kernels) mod prefetch;
@@ -34,19 +35,25 @@ mod stock;
 mod vnni;
 mod zmm;
 
+use avx2::Avx2;
+use vnni::{Avx512Vnni, AvxVnni};
+
 /// The kernels of an x86 path, if this CPU has the features it needs.
 pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
+    static AVX2: Kernels = table::<Avx2>();
+    static AVX_VNNI: Kernels = table::<AvxVnni>();
+    static AVX512_VNNI: Kernels = table::<Avx512Vnni>();
     let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c");
     let path: &'static Kernels = match isa {
-        Isa::Avx2 => &avx2::KERNELS,
-        Isa::AvxVnni if is_x86_feature_detected!("avxvnni") => &vnni::avx_vnni::KERNELS,
+        Isa::Avx2 => &AVX2,
+        Isa::AvxVnni if is_x86_feature_detected!("avxvnni") => &AVX_VNNI,
         Isa::Avx512Vnni
             if is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vnni") =>
         {
-            &vnni::avx512_vnni::KERNELS
+            &AVX512_VNNI
         }
         _ => return None,
     };
@@ -54,75 +61,94 @@ pub(super) fn kernels(isa: Isa) -> Option<&'static Kernels> {
     avx2.then_some(path)
 }
 
-/// Defines `KERNELS` (the path's [`Kernels`]) in the calling path module, with every x86 kernel
-/// compiled for `$feat` around that module's dot steps. The safe wrappers are only reachable
-/// through [`kernels`], after the path's features were detected: that is what makes their
-/// `unsafe` calls sound.
-macro_rules! x86_path {
-    ($isa:expr, $feat:literal) => {
-        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
-        $crate::kernels::x86_64::q8_0::q8_0_kernels!($feat);
-    };
-    // The AVX-512 VNNI path: its q8_0 kernels are the 512-bit ones of `x86::zmm`.
-    ($isa:expr, $feat:literal, zmm) => {
-        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
-        use $crate::kernels::x86_64::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
-    };
-    (@loops $isa:expr, $feat:literal) => {
-        pub(in $crate::kernels::x86_64) static KERNELS: $crate::kernels::Kernels =
-            $crate::kernels::Kernels {
-                isa: $isa,
-                gemv: |x, nb, y, out| {
-                    // SAFETY: KERNELS is handed out only after this path's features were detected.
-                    unsafe { gemv_q8k_impl(x, nb, y, out) }
-                },
-                gemm: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8k_impl(g) }
-                },
-                gemv_q8_0: |x, nb, y, out| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemv_q8_0_impl(x, nb, y, out) }
-                },
-                gemm_q8_0: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(g) }
-                },
-                gemv_q8_0_g64: |x, nb, y, out| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemv_q8_0_impl(x, nb, y, out) }
-                },
-                gemm_q8_0_g64: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(g) }
-                },
-                vec_dot_stock: $crate::kernels::x86_64::stock::vec_dot_stock,
-            };
-
-        /// The `q8_K` gemv (`q8k::gemv_q8k_loop` around this path's `block_dot`).
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat` (the path's table is built only after detection).
-        #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8k_impl(
-            x: &[$crate::format::BlockT2p],
-            nb: usize,
-            y: &[$crate::format::BlockQ8K],
-            out: &mut [f32],
-        ) {
-            // SAFETY: this function has the features the loop (AVX2, F16C) and the dot need.
-            unsafe {
-                $crate::kernels::x86_64::q8k::gemv_q8k_loop::<SHIFT>(x, nb, y, out, |b, ys| {
-                    block_dot(b, ys)
-                })
-            }
-        }
-
-        $crate::kernels::x86_64::q8k::q8k_gemm_kernel!($feat);
-    };
+/// The table of path `P`: the safe entries of every kernel around `P`'s loops. They are sound
+/// to call because [`kernels`] hands a path's table out only after detecting its features, and
+/// these tables are the entries' only callers.
+const fn table<P: Path>() -> Kernels {
+    Kernels {
+        isa: P::ISA,
+        gemv: q8k::gemv::<P>,
+        gemm: q8k::gemm::<P>,
+        gemv_q8_0: P::gemv_q8_0::<BlockT2p>,
+        gemm_q8_0: P::gemm_q8_0::<BlockT2p>,
+        gemv_q8_0_g64: P::gemv_q8_0::<BlockT2pG64>,
+        gemm_q8_0_g64: P::gemm_q8_0::<BlockT2pG64>,
+        vec_dot_stock: stock::vec_dot_stock,
+    }
 }
-pub(super) use x86_path;
+
+/// A path's dot step: what the kernel loops of [`q8k`] and [`q8_0`] leave to the path. Its
+/// methods are `#[inline(always)]` and carry no target features themselves: they are compiled
+/// inside the path's entry point ([`Path::run`]), the only place the loops are reached from.
+trait DotStep {
+    /// [`DotStep::block_dot`] returns `2^SHIFT * dot(u, y)`.
+    const SHIFT: i32;
+
+    /// `2^SHIFT * dot(u, y)` of one T2P block with its 128 activations as int32
+    /// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes; the `q8_K` gemv
+    /// layout, [`q8k`]).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn block_dot(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i;
+
+    /// `dot(u, y)` per row and word of words `2q`, `2q + 1`, from the decoded slots of both row
+    /// pairs ([`decode_pair`]) and the activation operands of those words, as int32
+    /// `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]` (the word-pair layout, [`q8_0`]).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i;
+
+    /// [`DotStep::slots_dot`] of words `2q`, `2q + 1` of a block, for loops that decode per
+    /// block (the `q8_0` gemv); a path may skip the decode to plain codes.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    #[inline(always)]
+    unsafe fn pair_dot<B: RowPairBlock>(blk: &B, q: usize, ops: &[__m256i; 4]) -> __m256i {
+        // SAFETY: the caller guarantees the path's features, which include AVX2.
+        unsafe { Self::slots_dot(&decode_pair(blk, q), ops) }
+    }
+}
+
+/// One call of a hot loop, written once over the dot step and run by a path ([`Path::run`]).
+trait HotLoop {
+    /// What the loop returns.
+    type Out;
+
+    /// Runs the loop around `D`'s dot step. Implementations are `#[inline(always)]`, so that
+    /// they are compiled inside the entry point that calls them.
+    ///
+    /// # Safety
+    /// The CPU must have `D`'s features.
+    unsafe fn run<D: DotStep>(self) -> Self::Out;
+}
+
+/// An x86 path: its dot step, its one `#[target_feature]` entry point, and its `q8_0` kernels.
+trait Path: DotStep + Sized {
+    /// Which path this is.
+    const ISA: Isa;
+
+    /// Runs `l` around this path's dot step, compiled for this path's features: the one
+    /// `#[target_feature]` function of a path (a `#[target_feature]` function cannot be
+    /// `#[inline(always)]`, so the generic loops are inlined into it instead).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn run<L: HotLoop>(l: L) -> L::Out;
+
+    /// The `q8_0` gemv entry of the path's table: the word-pair kernel of [`q8_0`] unless the
+    /// path has its own.
+    fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+        q8_0::gemv::<Self, B>(x, nb, y, out)
+    }
+
+    /// The `q8_0` gemm entry of the path's table, as [`Path::gemv_q8_0`].
+    fn gemm_q8_0<B: RowPairBlock>(g: super::Gemm<'_, B, BlockQ8_0Quad>) {
+        q8_0::gemm::<Self, B>(g)
+    }
+}
 
 /// Word `wd` of both row pairs: low lane = pair 0 (rows 0, 1), high lane = pair 1 (rows 2, 3).
 #[target_feature(enable = "avx2,f16c")]
@@ -167,28 +193,19 @@ fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
         .expect("128 values")
 }
 
-/// The four slots of every byte of the register `$v` as plain codes `u = (v >> 2s) & 3`, with
-/// the `set1_epi8`, `and` and `srli_epi16` of its width: one decode for the 256- and 512-bit
-/// paths, expanded in place.
-macro_rules! slot_codes {
-    ($v:expr, $set1:ident, $and:ident, $srli:ident) => {{
-        let (v, m03) = ($v, $set1(0x03));
-        [
-            $and(v, m03),
-            $and($srli::<2>(v), m03),
-            $and($srli::<4>(v), m03),
-            $and($srli::<6>(v), m03),
-        ]
-    }};
-}
-use slot_codes;
-
-/// The four slots of a weight register as plain codes ([`slot_codes`]; the tiles decode once
-/// per register and serve every column with it).
+/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the tiles decode
+/// once per register and serve every column with it).
 #[target_feature(enable = "avx2")]
 #[inline]
 fn slots_u(v: __m256i) -> [__m256i; 4] {
-    slot_codes!(v, _mm256_set1_epi8, _mm256_and_si256, _mm256_srli_epi16)
+    let m03 = _mm256_set1_epi8(0x03);
+    let shifted = [
+        v,
+        _mm256_srli_epi16::<2>(v),
+        _mm256_srli_epi16::<4>(v),
+        _mm256_srli_epi16::<6>(v),
+    ];
+    shifted.map(|v| _mm256_and_si256(v, m03))
 }
 
 /// Words `2q`, `2q + 1` of both row pairs of a block, decoded to plain slots ([`slots_u`]).

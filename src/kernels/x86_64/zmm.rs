@@ -28,8 +28,8 @@
 
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use super::q8_0::MAX_TILE_COLS;
-use super::{prefetch, slot_codes};
 use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0, with_per_call_buffer};
 
@@ -90,7 +90,14 @@ fn decode<B: RowPairBlock>(blk: &B) -> [[__m512i; 4]; 2] {
         let w: &[[u8; 16]; 4] = &blk.words()[p];
         // SAFETY: `w` is 64 contiguous bytes, and loadu has no alignment requirement.
         let v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
-        slot_codes!(v, _mm512_set1_epi8, _mm512_and_si512, _mm512_srli_epi16)
+        let m03 = _mm512_set1_epi8(0x03);
+        let shifted = [
+            v,
+            _mm512_srli_epi16::<2>(v),
+            _mm512_srli_epi16::<4>(v),
+            _mm512_srli_epi16::<6>(v),
+        ];
+        shifted.map(|v| _mm512_and_si512(v, m03))
     })
 }
 
