@@ -125,6 +125,36 @@ trait HotLoop {
     unsafe fn run<D: DotStep>(self) -> Self::Out;
 }
 
+/// A gemm pass over the column pairs of a tile, written once for any count `NP` of them (1 to
+/// 4) so that each count gets its own loop with the pairs unrolled; its [`HotLoop`] picks `NP`.
+trait TilePass {
+    /// Column pairs this pass computes.
+    fn pairs(&self) -> usize;
+
+    /// Runs the pass with `NP` column pairs. Implementations are `#[inline(always)]`.
+    ///
+    /// # Safety
+    /// The CPU must have `D`'s features.
+    unsafe fn pass<D: DotStep, const NP: usize>(self);
+}
+
+impl<T: TilePass> HotLoop for T {
+    type Out = ();
+
+    #[inline(always)]
+    unsafe fn run<D: DotStep>(self) {
+        // SAFETY: the caller guarantees `D`'s features.
+        unsafe {
+            match self.pairs() {
+                1 => self.pass::<D, 1>(),
+                2 => self.pass::<D, 2>(),
+                3 => self.pass::<D, 3>(),
+                _ => self.pass::<D, 4>(),
+            }
+        }
+    }
+}
+
 /// An x86 path: its dot step, its one `#[target_feature]` entry point, and its `q8_0` kernels.
 trait Path: DotStep + Sized {
     /// Which path this is.
@@ -193,19 +223,27 @@ fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
         .expect("128 values")
 }
 
-/// The four slots of a weight register as plain codes `u = (v >> 2s) & 3` (the tiles decode
-/// once per register and serve every column with it).
+/// The four slots of a weight register as plain codes ([`slot_codes`]; the tiles decode once
+/// per register and serve every column with it).
 #[target_feature(enable = "avx2")]
 #[inline]
 fn slots_u(v: __m256i) -> [__m256i; 4] {
     let m03 = _mm256_set1_epi8(0x03);
-    let shifted = [
+    slot_codes(
         v,
-        _mm256_srli_epi16::<2>(v),
-        _mm256_srli_epi16::<4>(v),
-        _mm256_srli_epi16::<6>(v),
-    ];
-    shifted.map(|v| _mm256_and_si256(v, m03))
+        |v| _mm256_srli_epi16::<2>(v),
+        |v| _mm256_and_si256(v, m03),
+    )
+}
+
+/// The four slots of every byte of a weight register as plain codes `u = (v >> 2s) & 3`, for
+/// either register width: `shr2` shifts each 16-bit lane right by 2 bits (LLVM folds the
+/// repeated shifts into one shift of `v` each), `low2` keeps the low two bits of each byte.
+#[inline(always)]
+fn slot_codes<V: Copy>(v: V, shr2: impl Fn(V) -> V, low2: impl Fn(V) -> V) -> [V; 4] {
+    let s1 = shr2(v);
+    let s2 = shr2(s1);
+    [v, s1, s2, shr2(s2)].map(low2)
 }
 
 /// Words `2q`, `2q + 1` of both row pairs of a block, decoded to plain slots ([`slots_u`]).

@@ -34,9 +34,11 @@
 //! it pays where the gemv waits for memory with that much compute to spare.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::{
-    DotStep, HotLoop, Path, decode_pair, prefetch, scales_ab, scales_twice, store_column_pairs,
+    DotStep, HotLoop, Path, TilePass, decode_pair, prefetch, scales_ab, scales_twice,
+    store_column_pairs,
 };
 use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0};
@@ -311,21 +313,15 @@ fn store_group_pair(out: &mut [f32], acc: __m256, two: bool) {
 /// The `q8_0` gemm of path `P` ([`Path::gemm_q8_0`]): up to [`MAX_TILE_COLS`] columns per pass
 /// over the weights, as column pairs (an odd last column is paired with itself and stored
 /// once), each pass a [`GemmTile`] on `P`; a single column runs through the gemv.
-pub(super) fn gemm<P: Path, B: RowPairBlock>(mut g: Gemm<'_, B, BlockQ8_0Quad>) {
-    let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
-        let real = (ncols - c0).min(MAX_TILE_COLS);
-        let cols = &y[c0 * nb..(c0 + real) * nb];
-        if real == 1 {
-            gemv::<P, B>(x, nb, cols, g.column(c0, rows));
-            continue;
-        }
+pub(super) fn gemm<P: Path, B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let nb = g.nb;
+    column_passes(g, gemv::<P, B>, |g, cols, stored| {
+        let real = stored.len();
         let tile = |tile: &[TileBlock]| {
             let t = GemmTile {
-                g: &mut g,
+                g,
                 tile,
-                cols: c0..c0 + real,
+                cols: stored,
             };
             // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s
             // features.
@@ -333,6 +329,27 @@ pub(super) fn gemm<P: Path, B: RowPairBlock>(mut g: Gemm<'_, B, BlockQ8_0Quad>) 
         };
         // SAFETY: as above; every path has AVX2.
         unsafe { with_tile(cols, nb, real, tile) };
+    });
+}
+
+/// Runs a `q8_0` gemm as passes of up to [`MAX_TILE_COLS`] columns over the weights: a pass of
+/// one column through `gemv(x, nb, y, out)`, any other through `pass(g, y, cols)` with the
+/// pass's activations `y` (column after column) and its columns `cols` of `g`.
+pub(super) fn column_passes<B: RowPairBlock>(
+    mut g: Gemm<'_, B, BlockQ8_0Quad>,
+    mut gemv: impl FnMut(&[B], usize, &[BlockQ8_0Quad], &mut [f32]),
+    mut pass: impl FnMut(&mut Gemm<'_, B, BlockQ8_0Quad>, &[BlockQ8_0Quad], Range<usize>),
+) {
+    let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
+        let real = (ncols - c0).min(MAX_TILE_COLS);
+        let cols = &y[c0 * nb..(c0 + real) * nb];
+        if real == 1 {
+            gemv(x, nb, cols, g.column(c0, rows));
+        } else {
+            pass(&mut g, cols, c0..c0 + real);
+        }
     }
 }
 
@@ -343,52 +360,34 @@ struct GemmTile<'a, 'g, B> {
     cols: std::ops::Range<usize>,
 }
 
-impl<B: RowPairBlock> HotLoop for GemmTile<'_, '_, B> {
-    type Out = ();
+impl<B: RowPairBlock> TilePass for GemmTile<'_, '_, B> {
+    fn pairs(&self) -> usize {
+        self.cols.len().div_ceil(2)
+    }
 
+    /// `2 * NP` columns (those of `cols` stored) over all row groups, a [`tile_block`] per
+    /// block; the two halves `q` are written out so that the float fold of each column pair
+    /// stays in registers.
     #[inline(always)]
-    unsafe fn run<D: DotStep>(self) {
+    unsafe fn pass<D: DotStep, const NP: usize>(self) {
         let GemmTile { g, tile, cols } = self;
-        // SAFETY: the caller guarantees `D`'s features.
-        unsafe {
-            match cols.len().div_ceil(2) {
-                1 => gemm_tile::<D, B, 1>(g, tile, cols),
-                2 => gemm_tile::<D, B, 2>(g, tile, cols),
-                3 => gemm_tile::<D, B, 3>(g, tile, cols),
-                _ => gemm_tile::<D, B, 4>(g, tile, cols),
+        let (x, nb) = (g.x, g.nb);
+        for (grp, group) in x.chunks_exact(nb).enumerate() {
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+            // (this and the unsafe blocks below).
+            let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
+            for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
+                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                // SAFETY: as above.
+                unsafe { tile_block::<D, B, NP>(&mut acc, blk, tb) };
             }
-        }
-    }
-}
-
-/// One tile of `2 * NP` columns (those of `cols` stored) over all row groups, a
-/// [`tile_block`] per block; the two halves `q` are written out so that the float fold of each
-/// column pair stays in registers.
-///
-/// # Safety
-/// The CPU must have `D`'s features.
-#[inline(always)]
-unsafe fn gemm_tile<D: DotStep, B: RowPairBlock, const NP: usize>(
-    g: &mut Gemm<'_, B, BlockQ8_0Quad>,
-    tile: &[TileBlock],
-    cols: std::ops::Range<usize>,
-) {
-    let (x, nb) = (g.x, g.nb);
-    for (grp, group) in x.chunks_exact(nb).enumerate() {
-        // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
-        // (this and the unsafe blocks below).
-        let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
-        for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-            prefetch::blocks::<1>(x, (grp + 1) * nb + i);
             // SAFETY: as above.
-            unsafe { tile_block::<D, B, NP>(&mut acc, blk, tb) };
+            unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
         }
-        // SAFETY: as above.
-        unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
     }
 }
 
-/// One block of a [`gemm_tile`] for its `NP` column pairs: per word pair `q`, both row pairs
+/// One block of a [`GemmPass`] for its `NP` column pairs: per word pair `q`, both row pairs
 /// are decoded once and serve every column.
 ///
 /// (An AVX2 function rather than part of the `#[inline(always)]` loop: LLVM inlines it into the

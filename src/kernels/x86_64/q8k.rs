@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 
 use super::q8_0::MAX_TILE_COLS;
 use super::{
-    DotStep, HotLoop, Path, decode_pair, half, prefetch, scales_twice, store_column_pairs,
+    DotStep, HotLoop, Path, TilePass, decode_pair, half, prefetch, scales_twice, store_column_pairs,
 };
 use crate::format::{BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, with_per_call_buffer};
@@ -237,7 +237,7 @@ pub(super) fn gemm<P: Path>(mut g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
 }
 
 /// One pass of the gemm over all row groups: `2 * NP` columns computed from the gathered
-/// operands, those of `cols` stored ([`gemm_tile`]).
+/// operands, those of `cols` stored ([`TilePass::pass`]).
 struct GemmPass<'a, 'g> {
     g: &'a mut Gemm<'g, BlockT2p, BlockQ8Kx4>,
     ops: &'a [TileOps],
@@ -245,57 +245,37 @@ struct GemmPass<'a, 'g> {
     cols: std::ops::Range<usize>,
 }
 
-impl HotLoop for GemmPass<'_, '_> {
-    type Out = ();
+impl TilePass for GemmPass<'_, '_> {
+    fn pairs(&self) -> usize {
+        self.cols.len().div_ceil(2)
+    }
 
+    /// `2 * NP` columns computed, those of `cols` stored, a [`tile_block`] per block.
     #[inline(always)]
-    unsafe fn run<D: DotStep>(self) {
+    unsafe fn pass<D: DotStep, const NP: usize>(self) {
         let GemmPass {
             g,
-            ops,
-            factors,
+            ops: tile_ops,
+            factors: pair_f,
             cols,
         } = self;
-        // SAFETY: the caller guarantees `D`'s features.
-        unsafe {
-            match cols.len().div_ceil(2) {
-                1 => gemm_tile::<D, 1>(g, ops, factors, cols),
-                2 => gemm_tile::<D, 2>(g, ops, factors, cols),
-                3 => gemm_tile::<D, 3>(g, ops, factors, cols),
-                _ => gemm_tile::<D, 4>(g, ops, factors, cols),
+        let (x, nb) = (g.x, g.nb);
+        for (grp, group) in x.chunks_exact(nb).enumerate() {
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+            // (this and the unsafe blocks below).
+            let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
+            for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
+                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                // SAFETY: as above.
+                unsafe { tile_block::<D, NP>(&mut acc, blk, ops, pf) };
             }
-        }
-    }
-}
-
-/// One pass (`2 * NP` columns computed, those of `cols` stored) over all row groups, a
-/// [`tile_block`] per block.
-///
-/// # Safety
-/// The CPU must have `D`'s features.
-#[inline(always)]
-unsafe fn gemm_tile<D: DotStep, const NP: usize>(
-    g: &mut Gemm<'_, BlockT2p, BlockQ8Kx4>,
-    tile_ops: &[TileOps],
-    pair_f: &[PairFactors],
-    cols: std::ops::Range<usize>,
-) {
-    let (x, nb) = (g.x, g.nb);
-    for (grp, group) in x.chunks_exact(nb).enumerate() {
-        // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
-        // (this and the unsafe blocks below).
-        let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
-        for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
-            prefetch::blocks::<1>(x, (grp + 1) * nb + i);
             // SAFETY: as above.
-            unsafe { tile_block::<D, NP>(&mut acc, blk, ops, pf) };
+            unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
         }
-        // SAFETY: as above.
-        unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
     }
 }
 
-/// One block of a [`gemm_tile`] for its `NP` column pairs: per word pair, both row pairs are
+/// One block of a [`GemmPass`] for its `NP` column pairs: per word pair, both row pairs are
 /// decoded once and serve every column's dot; a lane permute and an add per column pair give
 /// `[c: r0..r3 | c': r0..r3]`, then `- sum(y)` and the oracle's `acc + (d_w * d_y) * isum`.
 ///
