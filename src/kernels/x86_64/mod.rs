@@ -18,6 +18,15 @@
 //! operand setup around a loop is written once as plain functions ([`q8k::gemm`],
 //! [`q8_0::gemv`], ...), and a path's [`Kernels`] table is [`table`] of its type.
 //!
+//! What needs only AVX2 + F16C (the helpers below, the bodies of the dot steps, a tile's step
+//! per block) is written as `#[target_feature(enable = "avx2,f16c")] #[inline]` functions,
+//! called from the `#[inline(always)]` code in `unsafe` blocks: LLVM inlines them into the entry
+//! point with their AVX2 operations already combined, which keeps forms such as `vphaddd` and the
+//! lane permutes after it single instructions (inlined through `#[inline(always)]`, the same
+//! code came out as shuffles plus adds). Only the instruction a path adds, `vpdpbusd`, waits for
+//! the entry point's features. `tools/x86_loops.py` prints the block loops of every entry point
+//! (size, spills, VEX or EVEX): compare them before and after a change of structure.
+//!
 //! Exactness: every integer sum of a 128-weight block is exact (each path documents its bounds),
 //! and every float step is the oracle's ([`super::scalar`]), separately rounded `mulps` / `addps`
 //! in block order, never FMA. So every path is bit-identical to the scalar oracle.
@@ -78,8 +87,9 @@ const fn table<P: Path>() -> Kernels {
 }
 
 /// A path's dot step: what the kernel loops of [`q8k`] and [`q8_0`] leave to the path. Its
-/// methods are `#[inline(always)]` and carry no target features themselves: they are compiled
-/// inside the path's entry point ([`Path::run`]), the only place the loops are reached from.
+/// methods are `#[inline(always)]` forwarders to the path's AVX2 functions (see the module docs)
+/// and carry no target features themselves: they are compiled inside the path's entry point
+/// ([`Path::run`]), the only place the loops are reached from.
 trait DotStep {
     /// [`DotStep::block_dot`] returns `2^SHIFT * dot(u, y)`.
     const SHIFT: i32;

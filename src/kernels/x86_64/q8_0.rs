@@ -19,7 +19,7 @@
 //! s = s + d3 * I3; acc = acc + d_w * s` with `d_j` the activation scales broadcast and `d_w` the
 //! 8 row scales (for a group-64 block, `acc = (acc + d_w0 * (s0 + s1)) + d_w1 * (s2 + s3)`, the
 //! shared [`crate::kernels::fold_q8_0`]). Every operation is a separately rounded `mulps`/`addps`
-//! in the oracle's order ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to
+//! in the oracle's order ([`crate::kernels::scalar::accumulate_q8_0`]), so the result is bit-identical to
 //! it.
 //!
 //! The gemm pairs columns instead of row groups: `[c: r0..r3 | c': r0..r3]`, with the scales of
@@ -387,7 +387,7 @@ impl<B: RowPairBlock> TilePass for GemmTile<'_, '_, B> {
     }
 }
 
-/// One block of a [`GemmPass`] for its `NP` column pairs: per word pair `q`, both row pairs
+/// One block of a [`GemmTile`] for its `NP` column pairs: per word pair `q`, both row pairs
 /// are decoded once and serve every column.
 ///
 /// (An AVX2 function rather than part of the `#[inline(always)]` loop: LLVM inlines it into the
