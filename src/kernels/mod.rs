@@ -326,9 +326,10 @@ pub(crate) fn fold_q8_0<V: Copy>(
 
 /// A path's [`T2pKernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
 /// `vec_dot_stock` in scope where it is invoked; the `q8_0` entries are generic over the T2P
-/// layout, so one function serves both groups. A macro because it names the functions of the
-/// module it is invoked in (a `const fn` would take the seven function items positionally,
-/// where two `gemv_q8_0` and two `gemm_q8_0` instances are easy to swap unnoticed).
+/// layout, so one function serves both groups. A macro because a function cannot take a generic
+/// function as an argument (the alternative, a trait the scalar and aarch64 paths implement by
+/// forwarding to these five functions, would repeat each of them once per path); the x86 paths,
+/// whose kernels are a trait's already, build theirs with a `const fn`.
 macro_rules! kernel_table {
     ($isa:expr) => {
         $crate::kernels::T2pKernels {

@@ -8,14 +8,45 @@
 
 use std::arch::x86_64::*;
 
-use super::{bcast8, chunk8, load_word, load_word_pair};
+use super::{DotStep, HotLoop, Path, bcast8, chunk8, load_word, load_word_pair};
 use crate::format::{BlockT2p, RowPairBlock};
 use crate::kernels::Isa;
 
-super::x86_path!(Isa::Avx2, "avx2,f16c");
+/// The AVX2 path (a type only: its kernels are reached through [`Path::run`]).
+pub(super) enum Avx2 {}
 
-/// [`block_dot`] returns `4 * dot(u, y)`.
-const SHIFT: i32 = 2;
+impl Path for Avx2 {
+    const ISA: Isa = Isa::Avx2;
+
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn run<L: HotLoop>(l: L) -> L::Out {
+        // SAFETY: AVX2 and F16C, all the loops and this dot step use, are enabled here.
+        unsafe { l.run::<Self>() }
+    }
+}
+
+impl DotStep for Avx2 {
+    /// [`block_dot`] returns `4 * dot(u, y)`.
+    const SHIFT: i32 = 2;
+
+    #[inline(always)]
+    unsafe fn block_dot(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i {
+        // SAFETY: the caller guarantees the path's features (AVX2, F16C).
+        unsafe { block_dot(blk, ys) }
+    }
+
+    #[inline(always)]
+    unsafe fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i {
+        // SAFETY: as for `block_dot`.
+        unsafe { slots_dot(u, ops) }
+    }
+
+    #[inline(always)]
+    unsafe fn pair_dot<B: RowPairBlock>(blk: &B, q: usize, ops: &[__m256i; 4]) -> __m256i {
+        // SAFETY: as for `block_dot`.
+        unsafe { pair_dot(blk, q, ops) }
+    }
+}
 
 /// `4 * dot(u, y)` of one T2P block with its 128 activations, as int32
 /// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes).

@@ -1,21 +1,31 @@
-//! x86_64 kernels: one source per kernel, instantiated per ISA path.
+//! x86_64 kernels: every kernel loop written once, generic over the path's dot step.
 //!
-//! Three paths share every kernel loop and differ only in their **dot step**, the integer dot
-//! product of slot-masked T2P weight registers with activation bytes:
+//! Three paths share every kernel loop and differ only in their **dot step** ([`DotStep`]), the
+//! integer dot product of slot-masked T2P weight registers with activation bytes:
 //!
 //! | path | dot step | features |
 //! |---|---|---|
-//! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` | AVX2, F16C |
-//! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation) | + AVX-VNNI |
+//! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` ([`avx2`]) | AVX2, F16C |
+//! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation; [`vnni`]) | + AVX-VNNI |
 //! | [`Isa::Avx512Vnni`] | `vpdpbusd`, EVEX on ymm; on zmm for `q8_0` ([`zmm`]) | + AVX-512 F/BW/VL/VNNI |
 //!
-//! Each path module supplies its dot steps under fixed names (`SHIFT` and `block_dot` for the
-//! `q8_K` gemv, `slots_dot` and `pair_dot` for the tiles and the `q8_0` kernels) and calls
-//! [`x86_path!`], which compiles every kernel of [`q8k`] and [`q8_0`] with that path's
-//! `target_feature`s around them: the loops, operand tables, float folds, tile epilogues and
-//! prefetches the AVX-512 instance runs are the ones the AVX2 instance runs. The helpers below
-//! (word loads, broadcasts, scale conversions, slot decoding) are AVX2 functions that inline into
-//! every instance.
+//! The hot loops ([`q8k`]'s gemv and gemm pass, [`q8_0`]'s gemv and gemm tile) are plain generic
+//! `#[inline(always)]` functions over a `D: DotStep`, behind the [`HotLoop`] trait. A path runs
+//! one through its single `#[target_feature]` entry point, [`Path::run`]: the loop, its dot step
+//! and the helpers below are inlined into that entry, so LLVM compiles them with the path's
+//! features (the loops, operand tables, float folds, tile epilogues and prefetches the AVX-512
+//! instance runs are the ones the AVX2 instance runs; only the dot step differs). The per-call
+//! operand setup around a loop is written once as plain functions ([`q8k::gemm`],
+//! [`q8_0::gemv`], ...), and a path's [`Kernels`] table is [`table`] of its type.
+//!
+//! What needs only AVX2 + F16C (the helpers below, the bodies of the dot steps, a tile's step
+//! per block) is written as `#[target_feature(enable = "avx2,f16c")] #[inline]` functions,
+//! called from the `#[inline(always)]` code in `unsafe` blocks: LLVM inlines them into the entry
+//! point with their AVX2 operations already combined, which keeps forms such as `vphaddd` and the
+//! lane permutes after it single instructions (inlined through `#[inline(always)]`, the same
+//! code came out as shuffles plus adds). Only the instruction a path adds, `vpdpbusd`, waits for
+//! the entry point's features. `tools/x86_loops.py` prints the block loops of every entry point
+//! (size, spills, VEX or EVEX): compare them before and after a change of structure.
 //!
 //! Exactness: every integer sum of a 128-weight block is exact (each path documents its bounds),
 //! and every float step is the oracle's ([`super::scalar`]), separately rounded `mulps` / `addps`
@@ -24,7 +34,7 @@
 use std::arch::x86_64::*;
 
 use super::{Isa, T2pKernels};
-use crate::format::{BlockQ8K, RowPairBlock};
+use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockT2p, BlockT2pG64, RowPairBlock};
 
 pub(super) mod attention;
 mod avx2;
@@ -38,14 +48,20 @@ mod stock;
 mod vnni;
 mod zmm;
 
+use avx2::Avx2;
+use vnni::{Avx512Vnni, AvxVnni};
+
 /// The T2P kernels of an x86 path. Whether this CPU runs the path is asked once, by
 /// [`crate::kernels::cpu`] (every x86 path builds on AVX2 + F16C: the shared helpers are
 /// compiled for them).
 pub(super) const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
+    const AVX2: T2pKernels = table::<Avx2>();
+    const AVX_VNNI: T2pKernels = table::<AvxVnni>();
+    const AVX512_VNNI: T2pKernels = table::<Avx512Vnni>();
     match isa {
-        Isa::Avx2 => Some(&avx2::KERNELS),
-        Isa::AvxVnni => Some(&vnni::avx_vnni::KERNELS),
-        Isa::Avx512Vnni => Some(&vnni::avx512_vnni::KERNELS),
+        Isa::Avx2 => Some(&AVX2),
+        Isa::AvxVnni => Some(&AVX_VNNI),
+        Isa::Avx512Vnni => Some(&AVX512_VNNI),
         _ => None,
     }
 }
@@ -59,75 +75,125 @@ fn kernels(isa: Isa) -> Option<&'static Kernels> {
     Kernels::for_isa(isa).ok()
 }
 
-/// Defines `KERNELS` (the path's [`Kernels`]) in the calling path module, with every x86 kernel
-/// compiled for `$feat` around that module's dot steps. The safe wrappers are only reachable
-/// through [`kernels`], after the path's features were detected: that is what makes their
-/// `unsafe` calls sound.
-macro_rules! x86_path {
-    ($isa:expr, $feat:literal) => {
-        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
-        $crate::kernels::x86_64::q8_0::q8_0_kernels!($feat);
-    };
-    // The AVX-512 VNNI path: its q8_0 kernels are the 512-bit ones of `x86::zmm`.
-    ($isa:expr, $feat:literal, zmm) => {
-        $crate::kernels::x86_64::x86_path!(@loops $isa, $feat);
-        use $crate::kernels::x86_64::zmm::{gemm_q8_0 as gemm_q8_0_impl, gemv_q8_0 as gemv_q8_0_impl};
-    };
-    (@loops $isa:expr, $feat:literal) => {
-        pub(in $crate::kernels::x86_64) static KERNELS: $crate::kernels::T2pKernels =
-            $crate::kernels::T2pKernels {
-                isa: $isa,
-                gemv: |x, nb, y, out| {
-                    // SAFETY: KERNELS is handed out only after this path's features were detected.
-                    unsafe { gemv_q8k_impl(x, nb, y, out) }
-                },
-                gemm: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8k_impl(g) }
-                },
-                gemv_q8_0: |x, nb, y, out| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemv_q8_0_impl(x, nb, y, out) }
-                },
-                gemm_q8_0: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(g) }
-                },
-                gemv_q8_0_g64: |x, nb, y, out| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemv_q8_0_impl(x, nb, y, out) }
-                },
-                gemm_q8_0_g64: |g| {
-                    // SAFETY: as for `gemv`.
-                    unsafe { gemm_q8_0_impl(g) }
-                },
-                vec_dot_stock: $crate::kernels::x86_64::stock::vec_dot_stock,
-            };
+/// The T2P table of path `P`: the safe entries of every kernel around `P`'s loops. They are
+/// sound to call because [`crate::kernels::cpu`] hands a path's table out only after detecting
+/// its features, and these tables are the entries' only callers.
+const fn table<P: Path>() -> T2pKernels {
+    T2pKernels {
+        isa: P::ISA,
+        gemv: q8k::gemv::<P>,
+        gemm: q8k::gemm::<P>,
+        gemv_q8_0: P::gemv_q8_0::<BlockT2p>,
+        gemm_q8_0: P::gemm_q8_0::<BlockT2p>,
+        gemv_q8_0_g64: P::gemv_q8_0::<BlockT2pG64>,
+        gemm_q8_0_g64: P::gemm_q8_0::<BlockT2pG64>,
+        vec_dot_stock: stock::vec_dot_stock,
+    }
+}
 
-        /// The `q8_K` gemv (`q8k::gemv_q8k_loop` around this path's `block_dot`).
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat` (the path's table is built only after detection).
-        #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8k_impl(
-            x: &[$crate::format::BlockT2p],
-            nb: usize,
-            y: &[$crate::format::BlockQ8K],
-            out: &mut [f32],
-        ) {
-            // SAFETY: this function has the features the loop (AVX2, F16C) and the dot need.
-            unsafe {
-                $crate::kernels::x86_64::q8k::gemv_q8k_loop::<SHIFT>(x, nb, y, out, |b, ys| {
-                    block_dot(b, ys)
-                })
+/// A path's dot step: what the kernel loops of [`q8k`] and [`q8_0`] leave to the path. Its
+/// methods are `#[inline(always)]` forwarders to the path's AVX2 functions (see the module docs)
+/// and carry no target features themselves: they are compiled inside the path's entry point
+/// ([`Path::run`]), the only place the loops are reached from.
+trait DotStep {
+    /// [`DotStep::block_dot`] returns `2^SHIFT * dot(u, y)`.
+    const SHIFT: i32;
+
+    /// `2^SHIFT * dot(u, y)` of one T2P block with its 128 activations as int32
+    /// `[r0, r0, r1, r1 | r2, r2, r3, r3]` (each row split over two lanes; the `q8_K` gemv
+    /// layout, [`q8k`]).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn block_dot(blk: &BlockT2p, ys: &[i8; 128]) -> __m256i;
+
+    /// `dot(u, y)` per row and word of words `2q`, `2q + 1`, from the decoded slots of both row
+    /// pairs ([`decode_pair`]) and the activation operands of those words, as int32
+    /// `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]` (the word-pair layout, [`q8_0`]).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i;
+
+    /// [`DotStep::slots_dot`] of words `2q`, `2q + 1` of a block, for loops that decode per
+    /// block (the `q8_0` gemv); a path may skip the decode to plain codes.
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    #[inline(always)]
+    unsafe fn pair_dot<B: RowPairBlock>(blk: &B, q: usize, ops: &[__m256i; 4]) -> __m256i {
+        // SAFETY: the caller guarantees the path's features, which include AVX2.
+        unsafe { Self::slots_dot(&decode_pair(blk, q), ops) }
+    }
+}
+
+/// One call of a hot loop, written once over the dot step and run by a path ([`Path::run`]).
+trait HotLoop {
+    /// What the loop returns.
+    type Out;
+
+    /// Runs the loop around `D`'s dot step. Implementations are `#[inline(always)]`, so that
+    /// they are compiled inside the entry point that calls them.
+    ///
+    /// # Safety
+    /// The CPU must have `D`'s features.
+    unsafe fn run<D: DotStep>(self) -> Self::Out;
+}
+
+/// A gemm pass over the column pairs of a tile, written once for any count `NP` of them (1 to
+/// 4) so that each count gets its own loop with the pairs unrolled; its [`HotLoop`] picks `NP`.
+trait TilePass {
+    /// Column pairs this pass computes.
+    fn pairs(&self) -> usize;
+
+    /// Runs the pass with `NP` column pairs. Implementations are `#[inline(always)]`.
+    ///
+    /// # Safety
+    /// The CPU must have `D`'s features.
+    unsafe fn pass<D: DotStep, const NP: usize>(self);
+}
+
+impl<T: TilePass> HotLoop for T {
+    type Out = ();
+
+    #[inline(always)]
+    unsafe fn run<D: DotStep>(self) {
+        // SAFETY: the caller guarantees `D`'s features.
+        unsafe {
+            match self.pairs() {
+                1 => self.pass::<D, 1>(),
+                2 => self.pass::<D, 2>(),
+                3 => self.pass::<D, 3>(),
+                _ => self.pass::<D, 4>(),
             }
         }
-
-        $crate::kernels::x86_64::q8k::q8k_gemm_kernel!($feat);
-    };
+    }
 }
-pub(super) use x86_path;
+
+/// An x86 path: its dot step, its one `#[target_feature]` entry point, and its `q8_0` kernels.
+trait Path: DotStep + Sized {
+    /// Which path this is.
+    const ISA: Isa;
+
+    /// Runs `l` around this path's dot step, compiled for this path's features: the one
+    /// `#[target_feature]` function of a path (a `#[target_feature]` function cannot be
+    /// `#[inline(always)]`, so the generic loops are inlined into it instead).
+    ///
+    /// # Safety
+    /// The CPU must have the path's features.
+    unsafe fn run<L: HotLoop>(l: L) -> L::Out;
+
+    /// The `q8_0` gemv entry of the path's table: the word-pair kernel of [`q8_0`] unless the
+    /// path has its own.
+    fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+        q8_0::gemv::<Self, B>(x, nb, y, out)
+    }
+
+    /// The `q8_0` gemm entry of the path's table, as [`Path::gemv_q8_0`].
+    fn gemm_q8_0<B: RowPairBlock>(g: super::Gemm<'_, B, BlockQ8_0Quad>) {
+        q8_0::gemm::<Self, B>(g)
+    }
+}
 
 /// Word `wd` of both row pairs: low lane = pair 0 (rows 0, 1), high lane = pair 1 (rows 2, 3).
 #[target_feature(enable = "avx2,f16c")]
@@ -172,28 +238,27 @@ fn half(yb: &BlockQ8K, h: usize) -> &[i8; 128] {
         .expect("128 values")
 }
 
-/// The four slots of every byte of the register `$v` as plain codes `u = (v >> 2s) & 3`, with
-/// the `set1_epi8`, `and` and `srli_epi16` of its width: one decode for the 256- and 512-bit
-/// paths, expanded in place.
-macro_rules! slot_codes {
-    ($v:expr, $set1:ident, $and:ident, $srli:ident) => {{
-        let (v, m03) = ($v, $set1(0x03));
-        [
-            $and(v, m03),
-            $and($srli::<2>(v), m03),
-            $and($srli::<4>(v), m03),
-            $and($srli::<6>(v), m03),
-        ]
-    }};
-}
-use slot_codes;
-
 /// The four slots of a weight register as plain codes ([`slot_codes`]; the tiles decode once
 /// per register and serve every column with it).
 #[target_feature(enable = "avx2")]
 #[inline]
 fn slots_u(v: __m256i) -> [__m256i; 4] {
-    slot_codes!(v, _mm256_set1_epi8, _mm256_and_si256, _mm256_srli_epi16)
+    let m03 = _mm256_set1_epi8(0x03);
+    slot_codes(
+        v,
+        |v| _mm256_srli_epi16::<2>(v),
+        |v| _mm256_and_si256(v, m03),
+    )
+}
+
+/// The four slots of every byte of a weight register as plain codes `u = (v >> 2s) & 3`, for
+/// either register width: `shr2` shifts each 16-bit lane right by 2 bits (LLVM folds the
+/// repeated shifts into one shift of `v` each), `low2` keeps the low two bits of each byte.
+#[inline(always)]
+fn slot_codes<V: Copy>(v: V, shr2: impl Fn(V) -> V, low2: impl Fn(V) -> V) -> [V; 4] {
+    let s1 = shr2(v);
+    let s2 = shr2(s1);
+    [v, s1, s2, shr2(s2)].map(low2)
 }
 
 /// Words `2q`, `2q + 1` of both row pairs of a block, decoded to plain slots ([`slots_u`]).

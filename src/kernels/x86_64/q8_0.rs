@@ -1,6 +1,6 @@
-//! The x86 `q8_0` gemv and gemm, shared by every x86 path: everything but the integer dot of
-//! one weight register, which each path supplies ([`q8_0_kernels`], called by
-//! [`super::x86_path!`]).
+//! The x86 `q8_0` gemv and gemm of the word-pair layout, written once around a path's dot step
+//! ([`DotStep::pair_dot`], [`DotStep::slots_dot`]); the AVX2 and AVX-VNNI paths run them, the
+//! AVX-512 one its 512-bit kernels ([`super::zmm`]).
 //!
 //! **Register layout ("word pairs").** One 256-bit load of `qs[p][2q..2q + 2]` holds words `2q`
 //! (low lane) and `2q + 1` (high lane) of row pair `p`. Word `wd` is exactly `q8_0` sub-block `wd`
@@ -11,7 +11,7 @@
 //! permutes into a per-thread buffer: a decode makes thousands of calls per token) and serves
 //! both row pairs of every row group.
 //!
-//! **Reduction.** A path's `pair_dot(blk, q, ops)` returns `dot(u, y)` (`u = w + 1`, the code) per
+//! **Reduction.** A path's [`DotStep::pair_dot`] returns `dot(u, y)` (`u = w + 1`, the code) per
 //! row and word as int32 `[w2q: r0, r1, r2, r3 | w2q+1: r0, r1, r2, r3]`. Adding the table's
 //! `-sum(y)` gives the exact 32-weight sums `i_wd`. Two row groups `A`, `B` are processed per pass:
 //! a 128-bit lane permute turns their four word-pair vectors into `I_wd = [A r0..r3 | B r0..r3]`,
@@ -19,7 +19,7 @@
 //! s = s + d3 * I3; acc = acc + d_w * s` with `d_j` the activation scales broadcast and `d_w` the
 //! 8 row scales (for a group-64 block, `acc = (acc + d_w0 * (s0 + s1)) + d_w1 * (s2 + s3)`, the
 //! shared [`crate::kernels::fold_q8_0`]). Every operation is a separately rounded `mulps`/`addps`
-//! in the oracle's order ([`super::scalar::accumulate_q8_0`]), so the result is bit-identical to
+//! in the oracle's order ([`crate::kernels::scalar::accumulate_q8_0`]), so the result is bit-identical to
 //! it.
 //!
 //! The gemm pairs columns instead of row groups: `[c: r0..r3 | c': r0..r3]`, with the scales of
@@ -34,9 +34,14 @@
 //! it pays where the gemv waits for memory with that much compute to spare.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
-use crate::format::BlockQ8_0Quad;
-use crate::kernels::PER_CALL_MIN_BLOCKS;
+use super::{
+    DotStep, HotLoop, Path, TilePass, decode_pair, prefetch, scales_ab, scales_twice,
+    store_column_pairs,
+};
+use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
+use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0};
 
 /// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
 /// weight register stay in registers while every column multiplies them).
@@ -177,196 +182,259 @@ pub(super) fn pair_scales(a: &BlockQ8_0Quad, b: &BlockQ8_0Quad) -> [__m256; 4] {
     })
 }
 
-/// Defines `gemv_q8_0_impl` and `gemm_q8_0_impl` in the calling module, compiled for
-/// `$feat`, around its `pair_dot(blk: &impl RowPairBlock, q: usize, ops: &[__m256i; 4]) -> __m256i`
-/// (`dot(u, y)` as `[w2q: r0..r3 | w2q+1: r0..r3]`, see the module docs) and
-/// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (the same from the two
-/// row pairs' decoded slots, [`super::slots_u`]). A macro rather than
-/// a generic function so that the whole loop is compiled with the path's features and the dot
-/// is inlined.
-macro_rules! q8_0_kernels {
-    ($feat:literal) => {
-        /// The `q8_0` gemv, two row groups per pass (see `x86::q8_0`).
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat` (the path's table is built only after detection).
-        #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8_0_impl<B: $crate::format::RowPairBlock>(
-            x: &[B],
-            nb: usize,
-            y: &[$crate::format::BlockQ8_0Quad],
-            out: &mut [f32],
-        ) {
-            $crate::kernels::x86_64::q8_0::with_tables(1, |t| {
-                t[0].fill(y);
-                // SAFETY: same CPU features as this function.
-                unsafe { gemv_q8_0_table(x, nb, y, &t[0], out) }
+/// The `q8_0` gemv of path `P` ([`Path::gemv_q8_0`]): the column's operand table ([`Q8_0Table`]),
+/// then [`GemvRows`] on `P`.
+pub(super) fn gemv<P: Path, B: RowPairBlock>(
+    x: &[B],
+    nb: usize,
+    y: &[BlockQ8_0Quad],
+    out: &mut [f32],
+) {
+    with_tables(1, |t| {
+        // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s features
+        // (which include the AVX2 that `fill` needs).
+        unsafe {
+            t[0].fill(y);
+            P::run(GemvRows {
+                x,
+                nb,
+                y,
+                table: &t[0],
+                out,
             })
         }
-
-        /// [`gemv_q8_0_impl`] on a filled table.
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat`.
-        #[target_feature(enable = $feat)]
-        unsafe fn gemv_q8_0_table<B: $crate::format::RowPairBlock>(
-            x: &[B],
-            nb: usize,
-            y: &[$crate::format::BlockQ8_0Quad],
-            table: &$crate::kernels::x86_64::q8_0::Q8_0Table,
-            out: &mut [f32],
-        ) {
-            use $crate::kernels::x86_64::{prefetch, scales_ab};
-            let groups = x.len() / nb;
-            for g in (0..groups).step_by(2) {
-                let a = &x[g * nb..(g + 1) * nb];
-                // An odd last group is paired with itself; its copy is not stored.
-                let two = g + 1 < groups;
-                let b = if two {
-                    &x[(g + 1) * nb..(g + 2) * nb]
-                } else {
-                    a
-                };
-                let mut acc = _mm256_setzero_ps();
-                let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
-                for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
-                    // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
-                    prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
-                    let ma0 = _mm256_add_epi32(pair_dot(ba, 0, &ops[0]), neg[0]);
-                    let mb0 = _mm256_add_epi32(pair_dot(bb, 0, &ops[0]), neg[0]);
-                    let ma1 = _mm256_add_epi32(pair_dot(ba, 1, &ops[1]), neg[1]);
-                    let mb1 = _mm256_add_epi32(pair_dot(bb, 1, &ops[1]), neg[1]);
-                    let i = [
-                        _mm256_permute2x128_si256::<0x20>(ma0, mb0),
-                        _mm256_permute2x128_si256::<0x31>(ma0, mb0),
-                        _mm256_permute2x128_si256::<0x20>(ma1, mb1),
-                        _mm256_permute2x128_si256::<0x31>(ma1, mb1),
-                    ];
-                    let p: [__m256; 4] = std::array::from_fn(|j| {
-                        _mm256_mul_ps(_mm256_set1_ps(yb.d[j]), _mm256_cvtepi32_ps(i[j]))
-                    });
-                    acc = $crate::kernels::fold_q8_0(
-                        B::HALVES,
-                        acc,
-                        [_mm256_add_ps(p[0], p[1]), p[2], p[3]],
-                        |h| scales_ab(ba.scales(h), bb.scales(h)),
-                        |a, b| _mm256_add_ps(a, b),
-                        |a, b| _mm256_mul_ps(a, b),
-                    );
-                }
-                if two {
-                    let o: &mut [f32; 8] = (&mut out[4 * g..4 * g + 8]).try_into().expect("8 rows");
-                    // SAFETY: writes exactly the 8 floats of `o`, unaligned.
-                    unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
-                } else {
-                    let o: &mut [f32; 4] = (&mut out[4 * g..4 * g + 4]).try_into().expect("4 rows");
-                    // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-                    unsafe { _mm_storeu_ps(o.as_mut_ptr(), _mm256_castps256_ps128(acc)) };
-                }
-            }
-        }
-
-        /// The `q8_0` gemm: up to [`$crate::kernels::x86_64::q8_0::MAX_TILE_COLS`] columns per pass over the
-        /// weights, as column pairs (an odd last column is paired with itself and stored
-        /// once); a single column runs through the gemv.
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat` (the path's table is built only after detection).
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8_0_impl<B: $crate::format::RowPairBlock>(
-            mut g: $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
-        ) {
-            use $crate::kernels::x86_64::q8_0::{MAX_TILE_COLS, with_tables, with_tile};
-            let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
-            let rows = x.len() / nb * $crate::format::ROWS_PER_T2P;
-            for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
-                let real = (ncols - c0).min(MAX_TILE_COLS);
-                let cols = &y[c0 * nb..(c0 + real) * nb];
-                if real == 1 {
-                    let o = g.column(c0, rows);
-                    with_tables(1, |t| {
-                        t[0].fill(cols);
-                        // SAFETY: same CPU features as this function.
-                        unsafe { gemv_q8_0_table(x, nb, cols, &t[0], o) }
-                    });
-                    continue;
-                }
-                let stored = c0..c0 + real;
-                with_tile(cols, nb, real, |tile| {
-                    // SAFETY: same CPU features as this function.
-                    unsafe {
-                        match real.div_ceil(2) {
-                            1 => gemm_q8_0_tile::<B, 1>(&mut g, tile, stored),
-                            2 => gemm_q8_0_tile::<B, 2>(&mut g, tile, stored),
-                            3 => gemm_q8_0_tile::<B, 3>(&mut g, tile, stored),
-                            _ => gemm_q8_0_tile::<B, 4>(&mut g, tile, stored),
-                        }
-                    }
-                });
-            }
-        }
-
-        /// One tile of `2 * NP` columns (those of `cols` stored) over all row groups: per block
-        /// and word pair `q`, both row pairs are decoded once and serve every column; the two
-        /// halves `q` are written out so that the float fold of each column pair stays in
-        /// registers.
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat`.
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8_0_tile<B: $crate::format::RowPairBlock, const NP: usize>(
-            g: &mut $crate::kernels::Gemm<'_, B, $crate::format::BlockQ8_0Quad>,
-            tile: &[$crate::kernels::x86_64::q8_0::TileBlock],
-            cols: std::ops::Range<usize>,
-        ) {
-            use $crate::kernels::x86_64::{
-                decode_pair, prefetch, scales_twice, store_column_pairs,
-            };
-            let (x, nb) = (g.x, g.nb);
-            for (grp, group) in x.chunks_exact(nb).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); NP];
-                for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-                    prefetch::blocks::<1>(x, (grp + 1) * nb + i);
-                    // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
-                    let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
-                        let m: [__m256i; 2] = std::array::from_fn(|h| {
-                            let c = 2 * cp + h;
-                            _mm256_add_epi32(slots_dot(u, &tb.ops[c][q]), tb.neg[c][q])
-                        });
-                        let d = &tb.d[cp];
-                        let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
-                        let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
-                        (
-                            _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo)),
-                            _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi)),
-                        )
-                    };
-                    let u0 = decode_pair(blk, 0);
-                    let s: [__m256; NP] = std::array::from_fn(|cp| {
-                        let (p0, p1) = half(0, cp, &u0);
-                        _mm256_add_ps(p0, p1)
-                    });
-                    let u1 = decode_pair(blk, 1);
-                    for (cp, (acc, s01)) in acc.iter_mut().zip(s).enumerate() {
-                        let (p2, p3) = half(1, cp, &u1);
-                        *acc = $crate::kernels::fold_q8_0(
-                            B::HALVES,
-                            *acc,
-                            [s01, p2, p3],
-                            |h| scales_twice(blk.scales(h)),
-                            |a, b| _mm256_add_ps(a, b),
-                            |a, b| _mm256_mul_ps(a, b),
-                        );
-                    }
-                }
-                store_column_pairs(g, cols.clone(), grp, &acc);
-            }
-        }
-    };
+    })
 }
 
-pub(super) use q8_0_kernels;
+/// The `q8_0` gemv on a filled operand table, two row groups per pass (see the module docs).
+struct GemvRows<'a, B> {
+    x: &'a [B],
+    nb: usize,
+    y: &'a [BlockQ8_0Quad],
+    table: &'a Q8_0Table,
+    out: &'a mut [f32],
+}
+
+impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
+    type Out = ();
+
+    #[inline(always)]
+    unsafe fn run<D: DotStep>(self) {
+        let GemvRows {
+            x,
+            nb,
+            y,
+            table,
+            out,
+        } = self;
+        let groups = x.len() / nb;
+        for g in (0..groups).step_by(2) {
+            let a = &x[g * nb..(g + 1) * nb];
+            // An odd last group is paired with itself; its copy is not stored.
+            let two = g + 1 < groups;
+            let b = if two {
+                &x[(g + 1) * nb..(g + 2) * nb]
+            } else {
+                a
+            };
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+            // (this and the unsafe blocks below).
+            let mut acc = unsafe { _mm256_setzero_ps() };
+            let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
+            for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
+                // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
+                prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
+                // SAFETY: as above.
+                acc = unsafe {
+                    let m = [
+                        D::pair_dot(ba, 0, &ops[0]),
+                        D::pair_dot(bb, 0, &ops[0]),
+                        D::pair_dot(ba, 1, &ops[1]),
+                        D::pair_dot(bb, 1, &ops[1]),
+                    ];
+                    fold_group_pair(acc, m, neg, yb, ba, bb)
+                };
+            }
+            // SAFETY: as above.
+            unsafe { store_group_pair(&mut out[4 * g..], acc, two) };
+        }
+    }
+}
+
+/// The float fold of one block for row groups `A`, `B`: `m` holds their word-pair sums
+/// `[A q0, B q0, A q1, B q1]` (`dot(u, y)`); adding `neg` gives the exact 32-weight sums, a lane
+/// permute `I_wd = [A r0..r3 | B r0..r3]`, and [`fold_q8_0`] the oracle's float steps.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+fn fold_group_pair<B: RowPairBlock>(
+    acc: __m256,
+    m: [__m256i; 4],
+    neg: &[__m256i; 2],
+    yb: &BlockQ8_0Quad,
+    ba: &B,
+    bb: &B,
+) -> __m256 {
+    let [ma0, mb0, ma1, mb1] =
+        [(m[0], 0), (m[1], 0), (m[2], 1), (m[3], 1)].map(|(m, q)| _mm256_add_epi32(m, neg[q]));
+    let i = [
+        _mm256_permute2x128_si256::<0x20>(ma0, mb0),
+        _mm256_permute2x128_si256::<0x31>(ma0, mb0),
+        _mm256_permute2x128_si256::<0x20>(ma1, mb1),
+        _mm256_permute2x128_si256::<0x31>(ma1, mb1),
+    ];
+    let p: [__m256; 4] =
+        std::array::from_fn(|j| _mm256_mul_ps(_mm256_set1_ps(yb.d[j]), _mm256_cvtepi32_ps(i[j])));
+    fold_q8_0(
+        B::HALVES,
+        acc,
+        [_mm256_add_ps(p[0], p[1]), p[2], p[3]],
+        |h| scales_ab(ba.scales(h), bb.scales(h)),
+        |a, b| _mm256_add_ps(a, b),
+        |a, b| _mm256_mul_ps(a, b),
+    )
+}
+
+/// Stores the 8 rows of two row groups from `out[0]`, or only the first group's 4 if `two` is
+/// false (an odd last group, paired with itself).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_group_pair(out: &mut [f32], acc: __m256, two: bool) {
+    if two {
+        let o: &mut [f32; 8] = (&mut out[..8]).try_into().expect("8 rows");
+        // SAFETY: writes exactly the 8 floats of `o`, unaligned.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
+    } else {
+        let o: &mut [f32; 4] = (&mut out[..4]).try_into().expect("4 rows");
+        // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), _mm256_castps256_ps128(acc)) };
+    }
+}
+
+/// The `q8_0` gemm of path `P` ([`Path::gemm_q8_0`]): up to [`MAX_TILE_COLS`] columns per pass
+/// over the weights, as column pairs (an odd last column is paired with itself and stored
+/// once), each pass a [`GemmTile`] on `P`; a single column runs through the gemv.
+pub(super) fn gemm<P: Path, B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let nb = g.nb;
+    column_passes(g, gemv::<P, B>, |g, cols, stored| {
+        let real = stored.len();
+        let tile = |tile: &[TileBlock]| {
+            let t = GemmTile {
+                g,
+                tile,
+                cols: stored,
+            };
+            // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s
+            // features.
+            unsafe { P::run(t) }
+        };
+        // SAFETY: as above; every path has AVX2.
+        unsafe { with_tile(cols, nb, real, tile) };
+    });
+}
+
+/// Runs a `q8_0` gemm as passes of up to [`MAX_TILE_COLS`] columns over the weights: a pass of
+/// one column through `gemv(x, nb, y, out)`, any other through `pass(g, y, cols)` with the
+/// pass's activations `y` (column after column) and its columns `cols` of `g`.
+pub(super) fn column_passes<B: RowPairBlock>(
+    mut g: Gemm<'_, B, BlockQ8_0Quad>,
+    mut gemv: impl FnMut(&[B], usize, &[BlockQ8_0Quad], &mut [f32]),
+    mut pass: impl FnMut(&mut Gemm<'_, B, BlockQ8_0Quad>, &[BlockQ8_0Quad], Range<usize>),
+) {
+    let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
+    let rows = x.len() / nb * ROWS_PER_T2P;
+    for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
+        let real = (ncols - c0).min(MAX_TILE_COLS);
+        let cols = &y[c0 * nb..(c0 + real) * nb];
+        if real == 1 {
+            gemv(x, nb, cols, g.column(c0, rows));
+        } else {
+            pass(&mut g, cols, c0..c0 + real);
+        }
+    }
+}
+
+/// One pass of the gemm over all row groups on a tile's operands, those of `cols` stored.
+struct GemmTile<'a, 'g, B> {
+    g: &'a mut Gemm<'g, B, BlockQ8_0Quad>,
+    tile: &'a [TileBlock],
+    cols: std::ops::Range<usize>,
+}
+
+impl<B: RowPairBlock> TilePass for GemmTile<'_, '_, B> {
+    fn pairs(&self) -> usize {
+        self.cols.len().div_ceil(2)
+    }
+
+    /// `2 * NP` columns (those of `cols` stored) over all row groups, a [`tile_block`] per
+    /// block; the two halves `q` are written out so that the float fold of each column pair
+    /// stays in registers.
+    #[inline(always)]
+    unsafe fn pass<D: DotStep, const NP: usize>(self) {
+        let GemmTile { g, tile, cols } = self;
+        let (x, nb) = (g.x, g.nb);
+        for (grp, group) in x.chunks_exact(nb).enumerate() {
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+            // (this and the unsafe blocks below).
+            let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
+            for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
+                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                // SAFETY: as above.
+                unsafe { tile_block::<D, B, NP>(&mut acc, blk, tb) };
+            }
+            // SAFETY: as above.
+            unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
+        }
+    }
+}
+
+/// One block of a [`GemmTile`] for its `NP` column pairs: per word pair `q`, both row pairs
+/// are decoded once and serve every column.
+///
+/// (An AVX2 function rather than part of the `#[inline(always)]` loop: LLVM inlines it into the
+/// path's entry point with its AVX2 operations already in place, which keeps the `hadd` of the
+/// dot step and the lane permutes after it as single instructions; only the dot step's own
+/// instructions wait for the entry point's features.)
+///
+/// # Safety
+/// The CPU must have `D`'s features.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn tile_block<D: DotStep, B: RowPairBlock, const NP: usize>(
+    acc: &mut [__m256; NP],
+    blk: &B,
+    tb: &TileBlock,
+) {
+    // [c: r0..r3 | c': r0..r3] products `d_j * i_j` of sub-blocks 2q, 2q + 1.
+    let half = |q: usize, cp: usize, u: &[[__m256i; 4]; 2]| {
+        let m: [__m256i; 2] = std::array::from_fn(|h| {
+            let c = 2 * cp + h;
+            // SAFETY: the caller guarantees `D`'s features.
+            let w = unsafe { D::slots_dot(u, &tb.ops[c][q]) };
+            _mm256_add_epi32(w, tb.neg[c][q])
+        });
+        let d = &tb.d[cp];
+        let lo = _mm256_permute2x128_si256::<0x20>(m[0], m[1]);
+        let hi = _mm256_permute2x128_si256::<0x31>(m[0], m[1]);
+        (
+            _mm256_mul_ps(d[2 * q], _mm256_cvtepi32_ps(lo)),
+            _mm256_mul_ps(d[2 * q + 1], _mm256_cvtepi32_ps(hi)),
+        )
+    };
+    let u0 = decode_pair(blk, 0);
+    let s: [__m256; NP] = std::array::from_fn(|cp| {
+        let (p0, p1) = half(0, cp, &u0);
+        _mm256_add_ps(p0, p1)
+    });
+    let u1 = decode_pair(blk, 1);
+    for (cp, (acc, s01)) in acc.iter_mut().zip(s).enumerate() {
+        let (p2, p3) = half(1, cp, &u1);
+        *acc = fold_q8_0(
+            B::HALVES,
+            *acc,
+            [s01, p2, p3],
+            |h| scales_twice(blk.scales(h)),
+            |a, b| _mm256_add_ps(a, b),
+            |a, b| _mm256_mul_ps(a, b),
+        );
+    }
+}

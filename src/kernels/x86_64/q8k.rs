@@ -1,12 +1,12 @@
 //! The x86 kernels with `q8_K` activations (one scale per 256 values): the gemv loop and the
-//! gemm tiles, shared by every path around its dot steps ([`super::x86_path!`]).
+//! gemm tiles, written once around a path's dot step ([`DotStep`]).
 //!
 //! **gemv register layout.** One 256-bit register holds word `wd` of row pair 0 in its low lane
 //! and word `wd` of row pair 1 in its high lane (lane = row pair). A slot of that register is then
 //! `[row 0: 8 codes | row 1: 8 codes | row 2: 8 codes | row 3: 8 codes]`, all for the same 8
 //! weights `k = 8c .. 8c + 8` (`c = 4*wd + s`), so the activation operand is those 8 bytes in
 //! every 64-bit quarter ("dup8", [`super::bcast8`]): one `vpbroadcastq` from the `q8_K` bytes,
-//! read in place, no scratch copy. A path's `block_dot(blk, ys)` returns `2^SHIFT * dot(u, y)`
+//! read in place, no scratch copy. A path's [`DotStep::block_dot`] returns `2^SHIFT * dot(u, y)`
 //! as int32 `[r0, r0, r1, r1 | r2, r2, r3, r3]` (`u = w + 1`, the stored code).
 //!
 //! **gemm.** The word-pair layout of the `q8_0` kernels ([`super::q8_0`]): one 256-bit load holds
@@ -14,7 +14,7 @@
 //! to every column of up to two `q8_K x4` tiles (8 columns: a verification of up to 8 tokens
 //! reads each weight byte once). The activation operands (chunk `8q + s` in the low lane,
 //! `8q + 4 + s` in the high lane) are gathered from the tiles once per call into a per-thread
-//! buffer. A path's `slots_dot(u, ops)` gives `[w2q: r0..r3 | w2q+1: r0..r3]` in int32 per
+//! buffer. A path's [`DotStep::slots_dot`] gives `[w2q: r0..r3 | w2q+1: r0..r3]` in int32 per
 //! column; a lane permute and an add per column pair give `[c: r0..r3 | c': r0..r3]`, then
 //! `- sum(y)` and the oracle's float step `acc + (d_w * d_y) * isum`. Loop order: tile pair, then
 //! row group, so the operands stay in cache while the weights stream.
@@ -25,57 +25,70 @@
 
 use std::arch::x86_64::*;
 
-use super::half;
 use super::q8_0::MAX_TILE_COLS;
+use super::{
+    DotStep, HotLoop, Path, TilePass, decode_pair, half, prefetch, scales_twice, store_column_pairs,
+};
 use crate::format::{BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P};
-use crate::kernels::{PER_CALL_MIN_BLOCKS, with_per_call_buffer};
+use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, with_per_call_buffer};
 
-/// The `q8_K` gemv of the x86 paths around a block dot `block(blk, ys)` =
-/// `2^SHIFT * dot(u, y)` as `[r0, r0, r1, r1 | r2, r2, r3, r3]`: `-2^SHIFT * sum(y)` per
-/// 128-value half once per call, for up to [`SUM_CHUNK`] blocks at a time on the stack (longer
-/// rows resume each row group's sum from `out`, so the float order is that of one pass), the
-/// next row group prefetched, and [`fold_block_pair`] per pair of blocks.
-///
-/// # Safety
-/// The CPU must have AVX2 and F16C (the callers are compiled for them and inline this loop).
-#[inline(always)]
-pub(super) unsafe fn gemv_q8k_loop<const SHIFT: i32>(
-    x: &[BlockT2p],
+/// The `q8_K` gemv entry of path `P`'s table ([`super::table`]): [`Gemv`] on `P`.
+pub(super) fn gemv<P: Path>(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {
+    // SAFETY: only `P`'s table calls it, handed out after detecting `P`'s features.
+    unsafe { P::run(Gemv { x, nb, y, out }) }
+}
+
+/// The `q8_K` gemv of the x86 paths: `-2^SHIFT * sum(y)` per 128-value half once per call, for
+/// up to [`SUM_CHUNK`] blocks at a time on the stack (longer rows resume each row group's sum
+/// from `out`, so the float order is that of one pass), the next row group prefetched, the
+/// path's [`DotStep::block_dot`] and [`fold_block_pair`] per pair of blocks.
+struct Gemv<'a> {
+    x: &'a [BlockT2p],
     nb: usize,
-    y: &[BlockQ8K],
-    out: &mut [f32],
-    block: impl Fn(&BlockT2p, &[i8; 128]) -> __m256i,
-) {
-    let mut neg_ysum = [0i32; SUM_CHUNK];
-    for c0 in (0..nb).step_by(SUM_CHUNK) {
-        let blocks = c0..(c0 + SUM_CHUNK).min(nb);
-        for (n, b) in neg_ysum.iter_mut().zip(blocks.clone()) {
-            *n = -(1 << SHIFT) * y[b / 2].half_sum(b % 2);
-        }
-        let ys = &y[c0 / 2..blocks.end / 2];
-        let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
-        for (g, (group, o)) in groups.enumerate() {
-            let o: &mut [f32; 4] = o.try_into().expect("4 rows");
-            // SAFETY: the caller guarantees AVX2 and F16C.
-            let mut acc = unsafe { resume_rows(o, c0 == 0) };
-            // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
-            // reductions and float steps share 256-bit instructions; the two float additions
-            // into `acc` stay separate and in block order.
-            let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
-            for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum.chunks_exact(2)).enumerate() {
-                super::prefetch::blocks::<2>(x, (g + 1) * nb + c0 + 2 * i);
-                let s0 = block(&pair[0], half(yb, 0));
-                let s1 = block(&pair[1], half(yb, 1));
-                // SAFETY: as above.
-                acc = unsafe { fold_block_pair::<SHIFT>(acc, pair, yb.d, s0, s1, nys) };
+    y: &'a [BlockQ8K],
+    out: &'a mut [f32],
+}
+
+impl HotLoop for Gemv<'_> {
+    type Out = ();
+
+    #[inline(always)]
+    unsafe fn run<D: DotStep>(self) {
+        let Gemv { x, nb, y, out } = self;
+        let mut neg_ysum = [0i32; SUM_CHUNK];
+        for c0 in (0..nb).step_by(SUM_CHUNK) {
+            let blocks = c0..(c0 + SUM_CHUNK).min(nb);
+            for (n, b) in neg_ysum.iter_mut().zip(blocks.clone()) {
+                *n = -(1 << D::SHIFT) * y[b / 2].half_sum(b % 2);
             }
-            // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-            unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) };
+            let ys = &y[c0 / 2..blocks.end / 2];
+            let groups = x.chunks_exact(nb).zip(out.chunks_exact_mut(ROWS_PER_T2P));
+            for (g, (group, o)) in groups.enumerate() {
+                let o: &mut [f32; 4] = o.try_into().expect("4 rows");
+                // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+                // (this and the unsafe blocks below).
+                let mut acc = unsafe { resume_rows(o, c0 == 0) };
+                // Blocks 2i and 2i + 1 read the two halves of q8_K block i (nb is even): their
+                // reductions and float steps share 256-bit instructions; the two float additions
+                // into `acc` stay separate and in block order.
+                let pairs = group[blocks.clone()].chunks_exact(2).zip(ys);
+                for (i, ((pair, yb), nys)) in pairs.zip(neg_ysum.chunks_exact(2)).enumerate() {
+                    prefetch::blocks::<2>(x, (g + 1) * nb + c0 + 2 * i);
+                    // SAFETY: as above.
+                    acc = unsafe {
+                        let s0 = D::block_dot(&pair[0], half(yb, 0));
+                        let s1 = D::block_dot(&pair[1], half(yb, 1));
+                        fold_block_pair(D::SHIFT, acc, pair, yb.d, s0, s1, nys)
+                    };
+                }
+                // SAFETY: as above.
+                unsafe { store_rows(o, acc) };
+            }
         }
     }
 }
 
-/// Blocks (even) whose activation sums [`gemv_q8k_loop`] holds at once.
+/// Blocks (even) whose activation sums [`Gemv`] holds at once.
 const SUM_CHUNK: usize = 256;
 
 /// The running sums of one row group: zero for the first chunk of blocks, else what the
@@ -91,14 +104,24 @@ fn resume_rows(o: &[f32; 4], first: bool) -> __m128 {
     }
 }
 
+/// Stores the 4 row sums of a row group.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn store_rows(o: &mut [f32; 4], acc: __m128) {
+    // SAFETY: writes exactly the 4 floats of `o`, unaligned.
+    unsafe { _mm_storeu_ps(o.as_mut_ptr(), acc) }
+}
+
 /// The float steps of blocks `2i` and `2i + 1` of a gemv row group (the two halves of one
-/// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^SHIFT * dot(u, y)` of the two blocks as
-/// `[r0, r0, r1, r1 | r2, r2, r3, r3]`, `neg_ysum` their `-2^SHIFT * sum(y)`. Adds
+/// `q8_K` block, scale `d_y`): `s0`, `s1` hold `2^shift * dot(u, y)` of the two blocks as
+/// `[r0, r0, r1, r1 | r2, r2, r3, r3]`, `neg_ysum` their `-2^shift * sum(y)`. Adds
 /// `(d_w * d_y) * isum` of block `2i`, then of block `2i + 1`, to `acc` (the reductions share
-/// 256-bit instructions; the two float additions stay separate and in block order).
+/// 256-bit instructions; the two float additions stay separate and in block order). `shift` is
+/// a constant of the path (LLVM folds the shift count into the immediate form).
 #[target_feature(enable = "avx2,f16c")]
 #[inline]
-fn fold_block_pair<const SHIFT: i32>(
+fn fold_block_pair(
+    shift: i32,
     acc: __m128,
     pair: &[BlockT2p],
     d_y: f32,
@@ -110,8 +133,8 @@ fn fold_block_pair<const SHIFT: i32>(
     let h = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_hadd_epi32(s0, s1));
     let (n0, n1) = (neg_ysum[0], neg_ysum[1]);
     let ys = _mm256_setr_epi32(n0, n0, n0, n0, n1, n1, n1, n1);
-    // Exact: `h + ys` is 2^SHIFT times an integer.
-    let isum = _mm256_srai_epi32::<SHIFT>(_mm256_add_epi32(h, ys));
+    // Exact: `h + ys` is 2^shift times an integer.
+    let isum = _mm256_sra_epi32(_mm256_add_epi32(h, ys), _mm_cvtsi32_si128(shift));
     let scale = _mm256_mul_ps(
         super::scales_ab(&pair[0].d, &pair[1].d),
         _mm256_set1_ps(d_y),
@@ -195,79 +218,100 @@ pub(super) fn for_each_pass(
     }
 }
 
-/// Defines `gemm_q8k_impl` in the calling path module, compiled for `$feat`, around its
-/// `slots_dot(u: &[[__m256i; 4]; 2], ops: &[__m256i; 4]) -> __m256i` (see the module docs).
-macro_rules! q8k_gemm_kernel {
-    ($feat:literal) => {
-        /// The `q8_K x4` gemm (see `x86::q8k`): passes of up to 8 columns over the weights.
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat` (the path's table is built only after detection).
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8k_impl(
-            mut g: $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
-        ) {
-            let (nb, y, ncols) = (g.nb, g.y, g.ncols);
-            $crate::kernels::x86_64::q8k::for_each_pass(nb, y, ncols, |ops, pf, cols| {
-                // SAFETY: same CPU features as this function.
-                unsafe {
-                    match cols.len().div_ceil(2) {
-                        1 => gemm_q8k_tile::<1>(&mut g, ops, pf, cols),
-                        2 => gemm_q8k_tile::<2>(&mut g, ops, pf, cols),
-                        3 => gemm_q8k_tile::<3>(&mut g, ops, pf, cols),
-                        _ => gemm_q8k_tile::<4>(&mut g, ops, pf, cols),
-                    }
-                }
-            });
-        }
-
-        /// One pass (`2 * NP` columns computed, those of `cols` stored) over all row groups.
-        ///
-        /// # Safety
-        ///
-        /// The CPU must have `$feat`.
-        #[target_feature(enable = $feat)]
-        unsafe fn gemm_q8k_tile<const NP: usize>(
-            g: &mut $crate::kernels::Gemm<'_, BlockT2p, $crate::format::BlockQ8Kx4>,
-            tile_ops: &[$crate::kernels::x86_64::q8k::TileOps],
-            pair_f: &[$crate::kernels::x86_64::q8k::PairFactors],
-            cols: std::ops::Range<usize>,
-        ) {
-            use $crate::kernels::x86_64::{
-                decode_pair, prefetch, scales_twice, store_column_pairs,
-            };
-            let (x, nb) = (g.x, g.nb);
-            for (grp, group) in x.chunks_exact(nb).enumerate() {
-                let mut acc = [_mm256_setzero_ps(); NP];
-                for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
-                    prefetch::blocks::<1>(x, (grp + 1) * nb + i);
-                    // Per word pair: decode both row pairs once, then every column's dot.
-                    let mut m =
-                        [_mm256_setzero_si256(); $crate::kernels::x86_64::q8_0::MAX_TILE_COLS];
-                    for q in 0..2 {
-                        let u = decode_pair(blk, q);
-                        for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {
-                            let w = slots_dot(&u, &ops[q]);
-                            *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
-                        }
-                    }
-                    let dw = scales_twice(&blk.d);
-                    for (cp, acc) in acc.iter_mut().enumerate() {
-                        let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
-                        let tot = _mm256_add_epi32(
-                            _mm256_permute2x128_si256::<0x20>(lo, hi),
-                            _mm256_permute2x128_si256::<0x31>(lo, hi),
-                        );
-                        let (neg, dy) = pf[cp];
-                        let isum = _mm256_add_epi32(tot, neg);
-                        let scale = _mm256_mul_ps(dw, dy);
-                        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
-                    }
-                }
-                store_column_pairs(g, cols.clone(), grp, &acc);
-            }
-        }
+/// The `q8_K x4` gemm entry of path `P`'s table ([`super::table`]): passes of up to
+/// [`MAX_TILE_COLS`] columns over the weights ([`for_each_pass`]), each a [`GemmPass`] on `P`.
+pub(super) fn gemm<P: Path>(mut g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+    let (nb, y, ncols) = (g.nb, g.y, g.ncols);
+    let pass = |ops: &[TileOps], factors: &[PairFactors], cols| {
+        let p = GemmPass {
+            g: &mut g,
+            ops,
+            factors,
+            cols,
+        };
+        // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s features.
+        unsafe { P::run(p) }
     };
+    // SAFETY: as above; every path has AVX2.
+    unsafe { for_each_pass(nb, y, ncols, pass) }
 }
-pub(super) use q8k_gemm_kernel;
+
+/// One pass of the gemm over all row groups: `2 * NP` columns computed from the gathered
+/// operands, those of `cols` stored ([`TilePass::pass`]).
+struct GemmPass<'a, 'g> {
+    g: &'a mut Gemm<'g, BlockT2p, BlockQ8Kx4>,
+    ops: &'a [TileOps],
+    factors: &'a [PairFactors],
+    cols: std::ops::Range<usize>,
+}
+
+impl TilePass for GemmPass<'_, '_> {
+    fn pairs(&self) -> usize {
+        self.cols.len().div_ceil(2)
+    }
+
+    /// `2 * NP` columns computed, those of `cols` stored, a [`tile_block`] per block.
+    #[inline(always)]
+    unsafe fn pass<D: DotStep, const NP: usize>(self) {
+        let GemmPass {
+            g,
+            ops: tile_ops,
+            factors: pair_f,
+            cols,
+        } = self;
+        let (x, nb) = (g.x, g.nb);
+        for (grp, group) in x.chunks_exact(nb).enumerate() {
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
+            // (this and the unsafe blocks below).
+            let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
+            for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
+                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                // SAFETY: as above.
+                unsafe { tile_block::<D, NP>(&mut acc, blk, ops, pf) };
+            }
+            // SAFETY: as above.
+            unsafe { store_column_pairs(g, cols.clone(), grp, &acc) };
+        }
+    }
+}
+
+/// One block of a [`GemmPass`] for its `NP` column pairs: per word pair, both row pairs are
+/// decoded once and serve every column's dot; a lane permute and an add per column pair give
+/// `[c: r0..r3 | c': r0..r3]`, then `- sum(y)` and the oracle's `acc + (d_w * d_y) * isum`.
+///
+/// (An AVX2 function rather than part of the `#[inline(always)]` loop, as
+/// [`super::q8_0`]'s `tile_block`: LLVM inlines it into the path's entry point with its AVX2
+/// operations already in place.)
+///
+/// # Safety
+/// The CPU must have `D`'s features.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn tile_block<D: DotStep, const NP: usize>(
+    acc: &mut [__m256; NP],
+    blk: &BlockT2p,
+    ops: &TileOps,
+    pf: &PairFactors,
+) {
+    let mut m = [_mm256_setzero_si256(); MAX_TILE_COLS];
+    for q in 0..2 {
+        let u = decode_pair(blk, q);
+        for (m, ops) in m.iter_mut().zip(ops).take(2 * NP) {
+            // SAFETY: the caller guarantees `D`'s features.
+            let w = unsafe { D::slots_dot(&u, &ops[q]) };
+            *m = if q == 0 { w } else { _mm256_add_epi32(*m, w) };
+        }
+    }
+    let dw = scales_twice(&blk.d);
+    for (cp, acc) in acc.iter_mut().enumerate() {
+        let (lo, hi) = (m[2 * cp], m[2 * cp + 1]);
+        let tot = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        );
+        let (neg, dy) = pf[cp];
+        let isum = _mm256_add_epi32(tot, neg);
+        let scale = _mm256_mul_ps(dw, dy);
+        *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(isum)));
+    }
+}

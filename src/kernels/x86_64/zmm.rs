@@ -28,7 +28,7 @@
 
 use std::arch::x86_64::*;
 
-use super::q8_0::MAX_TILE_COLS;
+use super::q8_0::column_passes;
 use super::{prefetch, slot_codes};
 use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0, with_per_call_buffer};
@@ -90,7 +90,12 @@ fn decode<B: RowPairBlock>(blk: &B) -> [[__m512i; 4]; 2] {
         let w: &[[u8; 16]; 4] = &blk.words()[p];
         // SAFETY: `w` is 64 contiguous bytes, and loadu has no alignment requirement.
         let v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
-        slot_codes!(v, _mm512_set1_epi8, _mm512_and_si512, _mm512_srli_epi16)
+        let m03 = _mm512_set1_epi8(0x03);
+        slot_codes(
+            v,
+            |v| _mm512_srli_epi16::<2>(v),
+            |v| _mm512_and_si512(v, m03),
+        )
     })
 }
 
@@ -198,36 +203,33 @@ fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut
     }
 }
 
-/// The `q8_0` gemm: passes of up to [`MAX_TILE_COLS`] columns over the weights, in quads of
+/// The `q8_0` gemm: passes of up to [`super::q8_0::MAX_TILE_COLS`] columns over the weights, in quads of
 /// columns (a short quad repeats its last column; the copies are not stored); one column runs
 /// through the gemv.
 ///
 /// # Safety
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(mut g: Gemm<'_, B, BlockQ8_0Quad>) {
-    let (x, nb, y, ncols) = (g.x, g.nb, g.y, g.ncols);
-    let rows = x.len() / nb * ROWS_PER_T2P;
-    for c0 in (0..ncols).step_by(MAX_TILE_COLS) {
-        let real = (ncols - c0).min(MAX_TILE_COLS);
-        let cols = &y[c0 * nb..(c0 + real) * nb];
-        if real == 1 {
-            // SAFETY: same CPU features as this function.
-            unsafe { gemv_q8_0(x, nb, cols, g.column(c0, rows)) };
-            continue;
-        }
+pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let nb = g.nb;
+    let single = |x: &[B], nb, y: &[BlockQ8_0Quad], out: &mut [f32]| {
+        // SAFETY: same CPU features as this function (closures inherit them).
+        unsafe { gemv_q8_0(x, nb, y, out) }
+    };
+    column_passes(g, single, |g, cols, stored| {
+        let real = stored.len();
         let width = 4 * real.div_ceil(4);
         let items = (0..nb).flat_map(|b| {
             (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
         });
         with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
             if width == 4 {
-                gemm_pass::<B, 1>(&mut g, ops, c0..c0 + real)
+                gemm_pass::<B, 1>(g, ops, stored)
             } else {
-                gemm_pass::<B, 2>(&mut g, ops, c0..c0 + real)
+                gemm_pass::<B, 2>(g, ops, stored)
             }
         });
-    }
+    });
 }
 
 /// Bytes of operands one chunk of blocks of a gemm pass holds: they stay in L1 (48 KiB on
