@@ -272,6 +272,13 @@ impl<R: Read> Reader<R> {
         Ok(())
     }
 
+    /// The `n` elements of `N` bytes each of the array `key` (`n` is bounded by the file).
+    fn fixed_array<const N: usize>(&mut self, n: usize, key: &str) -> Result<Vec<[u8; N]>> {
+        let mut raw = vec![[0u8; N]; n];
+        self.fill(raw.as_flattened_mut(), &|| format!("array data of {key:?}"))?;
+        Ok(raw)
+    }
+
     fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
         let mut b = [0u8; N];
         self.fill(&mut b, what)?;
@@ -359,30 +366,68 @@ impl<R: Read> Reader<R> {
         };
         let what = || format!("array length of {key:?}");
         let n = self.count(min_size, &what)? as usize;
-        macro_rules! fixed {
-            ($variant:ident, $t:ty, $conv:expr) => {{
-                let size = std::mem::size_of::<$t>();
-                let mut raw = vec![0u8; n * size];
-                self.fill(&mut raw, &|| format!("array data of {key:?}"))?;
-                Array::$variant(raw.chunks_exact(size).map($conv).collect())
-            }};
-        }
         Ok(match elem {
-            0 => Array::U8({
-                let mut raw = vec![0u8; n];
-                self.fill(&mut raw, &|| format!("array data of {key:?}"))?;
-                raw
-            }),
-            1 => fixed!(I8, i8, |c| c[0] as i8),
-            2 => fixed!(U16, u16, |c| u16::from_le_bytes([c[0], c[1]])),
-            3 => fixed!(I16, i16, |c| i16::from_le_bytes([c[0], c[1]])),
-            4 => fixed!(U32, u32, |c| u32::from_le_bytes(c.try_into().unwrap())),
-            5 => fixed!(I32, i32, |c| i32::from_le_bytes(c.try_into().unwrap())),
-            6 => fixed!(F32, f32, |c| f32::from_le_bytes(c.try_into().unwrap())),
-            7 => fixed!(Bool, u8, |c| c[0] != 0),
-            10 => fixed!(U64, u64, |c| u64::from_le_bytes(c.try_into().unwrap())),
-            11 => fixed!(I64, i64, |c| i64::from_le_bytes(c.try_into().unwrap())),
-            12 => fixed!(F64, f64, |c| f64::from_le_bytes(c.try_into().unwrap())),
+            0 => Array::U8(self.fixed_array(n, key)?.into_iter().map(|[b]| b).collect()),
+            1 => Array::I8(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(i8::from_le_bytes)
+                    .collect(),
+            ),
+            2 => Array::U16(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(u16::from_le_bytes)
+                    .collect(),
+            ),
+            3 => Array::I16(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(i16::from_le_bytes)
+                    .collect(),
+            ),
+            4 => Array::U32(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(u32::from_le_bytes)
+                    .collect(),
+            ),
+            5 => Array::I32(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(i32::from_le_bytes)
+                    .collect(),
+            ),
+            6 => Array::F32(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(f32::from_le_bytes)
+                    .collect(),
+            ),
+            7 => Array::Bool(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(|[b]| b != 0)
+                    .collect(),
+            ),
+            10 => Array::U64(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(u64::from_le_bytes)
+                    .collect(),
+            ),
+            11 => Array::I64(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(i64::from_le_bytes)
+                    .collect(),
+            ),
+            12 => Array::F64(
+                self.fixed_array(n, key)?
+                    .into_iter()
+                    .map(f64::from_le_bytes)
+                    .collect(),
+            ),
             8 => {
                 let mut v = Vec::with_capacity(prealloc(n as u64));
                 for i in 0..n {

@@ -69,31 +69,34 @@ fn put_value<W: Write>(w: &mut W, v: &Value) -> io::Result<()> {
 }
 
 fn put_array<W: Write>(w: &mut W, a: &Array) -> io::Result<()> {
-    macro_rules! arr {
-        ($id:expr, $v:expr, $put:expr) => {{
-            w.write_all(&($id as u32).to_le_bytes())?;
-            w.write_all(&($v.len() as u64).to_le_bytes())?;
-            for x in $v.iter() {
-                $put(&mut *w, x)?;
-            }
-            Ok(())
-        }};
-    }
+    let le = |w: &mut W, b: &[u8]| w.write_all(b);
     match a {
-        Array::U8(v) => arr!(0, v, |w: &mut W, x: &u8| w.write_all(&[*x])),
-        Array::I8(v) => arr!(1, v, |w: &mut W, x: &i8| w.write_all(&x.to_le_bytes())),
-        Array::U16(v) => arr!(2, v, |w: &mut W, x: &u16| w.write_all(&x.to_le_bytes())),
-        Array::I16(v) => arr!(3, v, |w: &mut W, x: &i16| w.write_all(&x.to_le_bytes())),
-        Array::U32(v) => arr!(4, v, |w: &mut W, x: &u32| w.write_all(&x.to_le_bytes())),
-        Array::I32(v) => arr!(5, v, |w: &mut W, x: &i32| w.write_all(&x.to_le_bytes())),
-        Array::F32(v) => arr!(6, v, |w: &mut W, x: &f32| w.write_all(&x.to_le_bytes())),
-        Array::Bool(v) => arr!(7, v, |w: &mut W, x: &bool| w.write_all(&[*x as u8])),
-        Array::String(v) => arr!(8, v, |w: &mut W, x: &String| put_str(w, x)),
-        Array::Array(v) => arr!(9, v, |w: &mut W, x: &Array| put_array(w, x)),
-        Array::U64(v) => arr!(10, v, |w: &mut W, x: &u64| w.write_all(&x.to_le_bytes())),
-        Array::I64(v) => arr!(11, v, |w: &mut W, x: &i64| w.write_all(&x.to_le_bytes())),
-        Array::F64(v) => arr!(12, v, |w: &mut W, x: &f64| w.write_all(&x.to_le_bytes())),
+        Array::U8(v) => put_elems(w, 0, v, |w, x| le(w, &[*x])),
+        Array::I8(v) => put_elems(w, 1, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::U16(v) => put_elems(w, 2, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::I16(v) => put_elems(w, 3, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::U32(v) => put_elems(w, 4, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::I32(v) => put_elems(w, 5, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::F32(v) => put_elems(w, 6, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::Bool(v) => put_elems(w, 7, v, |w, x| le(w, &[*x as u8])),
+        Array::String(v) => put_elems(w, 8, v, |w, x| put_str(w, x)),
+        Array::Array(v) => put_elems(w, 9, v, |w, x| put_array(w, x)),
+        Array::U64(v) => put_elems(w, 10, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::I64(v) => put_elems(w, 11, v, |w, x| le(w, &x.to_le_bytes())),
+        Array::F64(v) => put_elems(w, 12, v, |w, x| le(w, &x.to_le_bytes())),
     }
+}
+
+/// An array of element type `id`: the type, the count, then each element as `put` writes it.
+fn put_elems<W: Write, T>(
+    w: &mut W,
+    id: u32,
+    v: &[T],
+    put: impl Fn(&mut W, &T) -> io::Result<()>,
+) -> io::Result<()> {
+    w.write_all(&id.to_le_bytes())?;
+    w.write_all(&(v.len() as u64).to_le_bytes())?;
+    v.iter().try_for_each(|x| put(w, x))
 }
 
 fn pad<W: Write + Seek>(w: &mut W) -> io::Result<()> {
