@@ -113,7 +113,7 @@ fn signed(u: [u8; 32], offset: u8) -> [i8; 32] {
 
 /// The scales of a legacy block: [`Scaled`] or [`Offset`], which decide the weight's float
 /// expression, the activation type and ggml's fold.
-trait LegacyScale {
+pub trait LegacyScale {
     /// The activation block ggml multiplies the type with.
     type Act: ActBlock;
     /// Writes the weights of the block's integer values `q`.
@@ -122,16 +122,21 @@ trait LegacyScale {
     fn fold(&self, a: &Self::Act, isum: i32, acc: f32) -> f32;
     /// Whether every float scale is finite.
     fn finite(&self) -> bool;
+    /// The activation block's 32 integer values.
+    fn act_values(a: &Self::Act) -> &[i8; 32];
 }
 
 /// Weight `q * d` (Q4_0, Q5_0, Q8_0), activations `q8_0`; the fp16 bits of `d`.
-struct Scaled(u16);
+pub struct Scaled(u16);
 
 /// Weight `q * d + m` (Q4_1, Q5_1), activations `q8_1`; the fp16 bits of `d` and `m`.
-struct Offset(u16, u16);
+pub struct Offset(u16, u16);
 
 impl LegacyScale for Scaled {
     type Act = BlockQ8_0;
+    fn act_values(a: &BlockQ8_0) -> &[i8; 32] {
+        &a.qs
+    }
     fn weights(&self, q: [i8; 32], out: &mut [f32]) {
         let d = f16_to_f32(self.0);
         for (o, q) in out.iter_mut().zip(q) {
@@ -149,6 +154,9 @@ impl LegacyScale for Scaled {
 
 impl LegacyScale for Offset {
     type Act = BlockQ8_1;
+    fn act_values(a: &BlockQ8_1) -> &[i8; 32] {
+        &a.qs
+    }
     fn weights(&self, q: [i8; 32], out: &mut [f32]) {
         let (d, m) = (f16_to_f32(self.0), f16_to_f32(self.1));
         for (o, q) in out.iter_mut().zip(q) {
@@ -165,45 +173,94 @@ impl LegacyScale for Offset {
     }
 }
 
-/// The legacy 32-weight types differ only in their integer values and their [`LegacyScale`]:
-/// one implementation over all five, `Act, |b| Scale(fields), values` read from block `b`
-/// (`Act` the scale's own activation type, as the fold's signature checks).
-macro_rules! legacy_block {
-    ($($B:ty => $ty:ident, $Act:ty, |$b:ident| $S:ident($($f:ident),*), $values:expr;)*) => {
-        $(impl QuantBlock for $B {
-            const TYPE: GgmlType = GgmlType::$ty;
-            const WEIGHTS: usize = QK8_0;
-            type Act = $Act;
-
-            fn dequantize(&self, out: &mut [f32]) {
-                let $b = self;
-                $S($($b.$f),*).weights($values, out);
-            }
-
-            fn int_dot(&self, a: &Self::Act) -> [i32; 2] {
-                let $b = self;
-                [idot(&$values, &a.qs), 0]
-            }
-
-            fn fold(&self, a: &Self::Act, [isum, _]: [i32; 2], acc: f32) -> f32 {
-                let $b = self;
-                $S($($b.$f),*).fold(a, isum, acc)
-            }
-
-            fn scales_finite(&self) -> bool {
-                let $b = self;
-                $S($($b.$f),*).finite()
-            }
-        })*
-    };
+/// A legacy 32-weight type: its integer values and its [`LegacyScale`], all the types differ
+/// in. Every one is a [`QuantBlock`] through the one implementation below.
+pub trait LegacyBlock: Pod + Send + Sync {
+    /// The GGML type id.
+    const TYPE: GgmlType;
+    /// The scale's type, which decides the activations, the weights and the fold.
+    type Scale: LegacyScale;
+    /// The block's scale.
+    fn scale(&self) -> Self::Scale;
+    /// The block's 32 integer values.
+    fn values(&self) -> [i8; 32];
 }
 
-legacy_block! {
-    BlockQ4_0 => Q4_0, BlockQ8_0, |b| Scaled(d), signed(nibbles(&b.qs), 8);
-    BlockQ5_0 => Q5_0, BlockQ8_0, |b| Scaled(d), signed(fives(&b.qs, b.qh), 16);
-    BlockQ8_0 => Q8_0, BlockQ8_0, |b| Scaled(d), b.qs;
-    BlockQ4_1 => Q4_1, BlockQ8_1, |b| Offset(d, m), signed(nibbles(&b.qs), 0);
-    BlockQ5_1 => Q5_1, BlockQ8_1, |b| Offset(d, m), signed(fives(&b.qs, b.qh), 0);
+impl<B: LegacyBlock> QuantBlock for B {
+    const TYPE: GgmlType = <B as LegacyBlock>::TYPE;
+    const WEIGHTS: usize = QK8_0;
+    type Act = <B::Scale as LegacyScale>::Act;
+
+    fn dequantize(&self, out: &mut [f32]) {
+        self.scale().weights(self.values(), out);
+    }
+
+    fn int_dot(&self, a: &Self::Act) -> [i32; 2] {
+        [idot(&self.values(), B::Scale::act_values(a)), 0]
+    }
+
+    fn fold(&self, a: &Self::Act, [isum, _]: [i32; 2], acc: f32) -> f32 {
+        self.scale().fold(a, isum, acc)
+    }
+
+    fn scales_finite(&self) -> bool {
+        self.scale().finite()
+    }
+}
+
+impl LegacyBlock for BlockQ4_0 {
+    const TYPE: GgmlType = GgmlType::Q4_0;
+    type Scale = Scaled;
+    fn scale(&self) -> Scaled {
+        Scaled(self.d)
+    }
+    fn values(&self) -> [i8; 32] {
+        signed(nibbles(&self.qs), 8)
+    }
+}
+
+impl LegacyBlock for BlockQ5_0 {
+    const TYPE: GgmlType = GgmlType::Q5_0;
+    type Scale = Scaled;
+    fn scale(&self) -> Scaled {
+        Scaled(self.d)
+    }
+    fn values(&self) -> [i8; 32] {
+        signed(fives(&self.qs, self.qh), 16)
+    }
+}
+
+impl LegacyBlock for BlockQ8_0 {
+    const TYPE: GgmlType = GgmlType::Q8_0;
+    type Scale = Scaled;
+    fn scale(&self) -> Scaled {
+        Scaled(self.d)
+    }
+    fn values(&self) -> [i8; 32] {
+        self.qs
+    }
+}
+
+impl LegacyBlock for BlockQ4_1 {
+    const TYPE: GgmlType = GgmlType::Q4_1;
+    type Scale = Offset;
+    fn scale(&self) -> Offset {
+        Offset(self.d, self.m)
+    }
+    fn values(&self) -> [i8; 32] {
+        signed(nibbles(&self.qs), 0)
+    }
+}
+
+impl LegacyBlock for BlockQ5_1 {
+    const TYPE: GgmlType = GgmlType::Q5_1;
+    type Scale = Offset;
+    fn scale(&self) -> Offset {
+        Offset(self.d, self.m)
+    }
+    fn values(&self) -> [i8; 32] {
+        signed(fives(&self.qs, self.qh), 0)
+    }
 }
 
 /// Mainline llama.cpp's Q2_0 (id 42, group 64): `{ ggml_half d; uint8_t qs[16]; }`, weight `j`
