@@ -197,38 +197,49 @@ fn perplexity_matches_the_int8_reference() {
     let Some(dir) = bitnet_dir() else { return };
     let exec = reference_exec();
     for (folder, file) in MODELS {
-        let mdir = dir.join(folder);
-        let mut l = load(&mdir.join(file));
+        let mut l = load(&dir.join(folder).join(file));
         l.model.set_kv_f32(true);
-        let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
-        let tokens = l.tokenizer.encode(&text, true, false);
-        assert_eq!(
-            tokens,
-            read_ids(&mdir.join("ppl-text.ids.txt")),
-            "{folder}: tokenization of the perplexity text"
-        );
-        let bos = if l.tokenizer.add_bos() {
-            l.tokenizer.bos()
-        } else {
-            None
-        };
-        let ppl =
-            t2p::runner::perplexity::perplexity(&l.model, &exec, &tokens, 128, bos, |_, _| {})
-                .unwrap();
-        let got = *ppl.last().unwrap();
-        let r = json(&mdir.join("perplexity/int8.numpy.json"));
-        let want = r["final_ppl"].as_f64().unwrap();
-        let n_chunks = r["n_chunks"].as_u64().unwrap() as usize;
-        eprintln!(
-            "{folder} perplexity {got:.4} (int8 reference {want:.4}), ratio {:.6}",
-            got / want
-        );
-        assert_eq!(ppl.len(), n_chunks, "{folder}: chunks");
-        assert!(
-            (got / want - 1.0).abs() < 0.005,
-            "{folder}: perplexity {got} vs {want}"
-        );
+        check_perplexity(&l, &exec, &dir, folder, "int8.numpy", 0.005);
     }
+}
+
+/// The perplexity of `ppl-text.txt` in 128-token chunks (its tokenization the shipped one)
+/// within `tol` (relative) of `perplexity/<reference>.json`, chunk count included.
+fn check_perplexity(
+    l: &t2p::runner::model::Loaded,
+    exec: &t2p::runner::model::Exec,
+    dir: &std::path::Path,
+    folder: &str,
+    reference: &str,
+    tol: f64,
+) {
+    let mdir = dir.join(folder);
+    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
+    let tokens = l.tokenizer.encode(&text, true, false);
+    assert_eq!(
+        tokens,
+        read_ids(&mdir.join("ppl-text.ids.txt")),
+        "{folder}: tokenization of the perplexity text"
+    );
+    let bos = l.tokenizer.add_bos().then(|| l.tokenizer.bos()).flatten();
+    let ppl =
+        t2p::runner::perplexity::perplexity(&l.model, exec, &tokens, 128, bos, |_, _| {}).unwrap();
+    let got = *ppl.last().unwrap();
+    let r = json(&mdir.join(format!("perplexity/{reference}.json")));
+    let want = r["final_ppl"].as_f64().unwrap();
+    eprintln!(
+        "{folder} perplexity {got:.4} ({reference}: {want:.4}), ratio {:.6}",
+        got / want
+    );
+    assert_eq!(
+        ppl.len(),
+        r["n_chunks"].as_u64().unwrap() as usize,
+        "{folder}: chunks"
+    );
+    assert!(
+        (got / want - 1.0).abs() < tol,
+        "{folder}: perplexity {got} vs {reference}'s {want}"
+    );
 }
 
 /// Against ik_llama.cpp on the lossless IQ2_BN conversion of each model (its `-rtr` IQ2_BN_R4
@@ -248,24 +259,7 @@ fn ik_llama_cpp_agrees_within_its_activation_noise() {
             let r = json(&mdir.join(format!("greedy/{p}.iq2_bn.ik.json")));
             teacher_forced(&l, &exec, &r, &format!("{folder} {p} (ik)"), 0.3, 0.45);
         }
-        let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
-        let tokens = l.tokenizer.encode(&text, true, false);
-        let bos = l.tokenizer.add_bos().then(|| l.tokenizer.bos()).flatten();
-        let ppl =
-            t2p::runner::perplexity::perplexity(&l.model, &exec, &tokens, 128, bos, |_, _| {})
-                .unwrap();
-        let got = *ppl.last().unwrap();
-        let want = json(&mdir.join("perplexity/iq2_bn.ik.json"))["final_ppl"]
-            .as_f64()
-            .unwrap();
-        eprintln!(
-            "{folder}: perplexity {got:.4}, ik_llama.cpp {want:.4}, ratio {:.6}",
-            got / want
-        );
-        assert!(
-            (got / want - 1.0).abs() < 0.01,
-            "{folder}: perplexity {got} vs ik's {want}"
-        );
+        check_perplexity(&l, &exec, &dir, folder, "iq2_bn.ik", 0.01);
     }
 }
 
