@@ -22,7 +22,7 @@
 //! buffer is allocated on the first checkpoint only.
 
 use super::error::{ModelError, Result};
-use super::exec::Exec;
+use crate::pool::ThreadPool;
 use super::ops::{dot, silu};
 
 /// The dimensions of a Gated DeltaNet layer.
@@ -290,12 +290,13 @@ impl RecurrentState {
 
     /// The delta-rule recurrence of DeltaNet layer `layer` over a batch, with update `u`, from
     /// `input` ([`DeltaInput`]); writes `o` (`n x value_dim`). Per token and value head:
-    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`. `heads` is scratch
+    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`, the value heads spread
+    /// over `pool`. `heads` is scratch
     /// for the output in head-major order (`n_v_heads x n x head_v_dim`), so each pool job
     /// writes one contiguous piece.
     pub(crate) fn recurrence(
         &mut self,
-        exec: &Exec,
+        pool: &ThreadPool,
         (u, layer): (Update, usize),
         input: DeltaInput,
         o: &mut [f32],
@@ -316,7 +317,7 @@ impl RecurrentState {
             .chunks_mut(dv * dk)
             .zip(heads.chunks_mut(n * dv))
             .enumerate();
-        exec.pool.for_each_item(nv, parts, |(h, (st, outs))| {
+        pool.for_each_item(nv, parts, |(h, (st, outs))| {
             if let Some(src) = src_ssm {
                 st.copy_from_slice(&src[h * dv * dk..(h + 1) * dv * dk]);
             }

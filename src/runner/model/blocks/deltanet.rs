@@ -108,7 +108,7 @@ impl DeltaNet {
                 beta: &st.dn_beta[cols.start * nv..cols.end * nv],
             };
             let o = &mut st.dn_o[cols.start * vd..cols.end * vd];
-            rec.recurrence(ctx.exec, (upd, self.slot), input, o, &mut st.dn_heads);
+            rec.recurrence(&ctx.exec.pool, (upd, self.slot), input, o, &mut st.dn_heads);
         }
         drop(t);
         let t = prof.time(Phase::Elementwise);
