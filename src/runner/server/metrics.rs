@@ -26,6 +26,8 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     /// Of those, tokens a slot already held (prefix reuse).
     pub prompt_tokens_cached: AtomicU64,
+    /// Prompt tokens run through the model (those no cache held).
+    pub prompt_tokens_evaluated: AtomicU64,
     /// Tokens sampled.
     pub completion_tokens: AtomicU64,
     /// Batched forward passes run.
@@ -125,6 +127,7 @@ const SERIES: &[(&str, &str, &str, Read)] = &[
     ("requests_finished_total", "counter", "Requests (each of n choices) that ran to a finish reason.", |m| g(&m.requests_finished)),
     ("prompt_tokens_total", "counter", "Prompt tokens of the requests run.", |m| g(&m.prompt_tokens)),
     ("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", |m| g(&m.prompt_tokens_cached)),
+    ("prompt_tokens_evaluated_total", "counter", "Prompt tokens evaluated (not taken from a cache).", |m| g(&m.prompt_tokens_evaluated)),
     ("completion_tokens_total", "counter", "Tokens generated.", |m| g(&m.completion_tokens)),
     ("steps_total", "counter", "Batched forward passes.", |m| g(&m.steps)),
     ("step_tokens_total", "counter", "Token columns over all forward passes.", |m| g(&m.step_tokens)),

@@ -721,6 +721,9 @@ impl Evaluated<'_> {
             }
             s.held.extend_from_slice(feed);
             a.fed += feed.len();
+            metrics
+                .prompt_tokens_evaluated
+                .fetch_add(feed.len() as u64, Relaxed);
             if a.fed < a.job.prompt.len() {
                 continue; // more prompt to go
             }
