@@ -1601,7 +1601,9 @@ class SlotChoice(unittest.TestCase):
 
     def test_a_one_shot_request_does_not_evict_a_conversation(self):
         for similarity, evicted in [("0.5", False), ("0", True)]:
-            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity)
+            # (without the RAM cache, which would give the evicted conversation back)
+            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity,
+                         "--cache-ram", "0")
             try:
                 c = srv.client()
                 turn1 = "Once upon a time " * 20
@@ -1618,6 +1620,32 @@ class SlotChoice(unittest.TestCase):
                     self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, similarity)
             finally:
                 srv.close()
+
+
+class CacheRam(unittest.TestCase):
+    """--cache-ram: a conversation whose slot a third one took gets its cache back from RAM."""
+
+    def test_an_evicted_conversation_comes_back(self):
+        for models in [QWEN3]:
+            for ram, kept in [("8192", True), ("0", False)]:
+                srv = Server(models, "--parallel", "2", "--cache-ram", ram)
+                try:
+                    c = srv.client()
+                    ask = lambda p: c.completions.create(model="x", prompt=p, max_tokens=4, temperature=0)
+                    first = "Once upon a time " * 20
+                    r1 = ask(first)
+                    ask("fn main() { println!(" * 10)
+                    ask("Grüße aus Köln und " * 10)  # takes the least recently used slot: first's
+                    r2 = ask(first + r1.choices[0].text + " And then")
+                    cached = r2.usage.prompt_tokens_details.cached_tokens
+                    if kept:
+                        # (the last tokens may tokenize differently once text follows them)
+                        self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, (models, ram))
+                        self.assertEqual(srv.metrics()["prompt_cache_hits_total"], 1, (models, ram))
+                    else:
+                        self.assertEqual(cached, 0, (models, ram))
+                finally:
+                    srv.close()
 
 
 if __name__ == "__main__":

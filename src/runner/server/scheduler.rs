@@ -23,6 +23,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
+use super::prompt_cache::PromptCache;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
 use crate::runner::constrain::Constraint;
@@ -164,6 +165,10 @@ pub struct SchedulerConfig {
     /// the least recently used slot (so a new conversation, or a client's one-shot title
     /// request, does not evict another conversation's cache). 0: the longest prefix wins.
     pub slot_similarity: f32,
+    /// `--cache-ram`, in bytes: the sessions of conversations that lose their slot are kept
+    /// in RAM ([`PromptCache`]) up to this size and restored into a slot when a prompt shares
+    /// a longer usable prefix with one than with any slot (0: off).
+    pub cache_ram: usize,
 }
 
 /// A request being served by a slot.
@@ -276,6 +281,7 @@ pub fn run(
         .collect();
     let mut admitted = 0u64;
     let mut open = true;
+    let mut cache = PromptCache::new(cfg.cache_ram, !model.is_hybrid());
     // Choices of admitted requests still to place (before anything new from the queue).
     let mut backlog: VecDeque<(Job, Option<u64>)> = VecDeque::new();
     loop {
@@ -302,7 +308,14 @@ pub fn run(
                 group,
                 order: admitted,
             };
-            if let Err(a) = admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics) {
+            let mut kept = Kept {
+                cache: &mut cache,
+                metrics: &metrics,
+            };
+            let placed = admit(model, tok, cfg, &mut slots, a, &mut backlog, &mut kept);
+            metrics.cache_entries.store(cache.len() as u64, Relaxed);
+            metrics.cache_bytes.store(cache.bytes() as u64, Relaxed);
+            if let Err(a) = placed {
                 // Not enough KV budget until a busy slot finishes: first in line, it waits.
                 metrics.kv_waits.fetch_add(1, Relaxed);
                 backlog.push_front((a.job, a.group));
@@ -392,8 +405,9 @@ fn admit<'t>(
     slots: &mut [Slot<'t>],
     adm: Admission,
     backlog: &mut VecDeque<(Job, Option<u64>)>,
-    metrics: &Metrics,
+    kept: &mut Kept,
 ) -> Result<(), Box<Admission>> {
+    let metrics = kept.metrics;
     let Admission {
         mut job,
         mut group,
@@ -425,9 +439,13 @@ fn admit<'t>(
         let _ = job.events.send(Event::Error("no free slot".into()));
         return Ok(());
     };
+    let recurrent = model.is_hybrid();
+    if !waits {
+        swap_in(&mut slots[c], &job.prompt, recurrent, kept);
+    }
     let limit = token_limit(&job, cfg);
     let need = job.prompt.len() + limit;
-    if !make_room(slots, c, need, cfg.kv_budget) {
+    if !make_room(slots, c, need, cfg.kv_budget, kept) {
         return Err(Box::new(Admission { job, group, order }));
     }
     let slot = &mut slots[c];
@@ -494,7 +512,7 @@ fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -
 
 /// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
 /// sessions of idle slots (oldest first) until it can; nothing is dropped when it cannot.
-fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize) -> bool {
+fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize, kept: &mut Kept) -> bool {
     let mine = slots[c]
         .session
         .as_ref()
@@ -518,10 +536,59 @@ fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize) -> bool {
         if others(slots) + mine <= budget {
             break;
         }
+        kept.save(&slots[i]);
         slots[i].session = None;
         slots[i].held.clear();
     }
     true
+}
+
+/// The prompt cache and the counters of its use, as admission sees them.
+struct Kept<'a> {
+    cache: &'a mut PromptCache<Session>,
+    metrics: &'a Metrics,
+}
+
+impl Kept<'_> {
+    /// Keeps a copy of what an idle slot holds in the cache.
+    fn save(&mut self, slot: &Slot) {
+        if self.cache.limit() == 0 {
+            return;
+        }
+        if let Some(s) = &slot.session
+            && !slot.held.is_empty()
+        {
+            let s = s.snapshot();
+            let bytes = s.size_bytes();
+            self.cache.insert(slot.held.clone(), s, bytes);
+        }
+    }
+}
+
+/// Before slot `slot` takes `prompt`: when an entry of the cache keeps more of it than the
+/// slot can, the slot's contents go to the cache and the entry comes back in their place;
+/// when the prompt would overwrite most of what the slot holds (another conversation), those
+/// contents go to the cache all the same.
+fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
+    if kept.cache.limit() == 0 {
+        return;
+    }
+    let keep = reusable_prefix(&slot.held, prompt, recurrent);
+    let hit = kept
+        .cache
+        .best(|t| reusable_prefix(t, prompt, recurrent))
+        .filter(|&(_, k)| k > keep)
+        .map(|(i, _)| kept.cache.take(i));
+    // An attention slot that keeps half of what it holds is the same conversation going on:
+    // no copy of it is worth the bytes.
+    if hit.is_some() || (keep * 2 < slot.held.len() && !slot.held.is_empty()) {
+        kept.save(slot);
+    }
+    if let Some((tokens, session)) = hit {
+        kept.metrics.cache_hits.fetch_add(1, Relaxed);
+        slot.session = Some(session);
+        slot.held = tokens;
+    }
 }
 
 /// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
