@@ -1648,5 +1648,37 @@ class CacheRam(unittest.TestCase):
                     srv.close()
 
 
+class Qwen35Turns(unittest.TestCase):
+    """A qwen35 slot keeps a copy of its session at the last message boundary of a chat prompt:
+    the next turn resumes there (its recurrent state cannot rewind), also after another
+    conversation took the slot (the copy went to the RAM cache)."""
+
+    def test_the_next_turn_resumes_at_the_boundary(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            srv = Server(model_with_template(tmp, "Qwen3.5-4B"), "--parallel", "1", ctx=1024)
+            try:
+                c = srv.client()
+                ask = lambda m: c.chat.completions.create(model="x", messages=m, max_tokens=8, temperature=0)
+                a = [{"role": "user", "content": "Tell me about Paris."}]
+                r1 = ask(a)
+                a += [{"role": "assistant", "content": r1.choices[0].message.content or "ok"},
+                      {"role": "user", "content": "And about Rome?"}]
+                r2 = ask(a)
+                cached = r2.usage.prompt_tokens_details.cached_tokens
+                # Everything before the first turn's generation prompt ("assistant\n...") is kept.
+                self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 8)
+                self.assertGreater(cached, 0)
+                ask([{"role": "user", "content": "Something else entirely, please."}])
+                a += [{"role": "assistant", "content": r2.choices[0].message.content or "ok"},
+                      {"role": "user", "content": "And Berlin?"}]
+                r3 = ask(a)
+                self.assertGreaterEqual(r3.usage.prompt_tokens_details.cached_tokens,
+                                        r2.usage.prompt_tokens - 8)
+                self.assertGreaterEqual(srv.metrics()["prompt_cache_hits_total"], 1)
+            finally:
+                srv.close()
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -190,6 +190,9 @@ struct Active<'t> {
     group: Option<u64>,
     /// Waiting for a choice of its group to finish evaluating the prompt (then forked).
     waiting: bool,
+    /// Hybrid models: where the prompt's last message starts (its last message-start token),
+    /// at which the slot keeps a copy of its session ([`Slot::mark`]) on the way through.
+    boundary: Option<usize>,
 }
 
 /// How sampling ended a job.
@@ -221,6 +224,10 @@ impl Active<'_> {
 struct Slot<'t> {
     session: Option<Session>,
     held: Vec<u32>,
+    /// Hybrid models: a copy of the session at the last message boundary of the latest prompt
+    /// (the tokens it holds, the session): the next turn of that conversation extends those
+    /// tokens, so it resumes there (a recurrent state cannot be cut back to a prefix).
+    mark: Option<(Vec<u32>, Session)>,
     active: Option<Active<'t>>,
     /// Admission order, for the prefill budget (oldest first).
     since: u64,
@@ -275,6 +282,7 @@ pub fn run(
         .map(|_| Slot {
             session: None,
             held: Vec::new(),
+            mark: None,
             active: None,
             since: 0,
         })
@@ -461,6 +469,10 @@ fn admit<'t>(
         pending: None,
         group,
         waiting: true,
+        // `--cache-ram 0` keeps no copy of any session.
+        boundary: (recurrent && cfg.cache_ram > 0)
+            .then(|| message_start(tok, &job.prompt))
+            .flatten(),
         job,
     });
     if !waits {
@@ -500,7 +512,7 @@ fn unfit(job: &Job, cfg: SchedulerConfig) -> Option<String> {
 /// slot, else the least recently used one.
 fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -> Option<usize> {
     let free = || (0..slots.len()).filter(|&i| slots[i].active.is_none());
-    let kept = |i: usize| reusable_prefix(&slots[i].held, prompt, recurrent);
+    let kept = |i: usize| slot_keep(&slots[i], prompt, recurrent);
     free()
         .filter(|&i| {
             let k = kept(i);
@@ -536,7 +548,7 @@ fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize, kept: &mu
         if others(slots) + mine <= budget {
             break;
         }
-        kept.save(&slots[i]);
+        kept.save(&mut slots[i]);
         slots[i].session = None;
         slots[i].held.clear();
     }
@@ -550,8 +562,9 @@ struct Kept<'a> {
 }
 
 impl Kept<'_> {
-    /// Keeps a copy of what an idle slot holds in the cache.
-    fn save(&mut self, slot: &Slot) {
+    /// Keeps what an idle slot holds in the cache: a copy of its live session, and for a
+    /// hybrid its boundary copy (taken out of the slot).
+    fn save(&mut self, slot: &mut Slot) {
         if self.cache.limit() == 0 {
             return;
         }
@@ -561,6 +574,10 @@ impl Kept<'_> {
             let s = s.snapshot();
             let bytes = s.size_bytes();
             self.cache.insert(slot.held.clone(), s, bytes);
+        }
+        if let Some((tokens, s)) = slot.mark.take() {
+            let bytes = s.size_bytes();
+            self.cache.insert(tokens, s, bytes);
         }
     }
 }
@@ -573,7 +590,7 @@ fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
     if kept.cache.limit() == 0 {
         return;
     }
-    let keep = reusable_prefix(&slot.held, prompt, recurrent);
+    let keep = slot_keep(slot, prompt, recurrent);
     let hit = kept
         .cache
         .best(|t| reusable_prefix(t, prompt, recurrent))
@@ -591,11 +608,38 @@ fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
     }
 }
 
+/// How many leading tokens of `prompt` slot `slot` can keep: from its live session, or for a
+/// hybrid from its boundary copy.
+fn slot_keep(slot: &Slot, prompt: &[u32], recurrent: bool) -> usize {
+    let live = reusable_prefix(&slot.held, prompt, recurrent);
+    let marked = slot
+        .mark
+        .as_ref()
+        .map_or(0, |(t, _)| reusable_prefix(t, prompt, recurrent));
+    live.max(marked)
+}
+
+/// Where the last message of a chat prompt starts: the position of its last message-start
+/// token (ChatML's `<|im_start|>`, Llama 3's `<|start_header_id|>`), if past the first token.
+fn message_start(tok: &Tokenizer, prompt: &[u32]) -> Option<usize> {
+    let start = ["<|im_start|>", "<|start_header_id|>"]
+        .iter()
+        .find_map(|t| tok.token_id(t))?;
+    prompt.iter().rposition(|&t| t == start).filter(|&b| b > 0)
+}
+
 /// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
 fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
     let recurrent = model.is_hybrid();
     let a = slot.active.as_mut().expect("a job to start");
-    let keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
+    let mut keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
+    if let Some((tokens, s)) = &slot.mark
+        && reusable_prefix(tokens, &a.job.prompt, recurrent) > keep
+    {
+        keep = tokens.len();
+        slot.session = Some(s.clone());
+        slot.held.clone_from(tokens);
+    }
     let session = slot
         .session
         .get_or_insert_with(|| model.new_session(cfg.n_ctx));
@@ -743,7 +787,11 @@ fn plan_feeds(cfg: SchedulerConfig, slots: &[Slot]) -> Vec<Vec<u32>> {
                 feeds[i].extend(lookup_draft(a.step.history(), d, room));
             }
         } else if a.fed < a.job.prompt.len() && budget > 0 {
-            let n = (a.job.prompt.len() - a.fed).min(budget);
+            let mut n = (a.job.prompt.len() - a.fed).min(budget);
+            if let Some(b) = a.boundary.filter(|&b| b > a.fed) {
+                // A chunk ends at the boundary, where the slot copies its session.
+                n = n.min(b - a.fed);
+            }
             budget -= n;
             feeds[i] = a.job.prompt[a.fed..a.fed + n].to_vec();
         }
@@ -791,6 +839,10 @@ impl Evaluated<'_> {
             metrics
                 .prompt_tokens_evaluated
                 .fetch_add(feed.len() as u64, Relaxed);
+            if a.boundary == Some(a.fed) && a.fed < a.job.prompt.len() {
+                let session = s.session.as_ref().expect("a fed slot has a session");
+                s.mark = Some((s.held.clone(), session.snapshot()));
+            }
             if a.fed < a.job.prompt.len() {
                 continue; // more prompt to go
             }
@@ -992,6 +1044,7 @@ mod tests {
         Slot {
             session: None,
             held: held.to_vec(),
+            mark: None,
             active: None,
             since,
         }
