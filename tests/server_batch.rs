@@ -180,3 +180,41 @@ fn each_sequence_keeps_the_logits_it_asks_for() {
         assert_eq!(s.len(), p.len());
     }
 }
+
+/// What the prompt cache does with a session: a snapshot taken after a prefix (only the filled
+/// K/V rows and the current recurrent state), restored later, then the rest evaluated, gives the
+/// logits of the whole prompt evaluated from scratch, bit for bit, step after step.
+fn check_snapshot(l: &Loaded, exec: &Exec, what: &str) {
+    let m = &l.model;
+    for p in prompts(l) {
+        let cut = p.len() / 2;
+        let mut whole = m.new_session(128);
+        let mut want = forward_last(exec, l, vec![(&mut whole, &p[..])]).unwrap();
+        let mut first = m.new_session(128);
+        forward_last(exec, l, vec![(&mut first, &p[..cut])]).unwrap();
+        let snap = first.snapshot();
+        assert!(snap.size_bytes() <= first.size_bytes(), "{what}");
+        assert_eq!(snap.len(), cut, "{what}");
+        drop(first);
+        let mut restored = snap.clone();
+        let mut got = forward_last(exec, l, vec![(&mut restored, &p[cut..])]).unwrap();
+        for _ in 0..4 {
+            let same = want[0]
+                .iter()
+                .zip(&got[0])
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{what}: restored logits differ");
+            let id = [argmax(&want[0])];
+            want = forward_last(exec, l, vec![(&mut whole, &id[..])]).unwrap();
+            got = forward_last(exec, l, vec![(&mut restored, &id[..])]).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_restored_snapshot_gives_the_logits_of_evaluating_from_scratch() {
+    for name in ["qwen3-tiny", "qwen35-tiny"] {
+        let Some(l) = model(name) else { return };
+        check_snapshot(&l, &reference_exec(), name);
+    }
+}

@@ -1601,7 +1601,9 @@ class SlotChoice(unittest.TestCase):
 
     def test_a_one_shot_request_does_not_evict_a_conversation(self):
         for similarity, evicted in [("0.5", False), ("0", True)]:
-            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity)
+            # (without the RAM cache, which would give the evicted conversation back)
+            srv = Server(QWEN3, "--parallel", "2", "--slot-prompt-similarity", similarity,
+                         "--cache-ram", "0")
             try:
                 c = srv.client()
                 turn1 = "Once upon a time " * 20
@@ -1616,6 +1618,64 @@ class SlotChoice(unittest.TestCase):
                 else:
                     # (the last prompt token may tokenize differently once text follows it)
                     self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, similarity)
+            finally:
+                srv.close()
+
+
+class CacheRam(unittest.TestCase):
+    """--cache-ram: a conversation whose slot a third one took gets its cache back from RAM."""
+
+    def test_an_evicted_conversation_comes_back(self):
+        for models in [QWEN3]:
+            for ram, kept in [("8192", True), ("0", False)]:
+                srv = Server(models, "--parallel", "2", "--cache-ram", ram)
+                try:
+                    c = srv.client()
+                    ask = lambda p: c.completions.create(model="x", prompt=p, max_tokens=4, temperature=0)
+                    first = "Once upon a time " * 20
+                    r1 = ask(first)
+                    ask("fn main() { println!(" * 10)
+                    ask("Grüße aus Köln und " * 10)  # takes the least recently used slot: first's
+                    r2 = ask(first + r1.choices[0].text + " And then")
+                    cached = r2.usage.prompt_tokens_details.cached_tokens
+                    if kept:
+                        # (the last tokens may tokenize differently once text follows them)
+                        self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 2, (models, ram))
+                        self.assertEqual(srv.metrics()["prompt_cache_hits_total"], 1, (models, ram))
+                    else:
+                        self.assertEqual(cached, 0, (models, ram))
+                finally:
+                    srv.close()
+
+
+class Qwen35Turns(unittest.TestCase):
+    """A qwen35 slot keeps a copy of its session at the last message boundary of a chat prompt:
+    the next turn resumes there (its recurrent state cannot rewind), also after another
+    conversation took the slot (the copy went to the RAM cache)."""
+
+    def test_the_next_turn_resumes_at_the_boundary(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            srv = Server(model_with_template(tmp, "Qwen3.5-4B"), "--parallel", "1", ctx=1024)
+            try:
+                c = srv.client()
+                ask = lambda m: c.chat.completions.create(model="x", messages=m, max_tokens=8, temperature=0)
+                a = [{"role": "user", "content": "Tell me about Paris."}]
+                r1 = ask(a)
+                a += [{"role": "assistant", "content": r1.choices[0].message.content or "ok"},
+                      {"role": "user", "content": "And about Rome?"}]
+                r2 = ask(a)
+                cached = r2.usage.prompt_tokens_details.cached_tokens
+                # Everything before the first turn's generation prompt ("assistant\n...") is kept.
+                self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 8)
+                self.assertGreater(cached, 0)
+                ask([{"role": "user", "content": "Something else entirely, please."}])
+                a += [{"role": "assistant", "content": r2.choices[0].message.content or "ok"},
+                      {"role": "user", "content": "And Berlin?"}]
+                r3 = ask(a)
+                self.assertGreaterEqual(r3.usage.prompt_tokens_details.cached_tokens,
+                                        r2.usage.prompt_tokens - 8)
+                self.assertGreaterEqual(srv.metrics()["prompt_cache_hits_total"], 1)
             finally:
                 srv.close()
 

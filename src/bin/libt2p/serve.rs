@@ -104,6 +104,10 @@ pub struct Args {
     /// conversation does not evict another's cache (0: the longest common prefix wins).
     #[arg(long = "slot-prompt-similarity", default_value_t = 0.5, value_parser = similarity)]
     slot_prompt_similarity: f32,
+    /// MiB of RAM for the sessions of conversations that lost their slot: a later turn of one
+    /// gets its cache back instead of evaluating its history again (0: off).
+    #[arg(long = "cache-ram", default_value_t = 8192)]
+    cache_ram: u64,
 }
 
 fn similarity(s: &str) -> Result<f32, String> {
@@ -166,6 +170,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         cors_origin: args.cors_origin.clone(),
         webui: !args.no_webui,
         slot_similarity: args.slot_prompt_similarity,
+        cache_ram: usize::try_from(args.cache_ram.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
     };
     eprintln!(
         "libt2p serve: {} loaded in {load_secs:.2} s | {} slots of {n_ctx} tokens, KV budget {} | queue {} | threads {} | kernels {}",

@@ -130,6 +130,24 @@ impl KvCache {
         }
     }
 
+    /// A copy holding only the filled positions (the buffers cut to `len` rows, and free to
+    /// grow to `n_ctx` again): what a prompt cache keeps of a sequence.
+    pub fn compact(&self) -> KvCache {
+        let n = self.len * self.kv_dim;
+        let cut = |b: &KvBuf| match b {
+            KvBuf::F16(v) => KvBuf::F16(v[..n].to_vec()),
+            KvBuf::F32(v) => KvBuf::F32(v[..n].to_vec()),
+        };
+        KvCache {
+            n_ctx: self.n_ctx,
+            growth_cap: self.n_ctx,
+            kv_dim: self.kv_dim,
+            k: self.k.iter().map(cut).collect(),
+            v: self.v.iter().map(cut).collect(),
+            len: self.len,
+        }
+    }
+
     /// Positions the buffers hold room for now.
     pub fn positions(&self) -> usize {
         self.k.first().map_or(0, KvBuf::len) / self.kv_dim.max(1)

@@ -114,6 +114,27 @@ impl Session {
         self.cache.is_empty()
     }
 
+    /// A copy of what the session holds now and nothing more: the filled K/V rows and the
+    /// current recurrent state, without logits or a checkpoint. Evaluating after it gives the
+    /// logits the session itself would give (what a prompt cache restores).
+    pub fn snapshot(&self) -> Session {
+        Session {
+            cache: self.cache.compact(),
+            recurrent: self.recurrent.as_ref().map(RecurrentState::compact),
+            logits: Vec::new(),
+        }
+    }
+
+    /// Bytes the session's buffers hold (K/V, recurrent state, logits).
+    pub fn size_bytes(&self) -> usize {
+        self.cache.size_bytes()
+            + self
+                .recurrent
+                .as_ref()
+                .map_or(0, RecurrentState::size_bytes)
+            + self.logits.len() * size_of::<f32>()
+    }
+
     /// Forgets everything from position `len` on. Attention-only sessions can truncate
     /// anywhere. A recurrent state cannot be rewound: hybrid sessions truncated to 0 start
     /// over, to any other shorter length they refuse the next forward pass until a

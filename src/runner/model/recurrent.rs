@@ -175,6 +175,19 @@ impl RecurrentState {
             .sum()
     }
 
+    /// A copy of the current state alone (no checkpoint, one buffer): what a prompt cache keeps.
+    pub fn compact(&self) -> RecurrentState {
+        RecurrentState {
+            shape: self.shape,
+            bufs: [self.bufs[self.active].clone(), Vec::new()],
+            active: 0,
+            protected: None,
+            epoch: self.epoch,
+            pos: self.pos,
+            broken: self.broken,
+        }
+    }
+
     /// Back to the zero state of an empty sequence; forgets any checkpoint.
     pub fn reset(&mut self) {
         for l in &mut self.bufs[self.active] {

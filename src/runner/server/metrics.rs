@@ -26,6 +26,14 @@ pub struct Metrics {
     pub prompt_tokens: AtomicU64,
     /// Of those, tokens a slot already held (prefix reuse).
     pub prompt_tokens_cached: AtomicU64,
+    /// Prompt tokens run through the model (those no cache held).
+    pub prompt_tokens_evaluated: AtomicU64,
+    /// Sessions the prompt cache (`--cache-ram`) holds.
+    pub cache_entries: AtomicU64,
+    /// Bytes they hold.
+    pub cache_bytes: AtomicU64,
+    /// Prompts that got a session back from the prompt cache.
+    pub cache_hits: AtomicU64,
     /// Tokens sampled.
     pub completion_tokens: AtomicU64,
     /// Batched forward passes run.
@@ -125,6 +133,10 @@ const SERIES: &[(&str, &str, &str, Read)] = &[
     ("requests_finished_total", "counter", "Requests (each of n choices) that ran to a finish reason.", |m| g(&m.requests_finished)),
     ("prompt_tokens_total", "counter", "Prompt tokens of the requests run.", |m| g(&m.prompt_tokens)),
     ("prompt_tokens_cached_total", "counter", "Prompt tokens reused from a slot's cache.", |m| g(&m.prompt_tokens_cached)),
+    ("prompt_tokens_evaluated_total", "counter", "Prompt tokens evaluated (not taken from a cache).", |m| g(&m.prompt_tokens_evaluated)),
+    ("prompt_cache_entries", "gauge", "Sessions kept in the RAM prompt cache (--cache-ram).", |m| g(&m.cache_entries)),
+    ("prompt_cache_bytes", "gauge", "Bytes those sessions hold.", |m| g(&m.cache_bytes)),
+    ("prompt_cache_hits_total", "counter", "Prompts that got a session back from the RAM prompt cache.", |m| g(&m.cache_hits)),
     ("completion_tokens_total", "counter", "Tokens generated.", |m| g(&m.completion_tokens)),
     ("steps_total", "counter", "Batched forward passes.", |m| g(&m.steps)),
     ("step_tokens_total", "counter", "Token columns over all forward passes.", |m| g(&m.step_tokens)),

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod conn;
 pub mod cors;
 pub mod metrics;
+pub mod prompt_cache;
 pub mod reasoning;
 pub mod respond;
 pub mod routes;
@@ -74,6 +75,8 @@ pub struct ServerConfig {
     pub webui: bool,
     /// `--slot-prompt-similarity` (see [`SchedulerConfig::slot_similarity`]).
     pub slot_similarity: f32,
+    /// `--cache-ram` in bytes (see [`SchedulerConfig::cache_ram`]).
+    pub cache_ram: usize,
 }
 
 /// The KV budget in positions: `--kv-budget`, at least one context, or every slot's context.
@@ -114,6 +117,7 @@ pub fn serve(
         kv_budget: kv_budget(&cfg),
         draft: cfg.draft,
         slot_similarity: cfg.slot_similarity,
+        cache_ram: cfg.cache_ram,
     };
     let state = Arc::new(AppState {
         jobs,

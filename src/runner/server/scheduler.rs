@@ -23,6 +23,7 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::metrics::Metrics;
+use super::prompt_cache::PromptCache;
 use super::text::TextStream;
 use crate::runner::Tokenizer;
 use crate::runner::constrain::Constraint;
@@ -164,6 +165,10 @@ pub struct SchedulerConfig {
     /// the least recently used slot (so a new conversation, or a client's one-shot title
     /// request, does not evict another conversation's cache). 0: the longest prefix wins.
     pub slot_similarity: f32,
+    /// `--cache-ram`, in bytes: the sessions of conversations that lose their slot are kept
+    /// in RAM ([`PromptCache`]) up to this size and restored into a slot when a prompt shares
+    /// a longer usable prefix with one than with any slot (0: off).
+    pub cache_ram: usize,
 }
 
 /// A request being served by a slot.
@@ -185,6 +190,9 @@ struct Active<'t> {
     group: Option<u64>,
     /// Waiting for a choice of its group to finish evaluating the prompt (then forked).
     waiting: bool,
+    /// Hybrid models: where the prompt's last message starts (its last message-start token),
+    /// at which the slot keeps a copy of its session ([`Slot::mark`]) on the way through.
+    boundary: Option<usize>,
 }
 
 /// How sampling ended a job.
@@ -216,6 +224,10 @@ impl Active<'_> {
 struct Slot<'t> {
     session: Option<Session>,
     held: Vec<u32>,
+    /// Hybrid models: a copy of the session at the last message boundary of the latest prompt
+    /// (the tokens it holds, the session): the next turn of that conversation extends those
+    /// tokens, so it resumes there (a recurrent state cannot be cut back to a prefix).
+    mark: Option<(Vec<u32>, Session)>,
     active: Option<Active<'t>>,
     /// Admission order, for the prefill budget (oldest first).
     since: u64,
@@ -270,12 +282,14 @@ pub fn run(
         .map(|_| Slot {
             session: None,
             held: Vec::new(),
+            mark: None,
             active: None,
             since: 0,
         })
         .collect();
     let mut admitted = 0u64;
     let mut open = true;
+    let mut cache = PromptCache::new(cfg.cache_ram, !model.is_hybrid());
     // Choices of admitted requests still to place (before anything new from the queue).
     let mut backlog: VecDeque<(Job, Option<u64>)> = VecDeque::new();
     loop {
@@ -302,7 +316,14 @@ pub fn run(
                 group,
                 order: admitted,
             };
-            if let Err(a) = admit(model, tok, cfg, &mut slots, a, &mut backlog, &metrics) {
+            let mut kept = Kept {
+                cache: &mut cache,
+                metrics: &metrics,
+            };
+            let placed = admit(model, tok, cfg, &mut slots, a, &mut backlog, &mut kept);
+            metrics.cache_entries.store(cache.len() as u64, Relaxed);
+            metrics.cache_bytes.store(cache.bytes() as u64, Relaxed);
+            if let Err(a) = placed {
                 // Not enough KV budget until a busy slot finishes: first in line, it waits.
                 metrics.kv_waits.fetch_add(1, Relaxed);
                 backlog.push_front((a.job, a.group));
@@ -392,8 +413,9 @@ fn admit<'t>(
     slots: &mut [Slot<'t>],
     adm: Admission,
     backlog: &mut VecDeque<(Job, Option<u64>)>,
-    metrics: &Metrics,
+    kept: &mut Kept,
 ) -> Result<(), Box<Admission>> {
+    let metrics = kept.metrics;
     let Admission {
         mut job,
         mut group,
@@ -425,9 +447,13 @@ fn admit<'t>(
         let _ = job.events.send(Event::Error("no free slot".into()));
         return Ok(());
     };
+    let recurrent = model.is_hybrid();
+    if !waits {
+        swap_in(&mut slots[c], &job.prompt, recurrent, kept);
+    }
     let limit = token_limit(&job, cfg);
     let need = job.prompt.len() + limit;
-    if !make_room(slots, c, need, cfg.kv_budget) {
+    if !make_room(slots, c, need, cfg.kv_budget, kept) {
         return Err(Box::new(Admission { job, group, order }));
     }
     let slot = &mut slots[c];
@@ -443,6 +469,10 @@ fn admit<'t>(
         pending: None,
         group,
         waiting: true,
+        // `--cache-ram 0` keeps no copy of any session.
+        boundary: (recurrent && cfg.cache_ram > 0)
+            .then(|| message_start(tok, &job.prompt))
+            .flatten(),
         job,
     });
     if !waits {
@@ -482,7 +512,7 @@ fn unfit(job: &Job, cfg: SchedulerConfig) -> Option<String> {
 /// slot, else the least recently used one.
 fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -> Option<usize> {
     let free = || (0..slots.len()).filter(|&i| slots[i].active.is_none());
-    let kept = |i: usize| reusable_prefix(&slots[i].held, prompt, recurrent);
+    let kept = |i: usize| slot_keep(&slots[i], prompt, recurrent);
     free()
         .filter(|&i| {
             let k = kept(i);
@@ -494,7 +524,7 @@ fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -
 
 /// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
 /// sessions of idle slots (oldest first) until it can; nothing is dropped when it cannot.
-fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize) -> bool {
+fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize, kept: &mut Kept) -> bool {
     let mine = slots[c]
         .session
         .as_ref()
@@ -518,17 +548,98 @@ fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize) -> bool {
         if others(slots) + mine <= budget {
             break;
         }
+        kept.save(&mut slots[i]);
         slots[i].session = None;
         slots[i].held.clear();
     }
     true
 }
 
+/// The prompt cache and the counters of its use, as admission sees them.
+struct Kept<'a> {
+    cache: &'a mut PromptCache<Session>,
+    metrics: &'a Metrics,
+}
+
+impl Kept<'_> {
+    /// Keeps what an idle slot holds in the cache: a copy of its live session, and for a
+    /// hybrid its boundary copy (taken out of the slot).
+    fn save(&mut self, slot: &mut Slot) {
+        if self.cache.limit() == 0 {
+            return;
+        }
+        if let Some(s) = &slot.session
+            && !slot.held.is_empty()
+        {
+            let s = s.snapshot();
+            let bytes = s.size_bytes();
+            self.cache.insert(slot.held.clone(), s, bytes);
+        }
+        if let Some((tokens, s)) = slot.mark.take() {
+            let bytes = s.size_bytes();
+            self.cache.insert(tokens, s, bytes);
+        }
+    }
+}
+
+/// Before slot `slot` takes `prompt`: when an entry of the cache keeps more of it than the
+/// slot can, the slot's contents go to the cache and the entry comes back in their place;
+/// when the prompt would overwrite most of what the slot holds (another conversation), those
+/// contents go to the cache all the same.
+fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
+    if kept.cache.limit() == 0 {
+        return;
+    }
+    let keep = slot_keep(slot, prompt, recurrent);
+    let hit = kept
+        .cache
+        .best(|t| reusable_prefix(t, prompt, recurrent))
+        .filter(|&(_, k)| k > keep)
+        .map(|(i, _)| kept.cache.take(i));
+    // An attention slot that keeps half of what it holds is the same conversation going on:
+    // no copy of it is worth the bytes.
+    if hit.is_some() || (keep * 2 < slot.held.len() && !slot.held.is_empty()) {
+        kept.save(slot);
+    }
+    if let Some((tokens, session)) = hit {
+        kept.metrics.cache_hits.fetch_add(1, Relaxed);
+        slot.session = Some(session);
+        slot.held = tokens;
+    }
+}
+
+/// How many leading tokens of `prompt` slot `slot` can keep: from its live session, or for a
+/// hybrid from its boundary copy.
+fn slot_keep(slot: &Slot, prompt: &[u32], recurrent: bool) -> usize {
+    let live = reusable_prefix(&slot.held, prompt, recurrent);
+    let marked = slot
+        .mark
+        .as_ref()
+        .map_or(0, |(t, _)| reusable_prefix(t, prompt, recurrent));
+    live.max(marked)
+}
+
+/// Where the last message of a chat prompt starts: the position of its last message-start
+/// token (ChatML's `<|im_start|>`, Llama 3's `<|start_header_id|>`), if past the first token.
+fn message_start(tok: &Tokenizer, prompt: &[u32]) -> Option<usize> {
+    let start = ["<|im_start|>", "<|start_header_id|>"]
+        .iter()
+        .find_map(|t| tok.token_id(t))?;
+    prompt.iter().rposition(|&t| t == start).filter(|&b| b > 0)
+}
+
 /// Starts a slot's job on its own prompt, keeping the prefix its session can reuse.
 fn start_prefill(model: &Model, cfg: SchedulerConfig, slot: &mut Slot) {
     let recurrent = model.is_hybrid();
     let a = slot.active.as_mut().expect("a job to start");
-    let keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
+    let mut keep = reusable_prefix(&slot.held, &a.job.prompt, recurrent);
+    if let Some((tokens, s)) = &slot.mark
+        && reusable_prefix(tokens, &a.job.prompt, recurrent) > keep
+    {
+        keep = tokens.len();
+        slot.session = Some(s.clone());
+        slot.held.clone_from(tokens);
+    }
     let session = slot
         .session
         .get_or_insert_with(|| model.new_session(cfg.n_ctx));
@@ -676,7 +787,11 @@ fn plan_feeds(cfg: SchedulerConfig, slots: &[Slot]) -> Vec<Vec<u32>> {
                 feeds[i].extend(lookup_draft(a.step.history(), d, room));
             }
         } else if a.fed < a.job.prompt.len() && budget > 0 {
-            let n = (a.job.prompt.len() - a.fed).min(budget);
+            let mut n = (a.job.prompt.len() - a.fed).min(budget);
+            if let Some(b) = a.boundary.filter(|&b| b > a.fed) {
+                // A chunk ends at the boundary, where the slot copies its session.
+                n = n.min(b - a.fed);
+            }
             budget -= n;
             feeds[i] = a.job.prompt[a.fed..a.fed + n].to_vec();
         }
@@ -721,6 +836,13 @@ impl Evaluated<'_> {
             }
             s.held.extend_from_slice(feed);
             a.fed += feed.len();
+            metrics
+                .prompt_tokens_evaluated
+                .fetch_add(feed.len() as u64, Relaxed);
+            if a.boundary == Some(a.fed) && a.fed < a.job.prompt.len() {
+                let session = s.session.as_ref().expect("a fed slot has a session");
+                s.mark = Some((s.held.clone(), session.snapshot()));
+            }
             if a.fed < a.job.prompt.len() {
                 continue; // more prompt to go
             }
@@ -922,6 +1044,7 @@ mod tests {
         Slot {
             session: None,
             held: held.to_vec(),
+            mark: None,
             active: None,
             since,
         }
