@@ -22,8 +22,8 @@
 //! buffer is allocated on the first checkpoint only.
 
 use super::error::{ModelError, Result};
-use crate::pool::ThreadPool;
 use super::ops::{dot, silu};
+use crate::pool::ThreadPool;
 
 /// The dimensions of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
