@@ -91,6 +91,81 @@ pub const BITNET_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}\
 {% elif m.role == 'assistant' %}{{ 'Assistant: ' + m.content + '<|eot_id|>' }}{% endif %}\
 {% endfor %}{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}";
 
+/// C's `strftime` of `secs` after the Unix epoch in UTC, for the directives chat templates
+/// use: `%Y %y %m %d %e %j %H %M %S %b %B %a %A %%` (any other is written as it stands).
+fn strftime_utc(format: &str, secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAYS: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = secs / 86_400;
+    let tod = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let before: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = before[month as usize - 1] + day + i64::from(leap && month > 2);
+    let month_name = MONTHS[month as usize - 1];
+    let day_name = DAYS[(days % 7) as usize];
+    let mut out = String::new();
+    let mut chars = format.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out += &year.to_string(),
+            Some('y') => out += &format!("{:02}", year.rem_euclid(100)),
+            Some('m') => out += &format!("{month:02}"),
+            Some('d') => out += &format!("{day:02}"),
+            Some('e') => out += &format!("{day:2}"),
+            Some('j') => out += &format!("{yday:03}"),
+            Some('H') => out += &format!("{:02}", tod / 3600),
+            Some('M') => out += &format!("{:02}", tod / 60 % 60),
+            Some('S') => out += &format!("{:02}", tod % 60),
+            Some('B') => out += month_name,
+            Some('b') => out += &month_name[..3],
+            Some('A') => out += day_name,
+            Some('a') => out += &day_name[..3],
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 /// A compiled chat template with the model's BOS/EOS strings.
 pub struct ChatTemplate {
     env: Environment<'static>,
@@ -111,6 +186,14 @@ impl ChatTemplate {
         let mut env = Environment::new();
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        // As llama.cpp's template engine: today's date for templates that write it (Mistral
+        // Small 3.x, Llama 3.2), from the clock in UTC.
+        env.add_function("strftime_now", |format: String| {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            strftime_utc(&format, secs)
+        });
         env.add_template_owned("chat", source.to_string())
             .map_err(template_error)?;
         Ok(ChatTemplate {
@@ -198,6 +281,27 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strftime_writes_utc_dates_as_c_does() {
+        // 2024-02-29 13:05:09 UTC, a Thursday (leap day: day 60 of the year).
+        let t = 1_709_211_909;
+        assert_eq!(strftime_utc("%Y-%m-%d %H:%M:%S", t), "2024-02-29 13:05:09");
+        assert_eq!(strftime_utc("%d %b %Y", t), "29 Feb 2024");
+        assert_eq!(
+            strftime_utc("%A %a %B %j %y %e%%%q", t),
+            "Thursday Thu February 060 24 29%%q"
+        );
+        assert_eq!(strftime_utc("%Y-%m-%d %A", 0), "1970-01-01 Thursday");
+        assert_eq!(
+            strftime_utc("%Y-%m-%d %a %j", 4_102_444_799),
+            "2099-12-31 Thu 365"
+        );
+        // Mistral Small 3.2's template writes today's date with it.
+        let t = ChatTemplate::new("{{ strftime_now('%Y') }}", "", "").unwrap();
+        let year = t.render(&[], false).unwrap();
+        assert!(year.len() == 4 && year.starts_with("20"), "{year}");
+    }
 
     #[test]
     fn renders_a_chatml_template_with_python_methods() {

@@ -1342,7 +1342,8 @@ class ToolFormats(unittest.TestCase):
         import tempfile
         cls.tmp = tempfile.TemporaryDirectory()
         cls.models = {"qwen3": CHAT}
-        for name, t in [("qwen35", "Qwen3.5-4B"), ("llama31", "meta-llama-Llama-3.1-8B-Instruct")]:
+        for name, t in [("qwen35", "Qwen3.5-4B"), ("llama31", "meta-llama-Llama-3.1-8B-Instruct"),
+                        ("coder", "Qwen3-Coder"), ("mistral", "Mistral-Small-3.2-24B-Instruct-2506")]:
             cls.models[name] = model_with_template(cls.tmp.name, t)
 
     @classmethod
@@ -1400,6 +1401,12 @@ class ToolFormats(unittest.TestCase):
 
     def test_llama31_calls(self):
         self.conversation("llama31", "llama3")
+
+    def test_qwen3_coder_xml_calls(self):
+        self.conversation("coder", "qwen-xml")
+
+    def test_mistral_calls(self):
+        self.conversation("mistral", "mistral")
 
 
 class Reasoning(unittest.TestCase):
