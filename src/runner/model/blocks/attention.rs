@@ -86,7 +86,9 @@ impl Attention {
             let n = st.spans.last().map_or(0, |s| s.cols.end);
             (0..n).for_each(|c| self.norm_and_rope(hp, st, c));
         }
-        let _t = prof.time(Phase::Attention);
+        // Timed up to the end of `attend` only: the gate, the sub-norm and `wo` book their
+        // own phases.
+        let t = prof.time(Phase::Attention);
         for (seq, span) in seqs.iter_mut().zip(&st.spans) {
             for c in span.cols.clone() {
                 let pos = span.pos0 + c - span.cols.start;
@@ -117,6 +119,7 @@ impl Attention {
             at,
             &mut st.att[..n * q_dim],
         );
+        drop(t);
         if self.gated {
             let _t = prof.time(Phase::Elementwise);
             st.att
