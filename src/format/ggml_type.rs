@@ -127,6 +127,18 @@ impl GgmlType {
     /// ik_llama.cpp's IQ2_BN (id 135): per row an f32 scale, then blocks of 64 weights in 16
     /// bytes (`rows * (4 + k / 4)` bytes; see [`crate::format::i2s`]).
     pub const IQ2_BN: GgmlType = GgmlType(135);
+    /// t2p's own: a ternary matrix already in the T2P layout, group 128 ([`BlockT2p`]: row
+    /// groups of 4 rows, 136 bytes per 4 x 128 weights, the last group padded), as
+    /// `libt2p convert` writes it so that a later load maps it instead of repacking. Only
+    /// files carrying [`T2P_LAYOUT_KEY`](crate::format::T2P_LAYOUT_KEY) may hold it.
+    ///
+    /// [`BlockT2p`]: crate::format::BlockT2p
+    pub const T2P: GgmlType = GgmlType(2142);
+    /// As [`T2P`](Self::T2P) with a scale per 64 weights ([`BlockT2pG64`], 144 bytes per
+    /// group and block), from mainline's group-64 Q2_0.
+    ///
+    /// [`BlockT2pG64`]: crate::format::BlockT2pG64
+    pub const T2P_G64: GgmlType = GgmlType(2143);
 
     const fn info(self) -> Option<&'static TypeInfo> {
         // A loop rather than an iterator so that the block structs can check themselves
@@ -156,6 +168,8 @@ impl GgmlType {
             None if self == Self::Q2_0_LEGACY => "q2_0".to_string(),
             None if self == Self::I2_S => "i2_s".to_string(),
             None if self == Self::IQ2_BN => "iq2_bn".to_string(),
+            None if self == Self::T2P => "t2p".to_string(),
+            None if self == Self::T2P_G64 => "t2p_g64".to_string(),
             None => format!("type{}", self.0),
         }
     }
@@ -170,12 +184,21 @@ impl GgmlType {
 
     /// Bytes of a tensor of `shape` (ggml order) in this type: a block count for the table's
     /// types, `n / 4 + 32` for [`I2_S`](Self::I2_S) (rows of a multiple of 128), `rows * (4 +
-    /// k / 4)` for [`IQ2_BN`](Self::IQ2_BN) (rows of a multiple of 64). `None` when the shape
-    /// does not fit the layout, the size overflows, or the type has no known size.
+    /// k / 4)` for [`IQ2_BN`](Self::IQ2_BN) (rows of a multiple of 64), whole row groups of
+    /// blocks for [`T2P`](Self::T2P) and [`T2P_G64`](Self::T2P_G64) (rows of a multiple of
+    /// 128). `None` when the shape does not fit the layout, the size overflows, or the type
+    /// has no known size.
     pub fn tensor_bytes(self, shape: &[u64]) -> Option<u64> {
         let k = *shape.first()?;
         let n = shape.iter().try_fold(1u64, |a, &d| a.checked_mul(d))?;
         match self {
+            Self::T2P | Self::T2P_G64 => {
+                let block = if self == Self::T2P { 136 } else { 144 };
+                let groups = (n / k.max(1)).div_ceil(4);
+                k.is_multiple_of(128)
+                    .then(|| groups.checked_mul(k / 128)?.checked_mul(block))
+                    .flatten()
+            }
             Self::I2_S => k.is_multiple_of(128).then(|| n / 4 + 32),
             Self::IQ2_BN => k
                 .is_multiple_of(64)
@@ -204,7 +227,14 @@ impl GgmlType {
         self.is_ternary()
             || self.is_quant()
             || self.is_int8_ternary()
+            || self.is_t2p()
             || matches!(self, Self::F32 | Self::F16 | Self::BF16)
+    }
+
+    /// Whether the type is t2p's own already repacked layout ([`T2P`](Self::T2P),
+    /// [`T2P_G64`](Self::T2P_G64)).
+    pub fn is_t2p(self) -> bool {
+        matches!(self, Self::T2P | Self::T2P_G64)
     }
 
     /// Whether the type is a BitNet format with f32 scales (I2_S, IQ2_BN): repacked into T2P
@@ -248,7 +278,7 @@ impl GgmlType {
         TABLE
             .iter()
             .map(|t| GgmlType(t.id))
-            .chain([Self::I2_S, Self::IQ2_BN])
+            .chain([Self::I2_S, Self::IQ2_BN, Self::T2P, Self::T2P_G64])
             .filter(|t| t.is_loadable())
             .map(|t| t.name())
             .collect::<Vec<_>>()

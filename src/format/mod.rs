@@ -53,8 +53,8 @@ pub use repack::{
     t2p_row_groups, unpack_t2p_to_pq2_0,
 };
 pub use t2p::{
-    BlockT2p, BlockT2pG64, ROWS_PER_T2P, RowPairBlock, T2pSlice, T2pVec, T2pWords,
-    dequantize_t2p_row,
+    BlockT2p, BlockT2pG64, ROWS_PER_T2P, RowPairBlock, T2P_LAYOUT_KEY, T2P_LAYOUT_VERSION,
+    T2pSlice, T2pVec, T2pWords, dequantize_t2p_row,
 };
 pub(crate) use ternary::with_ternary_block;
 pub use ternary::{

@@ -7,6 +7,16 @@ use bytemuck::{Pod, Zeroable};
 
 use super::QK_PQ2_0;
 
+/// The metadata key of a GGUF file whose ternary matrices are stored already in the T2P layout
+/// ([`GgmlType::T2P`](super::GgmlType::T2P), written by `libt2p convert`): its value is the
+/// [`T2P_LAYOUT_VERSION`] the blocks were written in.
+pub const T2P_LAYOUT_KEY: &str = "t2p.layout_version";
+
+/// The version of the T2P block bytes ([`BlockT2p`], [`BlockT2pG64`]) this build reads and
+/// writes. Raised whenever a block's bytes change meaning, so that a file repacked by another
+/// build is refused instead of misread.
+pub const T2P_LAYOUT_VERSION: u32 = 1;
+
 /// The codes of a T2P block: `[row pair][word][byte]` (see [`BlockT2p`]).
 pub type T2pWords = [[[u8; 16]; 4]; 2];
 

@@ -31,7 +31,7 @@ pub use parallel::{
 };
 pub use plan::{MatmulPlan, chunk_count, chunk_rows, matmul, with_scratch};
 pub use quant::QuantMatrix;
-pub use t2p::T2pMatrix;
+pub use t2p::{SharedBytes, T2pMatrix};
 
 /// A `rows x k` weight matrix of any kind a model holds: the one name for a weight matrix (the
 /// runner multiplies it by a layer's activations, and reads a token table's rows from it).

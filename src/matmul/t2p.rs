@@ -2,11 +2,14 @@
 //! T2P blocks from a loader that repacked another ternary format), read by the plans of
 //! [`super::plan`] and row by row for a token-table lookup.
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use bytemuck::Zeroable;
 
 use crate::error::{Error, Result};
 use crate::format::{
-    BlockPq2_0, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock, T2pSlice, T2pVec,
+    BlockPq2_0, BlockT2p, BlockT2pG64, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock, T2pSlice, T2pVec,
     dequantize_t2p_row, repack_pq2_0_to_t2p, t2p_block_count,
 };
 
@@ -17,7 +20,54 @@ use crate::format::{
 pub struct T2pMatrix {
     rows: usize,
     k: usize,
-    blocks: T2pVec,
+    blocks: Storage,
+}
+
+/// Bytes several matrices can borrow their blocks from at once: a mapped file of T2P blocks
+/// (`libt2p convert`), read in place instead of copied.
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Where a matrix's blocks live.
+#[derive(Clone)]
+enum Storage {
+    /// Blocks of its own (repacked at load).
+    Owned(T2pVec),
+    /// Blocks at `range` of shared bytes, checked at construction to be whole, aligned blocks
+    /// of the layout (`g64`: [`BlockT2pG64`], else [`BlockT2p`]).
+    Shared {
+        bytes: SharedBytes,
+        range: Range<usize>,
+        g64: bool,
+    },
+}
+
+impl Storage {
+    fn as_slice(&self) -> T2pSlice<'_> {
+        match self {
+            Storage::Owned(v) => v.as_slice(),
+            Storage::Shared { bytes, range, g64 } => {
+                let b = &(**bytes).as_ref()[range.clone()];
+                // Cannot fail: `T2pMatrix::from_shared` checked the same cast.
+                match g64 {
+                    true => T2pSlice::G64(bytemuck::cast_slice(b)),
+                    false => T2pSlice::G128(bytemuck::cast_slice(b)),
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Storage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Storage::Owned(v) => v.fmt(f),
+            Storage::Shared { range, g64, .. } => f
+                .debug_struct("Shared")
+                .field("range", range)
+                .field("g64", g64)
+                .finish(),
+        }
+    }
 }
 
 impl T2pMatrix {
@@ -42,8 +92,59 @@ impl T2pMatrix {
         Ok(T2pMatrix {
             rows,
             k,
-            blocks: B::vec(blocks),
+            blocks: Storage::Owned(B::vec(blocks)),
         })
+    }
+
+    /// A matrix whose blocks are `bytes[range]`, borrowed in place (no copy): whole row groups
+    /// of T2P blocks, group 64 when `g64`. Fails unless the range holds exactly the blocks of
+    /// a `rows x k` matrix, aligned for the block type.
+    pub fn from_shared(
+        bytes: SharedBytes,
+        range: Range<usize>,
+        rows: usize,
+        k: usize,
+        g64: bool,
+    ) -> Result<Self> {
+        let n = t2p_block_count(rows, k)?;
+        let block = match g64 {
+            true => std::mem::size_of::<BlockT2pG64>(),
+            false => std::mem::size_of::<BlockT2p>(),
+        };
+        let held = (*bytes).as_ref().get(range.clone()).ok_or_else(|| {
+            Error::Shape(format!(
+                "blocks at {range:?} of {} bytes",
+                (*bytes).as_ref().len()
+            ))
+        })?;
+        if held.len() != n * block {
+            return Err(Error::Shape(format!(
+                "{rows} x {k} needs {} bytes of T2P blocks, got {}",
+                n * block,
+                held.len()
+            )));
+        }
+        let aligned = match g64 {
+            true => bytemuck::try_cast_slice::<u8, BlockT2pG64>(held).is_ok(),
+            false => bytemuck::try_cast_slice::<u8, BlockT2p>(held).is_ok(),
+        };
+        if !aligned {
+            return Err(Error::Shape(format!(
+                "T2P blocks at byte {} are not aligned for their type",
+                range.start
+            )));
+        }
+        Ok(T2pMatrix {
+            rows,
+            k,
+            blocks: Storage::Shared { bytes, range, g64 },
+        })
+    }
+
+    /// Whether the blocks are borrowed from shared bytes ([`T2pMatrix::from_shared`]) rather
+    /// than owned.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.blocks, Storage::Shared { .. })
     }
 
     /// Output rows (without padding).

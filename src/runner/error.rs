@@ -159,6 +159,13 @@ pub enum GgufError {
         /// What is wrong.
         reason: String,
     },
+    /// A file with matrices already in the T2P layout (`libt2p convert`) that this build must
+    /// not read: written by another layout version, or not by t2p at all.
+    #[error("{reason}")]
+    T2pLayout {
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// The `tokenizer.ggml.*` metadata cannot build a tokenizer.
     #[error("tokenizer: {reason}")]
     Tokenizer {

@@ -19,10 +19,11 @@ use bytemuck::Pod;
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
 use crate::format::{
-    BlockPq2_0, GgmlType, QK_PQ2_0, ROWS_PER_T2P, TernaryBlock, bf16_to_f32, f16_to_f32,
-    repack_to_t2p, t2p_block_count, t2p_row_groups, with_ternary_block,
+    BlockPq2_0, BlockT2p, BlockT2pG64, GgmlType, QK_PQ2_0, ROWS_PER_T2P, T2P_LAYOUT_KEY,
+    T2P_LAYOUT_VERSION, TernaryBlock, bf16_to_f32, f16_to_f32, repack_to_t2p, t2p_block_count,
+    t2p_row_groups, with_ternary_block,
 };
-use crate::matmul::{Int8Matrix, QuantMatrix, T2pMatrix};
+use crate::matmul::{Int8Matrix, QuantMatrix, SharedBytes, T2pMatrix};
 
 pub use crate::format::{BlockQ8_0, QK8_0};
 
@@ -341,21 +342,45 @@ impl TensorStore {
             offset: 0,
             message: e.to_string(),
         })?;
-        let store = Self::load_from(&gguf, &mut f, Some(&shared), opts)?;
+        let mapped = Self::map_t2p(&gguf, &f, path)?;
+        let store = Self::load_from(&gguf, &mut f, Some(&shared), mapped, opts)?;
         Ok((gguf, store))
+    }
+
+    /// The whole file mapped, when it holds matrices already in the T2P layout (`libt2p
+    /// convert`): those are then used where they lie, not read.
+    #[cfg(unix)]
+    fn map_t2p(gguf: &GgufFile, f: &File, path: &Path) -> Result<Option<SharedBytes>> {
+        if !gguf.tensors().iter().any(|t| t.ggml_type.is_t2p()) {
+            return Ok(None);
+        }
+        let map = super::memory::MappedFile::new(f).map_err(|e| GgufError::Io {
+            what: format!("{} (mapping it)", path.display()),
+            offset: 0,
+            message: e.to_string(),
+        })?;
+        Ok(Some(Arc::new(map)))
+    }
+
+    /// Elsewhere the T2P matrices are read like any other tensor.
+    #[cfg(not(unix))]
+    fn map_t2p(_: &GgufFile, _: &File, _: &Path) -> Result<Option<SharedBytes>> {
+        Ok(None)
     }
 
     /// Loads every tensor of `gguf` from `src` (the same file the header came from).
     pub fn load<R: Read + Seek>(gguf: &GgufFile, src: &mut R, opts: &LoadOptions) -> Result<Self> {
-        Self::load_from(gguf, src, None, opts)
+        Self::load_from(gguf, src, None, None, opts)
     }
 
     /// [`load`](Self::load), with `shared` (the same file) read at positions by several
-    /// threads at once where [`LoadOptions::threads`] allows.
+    /// threads at once where [`LoadOptions::threads`] allows, and the T2P matrices borrowed
+    /// from `mapped` (the same file's bytes) when given.
     fn load_from<R: Read + Seek>(
         gguf: &GgufFile,
         src: &mut R,
         shared: Option<&File>,
+        mapped: Option<SharedBytes>,
         opts: &LoadOptions,
     ) -> Result<Self> {
         // Refuse before reading anything, so a bad file costs no I/O.
@@ -375,12 +400,16 @@ impl TensorStore {
                 });
             }
         }
+        if gguf.tensors().iter().any(|t| t.ggml_type.is_t2p()) {
+            check_t2p_layout(gguf)?;
+        }
         let total: u64 = gguf.tensors().iter().map(|t| t.n_bytes).sum();
         let progress = Counter::new(opts.progress.as_ref(), total);
         let mut file = FileReader {
             gguf,
             src,
             shared,
+            mapped,
             scratch: Vec::new(),
             opts,
             progress: &progress,
@@ -446,6 +475,8 @@ struct FileReader<'a, R> {
     src: &'a mut R,
     /// The same file, for positioned reads from several threads (`None`: `src` only).
     shared: Option<&'a File>,
+    /// The same file mapped, for its T2P matrices (`None`: they are read).
+    mapped: Option<SharedBytes>,
     /// One read buffer per thread of the parallel repack, kept from matrix to matrix (as
     /// `u64`s so that any block type can be cast from them): a buffer allocated per matrix
     /// would cost a page fault and a page clear per 4 KiB read, as much as the matrix itself.
@@ -474,6 +505,38 @@ impl<R: Read> FileReader<'_, R> {
             self.gguf.tensor_file_range(t).start,
         )?;
         Ok(v)
+    }
+
+    /// Loads a matrix already in the T2P layout: borrowed from the mapped file when there is
+    /// one, else read. Both check that the bytes are exactly the matrix's row groups.
+    fn load_t2p(&mut self, t: &TensorInfo) -> Result<TensorData> {
+        let (k, rows) = matrix_dims(t)?;
+        if t.shape.len() != 2 {
+            return Err(GgufError::Shape {
+                name: t.name.clone(),
+                reason: format!("a T2P matrix must be 2-D, not {:?}", t.shape),
+            });
+        }
+        let g64 = t.ggml_type == GgmlType::T2P_G64;
+        let m = match &self.mapped {
+            Some(bytes) => {
+                let r = self.gguf.tensor_file_range(t);
+                let range = usize::try_from(r.start).unwrap_or(usize::MAX)
+                    ..usize::try_from(r.end).unwrap_or(usize::MAX);
+                self.progress.inc(range.len());
+                T2pMatrix::from_shared(Arc::clone(bytes), range, rows, k, g64)
+            }
+            None => {
+                let n = t2p_block_count(rows, k).map_err(|e| shape_err(&t.name, e))?;
+                match g64 {
+                    true => {
+                        T2pMatrix::from_t2p_blocks(self.read_vec::<BlockT2pG64>(t, n)?, rows, k)
+                    }
+                    false => T2pMatrix::from_t2p_blocks(self.read_vec::<BlockT2p>(t, n)?, rows, k),
+                }
+            }
+        };
+        Ok(TensorData::T2p(m.map_err(|e| shape_err(&t.name, e))?))
     }
 
     /// Loads a tensor of one of ggml's block types as the file holds it (checked: the byte size
@@ -623,6 +686,7 @@ impl<R: Read + Seek> FileReader<'_, R> {
                 }
             }
             GgmlType::I2_S | GgmlType::IQ2_BN => self.load_int8(t)?,
+            ty if ty.is_t2p() => self.load_t2p(t)?,
             // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
             ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,
             other => with_ternary_block!(
@@ -643,6 +707,30 @@ impl<R: Read + Seek> FileReader<'_, R> {
             data,
         })
     }
+}
+
+/// Refuses a file with T2P matrices unless this build wrote their layout: the layout version
+/// key must be present (else the file was not written by `libt2p convert`) and equal to
+/// [`T2P_LAYOUT_VERSION`] (else another build of t2p wrote it).
+fn check_t2p_layout(gguf: &GgufFile) -> Result<()> {
+    let reason = match gguf.get(T2P_LAYOUT_KEY) {
+        None => format!(
+            "the file holds T2P matrices (type ids {} / {}) but no {T2P_LAYOUT_KEY:?} key: it was \
+             not written by `libt2p convert`; load the original model file instead",
+            GgmlType::T2P.0,
+            GgmlType::T2P_G64.0
+        ),
+        Some(v) => match v.as_u64() {
+            Some(found) if found == u64::from(T2P_LAYOUT_VERSION) => return Ok(()),
+            found => format!(
+                "the file's T2P matrices were written in layout version {} ({T2P_LAYOUT_KEY:?}); \
+                 this build of t2p reads version {T2P_LAYOUT_VERSION}: run `libt2p convert` \
+                 again on the original model file",
+                found.map_or_else(|| format!("{v:?}"), |n| n.to_string())
+            ),
+        },
+    };
+    Err(GgufError::T2pLayout { reason })
 }
 
 /// `(k, rows)` of a 2-D tensor, as `usize`.

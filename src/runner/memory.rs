@@ -69,6 +69,78 @@ fn advise(start: usize, len: usize) {
 #[cfg(not(target_os = "linux"))]
 fn advise(_start: usize, _len: usize) {}
 
+/// A whole file mapped read-only (`mmap`, `MAP_PRIVATE`), its pages faulted in at once
+/// (`MAP_POPULATE`) so the first token does not pay for them: a file of T2P blocks
+/// (`libt2p convert`) is used where it lies in the page cache, with no copy and no fresh pages
+/// to clear, and processes loading the same file share its memory.
+///
+/// Like every loader that maps its model (llama.cpp's too), it relies on the file not being
+/// truncated or rewritten while mapped: a shorter file would fault on access.
+#[cfg(unix)]
+pub(crate) struct MappedFile {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value until `Drop`; any thread may read it.
+#[cfg(unix)]
+unsafe impl Send for MappedFile {}
+// SAFETY: as above: shared references only read.
+#[cfg(unix)]
+unsafe impl Sync for MappedFile {}
+
+#[cfg(unix)]
+impl MappedFile {
+    /// Maps all of `file` (which must not be empty).
+    pub(crate) fn new(file: &std::fs::File) -> std::io::Result<MappedFile> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::other("file larger than the address space"))?;
+        if len == 0 {
+            return Err(std::io::Error::other("cannot map an empty file"));
+        }
+        #[cfg(target_os = "linux")]
+        let flags = libc::MAP_PRIVATE | libc::MAP_POPULATE;
+        #[cfg(not(target_os = "linux"))]
+        let flags = libc::MAP_PRIVATE;
+        // SAFETY: a fresh read-only private mapping of an open descriptor at an address of the
+        // kernel's choosing: it aliases no Rust memory; failure is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                flags,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(p.cast()).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(MappedFile { ptr, len })
+    }
+}
+
+#[cfg(unix)]
+impl AsRef<[u8]> for MappedFile {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr + len` is a live read-only mapping owned by `self` (see `new`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[cfg(unix)]
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once; no borrow of it outlives `self`.
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

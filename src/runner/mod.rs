@@ -20,9 +20,11 @@
 pub mod chat;
 #[cfg(feature = "grammar")]
 pub mod constrain;
+pub mod convert;
 mod error;
 pub mod generate;
 mod gguf;
+pub mod gguf_writer;
 mod loader;
 mod memory;
 pub mod model;

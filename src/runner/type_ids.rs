@@ -21,6 +21,8 @@ fn candidates(stored: u32) -> &'static [GgmlType] {
         42 => &[GgmlType::PQ2_0, GgmlType::Q2_0_G64],
         36 => &[GgmlType::I2_S],
         135 => &[GgmlType::IQ2_BN],
+        2142 => &[GgmlType::T2P],
+        2143 => &[GgmlType::T2P_G64],
         _ => &[],
     }
 }

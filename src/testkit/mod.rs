@@ -5,7 +5,7 @@
 //! [`synth_qwen35`] (Qwen3.5 hybrid) write synthetic models with real shapes and random
 //! ternary weights, valid for both `libt2p` and llama.cpp.
 
-pub mod gguf_writer;
+pub use crate::runner::gguf_writer;
 pub mod quantize;
 pub mod synth;
 pub mod synth_bitnet;

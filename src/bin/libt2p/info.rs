@@ -222,18 +222,21 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
         };
         println!("  {:<8} {n:>5} tensors {:>14}{load}", ty.name(), mib(bytes));
     }
-    // BitNet's I2_S / IQ2_BN matrices always run as T2P codes (with their f32 scales).
-    let bitnet = |t: &&TensorInfo| matches!(t.ggml_type, GgmlType::I2_S | GgmlType::IQ2_BN);
+    // BitNet's I2_S / IQ2_BN matrices always run as T2P codes (with their f32 scales), and a
+    // converted file's T2P matrices as they are stored.
+    let always_t2p = |t: &&TensorInfo| {
+        matches!(t.ggml_type, GgmlType::I2_S | GgmlType::IQ2_BN) || t.ggml_type.is_t2p()
+    };
     let t2p: Vec<_> = gguf
         .tensors()
         .iter()
-        .filter(|t| opts.uses_t2p(t) || bitnet(t))
+        .filter(|t| opts.uses_t2p(t) || always_t2p(t))
         .collect();
     let t2p_bytes: u64 = t2p.iter().map(|t| t.n_bytes).sum();
     let ternary = gguf
         .tensors()
         .iter()
-        .filter(|t| t.ggml_type.has_t2p_layout() || bitnet(t))
+        .filter(|t| t.ggml_type.has_t2p_layout() || always_t2p(t))
         .count();
     println!(
         "  T2P: {} of {ternary} ternary tensors, {} of {} tensor data (in the file's format)",

@@ -37,6 +37,7 @@ mod bench;
 mod bench_quant;
 mod chat;
 mod check;
+mod convert;
 mod info;
 mod logits;
 mod model_bench;
@@ -64,6 +65,8 @@ enum Command {
     Chat(chat::Args),
     /// Show CPU features and the kernel path, and check every runnable path against the oracle.
     Check(check::Args),
+    /// Write a model with its ternary matrices in the T2P layout, which later loads map in place.
+    Convert(convert::Args),
     /// Describe a GGUF file: architecture, hyper-parameters, tensors by type, tokenizer, T2P use.
     Info(info::Args),
     /// Evaluate token ids in one batch and print the top logits of every position.
@@ -84,6 +87,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Check(args) => check::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Info(args) => info::run(args),
         Command::Logits(args) => logits::run(args),
         Command::Perplexity(args) => perplexity::run(args),

@@ -1,10 +1,11 @@
 //! A GGUF v3 writer: metadata first, then tensor data streamed tensor by tensor, so a file of
-//! several GB can be written without holding it in memory. Used by `libt2p synth` and tests.
+//! several GB can be written without holding it in memory. Used by `libt2p convert`, `libt2p
+//! synth` and tests.
 
 use std::io::{self, Seek, Write};
 
+use super::{Array, Value};
 use crate::format::GgmlType;
-use crate::runner::{Array, Value};
 
 /// Data alignment of the files written (GGUF's default).
 pub const ALIGNMENT: u64 = 32;
