@@ -71,15 +71,21 @@ fn round_trip(rel: &str, ty: GgmlType) {
     }
     assert!(shared > 0);
 
-    // The same bytes through a reader: no mapping, the blocks copied.
+    // The same bytes through a reader, and from the file with `mmap: false`: the blocks copied.
     let mut f = std::fs::File::open(&dst).unwrap();
     let read = TensorStore::load(&gguf, &mut f, &LoadOptions::default()).unwrap();
-    for t in original.iter() {
-        if let (TensorData::T2p(a), TensorData::T2p(b)) =
-            (&t.data, &read.get(&t.name).unwrap().data)
-        {
-            assert!(!b.is_shared());
-            assert_eq!(a.blocks(), b.blocks(), "{}", t.name);
+    let no_mmap = LoadOptions {
+        mmap: false,
+        ..LoadOptions::default()
+    };
+    let (_, copied) = TensorStore::load_file(&dst, &no_mmap).unwrap();
+    for store in [&read, &copied] {
+        for t in original.iter() {
+            let back = &store.get(&t.name).unwrap().data;
+            if let (TensorData::T2p(a), TensorData::T2p(b)) = (&t.data, back) {
+                assert!(!b.is_shared(), "{}: mapped", t.name);
+                assert_eq!(a.blocks(), b.blocks(), "{}", t.name);
+            }
         }
     }
 

@@ -218,6 +218,10 @@ pub struct LoadOptions {
     /// few cores already saturate the memory the load writes, and each thread holds one chunk).
     /// One reads the file in order on the calling thread.
     pub threads: usize,
+    /// Use the T2P matrices of a converted file (`libt2p convert`) where they lie in the mapped
+    /// file (default true); when false they are read into memory of their own, as llama.cpp's
+    /// `--no-mmap` does.
+    pub mmap: bool,
 }
 
 impl Default for LoadOptions {
@@ -228,6 +232,7 @@ impl Default for LoadOptions {
             progress: None,
             chunk_bytes: 4 << 20,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            mmap: true,
         }
     }
 }
@@ -240,6 +245,7 @@ impl std::fmt::Debug for LoadOptions {
             .field("progress", &self.progress.as_ref().map(|_| "callback"))
             .field("chunk_bytes", &self.chunk_bytes)
             .field("threads", &self.threads)
+            .field("mmap", &self.mmap)
             .finish()
     }
 }
@@ -342,7 +348,10 @@ impl TensorStore {
             offset: 0,
             message: e.to_string(),
         })?;
-        let mapped = Self::map_t2p(&gguf, &f, path)?;
+        let mapped = match opts.mmap {
+            true => Self::map_t2p(&gguf, &f, path)?,
+            false => None,
+        };
         let store = Self::load_from(&gguf, &mut f, Some(&shared), mapped, opts)?;
         Ok((gguf, store))
     }

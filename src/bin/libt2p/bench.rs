@@ -48,6 +48,10 @@ pub struct Args {
     /// KV cache element type of a model benchmark (as `libt2p run --cache-type`).
     #[arg(long = "cache-type", value_enum, default_value_t = crate::run::CacheType::F16)]
     cache_type: crate::run::CacheType,
+    /// Read the T2P matrices of a converted model (`libt2p convert`) into memory of their own
+    /// instead of using them where the mapped file lies.
+    #[arg(long = "no-mmap")]
+    no_mmap: bool,
     /// Only the ggml block-type rows (Q6_K / Q4_0 / Q8_0 LM heads), not the ternary kernels.
     #[arg(long)]
     quant_only: bool,
@@ -358,6 +362,7 @@ fn run_model(args: &Args, model: &std::path::Path) -> Result<ExitCode, Box<dyn s
         batch: 512,
         act: args.act,
         cache_type: args.cache_type,
+        no_mmap: args.no_mmap,
     };
     crate::model_bench::run(&margs, &args.model_bench, args.json)
 }

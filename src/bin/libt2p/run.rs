@@ -38,6 +38,10 @@ pub struct ModelArgs {
     /// numerics, e.g. BitNet's: attention then runs portable f32 loops).
     #[arg(long = "cache-type", value_enum, default_value_t = CacheType::F16)]
     pub cache_type: CacheType,
+    /// Read the T2P matrices of a converted model (`libt2p convert`) into memory of their own
+    /// instead of using them where the mapped file lies.
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
 }
 
 /// The KV cache's element type (`--cache-type`, as llama.cpp's `-ctk` / `-ctv` together).
@@ -75,6 +79,7 @@ impl ModelArgs {
             progress: crate::progress::load_bar(quiet),
             // The model loads on the threads it will run on (`--threads 2`: two).
             threads: self.threads(),
+            mmap: !self.no_mmap,
             ..Default::default()
         };
         let mut loaded = Model::load(&path, &opts)?;

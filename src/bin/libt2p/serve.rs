@@ -36,6 +36,10 @@ pub struct Args {
     /// KV cache element type (as `libt2p run --cache-type`).
     #[arg(long = "cache-type", value_enum, default_value_t = CacheType::F16)]
     cache_type: CacheType,
+    /// Read the T2P matrices of a converted model (`libt2p convert`) into memory of their own
+    /// instead of using them where the mapped file lies.
+    #[arg(long = "no-mmap")]
+    no_mmap: bool,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
@@ -132,6 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
         batch: args.batch as usize,
         act: args.act,
         cache_type: args.cache_type,
+        no_mmap: args.no_mmap,
     };
     let (loaded, load_secs) = margs.load(false)?;
     let exec = margs.exec();
