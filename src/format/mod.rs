@@ -85,7 +85,7 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
 ///
 /// # Panics
 /// If `x.len() != out.len() * n`.
-#[inline]
+#[inline(always)]
 pub(crate) fn quantize_row_by<B>(
     x: &[f32],
     out: &mut [B],

@@ -57,18 +57,20 @@ impl Default for BlockQ8_0Quad {
 
 impl BlockQ8_0Quad {
     /// Builds a block from raw values and four scales, computing `sums`.
+    #[inline(always)]
     pub fn from_qs(qs: [i8; QK_PQ2_0], d: [f32; 4]) -> Self {
-        let sums = std::array::from_fn(|j| {
-            qs[QK8_0 * j..QK8_0 * (j + 1)]
-                .iter()
-                .map(|&q| q as i32)
-                .sum()
-        });
+        // A loop, not `array::from_fn`: its closure stays a call when inlined into a kernel
+        // path's build (`quantize_row_q8_0`).
+        let mut sums = [0i32; 4];
+        for (s, q) in sums.iter_mut().zip(qs.chunks_exact(QK8_0)) {
+            *s = q.iter().map(|&q| q as i32).sum();
+        }
         BlockQ8_0Quad { d, sums, qs }
     }
 
     /// Quantizes 128 values exactly as ggml's x86 `quantize_row_q8_0` does per 32 (see
     /// [`BlockQ8_0::quantize`]).
+    #[inline(always)]
     pub fn quantize(x: &[f32; QK_PQ2_0]) -> Self {
         let mut qs = [0i8; QK_PQ2_0];
         let mut d = [0.0f32; 4];
@@ -108,11 +110,24 @@ impl BlockQ8_0 {
 
 /// The values and the (not yet fp16-rounded) scale `amax / 127` of 32 values, as ggml's x86
 /// q8_0 / q8_1 quantizers compute them.
+#[inline(always)]
 pub(crate) fn quantize_32(x: &[f32; QK8_0]) -> ([i8; QK8_0], f32) {
-    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    // Plain loops over the fixed arrays, so that the compiler vectorizes both at the baseline
+    // ISA (an `array::map` closure was not inlined: a call per block).
+    // The largest |v| as the largest of the magnitude bits: for finite values (and infinity)
+    // their order as integers is their order as floats, and an integer max vectorizes where
+    // `f32::max` (which must skip NaN) does not.
+    let mut amax_bits = 0u32;
+    for v in x {
+        amax_bits = amax_bits.max(v.to_bits() & 0x7fff_ffff);
+    }
+    let amax = f32::from_bits(amax_bits);
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
-    // |v * id| <= 127 up to rounding; the clamp mirrors ggml's saturating packs.
-    let qs = x.map(|v| round_half_even(v * id).clamp(-128, 127) as i8);
+    let mut qs = [0i8; QK8_0];
+    for (q, &v) in qs.iter_mut().zip(x) {
+        // |v * id| <= 127 up to rounding; the clamp mirrors ggml's saturating packs.
+        *q = round_half_even(v * id).clamp(-128, 127) as i8;
+    }
     (qs, amax / 127.0)
 }
 
@@ -148,10 +163,20 @@ impl BlockQ8_0Quad {
 ///
 /// # Panics
 /// If the lengths disagree.
+///
+/// Inlined everywhere: the kernel paths compile this same code for their own features
+/// (`crate::kernels`' activation entries). A plain loop rather than `quantize_row_by`'s
+/// closure, which would stay a call compiled without them.
+#[inline(always)]
 pub fn quantize_row_q8_0(x: &[f32], out: &mut [BlockQ8_0Quad]) {
-    super::quantize_row_by(x, out, QK_PQ2_0, |c| {
-        BlockQ8_0Quad::quantize(c.try_into().expect("chunk of 128"))
-    });
+    assert_eq!(
+        x.len(),
+        out.len() * QK_PQ2_0,
+        "row length must be 128 per block"
+    );
+    for (chunk, block) in x.chunks_exact(QK_PQ2_0).zip(out.iter_mut()) {
+        *block = BlockQ8_0Quad::quantize(chunk.try_into().expect("chunk of 128"));
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ use crate::format::{
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod act;
 pub mod attention;
 pub mod cpu;
 mod f16;
@@ -375,6 +376,7 @@ pub struct Kernels {
     quant: &'static quant::QuantKernels,
     f16: f16::F16Kernel,
     attention: attention::AttentionKernels,
+    act: act::ActKernels,
 }
 
 impl Kernels {

@@ -7,12 +7,13 @@
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
+use super::act::ActKernels;
 use super::attention::AttentionKernels;
 use super::f16::F16Kernel;
 use super::quant::QuantKernels;
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
-use super::{Isa, Kernels, T2pKernels, attention, f16, quant, scalar};
+use super::{Isa, Kernels, T2pKernels, act, attention, f16, quant, scalar};
 use crate::format::GgmlType;
 
 /// Every path's table, at its [`Isa`] number; `None` for the paths of other targets.
@@ -47,7 +48,20 @@ const fn compose(isa: Isa) -> Option<Kernels> {
         quant: quant(isa),
         f16,
         attention,
+        act: act(isa),
     })
+}
+
+/// The activation quantizer built for AVX2 or AVX-512 on the x86 paths, the reference
+/// elsewhere.
+const fn act(isa: Isa) -> ActKernels {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => x86_64::act::AVX2,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni => x86_64::act::AVX512,
+        _ => act::SCALAR,
+    }
 }
 
 const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {

@@ -9,8 +9,7 @@ use bytemuck::Zeroable;
 
 use crate::error::{Error, Result, check_len};
 use crate::format::{
-    BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, QK_K, QK_PQ2_0, quantize_q8k_x4, quantize_row_q8_0,
-    quantize_row_q8k,
+    BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, QK_K, QK_PQ2_0, quantize_q8k_x4, quantize_row_q8k,
 };
 use crate::pool::ThreadPool;
 
@@ -61,7 +60,7 @@ const _: () = assert!(
 );
 
 /// A `q8_0` quantizer: one column's floats into its quads (the library's
-/// [`quantize_row_q8_0`], or a caller's such as ggml's).
+/// [`quantize_row_q8_0`](crate::format::quantize_row_q8_0), or a caller's such as ggml's).
 pub type Q8_0Quantizer = dyn Fn(&[f32], &mut [BlockQ8_0Quad]);
 
 /// How `ncols` quantized activation columns of length `k` lie in a work buffer of `u32` words.
@@ -199,7 +198,9 @@ impl ActLayout {
     /// Quantizes share `ith` of `nth` of the columns of `x` (column `c` at
     /// `x[c * ld_x..c * ld_x + k]`) into `out`, which is exactly the words
     /// [`ActLayout::share`] names. `q8_0` quads come from `q8_0` (another quantizer such as
-    /// ggml's), or with `None` from the library's [`quantize_row_q8_0`].
+    /// ggml's), or with `None` from the library's
+    /// [`quantize_row_q8_0`](crate::format::quantize_row_q8_0) (as the active kernel
+    /// path builds it, [`crate::kernels::Kernels::quantize_row_q8_0`]).
     pub fn quantize_share(
         &self,
         x: &[f32],
@@ -209,7 +210,11 @@ impl ActLayout {
         out: &mut [u32],
         q8_0: Option<&Q8_0Quantizer>,
     ) -> Result<()> {
-        let q8_0: &Q8_0Quantizer = q8_0.unwrap_or(&quantize_row_q8_0);
+        // The active path's build of the library's quantizer: the same bytes as
+        // `quantize_row_q8_0` on every path.
+        let kern = crate::kernels::active();
+        let own = |x: &[f32], out: &mut [BlockQ8_0Quad]| kern.quantize_row_q8_0(x, out);
+        let q8_0: &Q8_0Quantizer = q8_0.unwrap_or(&own);
         self.check_x(x, ld_x)?;
         let words = self.share(ith, nth);
         check_len("work-buffer share words", words.len(), out.len())?;

@@ -36,6 +36,7 @@ use std::arch::x86_64::*;
 use super::{Isa, T2pKernels};
 use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockT2p, BlockT2pG64, RowPairBlock};
 
+pub(super) mod act;
 pub(super) mod attention;
 mod avx2;
 pub(super) mod f16;

@@ -1,0 +1,33 @@
+//! The x86 builds of the activation quantizer: [`quantize_row_q8_0`] inlined into functions
+//! compiled for AVX2 and for AVX-512 (the portable build has SSE2 only: its clamp and
+//! magnitude loops run a lane or four at a time). Same source, same bytes.
+
+use crate::format::{BlockQ8_0Quad, quantize_row_q8_0};
+use crate::kernels::act::ActKernels;
+
+/// The AVX2 and AVX-VNNI paths' quantizer.
+pub(in crate::kernels) const AVX2: ActKernels = ActKernels::new(q8_0_row_avx2);
+/// The AVX-512 VNNI path's quantizer.
+pub(in crate::kernels) const AVX512: ActKernels = ActKernels::new(q8_0_row_avx512);
+
+fn q8_0_row_avx2(x: &[f32], out: &mut [BlockQ8_0Quad]) {
+    // SAFETY: this entry is only in the x86 paths' tables, which are handed out only on CPUs
+    // with AVX2, FMA and F16C (`Isa::required_features`).
+    unsafe { avx2(x, out) }
+}
+
+fn q8_0_row_avx512(x: &[f32], out: &mut [BlockQ8_0Quad]) {
+    // SAFETY: this entry is only in the AVX-512 VNNI path's table, handed out only on CPUs with
+    // AVX-512 F/BW/VL as well as AVX2, FMA and F16C.
+    unsafe { avx512(x, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn avx2(x: &[f32], out: &mut [BlockQ8_0Quad]) {
+    quantize_row_q8_0(x, out)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn avx512(x: &[f32], out: &mut [BlockQ8_0Quad]) {
+    quantize_row_q8_0(x, out)
+}
