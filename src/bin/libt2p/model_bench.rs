@@ -27,6 +27,10 @@ pub struct ModelBenchArgs {
     /// Repetitions (the median is reported).
     #[arg(short = 'r', long, default_value_t = 3)]
     pub reps: usize,
+    /// Tokens of context already in the cache before each pp and tg test (llama-bench's `-d`):
+    /// the tg ceiling then counts the KV rows every token reads at that depth.
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: usize,
     /// Batch widths whose forward-pass time is compared with a 1-token decode (verification cost).
     #[arg(long, value_delimiter = ',', default_value = "2,3,4,8")]
     pub verify_batches: Vec<usize>,
@@ -44,19 +48,20 @@ struct Traffic {
     /// once per token: after a token's ~GBs of weights it is never still in cache.
     state: f64,
     /// K and V of every attention layer read up to the token's position, averaged over the
-    /// positions of the tg run (`n_gen` tokens after one).
+    /// positions of the tg run (`n_gen` tokens after a prompt of [`tg_prompt`] tokens: token
+    /// `i` reads `prompt + i + 1` rows).
     kv: f64,
 }
 
 impl Traffic {
-    fn of(loaded: &Loaded, n_gen: usize) -> Traffic {
+    fn of(loaded: &Loaded, n_gen: usize, depth: usize) -> Traffic {
         let s = loaded.model.new_session(1);
         let state = s.recurrent.as_ref().map_or(0, |r| 2 * r.state_bytes());
         let kv_per_pos = s.cache.bytes_per_position() as f64;
         Traffic {
             weights: loaded.model.bytes_per_token() as f64,
             state: state as f64,
-            kv: kv_per_pos * (n_gen as f64 + 3.0) / 2.0,
+            kv: kv_per_pos * (tg_prompt(depth) as f64 + (n_gen as f64 + 1.0) / 2.0),
         }
     }
 
@@ -68,6 +73,19 @@ impl Traffic {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// The prompt a tg run decodes after: the depth's tokens, or one token.
+fn tg_prompt(depth: usize) -> usize {
+    depth.max(1)
+}
+
+/// The label of a test at a depth, as llama-bench prints it (`tg64 @ d4096`).
+fn label(test: &str, n: usize, depth: usize) -> String {
+    match depth {
+        0 => format!("{test}{n}"),
+        d => format!("{test}{n} @ d{d}"),
+    }
 }
 
 fn tokens(loaded: &Loaded, n: usize) -> Vec<u32> {
@@ -103,7 +121,7 @@ pub fn run(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (loaded, load_secs) = model.load(json)?;
     let exec = model.exec();
-    let traffic = Traffic::of(&loaded, args.n_gen);
+    let traffic = Traffic::of(&loaded, args.n_gen, args.n_depth);
     let m = Measured::take(&loaded, &exec, args, traffic.total())?;
     let report = Report {
         model,
@@ -128,6 +146,8 @@ pub fn run(
 struct Measured {
     /// `(test, tokens, tok/s)`.
     results: Vec<(&'static str, usize, f64)>,
+    /// Tokens of context before each test.
+    depth: usize,
     /// Median of the ceiling readings, GB/s.
     ceiling: f64,
     /// Their range.
@@ -150,9 +170,10 @@ impl Measured {
         let mut results = Vec::new();
         if args.n_prompt > 0 {
             time_forward(loaded, exec, 0, args.n_prompt.min(64), Logits::Last)?; // warm-up
+            let d = args.n_depth;
             let t = median(
                 (0..reps)
-                    .map(|_| time_forward(loaded, exec, 0, args.n_prompt, Logits::Last))
+                    .map(|_| time_forward(loaded, exec, d, args.n_prompt, Logits::Last))
                     .collect::<Result<_, _>>()?,
             );
             results.push(("pp", args.n_prompt, args.n_prompt as f64 / t));
@@ -169,10 +190,10 @@ impl Measured {
         };
         read_ceiling(&mut readings);
         if args.n_gen > 0 {
-            time_decode(loaded, exec, args.n_gen)?; // warm-up
+            time_decode(loaded, exec, 0, args.n_gen.min(8))?; // warm-up
             let t = median(
                 (0..reps)
-                    .map(|_| time_decode(loaded, exec, args.n_gen))
+                    .map(|_| time_decode(loaded, exec, args.n_depth, args.n_gen))
                     .collect::<Result<_, _>>()?,
             );
             results.push(("tg", args.n_gen, args.n_gen as f64 / t));
@@ -204,6 +225,7 @@ impl Measured {
         }
         Ok(Measured {
             results,
+            depth: args.n_depth,
             ceiling,
             lowest,
             highest,
@@ -213,14 +235,24 @@ impl Measured {
     }
 }
 
-/// Seconds to decode `n_gen` tokens one at a time after a one-token prompt.
+/// Seconds to decode `n_gen` tokens one at a time after a prompt of [`tg_prompt`]`(depth)`
+/// tokens (not timed).
 fn time_decode(
     loaded: &Loaded,
     exec: &Exec,
+    depth: usize,
     n_gen: usize,
 ) -> Result<f64, Box<dyn std::error::Error>> {
-    let mut s = loaded.model.new_session(n_gen + 2);
-    loaded.model.forward_one(exec, &mut s, &[1], Logits::Last)?;
+    let prompt = tg_prompt(depth);
+    let mut s = loaded.model.new_session(prompt + n_gen + 1);
+    let toks = if depth == 0 {
+        vec![1]
+    } else {
+        tokens(loaded, prompt)
+    };
+    loaded
+        .model
+        .forward_one(exec, &mut s, &toks, Logits::Last)?;
     let t = Instant::now();
     for i in 0..n_gen {
         let id = (i as u32 * 31 + 7) % loaded.model.n_vocab() as u32;
@@ -248,7 +280,7 @@ impl Report<'_> {
         let (load_secs, traffic) = (self.load_secs, self.traffic);
         let res: Vec<_> = results
             .iter()
-            .map(|(k, n, tps)| serde_json::json!({ "test": format!("{k}{n}"), "tokens": n, "tps": tps }))
+            .map(|(k, n, tps)| serde_json::json!({ "test": label(k, *n, m.depth), "tokens": n, "depth": m.depth, "tps": tps }))
             .collect();
         let rat: Vec<_> = ratios
             .iter()
@@ -305,7 +337,7 @@ impl Report<'_> {
             } else {
                 "-".into()
             };
-            println!("| {k}{n} | {tps:.2} | {pct} |");
+            println!("| {} | {tps:.2} | {pct} |", label(k, *n, m.depth));
         }
         for (b, r) in ratios.iter() {
             println!("forward over {b} tokens = {r:.2} x a 1-token decode");
@@ -382,12 +414,16 @@ fn profile(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let m = &loaded.model;
     let mut runs = Vec::new();
+    let depth = args.n_depth;
     if args.n_prompt > 0 {
-        let mut s = m.new_session(args.n_prompt);
+        let mut s = m.new_session(depth + args.n_prompt);
+        if depth > 0 {
+            m.forward_one(exec, &mut s, &tokens(loaded, depth), Logits::Last)?;
+        }
         let toks = tokens(loaded, args.n_prompt);
         runs.push(profiled(
             exec,
-            format!("pp{}", args.n_prompt),
+            label("pp", args.n_prompt, depth),
             args.n_prompt,
             || {
                 let logits = m.forward_one(exec, &mut s, &toks, Logits::Last)?;
@@ -398,11 +434,17 @@ fn profile(
         )?);
     }
     if args.n_gen > 0 {
-        let mut s = m.new_session(args.n_gen + 1);
-        m.forward_one(exec, &mut s, &[1], Logits::Last)?;
+        let prompt = tg_prompt(depth);
+        let mut s = m.new_session(prompt + args.n_gen);
+        let toks = if depth == 0 {
+            vec![1]
+        } else {
+            tokens(loaded, prompt)
+        };
+        m.forward_one(exec, &mut s, &toks, Logits::Last)?;
         runs.push(profiled(
             exec,
-            format!("tg{}", args.n_gen),
+            label("tg", args.n_gen, depth),
             args.n_gen,
             || {
                 let mut next = 1;
