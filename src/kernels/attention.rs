@@ -13,10 +13,14 @@ use half::slice::HalfFloatSliceExt;
 
 use super::Kernels;
 
-/// `out[p] = dot(q, k[p]) * scale` for `p < out.len()`, each row `q.len()` wide.
-pub(crate) type ScoresFn = fn(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]);
-/// `out[d] = sum_p w[p] * v[p][d]` for `d < out.len()`, `p < w.len()`.
-pub(crate) type WeightedSumFn = fn(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]);
+/// `out[g * n + p] = dot(q[g], k[p]) * scale` for the `heads` query heads `q[g]` (each
+/// `q.len() / heads` wide, the width of a row) sharing the rows, `n = out.len() / heads`.
+pub(crate) type ScoresFn =
+    fn(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]);
+/// `out[g * width + d] = sum_p w[g * n + p] * v[p][d]` for the `heads` rows of weights `w[g]`
+/// (each `n = w.len() / heads` long) sharing the rows, `width = out.len() / heads`.
+pub(crate) type WeightedSumFn =
+    fn(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]);
 
 /// A path's attention loops, with the name tools show for them. Each entry checks the rows'
 /// bounds itself.
@@ -47,29 +51,44 @@ pub(super) const SCALAR: AttentionKernels =
     AttentionKernels::new(scores_portable, weighted_sum_portable, "scalar");
 
 impl Kernels {
-    /// `out[p] = dot(q, k[p]) * scale` for `p < out.len()`, each row `q.len()` wide, over f16
-    /// rows: bit-identical to [`scores_f32`] on the rows' values, on every path.
+    /// `out[g * n + p] = dot(q[g], k[p]) * scale` for the `heads` query heads of `q` (each
+    /// `hd = q.len() / heads` wide, the width of a row; grouped-query attention's heads that
+    /// share one KV head) and the `n = out.len() / heads` positions, over f16 rows: each row is
+    /// read once for all the heads, and each head's scores are bit-identical to
+    /// [`scores_f32`] on the rows' values, on every path.
     ///
     /// # Panics
-    /// If `k` is too short for `out.len()` rows of `stride`.
+    /// If `heads` is 0 or does not divide `q.len()` and `out.len()`, or `k` is too short for
+    /// `n` rows of `stride`.
     pub fn attention_scores(
         &self,
         q: &[f32],
+        heads: usize,
         k: &[f16],
         stride: usize,
         scale: f32,
         out: &mut [f32],
     ) {
-        (self.attention.scores)(q, k, stride, scale, out)
+        (self.attention.scores)(q, heads, k, stride, scale, out)
     }
 
-    /// `out[d] = sum_p w[p] * v[p][d]` for `d < out.len()`, `p < w.len()`, over f16 rows:
+    /// `out[g * width + d] = sum_p w[g * n + p] * v[p][d]` for the `heads` weight rows of `w`
+    /// (each `n = w.len() / heads` long) and the `width = out.len() / heads` outputs of each,
+    /// over f16 rows: each row is read once for all the heads, and each head's sums are
     /// bit-identical to [`weighted_sum_f32`] on the rows' values, on every path.
     ///
     /// # Panics
-    /// If `v` is too short for `w.len()` rows of `stride`.
-    pub fn attention_weighted_sum(&self, w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-        (self.attention.weighted_sum)(w, v, stride, out)
+    /// If `heads` is 0 or does not divide `w.len()` and `out.len()`, or `v` is too short for
+    /// `n` rows of `stride`.
+    pub fn attention_weighted_sum(
+        &self,
+        w: &[f32],
+        heads: usize,
+        v: &[f16],
+        stride: usize,
+        out: &mut [f32],
+    ) {
+        (self.attention.weighted_sum)(w, heads, v, stride, out)
     }
 }
 
@@ -119,6 +138,46 @@ pub fn weighted_sum_f32(w: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// `(hd, n)` of a scores call (row width and positions), after checking `heads` divides both
+/// `q` and `out` and `k` holds the rows: what every scores entry checks before it reads.
+pub(crate) fn check_heads(
+    q: &[f32],
+    heads: usize,
+    k: &[f16],
+    stride: usize,
+    out: &[f32],
+) -> (usize, usize) {
+    assert!(
+        heads > 0 && q.len().is_multiple_of(heads) && out.len().is_multiple_of(heads),
+        "{heads} heads do not divide {} query values and {} scores",
+        q.len(),
+        out.len()
+    );
+    let (hd, n) = (q.len() / heads, out.len() / heads);
+    check_rows(k, n, stride, hd);
+    (hd, n)
+}
+
+/// `(n, width)` of a weighted-sum call (positions and outputs per head), checked as
+/// [`check_heads`] does.
+pub(crate) fn check_weights(
+    w: &[f32],
+    heads: usize,
+    v: &[f16],
+    stride: usize,
+    out: &[f32],
+) -> (usize, usize) {
+    assert!(
+        heads > 0 && w.len().is_multiple_of(heads) && out.len().is_multiple_of(heads),
+        "{heads} heads do not divide {} weights and {} outputs",
+        w.len(),
+        out.len()
+    );
+    let (n, width) = (w.len() / heads, out.len() / heads);
+    check_rows(v, n, stride, width);
+    (n, width)
+}
+
 /// Panics unless `rows` holds `n` rows of `stride`, `width` wide: what every entry checks
 /// before it reads.
 pub(crate) fn check_rows<T>(rows: &[T], n: usize, stride: usize, width: usize) {
@@ -128,30 +187,35 @@ pub(crate) fn check_rows<T>(rows: &[T], n: usize, stride: usize, width: usize) {
     );
 }
 
-fn scores_portable(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    check_rows(k, out.len(), stride, q.len());
+fn scores_portable(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    let (hd, n) = check_heads(q, heads, k, stride, out);
     let mut row = ROW.take();
     row.clear();
-    row.reserve(q.len().max(MIN_ROW));
-    row.resize(q.len(), 0.0);
-    for (p, s) in out.iter_mut().enumerate() {
-        k[p * stride..p * stride + q.len()].convert_to_f32_slice(&mut row);
-        *s = dot(q, &row) * scale;
+    row.reserve(hd.max(MIN_ROW));
+    row.resize(hd, 0.0);
+    for p in 0..n {
+        k[p * stride..p * stride + hd].convert_to_f32_slice(&mut row);
+        for g in 0..heads {
+            out[g * n + p] = dot(&q[g * hd..(g + 1) * hd], &row) * scale;
+        }
     }
     ROW.set(row);
 }
 
-fn weighted_sum_portable(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-    check_rows(v, w.len(), stride, out.len());
+fn weighted_sum_portable(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
+    let (n, width) = check_weights(w, heads, v, stride, out);
     let mut row = ROW.take();
     row.clear();
-    row.reserve(out.len().max(MIN_ROW));
-    row.resize(out.len(), 0.0);
+    row.reserve(width.max(MIN_ROW));
+    row.resize(width, 0.0);
     out.fill(0.0);
-    for (p, &wp) in w.iter().enumerate() {
-        v[p * stride..p * stride + out.len()].convert_to_f32_slice(&mut row);
-        for (o, &x) in out.iter_mut().zip(&row) {
-            *o += wp * x;
+    for p in 0..n {
+        v[p * stride..p * stride + width].convert_to_f32_slice(&mut row);
+        for g in 0..heads {
+            let wp = w[g * n + p];
+            for (o, &x) in out[g * width..(g + 1) * width].iter_mut().zip(&row) {
+                *o += wp * x;
+            }
         }
     }
     ROW.set(row);

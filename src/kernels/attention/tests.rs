@@ -74,15 +74,15 @@ fn every_path_matches_the_portable_one_bit_for_bit() {
             let k = halves(len * stride, seed + 1);
             let w = floats(len, seed + 2);
             let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
-            reference().attention_scores(&q, &k, stride, 0.125, &mut s0);
-            reference().attention_weighted_sum(&w, &k, stride, &mut o0);
+            reference().attention_scores(&q, 1, &k, stride, 0.125, &mut s0);
+            reference().attention_weighted_sum(&w, 1, &k, stride, &mut o0);
             // The portable path is the f32 expression of the cache's values.
             let row: Vec<f32> = k[..hd].iter().map(|h| h.to_f32()).collect();
             assert_eq!(s0[0].to_bits(), (dot(&q, &row) * 0.125).to_bits());
             for kern in &paths[1..] {
                 let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
-                kern.attention_scores(&q, &k, stride, 0.125, &mut s);
-                kern.attention_weighted_sum(&w, &k, stride, &mut o);
+                kern.attention_scores(&q, 1, &k, stride, 0.125, &mut s);
+                kern.attention_weighted_sum(&w, 1, &k, stride, &mut o);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 let isa = kern.isa();
                 assert_eq!(bits(&s), bits(&s0), "{isa} scores hd {hd} len {len}");
@@ -92,12 +92,62 @@ fn every_path_matches_the_portable_one_bit_for_bit() {
     }
 }
 
+/// Several query heads sharing the rows (grouped-query attention: 2, 3, 4 and 8 heads per KV
+/// head) give, on every path, each head's single-head bits from the reference: the grouped
+/// loops read each row once and change no sum.
+#[test]
+fn grouped_heads_equal_each_head_alone_on_every_path() {
+    let paths = paths();
+    for heads in [2, 3, 4, 8] {
+        for (hd, extra) in [(8, 0), (13, 5), (64, 64), (128, 0), (136, 8)] {
+            let stride = hd + extra;
+            for len in [1, 3, 7, 8, 9, 17, 40] {
+                let seed = (heads * 100_000 + hd * 1000 + len) as u64;
+                let q = floats(heads * hd, seed);
+                let k = halves(len * stride, seed + 1);
+                let w = floats(heads * len, seed + 2);
+                let (mut s0, mut o0) = (vec![0.0; heads * len], vec![0.0; heads * hd]);
+                for g in 0..heads {
+                    let (qg, wg) = (&q[g * hd..(g + 1) * hd], &w[g * len..(g + 1) * len]);
+                    let sg = &mut s0[g * len..(g + 1) * len];
+                    reference().attention_scores(qg, 1, &k, stride, 0.125, sg);
+                    let og = &mut o0[g * hd..(g + 1) * hd];
+                    reference().attention_weighted_sum(wg, 1, &k, stride, og);
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                for kern in &paths {
+                    let (mut s, mut o) = (vec![1.0; heads * len], vec![-1.0; heads * hd]);
+                    kern.attention_scores(&q, heads, &k, stride, 0.125, &mut s);
+                    kern.attention_weighted_sum(&w, heads, &k, stride, &mut o);
+                    let what = format!("{} heads {heads} hd {hd} len {len}", kern.isa());
+                    assert_eq!(bits(&s), bits(&s0), "scores {what}");
+                    assert_eq!(bits(&o), bits(&o0), "sums {what}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn heads_that_do_not_divide_are_refused() {
+    for kern in paths() {
+        let odd = std::panic::catch_unwind(|| {
+            kern.attention_scores(&[1.0; 12], 2, &[f16::ZERO; 64], 8, 1.0, &mut [0.0; 3])
+        });
+        assert!(odd.is_err(), "{} scores", kern.isa());
+        let none = std::panic::catch_unwind(|| {
+            kern.attention_weighted_sum(&[1.0; 2], 0, &[f16::ZERO; 64], 8, &mut [0.0; 8])
+        });
+        assert!(none.is_err(), "{} weighted sum", kern.isa());
+    }
+}
+
 #[test]
 fn weighted_sum_of_one_hot_weights_is_the_row() {
     let v = halves(3 * 16, 9);
     for kern in paths() {
         let mut o = vec![0.0; 16];
-        kern.attention_weighted_sum(&[0.0, 1.0, 0.0], &v, 16, &mut o);
+        kern.attention_weighted_sum(&[0.0, 1.0, 0.0], 1, &v, 16, &mut o);
         assert!(o.iter().zip(&v[16..32]).all(|(a, b)| *a == b.to_f32()));
     }
 }
@@ -113,8 +163,8 @@ fn f32_rows_give_the_portable_bits() {
         let k32: Vec<f32> = k.iter().map(|h| h.to_f32()).collect();
         let w = floats(len, seed + 2);
         let (mut s0, mut o0) = (vec![0.0; len], vec![1.0; hd]);
-        reference().attention_scores(&q, &k, stride, 0.125, &mut s0);
-        reference().attention_weighted_sum(&w, &k, stride, &mut o0);
+        reference().attention_scores(&q, 1, &k, stride, 0.125, &mut s0);
+        reference().attention_weighted_sum(&w, 1, &k, stride, &mut o0);
         let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
         scores_f32(&q, &k32, stride, 0.125, &mut s);
         weighted_sum_f32(&w, &k32, stride, &mut o);
@@ -127,7 +177,7 @@ fn f32_rows_give_the_portable_bits() {
 #[test]
 #[should_panic(expected = "out of bounds")]
 fn short_rows_are_refused() {
-    reference().attention_scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
+    reference().attention_scores(&[1.0; 8], 1, &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2]);
 }
 
 /// Every path's entries refuse rows out of bounds before they read.
@@ -135,11 +185,11 @@ fn short_rows_are_refused() {
 fn every_path_refuses_short_rows() {
     for kern in paths() {
         let short = std::panic::catch_unwind(|| {
-            kern.attention_scores(&[1.0; 8], &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2])
+            kern.attention_scores(&[1.0; 8], 1, &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2])
         });
         assert!(short.is_err(), "{} scores", kern.isa());
         let short = std::panic::catch_unwind(|| {
-            kern.attention_weighted_sum(&[1.0; 2], &[f16::ZERO; 15], 8, &mut [0.0; 8])
+            kern.attention_weighted_sum(&[1.0; 2], 1, &[f16::ZERO; 15], 8, &mut [0.0; 8])
         });
         assert!(short.is_err(), "{} weighted sum", kern.isa());
     }

@@ -7,7 +7,7 @@
 use half::f16;
 use std::arch::x86_64::*;
 
-use crate::kernels::attention::{AttentionKernels, check_rows};
+use crate::kernels::attention::{AttentionKernels, check_heads, check_weights};
 
 /// The AVX2 and AVX-VNNI paths' attention loops.
 pub(in crate::kernels) const AVX2: AttentionKernels =
@@ -16,30 +16,74 @@ pub(in crate::kernels) const AVX2: AttentionKernels =
 pub(in crate::kernels) const AVX512: AttentionKernels =
     AttentionKernels::new(scores_avx512, weighted_sum_avx512, "avx512");
 
-fn scores_avx2(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    check_rows(k, out.len(), stride, q.len());
+fn scores_avx2(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    let (hd, n) = check_heads(q, heads, k, stride, out);
     // SAFETY: this entry is only in the x86 paths' tables, which are handed out only on CPUs
     // with AVX2 and F16C (`Isa::required_features`); the rows were bounds-checked above.
-    unsafe { scores(q, k, stride, scale, out) }
+    unsafe {
+        match heads {
+            2 => scores::<2>(0, q, hd, k, stride, scale, out, n),
+            4 => scores::<4>(0, q, hd, k, stride, scale, out, n),
+            _ => {
+                for g in 0..heads {
+                    let (qh, oh) = (&q[g * hd..(g + 1) * hd], &mut out[g * n..(g + 1) * n]);
+                    scores::<1>(0, qh, hd, k, stride, scale, oh, n);
+                }
+            }
+        }
+    }
 }
 
-fn weighted_sum_avx2(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-    check_rows(v, w.len(), stride, out.len());
+fn weighted_sum_avx2(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
+    let (n, width) = check_weights(w, heads, v, stride, out);
     // SAFETY: as in `scores_avx2`: the CPU has AVX2 and F16C, the rows are in bounds.
-    unsafe { weighted_sum(w, v, stride, out) }
+    unsafe {
+        match heads {
+            2 => weighted_sum_from::<2>(0, w, n, v, stride, out, width),
+            4 => weighted_sum_from::<4>(0, w, n, v, stride, out, width),
+            _ => {
+                for g in 0..heads {
+                    let (wh, oh) = (&w[g * n..(g + 1) * n], &mut out[g * width..(g + 1) * width]);
+                    weighted_sum_from::<1>(0, wh, n, v, stride, oh, width);
+                }
+            }
+        }
+    }
 }
 
-fn scores_avx512(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    check_rows(k, out.len(), stride, q.len());
+fn scores_avx512(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+    let (hd, n) = check_heads(q, heads, k, stride, out);
     // SAFETY: this entry is only in the AVX-512 VNNI path's table, which is handed out only on
     // CPUs with AVX-512F, AVX2 and F16C; the rows were bounds-checked above.
-    unsafe { scores_zmm(q, k, stride, scale, out) }
+    unsafe {
+        match heads {
+            2 => scores_zmm::<2>(q, hd, k, stride, scale, out, n),
+            4 => scores_zmm::<4>(q, hd, k, stride, scale, out, n),
+            _ => {
+                for g in 0..heads {
+                    let (qh, oh) = (&q[g * hd..(g + 1) * hd], &mut out[g * n..(g + 1) * n]);
+                    scores_zmm::<1>(qh, hd, k, stride, scale, oh, n);
+                }
+            }
+        }
+    }
 }
 
-fn weighted_sum_avx512(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
-    check_rows(v, w.len(), stride, out.len());
+fn weighted_sum_avx512(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
+    let (n, width) = check_weights(w, heads, v, stride, out);
     // SAFETY: as in `scores_avx512`: the CPU has AVX-512F, AVX2 and F16C, the rows are in bounds.
-    unsafe { weighted_sum_zmm(w, v, stride, out) }
+    unsafe {
+        match heads {
+            2 => weighted_sum_zmm::<2>(w, n, v, stride, out, width),
+            4 => weighted_sum_zmm::<4>(w, n, v, stride, out, width),
+            _ => {
+                for g in 0..heads {
+                    let (wh, oh) = (&w[g * n..(g + 1) * n], &mut out[g * width..(g + 1) * width]);
+                    weighted_sum_zmm::<1>(wh, n, v, stride, oh, width);
+                }
+            }
+        }
+    }
 }
 
 /// What the shared passes ([`scores_pass`], [`weighted_sum_pass`]) need of a register type.
@@ -248,48 +292,61 @@ fn finish(acc: __m256, q_tail: &[f32], k_tail: &[f16]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
-/// The scores of positions `p..` in passes of `N` registers of `R` (`N * R::ROWS` positions,
-/// one independent sum each in flight) while a pass fits; returns the first position left.
-/// Every position's lanes add the same products in the same order whatever `R` and `N`.
-/// Inlined into a function compiled for `R`'s features.
+/// The scores of positions `p..` for the `G` query heads of `q` (each `hd` wide, sharing the K
+/// rows) in passes of `N` registers of `R` per head (`N * R::ROWS` positions, one independent
+/// sum each in flight) while a pass fits; returns the first position left. Each K row is
+/// loaded and widened once for all `G` heads; every head's lanes add the same products in the
+/// same order whatever `R`, `N` and `G`. Head `g`'s scores go to `out[g * n..]`. Inlined into a
+/// function compiled for `R`'s features.
 ///
 /// # Safety
-/// The CPU has `R`'s features (which include AVX2 and F16C), and `k` holds `out.len()` rows of
-/// `stride` (`q.len()` wide).
+/// The CPU has `R`'s features (which include AVX2 and F16C); `q` holds `G` heads of `hd`,
+/// `out` `G` rows of `n`, and `k` holds `n` rows of `stride` (`hd` wide).
 #[inline(always)]
-unsafe fn scores_pass<R: Reg, const N: usize>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores_pass<R: Reg, const N: usize, const G: usize>(
     mut p: usize,
     q: &[f32],
+    hd: usize,
     k: &[f16],
     stride: usize,
     scale: f32,
     out: &mut [f32],
+    n: usize,
 ) -> usize {
-    let hd = q.len();
     let body = hd / 8 * 8;
-    while p + N * R::ROWS <= out.len() {
+    while p + N * R::ROWS <= n {
         // SAFETY: the caller guarantees `R`'s features.
-        let mut acc = [unsafe { R::zero() }; N];
+        let mut acc = [[unsafe { R::zero() }; N]; G];
         let mut i = 0;
         while i < body {
-            // SAFETY: `i + 8 <= hd`, so q and the pass's rows (in bounds by the caller's
-            // guarantee) have eight values at `i`; the CPU has `R`'s features.
+            // SAFETY: `i + 8 <= hd`, so every head of q and the pass's rows (in bounds by the
+            // caller's guarantee) have eight values at `i`; the CPU has `R`'s features.
             unsafe {
-                let qv = R::q8(q.as_ptr().add(i));
-                for (r, a) in acc.iter_mut().enumerate() {
+                let mut qv = [R::zero(); G];
+                for (g, v) in qv.iter_mut().enumerate() {
+                    *v = R::q8(q.as_ptr().add(g * hd + i));
+                }
+                for r in 0..N {
                     let row = k.as_ptr().add((p + R::ROWS * r) * stride + i);
-                    *a = R::add(*a, R::mul(qv, R::rows8(row, stride)));
+                    let rows = R::rows8(row, stride);
+                    for (a, &qg) in acc.iter_mut().zip(&qv) {
+                        a[r] = R::add(a[r], R::mul(qg, rows));
+                    }
                 }
             }
             i += 8;
         }
-        for (r, a) in acc.into_iter().enumerate() {
-            for h in 0..R::ROWS {
-                let at = p + R::ROWS * r + h;
-                let row = at * stride;
-                // SAFETY: the CPU has `R`'s features, AVX2 and F16C among them.
-                let s = unsafe { finish(a.row_sums(h), &q[body..], &k[row + body..row + hd]) };
-                out[at] = s * scale;
+        for (g, head) in acc.into_iter().enumerate() {
+            let qh = &q[g * hd..(g + 1) * hd];
+            for (r, a) in head.into_iter().enumerate() {
+                for h in 0..R::ROWS {
+                    let at = p + R::ROWS * r + h;
+                    let row = at * stride;
+                    // SAFETY: the CPU has `R`'s features, AVX2 and F16C among them.
+                    let s = unsafe { finish(a.row_sums(h), &qh[body..], &k[row + body..row + hd]) };
+                    out[g * n + at] = s * scale;
+                }
             }
         }
         p += N * R::ROWS;
@@ -297,54 +354,85 @@ unsafe fn scores_pass<R: Reg, const N: usize>(
     p
 }
 
-/// `out[d..]` of the weighted sum in passes of `N` registers of `R` (`N * R::LANES` outputs
-/// over all the rows) while a pass fits; returns the first output left. Every output adds the
-/// same products in the same order whatever `R` and `N`. Inlined into a function compiled for
-/// `R`'s features.
+/// `out[g][d..]` of the weighted sums of the `G` heads of `w` (each `n` weights, sharing the V
+/// rows) in passes of `N` registers of `R` per head (`N * R::LANES` outputs over all the rows)
+/// while a pass fits; returns the first output left. Each V row is loaded and widened once for
+/// all `G` heads; every output adds the same products in the same order whatever `R`, `N` and
+/// `G`. Head `g`'s outputs are `out[g * width..]`. Inlined into a function compiled for `R`'s
+/// features.
 ///
 /// # Safety
-/// The CPU has `R`'s features, and `v` holds `w.len()` rows of `stride` (`out.len()` wide).
+/// The CPU has `R`'s features; `w` holds `G` rows of `n`, `out` `G` rows of `width`, and `v`
+/// holds `n` rows of `stride` (`width` wide).
 #[inline(always)]
-unsafe fn weighted_sum_pass<R: Reg, const N: usize>(
+unsafe fn weighted_sum_pass<R: Reg, const N: usize, const G: usize>(
     mut d: usize,
     w: &[f32],
+    n: usize,
     v: &[f16],
     stride: usize,
     out: &mut [f32],
+    width: usize,
 ) -> usize {
-    while d + N * R::LANES <= out.len() {
+    while d + N * R::LANES <= width {
         // SAFETY: the caller guarantees `R`'s features.
-        let mut acc = [unsafe { R::zero() }; N];
-        for (p, &wp) in w.iter().enumerate() {
-            // SAFETY: as above.
-            let wv = unsafe { R::set1(wp) };
-            for (j, a) in acc.iter_mut().enumerate() {
+        let mut acc = [[unsafe { R::zero() }; N]; G];
+        for p in 0..n {
+            // SAFETY: the caller guarantees `R`'s features.
+            let mut wv = [unsafe { R::zero() }; G];
+            for (g, x) in wv.iter_mut().enumerate() {
+                // SAFETY: as above.
+                *x = unsafe { R::set1(w[g * n + p]) };
+            }
+            for j in 0..N {
                 let at = p * stride + d + R::LANES * j;
-                // SAFETY: `d + LANES * (j + 1) <= hd`, inside row `p`; the CPU has the
+                // SAFETY: `d + LANES * (j + 1) <= width`, inside row `p`; the CPU has the
                 // features.
-                *a = unsafe { R::add(*a, R::mul(wv, R::load(v.as_ptr().add(at)))) };
+                let x = unsafe { R::load(v.as_ptr().add(at)) };
+                for (a, &wg) in acc.iter_mut().zip(&wv) {
+                    // SAFETY: as above.
+                    a[j] = unsafe { R::add(a[j], R::mul(wg, x)) };
+                }
             }
         }
-        for (j, a) in acc.into_iter().enumerate() {
-            // SAFETY: `out[d + LANES * j..d + LANES * (j + 1)]` is in bounds.
-            unsafe { R::store(out.as_mut_ptr().add(d + R::LANES * j), a) };
+        for (g, head) in acc.into_iter().enumerate() {
+            for (j, a) in head.into_iter().enumerate() {
+                let at = g * width + d + R::LANES * j;
+                assert!(at + R::LANES <= out.len());
+                // SAFETY: `out[at..at + LANES]` is in bounds (checked above).
+                unsafe { R::store(out.as_mut_ptr().add(at), a) };
+            }
         }
         d += N * R::LANES;
     }
     d
 }
 
-/// The scores four positions per pass, four independent sums in flight (one sum alone would
-/// wait on the add latency), then the rest one at a time.
+/// The scores of `G` heads from position `p` on, four positions per pass per head (four
+/// independent sums in flight; two when four heads share the rows, so the sums fit the sixteen
+/// registers), then the rest one at a time.
 ///
 /// # Safety
-/// The CPU has AVX2 and F16C, and `k` holds `out.len()` rows of `stride` (`q.len()` wide).
+/// The CPU has AVX2 and F16C; the shapes are as [`scores_pass`] asks.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn scores(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn scores<const G: usize>(
+    p: usize,
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    n: usize,
+) {
     // SAFETY: this fn's contract is the passes'.
     unsafe {
-        let p = scores_pass::<__m256, 4>(0, q, k, stride, scale, out);
-        scores_pass::<__m256, 1>(p, q, k, stride, scale, out);
+        let p = match G {
+            1 | 2 => scores_pass::<__m256, 4, G>(p, q, hd, k, stride, scale, out, n),
+            _ => scores_pass::<__m256, 2, G>(p, q, hd, k, stride, scale, out, n),
+        };
+        scores_pass::<__m256, 1, G>(p, q, hd, k, stride, scale, out, n);
     }
 }
 
@@ -353,50 +441,81 @@ unsafe fn scores(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32
 /// [`scores`]' lane adds; the rest of the rows go to [`scores`].
 ///
 /// # Safety
-/// The CPU has AVX-512F, AVX2 and F16C, and `k` holds `out.len()` rows of `stride`.
+/// The CPU has AVX-512F, AVX2 and F16C; the shapes are as [`scores_pass`] asks.
 #[target_feature(enable = "avx512f,avx2,f16c")]
-unsafe fn scores_zmm(q: &[f32], k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    // SAFETY: this fn's contract is the pass's.
-    let p = unsafe { scores_pass::<__m512, 4>(0, q, k, stride, scale, out) };
-    if p < out.len() {
-        // SAFETY: the rows from `p` on are in bounds as the caller guaranteed; the CPU
-        // has AVX2 and F16C.
-        unsafe { scores(q, &k[p * stride..], stride, scale, &mut out[p..]) }
+unsafe fn scores_zmm<const G: usize>(
+    q: &[f32],
+    hd: usize,
+    k: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    n: usize,
+) {
+    // SAFETY: this fn's contract is the passes'; the CPU has AVX2 and F16C as well.
+    unsafe {
+        let p = scores_pass::<__m512, 4, G>(0, q, hd, k, stride, scale, out, n);
+        scores::<G>(p, q, hd, k, stride, scale, out, n);
     }
 }
 
-/// [`weighted_sum`] 128 outputs per pass in eight registers (each output adds the same
-/// products in the same order); the rest of the outputs go to [`weighted_sum`].
+/// The weighted sums, 128 outputs per pass per head (64 for two heads, 32 for four: eight sums
+/// in flight); the rest of the outputs go to [`weighted_sum_from`].
 ///
 /// # Safety
-/// The CPU has AVX-512F, AVX2 and F16C, and `v` holds `w.len()` rows of `stride`.
+/// The CPU has AVX-512F, AVX2 and F16C; the shapes are as [`weighted_sum_pass`] asks.
 #[target_feature(enable = "avx512f,avx2,f16c")]
-unsafe fn weighted_sum_zmm(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+unsafe fn weighted_sum_zmm<const G: usize>(
+    w: &[f32],
+    n: usize,
+    v: &[f16],
+    stride: usize,
+    out: &mut [f32],
+    width: usize,
+) {
     // SAFETY: this fn's contract is the pass's.
-    let d = unsafe { weighted_sum_pass::<__m512, 8>(0, w, v, stride, out) };
-    if d < out.len() {
-        // SAFETY: the columns from `d` on are inside every row; the CPU has AVX2, F16C.
-        unsafe { weighted_sum(w, &v[d..], stride, &mut out[d..]) }
-    }
+    let d = unsafe {
+        match G {
+            1 => weighted_sum_pass::<__m512, 8, G>(0, w, n, v, stride, out, width),
+            2 => weighted_sum_pass::<__m512, 4, G>(0, w, n, v, stride, out, width),
+            _ => weighted_sum_pass::<__m512, 2, G>(0, w, n, v, stride, out, width),
+        }
+    };
+    // SAFETY: the columns from `d` on are inside every row; the CPU has AVX2, F16C.
+    unsafe { weighted_sum_from::<G>(d, w, n, v, stride, out, width) }
 }
 
-/// The weighted sum 64 outputs per pass over the rows in eight registers, then 8 at a time,
-/// then the leftovers one by one.
+/// The weighted sums from output `d` on: 64 outputs per pass over the rows (32 for two heads,
+/// 16 for four), then 8 at a time, then the leftovers one by one.
 ///
 /// # Safety
-/// The CPU has AVX2 and F16C, and `v` holds `w.len()` rows of `stride` (`out.len()` wide).
+/// The CPU has AVX2 and F16C; the shapes are as [`weighted_sum_pass`] asks.
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn weighted_sum(w: &[f32], v: &[f16], stride: usize, out: &mut [f32]) {
+unsafe fn weighted_sum_from<const G: usize>(
+    d: usize,
+    w: &[f32],
+    n: usize,
+    v: &[f16],
+    stride: usize,
+    out: &mut [f32],
+    width: usize,
+) {
     // SAFETY: this fn's contract is the passes'.
     let d = unsafe {
-        let d = weighted_sum_pass::<__m256, 8>(0, w, v, stride, out);
-        weighted_sum_pass::<__m256, 1>(d, w, v, stride, out)
+        let d = match G {
+            1 => weighted_sum_pass::<__m256, 8, G>(d, w, n, v, stride, out, width),
+            2 => weighted_sum_pass::<__m256, 4, G>(d, w, n, v, stride, out, width),
+            _ => weighted_sum_pass::<__m256, 2, G>(d, w, n, v, stride, out, width),
+        };
+        weighted_sum_pass::<__m256, 1, G>(d, w, n, v, stride, out, width)
     };
-    for (dd, o) in out.iter_mut().enumerate().skip(d) {
-        let mut s = 0.0f32;
-        for (p, &wp) in w.iter().enumerate() {
-            s += wp * v[p * stride + dd].to_f32();
+    for g in 0..G {
+        for dd in d..width {
+            let mut s = 0.0f32;
+            for p in 0..n {
+                s += w[g * n + p] * v[p * stride + dd].to_f32();
+            }
+            out[g * width + dd] = s;
         }
-        *o = s;
     }
 }

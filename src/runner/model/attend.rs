@@ -25,8 +25,10 @@ pub struct AttnShape {
 /// `out[c][h]` = `softmax(q[c][h] . K[0..=pos]) V` for every column `c` of a batch and head `h`,
 /// where `at(c)` gives the cache column `c`'s sequence reads (already holding its K/V up to
 /// and including `pos`), `pos` and the `layer`. The columns of every sequence of a server
-/// batch are spread over the pool in one call; each head is computed exactly as it would be
-/// alone, so batching changes no bit.
+/// batch are spread over the pool in one call; a job is the query heads that share one KV head
+/// (each K and V row read once for all of them) when that still gives every thread a few jobs,
+/// else one head. Each head is computed exactly as it would be alone, so neither batching nor
+/// grouping changes a bit.
 pub fn attend<'c>(
     exec: &Exec,
     s: AttnShape,
@@ -38,29 +40,42 @@ pub fn attend<'c>(
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     let n = q.len() / q_dim;
     let group = s.n_head / s.n_head_kv;
+    let per_job = match n * s.n_head_kv >= 2 * exec.pool.threads() {
+        true => group,
+        false => 1,
+    };
+    let jobs_per_col = s.n_head / per_job;
     let kern = exec.kern;
     exec.pool
-        .for_each_chunk_mut(&mut out[..n * q_dim], hd, |j, o| {
-            let (c, h) = (j / s.n_head, j % s.n_head);
+        .for_each_chunk_mut(&mut out[..n * q_dim], per_job * hd, |j, o| {
+            let (c, h0) = (j / jobs_per_col, j % jobs_per_col * per_job);
             let (cache, pos) = at(c);
             debug_assert_eq!(kv_dim, cache.kv_dim());
             let (k, v) = cache.layer(layer, pos + 1);
-            let kvh = h / group;
-            let qh = &q[c * q_dim + h * hd..c * q_dim + (h + 1) * hd];
+            let kvh = h0 / group;
+            let qh = &q[c * q_dim + h0 * hd..c * q_dim + (h0 + per_job) * hd];
+            let len = pos + 1;
             let mut scores = SCORES.take();
             scores.clear();
-            scores.reserve(cache.n_ctx());
-            scores.resize(pos + 1, 0.0);
-            match k {
-                KvRows::F16(k) => {
-                    kern.attention_scores(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores)
+            scores.reserve(per_job * cache.n_ctx());
+            scores.resize(per_job * len, 0.0);
+            match (k, v) {
+                (KvRows::F16(k), KvRows::F16(v)) => {
+                    let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
+                    kern.attention_scores(qh, per_job, k, kv_dim, s.scale, &mut scores);
+                    scores.chunks_exact_mut(len).for_each(softmax);
+                    kern.attention_weighted_sum(&scores, per_job, v, kv_dim, o);
                 }
-                KvRows::F32(k) => scores_f32(qh, &k[kvh * hd..], kv_dim, s.scale, &mut scores),
-            }
-            softmax(&mut scores);
-            match v {
-                KvRows::F16(v) => kern.attention_weighted_sum(&scores, &v[kvh * hd..], kv_dim, o),
-                KvRows::F32(v) => weighted_sum_f32(&scores, &v[kvh * hd..], kv_dim, o),
+                (KvRows::F32(k), KvRows::F32(v)) => {
+                    let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
+                    let heads = qh.chunks_exact(hd).zip(o.chunks_exact_mut(hd));
+                    for ((qg, og), sg) in heads.zip(scores.chunks_exact_mut(len)) {
+                        scores_f32(qg, k, kv_dim, s.scale, sg);
+                        softmax(sg);
+                        weighted_sum_f32(sg, v, kv_dim, og);
+                    }
+                }
+                _ => unreachable!("K and V of one cache have one element type"),
             }
             SCORES.set(scores);
         });
