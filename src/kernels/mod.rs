@@ -15,7 +15,7 @@
 //! `acc = acc + (d_w * d_y) * (isum as f32)` per block (q8_K) or
 //! `acc = acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)` (q8_0; with a scale per 64 weights,
 //! the group-64 T2P block of mainline's Q2_0, `(acc + d_w0 * (d0*i0 + d1*i1)) + d_w1 * (d2*i2 +
-//! d3*i3)`: [`fold_q8_0`]), in block order, without fused multiply-add. So outputs are bit-identical across paths, which the tests assert.
+//! d3*i3)`: `fold_q8_0`), in block order, without fused multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
 //! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|avx512-vnni|neon|neon-dotprod|neon-i8mm`
 //! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).
@@ -368,7 +368,7 @@ macro_rules! const_table {
 pub(crate) use const_table;
 
 /// The kernels of one ISA path, all of them: T2P, ggml block types, F16 rows and attention
-/// ([`paths`] composes them). Only obtainable for paths the CPU supports, so calling them is
+/// (`paths.rs` composes them). Only obtainable for paths the CPU supports, so calling them is
 /// always sound.
 pub struct Kernels {
     isa: Isa,
@@ -425,7 +425,7 @@ impl Kernels {
     /// `out.len() / 4` row groups of `nb` blocks of either T2P layout, `y` the `nb` activation
     /// blocks of the column. Each output is `sum_b d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`
     /// over the exact 32-weight sums `i_j` (with a scale per 64 weights, the two halves are
-    /// scaled and added in turn: [`fold_q8_0`]), bit-identical on every path.
+    /// scaled and added in turn: `fold_q8_0`), bit-identical on every path.
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.

@@ -60,7 +60,7 @@ pub fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
 }
 
 /// The float step of the `q8_0` kernels for one block and row, in llama.cpp's order
-/// ([`super::fold_q8_0`]): with one weight scale `d_w[0]` (pq2_0),
+/// (`fold_q8_0`): with one weight scale `d_w[0]` (pq2_0),
 /// `acc + d_w * (((d0*i0 + d1*i1) + d2*i2) + d3*i3)`; with a scale per 64 weights (Q2_0),
 /// `(acc + d_w0 * (d0*i0 + d1*i1)) + d_w1 * (d2*i2 + d3*i3)`. Every operation separately
 /// rounded, no FMA.

@@ -203,7 +203,7 @@ fn rows_scalar(g: Gemm<'_, u16, f32>) {
 impl Kernels {
     /// `out[c * ld + r] = dot(row r of x, column c of y)` for the `x.len() / nb` rows of `nb`
     /// f16 weights (IEEE half bits) and the `ncols` f32 columns `y` (column `c` at `c * nb`), in
-    /// the summation order of [`crate::kernels::f16`] on every path.
+    /// the summation order of the F16 rows (`kernels/f16`) on every path.
     ///
     /// # Panics
     /// If the slice lengths do not match that shape.
