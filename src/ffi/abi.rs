@@ -60,7 +60,7 @@ pub const T2P_TYPE_PTQ1_0: u32 = 143;
 /// Source format: mainline llama.cpp's Q2_0 (GGML type 42 with 18-byte blocks of 64 weights:
 /// pq2_0's codes with a scale per 64). Its own number, because 42 here means the legacy
 /// group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
-/// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`](super::plan::t2p_plan_init_for) read.
+/// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
 pub const T2P_TYPE_Q2_0: u32 = 1042;
 
 /// Bytes of one pq2_0 block (128 weights).
