@@ -117,10 +117,9 @@ impl T2pMatrix {
                 (*bytes).as_ref().len()
             ))
         })?;
-        if held.len() != n * block {
+        if n.checked_mul(block) != Some(held.len()) {
             return Err(Error::Shape(format!(
-                "{rows} x {k} needs {} bytes of T2P blocks, got {}",
-                n * block,
+                "{rows} x {k} needs {n} T2P blocks of {block} bytes, got {} bytes",
                 held.len()
             )));
         }
