@@ -124,5 +124,52 @@ fn pool(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, gemv, gemm, pool);
+/// Attention of a prompt (512 columns of one sequence) and of one deep decode step (4096
+/// cached positions), Bonsai 1.7B's head shape (16 query heads over 8 KV heads of 128), on
+/// two threads: what `libt2p bench`'s attention phase spends per layer.
+fn attention(c: &mut Criterion) {
+    use t2p::runner::model::{AttnShape, Exec, KvCache, attend};
+    let s = AttnShape {
+        n_head: 16,
+        n_head_kv: 8,
+        head_dim: 128,
+        scale: 1.0 / (128f32).sqrt(),
+    };
+    let kv_dim = s.n_head_kv * s.head_dim;
+    let q_dim = s.n_head * s.head_dim;
+    let mut g = c.benchmark_group("attention");
+    for (name, ctx, cols) in [
+        ("prompt512", 512usize, 512usize),
+        ("decode_at4096", 4096, 1),
+    ] {
+        let mut cache = KvCache::new(1, ctx, kv_dim);
+        cache.reserve(ctx);
+        for p in 0..ctx {
+            let k = columns(kv_dim, 1, 3 + p as u64);
+            let v = columns(kv_dim, 1, 7 + p as u64);
+            cache.store(0, p, &k, &v);
+        }
+        let q = columns(q_dim, cols, 5);
+        let mut out = vec![0.0f32; q_dim * cols];
+        for kern in paths() {
+            let mut exec = Exec::new(2);
+            exec.kern = kern;
+            g.bench_function(BenchmarkId::new(name, kern.isa()), |b| {
+                b.iter(|| {
+                    attend(
+                        &exec,
+                        s,
+                        black_box(&q),
+                        0,
+                        |c| (&cache, ctx - cols + c),
+                        &mut out,
+                    );
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, gemv, gemm, pool, attention);
 criterion_main!(benches);

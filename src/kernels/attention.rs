@@ -1,10 +1,12 @@
-//! The two inner loops of attention over an f16 KV cache: the scores `q . k[p]` of one query head
-//! against every cached position, and the weighted sum of the cached V rows, as entries of each
-//! path's table ([`Kernels::attention_scores`], [`Kernels::attention_weighted_sum`]); this is
-//! their reference, and the loops over an f32 cache. Both read the halves directly, and every
-//! path evaluates the same f32 expression in the same order, so they agree bit for bit: a dot
-//! product is [`dot`]'s (eight lane sums, added lane 0 first, then the leftover products), and
-//! `out[d]` sums `w[p] * v[p][d]` over `p` in increasing order.
+//! The three inner loops of attention over an f16 KV cache: the scores `q . k[p]` of one query
+//! head against every cached position, their softmax, and the weighted sum of the cached V rows,
+//! as entries of each path's table ([`Kernels::attention_scores`], [`Kernels::attention_softmax`],
+//! [`Kernels::attention_weighted_sum`]); this is their reference, and the loops over an f32
+//! cache. The loops read the halves directly, and every path evaluates the same f32 expression
+//! in the same order, so they agree bit for bit: a dot product is [`dot`]'s (eight lane sums,
+//! added lane 0 first, then the leftover products), `out[d]` sums `w[p] * v[p][d]` over `p` in
+//! increasing order, and the softmax is [`softmax`]'s (a polynomial `exp` of plain multiplies and
+//! adds, summed in sixteen lanes).
 //!
 //! A slice of rows is addressed as `rows[p * stride..p * stride + width]`.
 
@@ -22,24 +24,30 @@ pub(crate) type ScoresFn =
 pub(crate) type WeightedSumFn =
     fn(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]);
 
+/// `x = softmax(x)` in place, as [`softmax`] computes it.
+pub(crate) type SoftmaxFn = fn(x: &mut [f32]);
+
 /// A path's attention loops, with the name tools show for them. Each entry checks the rows'
 /// bounds itself.
 #[derive(Clone, Copy)]
 pub(crate) struct AttentionKernels {
     scores: ScoresFn,
+    softmax: SoftmaxFn,
     weighted_sum: WeightedSumFn,
     pub(super) path: &'static str,
 }
 
 impl AttentionKernels {
-    /// The loops `scores` and `weighted_sum`, named `path`.
+    /// The loops `scores`, `softmax` and `weighted_sum`, named `path`.
     pub(crate) const fn new(
         scores: ScoresFn,
+        softmax: SoftmaxFn,
         weighted_sum: WeightedSumFn,
         path: &'static str,
     ) -> Self {
         AttentionKernels {
             scores,
+            softmax,
             weighted_sum,
             path,
         }
@@ -48,7 +56,7 @@ impl AttentionKernels {
 
 /// The reference, every path's oracle (on aarch64 the compiler vectorises its f32 loops).
 pub(super) const SCALAR: AttentionKernels =
-    AttentionKernels::new(scores_portable, weighted_sum_portable, "scalar");
+    AttentionKernels::new(scores_portable, softmax, weighted_sum_portable, "scalar");
 
 impl Kernels {
     /// `out[g * n + p] = dot(q[g], k[p]) * scale` for the `heads` query heads of `q` (each
@@ -72,6 +80,11 @@ impl Kernels {
         (self.attention.scores)(q, heads, k, stride, scale, out)
     }
 
+    /// `x = softmax(x)` in place, bit-identical to [`softmax`] on every path.
+    pub fn attention_softmax(&self, x: &mut [f32]) {
+        (self.attention.softmax)(x)
+    }
+
     /// `out[g * width + d] = sum_p w[g * n + p] * v[p][d]` for the `heads` weight rows of `w`
     /// (each `n = w.len() / heads` long) and the `width = out.len() / heads` outputs of each,
     /// over f16 rows: each row is read once for all the heads, and each head's sums are
@@ -93,24 +106,83 @@ impl Kernels {
 }
 
 /// The dot product in the order every attention path keeps: eight lane sums (lane `i % 8` adds
-/// `a[i] * b[i]` for the whole chunks of eight, in increasing `i`), added lane 0 first, then
-/// the leftover products.
+/// `a[i] * b[i]` for the whole chunks of eight, in increasing `i`), added from lane 0 on, then
+/// the leftover products added one by one.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let (ta, tb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
             acc[i] += x[i] * y[i];
         }
     }
-    acc.iter().sum::<f32>() + tail
+    let lanes = acc[1..].iter().fold(acc[0], |s, &l| s + l);
+    ta.iter().zip(tb).fold(lanes, |s, (x, y)| s + x * y)
+}
+
+/// Lanes of the softmax's sum: value `i` of a row is added to lane `i % SOFTMAX_LANES`.
+pub(crate) const SOFTMAX_LANES: usize = 16;
+
+/// Below this, [`exp`] is 0: `e^-86` is under `4.5e-38`, so a weight it would give is below
+/// any a row's largest value (weight `1 / sum >= 1 / n`) can be told apart from, and `2^n` stays a
+/// normal float for every `x` above it.
+pub(crate) const EXP_MIN: f32 = -86.0;
+
+/// The constants of [`exp`]: `log2(e)`, `ln 2` split in a part exact in a few bits and the
+/// rest (Cody and Waite), `1.5 * 2^23` (adding and subtracting it rounds to an integer), and
+/// the minimax polynomial of Cephes' `expf` on `[-ln2 / 2, ln2 / 2]`.
+pub(crate) mod exp_consts {
+    /// `log2(e)`.
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    /// `ln 2`, the part exact in nine bits.
+    pub const LN2_HI: f32 = 0.693_359_4;
+    /// `ln 2 - LN2_HI`.
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    /// `1.5 * 2^23`: `(t + ROUND) - ROUND` is `t` rounded to the nearest integer, ties to even.
+    pub const ROUND: f32 = 12_582_912.0;
+    /// The polynomial's coefficients, highest degree first.
+    pub const P: [f32; 6] = [
+        1.987_569_2e-4,
+        1.398_2e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ];
+}
+
+/// `e^x` for `x <= 0` (what a softmax exponentiates), within a few ulp, 0 below [`EXP_MIN`]
+/// (and for NaN): `x = n ln2 + r`, `e^r` by the polynomial, `2^n` added to the exponent bits.
+/// Plain multiplies and adds in a fixed order, so every path's lanes give these bits.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    use exp_consts::*;
+    if x.is_nan() || x < EXP_MIN {
+        return 0.0;
+    }
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = P[1..].iter().fold(P[0], |p, &c| p * r + c);
+    let e = (p * (r * r) + r) + 1.0;
+    f32::from_bits(e.to_bits().wrapping_add((n as i32 as u32) << 23))
+}
+
+/// `x = softmax(x)` in place, the order every path keeps: the largest value `m`, each
+/// `e_i = exp(x_i - m)` ([`exp`]), `e_i` added to lane `i % 16`, the lanes added lane 0 first,
+/// then every `e_i` multiplied by `1 / sum`.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut lanes = [0.0f32; SOFTMAX_LANES];
+    for chunk in x.chunks_mut(SOFTMAX_LANES) {
+        for (v, lane) in chunk.iter_mut().zip(&mut lanes) {
+            *v = exp(*v - max);
+            *lane += *v;
+        }
+    }
+    let inv = 1.0 / lanes.iter().fold(0.0f32, |s, &l| s + l);
+    x.iter_mut().for_each(|v| *v *= inv);
 }
 
 /// [`Kernels::attention_scores`] over f32 rows (an f32 cache): [`dot`] per row, on any CPU.

@@ -194,3 +194,86 @@ fn every_path_refuses_short_rows() {
         assert!(short.is_err(), "{} weighted sum", kern.isa());
     }
 }
+
+/// Every path's softmax gives the reference's bits: lengths on and off the sixteen lanes,
+/// masked (`-inf`, `-1e9`) and tied values, spreads past [`EXP_MIN`], huge and tiny scores.
+#[test]
+fn every_path_softmax_matches_the_reference_bit_for_bit() {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    for len in (0..=40).chain([63, 64, 65, 255, 1000, 4097]) {
+        let f = floats(len, len as u64 + 77);
+        rows.push(f.iter().map(|v| v * 1e-3).collect()); // a spread of a few units
+        rows.push(f.clone()); // thousands: most weights underflow to 0
+        rows.push(f.iter().map(|v| v * 1e-7).collect()); // nearly flat
+        let mut masked = f.iter().map(|v| v.clamp(-20.0, 20.0)).collect::<Vec<_>>();
+        for (i, v) in masked.iter_mut().enumerate() {
+            match i % 5 {
+                1 => *v = f32::NEG_INFINITY,
+                3 => *v = -1e9,
+                _ => {}
+            }
+        }
+        rows.push(masked);
+        rows.push(vec![3.5; len]);
+    }
+    rows.push(vec![f32::MAX, -f32::MAX, 0.0, -0.0, 1e-30, -86.0, -86.5]);
+    for row in &rows {
+        let mut want = row.clone();
+        softmax(&mut want);
+        for kern in paths() {
+            let mut got = row.clone();
+            kern.attention_softmax(&mut got);
+            assert_eq!(bits(&got), bits(&want), "{} len {}", kern.isa(), row.len());
+        }
+    }
+}
+
+/// The reference softmax is a softmax: within a few ulp of the f64 one (and of the rounding
+/// of `x - max` to f32, which moves `e^(x - max)` by up to `|x - max|` ulp), summing to 1,
+/// with masked positions exactly 0.
+#[test]
+fn softmax_is_within_a_few_ulp_of_f64() {
+    for len in [1, 5, 16, 17, 300] {
+        let x: Vec<f32> = floats(len, 5)
+            .iter()
+            .map(|v| (v * 1e-2).min(30.0))
+            .collect();
+        let mut got = x.clone();
+        softmax(&mut got);
+        let max = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        let e: Vec<f64> = x.iter().map(|&v| (v as f64 - max).exp()).collect();
+        let sum: f64 = e.iter().sum();
+        for ((g, w), &v) in got.iter().zip(&e).zip(&x) {
+            let want = w / sum;
+            let ulps = 8.0 + (max - v as f64);
+            assert!(
+                (*g as f64 - want).abs() <= ulps * f32::EPSILON as f64 * want + 1e-37,
+                "len {len}: {g} vs {want}"
+            );
+        }
+        assert!((got.iter().map(|&v| v as f64).sum::<f64>() - 1.0).abs() < 1e-5);
+    }
+    let mut masked = [1.0, f32::NEG_INFINITY, 2.0, -1e9];
+    softmax(&mut masked);
+    assert!(masked[1] == 0.0 && masked[3] == 0.0 && masked[0] > 0.0);
+}
+
+/// [`exp`] is within two ulp of the f64 exponential over its whole range, and 0 below it.
+#[test]
+fn exp_is_within_two_ulp() {
+    let mut worst = 0.0f64;
+    let mut x = EXP_MIN;
+    while x <= 0.0 {
+        let (got, want) = (exp(x) as f64, (x as f64).exp());
+        let ulp = (want as f32).next_up() as f64 - want as f32 as f64;
+        worst = worst.max((got - want).abs() / ulp);
+        x += 0.000_7;
+    }
+    assert!(worst <= 2.0, "worst error {worst} ulp");
+    assert_eq!(exp(0.0), 1.0);
+    assert_eq!(exp(-0.0), 1.0);
+    assert_eq!(exp(EXP_MIN - 0.01), 0.0);
+    assert_eq!(exp(f32::NEG_INFINITY), 0.0);
+    assert_eq!(exp(f32::NAN), 0.0);
+}

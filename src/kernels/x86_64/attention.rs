@@ -7,14 +7,145 @@
 use half::f16;
 use std::arch::x86_64::*;
 
-use crate::kernels::attention::{AttentionKernels, check_heads, check_weights};
+use crate::kernels::attention::{
+    AttentionKernels, EXP_MIN, SOFTMAX_LANES, check_heads, check_weights, exp_consts,
+};
 
 /// The AVX2 and AVX-VNNI paths' attention loops.
 pub(in crate::kernels) const AVX2: AttentionKernels =
-    AttentionKernels::new(scores_avx2, weighted_sum_avx2, "avx2");
+    AttentionKernels::new(scores_avx2, softmax_avx2, weighted_sum_avx2, "avx2");
 /// The AVX-512 VNNI path's attention loops.
 pub(in crate::kernels) const AVX512: AttentionKernels =
-    AttentionKernels::new(scores_avx512, weighted_sum_avx512, "avx512");
+    AttentionKernels::new(scores_avx512, softmax_avx512, weighted_sum_avx512, "avx512");
+
+fn softmax_avx2(x: &mut [f32]) {
+    // SAFETY: this entry is only in the x86 paths' tables, handed out only on CPUs with AVX2.
+    unsafe { softmax_ymm(x) }
+}
+
+fn softmax_avx512(x: &mut [f32]) {
+    // SAFETY: this entry is only in the AVX-512 VNNI path's table, handed out only on CPUs
+    // with AVX-512F and AVX2.
+    unsafe { softmax_zmm(x) }
+}
+
+/// [`softmax`] on AVX2 registers: the sixteen lanes are two registers.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn softmax_ymm(x: &mut [f32]) {
+    // SAFETY: the CPU has `__m256`'s features.
+    unsafe { softmax::<__m256>(x) }
+}
+
+/// [`softmax`] on AVX-512 registers: the sixteen lanes are one register.
+///
+/// # Safety
+/// The CPU has AVX-512F, AVX2 and F16C.
+#[target_feature(enable = "avx512f,avx2,f16c")]
+unsafe fn softmax_zmm(x: &mut [f32]) {
+    // SAFETY: the CPU has `__m512`'s features.
+    unsafe { softmax::<__m512>(x) }
+}
+
+/// The reference [`crate::kernels::attention::softmax`] on registers of `R`, lane for lane:
+/// register `j` of a sixteen-value chunk holds lanes `j * R::LANES..`, and the last chunk is
+/// padded with `-inf`, whose `exp` is 0 and leaves every lane's sum as it was. Inlined into a
+/// function compiled for `R`'s features.
+///
+/// # Safety
+/// The CPU has `R`'s features.
+#[inline(always)]
+unsafe fn softmax<R: Reg>(x: &mut [f32]) {
+    const L: usize = SOFTMAX_LANES;
+    let regs = L / R::LANES;
+    let (body, tail) = x.split_at_mut(x.len() / L * L);
+    let mut pad = [f32::NEG_INFINITY; L];
+    pad[..tail.len()].copy_from_slice(tail);
+    let mut lanes = [0.0f32; L];
+    // SAFETY: `body` holds whole chunks of `L` values and `pad` is one, so every register's
+    // `R::LANES` values read or written below are inside them; `lanes` holds `L`; the CPU has
+    // `R`'s features.
+    unsafe {
+        let mut max = R::set1(f32::NEG_INFINITY);
+        for c in (0..body.len()).step_by(R::LANES) {
+            max = R::max(max, R::loadf(body.as_ptr().add(c)));
+        }
+        for j in 0..regs {
+            max = R::max(max, R::loadf(pad.as_ptr().add(j * R::LANES)));
+        }
+        R::store(lanes.as_mut_ptr(), max);
+        let m = lanes[..R::LANES]
+            .iter()
+            .copied()
+            .fold(f32::NEG_INFINITY, f32::max);
+        let m = R::set1(m);
+        let mut sums = [R::zero(); 2];
+        for c in (0..body.len()).step_by(L) {
+            exp_chunk(body.as_mut_ptr().add(c), m, &mut sums[..regs]);
+        }
+        exp_chunk(pad.as_mut_ptr(), m, &mut sums[..regs]);
+        for (j, &sum) in sums[..regs].iter().enumerate() {
+            R::store(lanes.as_mut_ptr().add(j * R::LANES), sum);
+        }
+    }
+    tail.copy_from_slice(&pad[..tail.len()]);
+    let inv = 1.0 / lanes.iter().fold(0.0f32, |s, &l| s + l);
+    // SAFETY: as above.
+    unsafe {
+        let vinv = R::set1(inv);
+        for c in (0..body.len()).step_by(R::LANES) {
+            let at = body.as_mut_ptr().add(c);
+            R::store(at, R::mul(R::loadf(at), vinv));
+        }
+    }
+    tail.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `e = exp(x - m)` over the `sums.len() * R::LANES` values at `chunk`, stored in place and
+/// added to `sums` (register `j` holding lanes `j * R::LANES..`).
+///
+/// # Safety
+/// The CPU has `R`'s features; the values at `chunk` are readable and writable.
+#[inline(always)]
+unsafe fn exp_chunk<R: Reg>(chunk: *mut f32, m: R, sums: &mut [R]) {
+    for (j, sum) in sums.iter_mut().enumerate() {
+        // SAFETY: register `j`'s values are inside the chunk; the CPU has `R`'s features.
+        unsafe {
+            let at = chunk.add(j * R::LANES);
+            let e = exp(R::sub(R::loadf(at), m));
+            R::store(at, e);
+            *sum = R::add(*sum, e);
+        }
+    }
+}
+
+/// The reference [`crate::kernels::attention::exp`] in every lane: the same multiplies and adds
+/// in the same order, `2^n` added to the exponent bits, 0 where `x` is below
+/// [`EXP_MIN`] or NaN.
+///
+/// # Safety
+/// The CPU has `R`'s features.
+#[inline(always)]
+unsafe fn exp<R: Reg>(x: R) -> R {
+    use exp_consts::*;
+    // SAFETY: the CPU has `R`'s features.
+    unsafe {
+        let round = R::set1(ROUND);
+        let n = R::sub(R::add(R::mul(x, R::set1(LOG2E)), round), round);
+        let r = R::sub(
+            R::sub(x, R::mul(n, R::set1(LN2_HI))),
+            R::mul(n, R::set1(LN2_LO)),
+        );
+        let mut p = R::set1(P[0]);
+        for &k in &P[1..] {
+            p = R::add(R::mul(p, r), R::set1(k));
+        }
+        let e = R::add(R::add(R::mul(p, R::mul(r, r)), r), R::set1(1.0));
+        R::zero_below(R::scale_pow2(e, n), x, EXP_MIN)
+    }
+}
 
 fn scores_avx2(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
     let (hd, n) = check_heads(q, heads, k, stride, out);
@@ -103,11 +234,37 @@ trait Reg: Copy {
     /// # Safety
     /// The CPU must have the register's features.
     unsafe fn add(a: Self, b: Self) -> Self;
+    /// `a - b`, lane by lane.
+    ///
+    /// # Safety
+    /// The CPU must have the register's features.
+    unsafe fn sub(a: Self, b: Self) -> Self;
     /// `a * b`, lane by lane.
     ///
     /// # Safety
     /// The CPU must have the register's features.
     unsafe fn mul(a: Self, b: Self) -> Self;
+    /// The larger of `a` and `b`, lane by lane (`b` where either is NaN).
+    ///
+    /// # Safety
+    /// The CPU must have the register's features.
+    unsafe fn max(a: Self, b: Self) -> Self;
+    /// `e * 2^n` for integral `n` (`|n| < 127`, the result normal), by adding `n` to the
+    /// exponent bits.
+    ///
+    /// # Safety
+    /// The CPU must have the register's features.
+    unsafe fn scale_pow2(e: Self, n: Self) -> Self;
+    /// `v`, with 0 in the lanes where `x >= min` does not hold (NaN included).
+    ///
+    /// # Safety
+    /// The CPU must have the register's features.
+    unsafe fn zero_below(v: Self, x: Self, min: f32) -> Self;
+    /// `LANES` values from `p`.
+    ///
+    /// # Safety
+    /// The CPU must have the register's features; `p..p + LANES` must be readable.
+    unsafe fn loadf(p: *const f32) -> Self;
     /// `x` in every lane.
     ///
     /// # Safety
@@ -159,8 +316,40 @@ impl Reg for __m256 {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        _mm256_sub_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
     unsafe fn mul(a: Self, b: Self) -> Self {
         _mm256_mul_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        _mm256_max_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scale_pow2(e: Self, n: Self) -> Self {
+        let n = _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n));
+        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(e), n))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn zero_below(v: Self, x: Self, min: f32) -> Self {
+        _mm256_and_ps(v, _mm256_cmp_ps::<_CMP_GE_OQ>(x, _mm256_set1_ps(min)))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn loadf(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees eight readable values; `loadu` needs no alignment.
+        unsafe { _mm256_loadu_ps(p) }
     }
 
     #[inline]
@@ -224,8 +413,40 @@ impl Reg for __m512 {
 
     #[inline]
     #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn sub(a: Self, b: Self) -> Self {
+        _mm512_sub_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
     unsafe fn mul(a: Self, b: Self) -> Self {
         _mm512_mul_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn max(a: Self, b: Self) -> Self {
+        _mm512_max_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn scale_pow2(e: Self, n: Self) -> Self {
+        let n = _mm512_slli_epi32::<23>(_mm512_cvtps_epi32(n));
+        _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(e), n))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn zero_below(v: Self, x: Self, min: f32) -> Self {
+        _mm512_maskz_mov_ps(_mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(min)), v)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,f16c")]
+    unsafe fn loadf(p: *const f32) -> Self {
+        // SAFETY: the caller guarantees sixteen readable values; `loadu` needs no alignment.
+        unsafe { _mm512_loadu_ps(p) }
     }
 
     #[inline]
@@ -280,16 +501,59 @@ impl Reg for __m512 {
     }
 }
 
-/// The lanes of `acc` added in the reference [`crate::kernels::attention::dot`]'s order, plus
-/// the leftover products.
+/// `out[j] = (lanes of row j added from lane 0 on) * scale` for the `count <= 8` rows of eight
+/// lane sums, after the leftover products `q_tail . k_tail(j)` of each (the reference
+/// [`crate::kernels::attention::dot`]'s order): the rows are transposed so that one vector
+/// add adds lane `i` of every row at once.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C; `out` holds `count` values and each `k_tail(j)` `q_tail.len()`.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn finish(acc: __m256, q_tail: &[f32], k_tail: &[f16]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    // SAFETY: `lanes` holds eight f32.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-    let tail: f32 = q_tail.iter().zip(k_tail).map(|(x, y)| x * y.to_f32()).sum();
-    lanes.iter().sum::<f32>() + tail
+unsafe fn finish<'k>(
+    rows: [__m256; 8],
+    count: usize,
+    q_tail: &[f32],
+    k_tail: impl Fn(usize) -> &'k [f16],
+    scale: f32,
+    out: &mut [f32],
+) {
+    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
+    let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
+    let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
+    let (t4, t5) = (_mm256_unpacklo_ps(r4, r5), _mm256_unpackhi_ps(r4, r5));
+    let (t6, t7) = (_mm256_unpacklo_ps(r6, r7), _mm256_unpackhi_ps(r6, r7));
+    // Lanes (0, 4), (1, 5), (2, 6), (3, 7) of rows 0-3, then of rows 4-7.
+    let u = [
+        _mm256_shuffle_ps::<0x44>(t0, t2),
+        _mm256_shuffle_ps::<0xee>(t0, t2),
+        _mm256_shuffle_ps::<0x44>(t1, t3),
+        _mm256_shuffle_ps::<0xee>(t1, t3),
+        _mm256_shuffle_ps::<0x44>(t4, t6),
+        _mm256_shuffle_ps::<0xee>(t4, t6),
+        _mm256_shuffle_ps::<0x44>(t5, t7),
+        _mm256_shuffle_ps::<0xee>(t5, t7),
+    ];
+    // Lane i of every row: the low 128 bits of rows 0-3's and rows 4-7's pairs for i < 4,
+    // the high ones after. (No closure: it would not be compiled with this fn's features.)
+    let mut sums = _mm256_permute2f128_ps::<0x20>(u[0], u[4]);
+    for i in 1..4 {
+        sums = _mm256_add_ps(sums, _mm256_permute2f128_ps::<0x20>(u[i], u[i + 4]));
+    }
+    for i in 0..4 {
+        sums = _mm256_add_ps(sums, _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]));
+    }
+    let mut s = [0.0f32; 8];
+    // SAFETY: `s` holds eight f32.
+    unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sums) };
+    for (j, o) in out[..count].iter_mut().enumerate() {
+        let k = k_tail(j);
+        let v = q_tail
+            .iter()
+            .zip(k)
+            .fold(s[j], |v, (x, y)| v + x * y.to_f32());
+        *o = v * scale;
+    }
 }
 
 /// The scores of positions `p..` for the `G` query heads of `q` (each `hd` wide, sharing the K
@@ -339,15 +603,18 @@ unsafe fn scores_pass<R: Reg, const N: usize, const G: usize>(
         }
         for (g, head) in acc.into_iter().enumerate() {
             let qh = &q[g * hd..(g + 1) * hd];
+            // SAFETY: the CPU has `R`'s features, AVX2 and F16C among them.
+            let mut rows = [unsafe { _mm256_setzero_ps() }; 8];
             for (r, a) in head.into_iter().enumerate() {
                 for h in 0..R::ROWS {
-                    let at = p + R::ROWS * r + h;
-                    let row = at * stride;
-                    // SAFETY: the CPU has `R`'s features, AVX2 and F16C among them.
-                    let s = unsafe { finish(a.row_sums(h), &qh[body..], &k[row + body..row + hd]) };
-                    out[g * n + at] = s * scale;
+                    // SAFETY: as above.
+                    rows[R::ROWS * r + h] = unsafe { a.row_sums(h) };
                 }
             }
+            let k_tail = |j: usize| &k[(p + j) * stride + body..(p + j) * stride + hd];
+            let out = &mut out[g * n + p..g * n + p + N * R::ROWS];
+            // SAFETY: as above; `out` holds the pass's rows, each with `hd - body` leftovers.
+            unsafe { finish(rows, N * R::ROWS, &qh[body..], k_tail, scale, out) };
         }
         p += N * R::ROWS;
     }

@@ -1,13 +1,12 @@
 //! Causal multi-head attention over the f16 KV cache, with grouped KV heads (query head `h`
 //! reads KV head `h / (n_head / n_head_kv)`, the blocked mapping llama.cpp uses). The scores and
 //! the weighted V sum read the cached halves directly (the attention entries of the matmul
-//! kernels' table, [`crate::kernels::attention`]); the softmax is f32 with an f64 sum.
+//! kernels' table, [`crate::kernels::attention`]); the softmax is the table's too.
 
 use crate::kernels::attention::{scores_f32, weighted_sum_f32};
 
 use super::exec::Exec;
 use super::kv_cache::{KvCache, KvRows};
-use super::ops::softmax;
 
 /// The shape of one attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +62,9 @@ pub fn attend<'c>(
                 (KvRows::F16(k), KvRows::F16(v)) => {
                     let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
                     kern.attention_scores(qh, per_job, k, kv_dim, s.scale, &mut scores);
-                    scores.chunks_exact_mut(len).for_each(softmax);
+                    scores
+                        .chunks_exact_mut(len)
+                        .for_each(|row| kern.attention_softmax(row));
                     kern.attention_weighted_sum(&scores, per_job, v, kv_dim, o);
                 }
                 (KvRows::F32(k), KvRows::F32(v)) => {
@@ -71,7 +72,7 @@ pub fn attend<'c>(
                     let heads = qh.chunks_exact(hd).zip(o.chunks_exact_mut(hd));
                     for ((qg, og), sg) in heads.zip(scores.chunks_exact_mut(len)) {
                         scores_f32(qg, k, kv_dim, s.scale, sg);
-                        softmax(sg);
+                        kern.attention_softmax(sg);
                         weighted_sum_f32(sg, v, kv_dim, og);
                     }
                 }

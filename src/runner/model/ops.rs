@@ -84,19 +84,8 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// In-place softmax.
-pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
-}
+/// In-place softmax (the attention reference's, which every kernel path's softmax equals).
+pub use crate::kernels::attention::softmax;
 
 /// Rounds to the nearest IEEE half and back (the KV cache stores f16, as llama.cpp's does).
 #[inline]
