@@ -2,7 +2,8 @@
 //! byte for byte, as the portable reference (`format::quantize_row_q8_0`, ggml's x86 rounding):
 //! random rows, exact rounding ties, all-zero blocks, a single non-zero value, the largest and
 //! subnormal floats, and long rows. Every path's build is the same source compiled for its
-//! features, so any difference is a miscompiled or misdispatched entry.
+//! features, so any difference is a miscompiled or misdispatched entry. The SwiGLU entry
+//! (`silu_mul`) is held to its reference the same way, bit for bit.
 
 mod common;
 
@@ -61,6 +62,42 @@ fn every_path_quantizes_q8_0_rows_exactly_as_the_reference() {
                 let same =
                     bytemuck::cast_slice::<_, u8>(&got) == bytemuck::cast_slice::<_, u8>(&want);
                 assert!(same, "{}: {what}, {blocks} blocks", kern.isa());
+            }
+        }
+    }
+}
+
+/// Every path's SwiGLU gives the reference's bits: lengths on and off every vector width, the
+/// whole range of gates (both signs, past the exponential's ends, zeros, subnormals, NaN,
+/// infinities) and of ups.
+#[test]
+fn every_path_silu_mul_matches_the_reference_bit_for_bit() {
+    let paths = paths_under_test();
+    let mut rng = Lcg(0x5117);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for len in (0..=70).chain([127, 128, 129, 1000, 6144]) {
+        for spread in [1e-40f32, 1e-3, 1.0, 12.0, 100.0, 3e38] {
+            let mut gate: Vec<f32> = (0..len)
+                .map(|_| (rng.next() as f32 / u32::MAX as f32 - 0.5) * spread)
+                .collect();
+            let specials = [0.0, -0.0, f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -86.5];
+            for (g, &v) in gate.iter_mut().step_by(7).zip(specials.iter().cycle()) {
+                *g = v;
+            }
+            let up: Vec<f32> = (0..len)
+                .map(|_| (rng.next() as f32 / u32::MAX as f32 - 0.5) * 8.0)
+                .collect();
+            let mut want = gate.clone();
+            t2p::kernels::silu_mul(&mut want, &up);
+            for kern in &paths {
+                let mut got = gate.clone();
+                kern.silu_mul(&mut got, &up);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{} len {len} spread {spread}",
+                    kern.isa()
+                );
             }
         }
     }

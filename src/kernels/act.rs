@@ -1,8 +1,9 @@
-//! Activation quantization as an entry of each path's table: a row of floats into the `q8_0`
-//! quads the T2P kernels read ([`Kernels::quantize_row_q8_0`]). There is one algorithm,
-//! [`crate::format::quantize_row_q8_0`] (ggml's x86 rounding, exactly); a path's entry is that
-//! same code compiled for the path's features, so every path writes the same bytes, and the
-//! portable build of it is the reference.
+//! The activations' loops as entries of each path's table: a row of floats into the `q8_0`
+//! quads the T2P kernels read ([`Kernels::quantize_row_q8_0`]), and the SwiGLU of the FFN
+//! ([`Kernels::silu_mul`]). Each has one algorithm ([`crate::format::quantize_row_q8_0`],
+//! ggml's x86 rounding, exactly; [`silu_mul`]); a path's entry is that same code compiled for
+//! the path's features, so every path writes the same bits, and the portable build of it is the
+//! reference.
 
 use crate::format::{BlockQ8_0Quad, quantize_row_q8_0};
 
@@ -11,21 +12,34 @@ use super::Kernels;
 /// `out[i]` = the quad of `x[128 i .. 128 i + 128]`.
 pub(crate) type Q8_0RowFn = fn(x: &[f32], out: &mut [BlockQ8_0Quad]);
 
-/// A path's activation quantizer.
+/// `gate[i] = silu(gate[i]) * up[i]`.
+pub(crate) type SiluMulFn = fn(gate: &mut [f32], up: &[f32]);
+
+/// A path's activation loops.
 #[derive(Clone, Copy)]
 pub(crate) struct ActKernels {
     q8_0_row: Q8_0RowFn,
+    silu_mul: SiluMulFn,
 }
 
 impl ActKernels {
-    /// The quantizer `q8_0_row`.
-    pub(crate) const fn new(q8_0_row: Q8_0RowFn) -> Self {
-        ActKernels { q8_0_row }
+    /// The quantizer `q8_0_row` and the SwiGLU `silu_mul`.
+    pub(crate) const fn new(q8_0_row: Q8_0RowFn, silu_mul: SiluMulFn) -> Self {
+        ActKernels { q8_0_row, silu_mul }
     }
 }
 
 /// The reference: the portable build (on aarch64 NEON is the baseline, so this is vectorised).
-pub(super) const SCALAR: ActKernels = ActKernels::new(quantize_row_q8_0);
+pub(super) const SCALAR: ActKernels = ActKernels::new(quantize_row_q8_0, silu_mul);
+
+/// `gate[i] = silu(gate[i]) * up[i]` over the shorter of the two, with
+/// [`crate::kernels::exp::silu`]: SwiGLU, the reference of every path's [`Kernels::silu_mul`].
+#[inline(always)]
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = super::exp::silu(*g) * u;
+    }
+}
 
 impl Kernels {
     /// Quantizes `x` (`x.len()` a multiple of 128) into `out` (`x.len() / 128` quads):
@@ -35,5 +49,11 @@ impl Kernels {
     /// If the lengths disagree.
     pub fn quantize_row_q8_0(&self, x: &[f32], out: &mut [BlockQ8_0Quad]) {
         (self.act.q8_0_row)(x, out)
+    }
+
+    /// `gate[i] = silu(gate[i]) * up[i]` (SwiGLU) over the shorter of the two: bit-identical
+    /// to [`silu_mul`] on every path.
+    pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
+        (self.act.silu_mul)(gate, up)
     }
 }

@@ -14,6 +14,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::Kernels;
+pub use super::exp::exp;
 
 /// `out[g * n + p] = dot(q[g], k[p]) * scale` for the `heads` query heads `q[g]` (each
 /// `q.len() / heads` wide, the width of a row) sharing the rows, `n = out.len() / heads`.
@@ -124,50 +125,6 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Lanes of the softmax's sum: value `i` of a row is added to lane `i % SOFTMAX_LANES`.
 pub(crate) const SOFTMAX_LANES: usize = 16;
-
-/// Below this, [`exp`] is 0: `e^-86` is under `4.5e-38`, so a weight it would give is below
-/// any a row's largest value (weight `1 / sum >= 1 / n`) can be told apart from, and `2^n` stays a
-/// normal float for every `x` above it.
-pub(crate) const EXP_MIN: f32 = -86.0;
-
-/// The constants of [`exp`]: `log2(e)`, `ln 2` split in a part exact in a few bits and the
-/// rest (Cody and Waite), `1.5 * 2^23` (adding and subtracting it rounds to an integer), and
-/// the minimax polynomial of Cephes' `expf` on `[-ln2 / 2, ln2 / 2]`.
-pub(crate) mod exp_consts {
-    /// `log2(e)`.
-    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
-    /// `ln 2`, the part exact in nine bits.
-    pub const LN2_HI: f32 = 0.693_359_4;
-    /// `ln 2 - LN2_HI`.
-    pub const LN2_LO: f32 = -2.121_944_4e-4;
-    /// `1.5 * 2^23`: `(t + ROUND) - ROUND` is `t` rounded to the nearest integer, ties to even.
-    pub const ROUND: f32 = 12_582_912.0;
-    /// The polynomial's coefficients, highest degree first.
-    pub const P: [f32; 6] = [
-        1.987_569_2e-4,
-        1.398_2e-3,
-        8.333_452e-3,
-        4.166_579_6e-2,
-        0.166_666_65,
-        0.5,
-    ];
-}
-
-/// `e^x` for `x <= 0` (what a softmax exponentiates), within a few ulp, 0 below [`EXP_MIN`]
-/// (and for NaN): `x = n ln2 + r`, `e^r` by the polynomial, `2^n` added to the exponent bits.
-/// Plain multiplies and adds in a fixed order, so every path's lanes give these bits.
-#[inline(always)]
-pub fn exp(x: f32) -> f32 {
-    use exp_consts::*;
-    if x.is_nan() || x < EXP_MIN {
-        return 0.0;
-    }
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = P[1..].iter().fold(P[0], |p, &c| p * r + c);
-    let e = (p * (r * r) + r) + 1.0;
-    f32::from_bits(e.to_bits().wrapping_add((n as i32 as u32) << 23))
-}
 
 /// `x = softmax(x)` in place, the order every path keeps: the largest value `m`, each
 /// `e_i = exp(x_i - m)` ([`exp`]), `e_i` added to lane `i % 16`, the lanes added lane 0 first,

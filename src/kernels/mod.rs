@@ -34,10 +34,12 @@ mod aarch64;
 mod act;
 pub mod attention;
 pub mod cpu;
+pub mod exp;
 mod f16;
 mod paths;
 mod quant;
 pub mod scalar;
+pub use act::silu_mul;
 pub use paths::{attention_path_name, f16_path_name, quant_path_name};
 pub use quant::QuantKernel;
 #[cfg(target_arch = "x86_64")]

@@ -1,14 +1,34 @@
-//! The x86 builds of the activation quantizer: [`quantize_row_q8_0`] inlined into functions
-//! compiled for AVX2 and for AVX-512 (the portable build has SSE2 only: its clamp and
-//! magnitude loops run a lane or four at a time). Same source, same bytes.
+//! The x86 builds of the activation loops: [`quantize_row_q8_0`] and [`silu_mul`] inlined into
+//! functions compiled for AVX2 and for AVX-512 (the portable build has SSE2 only: its loops run
+//! a lane or four at a time). Same source, same bits.
 
 use crate::format::{BlockQ8_0Quad, quantize_row_q8_0};
-use crate::kernels::act::ActKernels;
+use crate::kernels::act::{ActKernels, silu_mul};
 
-/// The AVX2 and AVX-VNNI paths' quantizer.
-pub(in crate::kernels) const AVX2: ActKernels = ActKernels::new(q8_0_row_avx2);
-/// The AVX-512 VNNI path's quantizer.
-pub(in crate::kernels) const AVX512: ActKernels = ActKernels::new(q8_0_row_avx512);
+/// The AVX2 and AVX-VNNI paths' activation loops.
+pub(in crate::kernels) const AVX2: ActKernels = ActKernels::new(q8_0_row_avx2, silu_mul_avx2);
+/// The AVX-512 VNNI path's activation loops.
+pub(in crate::kernels) const AVX512: ActKernels = ActKernels::new(q8_0_row_avx512, silu_mul_avx512);
+
+fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: as in `q8_0_row_avx2`: only the x86 paths' tables hold this entry.
+    unsafe { silu_avx2(gate, up) }
+}
+
+fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: as in `q8_0_row_avx512`: only the AVX-512 VNNI path's table holds this entry.
+    unsafe { silu_avx512(gate, up) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn silu_avx2(gate: &mut [f32], up: &[f32]) {
+    silu_mul(gate, up)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn silu_avx512(gate: &mut [f32], up: &[f32]) {
+    silu_mul(gate, up)
+}
 
 fn q8_0_row_avx2(x: &[f32], out: &mut [BlockQ8_0Quad]) {
     // SAFETY: this entry is only in the x86 paths' tables, which are handed out only on CPUs

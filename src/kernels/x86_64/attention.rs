@@ -7,9 +7,8 @@
 use half::f16;
 use std::arch::x86_64::*;
 
-use crate::kernels::attention::{
-    AttentionKernels, EXP_MIN, SOFTMAX_LANES, check_heads, check_weights, exp_consts,
-};
+use crate::kernels::attention::{AttentionKernels, SOFTMAX_LANES, check_heads, check_weights};
+use crate::kernels::exp::{EXP_MIN, exp_consts};
 
 /// The AVX2 and AVX-VNNI paths' attention loops.
 pub(in crate::kernels) const AVX2: AttentionKernels =
@@ -121,7 +120,7 @@ unsafe fn exp_chunk<R: Reg>(chunk: *mut f32, m: R, sums: &mut [R]) {
     }
 }
 
-/// The reference [`crate::kernels::attention::exp`] in every lane: the same multiplies and adds
+/// The reference [`crate::kernels::exp::exp`] in every lane: the same multiplies and adds
 /// in the same order, `2^n` added to the exponent bits, 0 where `x` is below
 /// [`EXP_MIN`] or NaN.
 ///

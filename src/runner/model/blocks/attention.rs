@@ -11,6 +11,10 @@ use crate::runner::model::ops::{rms_norm, rope, sigmoid};
 use crate::runner::model::profile::Phase;
 use crate::runner::model::weights::{Projection, WeightLoader};
 
+/// A job of [`Attention::norm_and_rope`]: the q and k values of a few batch columns and their
+/// RoPE cosines and sines.
+type Columns<'a> = (&'a mut [f32], &'a mut [f32], &'a [f32], &'a [f32]);
+
 /// One attention layer's weights.
 pub(crate) struct Attention {
     wq: Projection,
@@ -81,11 +85,7 @@ impl Attention {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
         };
-        {
-            let _t = prof.time(Phase::Elementwise);
-            let n = st.spans.last().map_or(0, |s| s.cols.end);
-            (0..n).for_each(|c| self.norm_and_rope(hp, st, c));
-        }
+        self.norm_and_rope(ctx, st);
         // Timed up to the end of `attend` only: the gate, the sub-norm and `wo` book their
         // own phases.
         let t = prof.time(Phase::Attention);
@@ -165,24 +165,41 @@ impl Attention {
         Ok(())
     }
 
-    /// The q/k norms and RoPE of batch column `c`, at the position its tables were made for.
-    fn norm_and_rope(&self, hp: &HParams, st: &mut Batch, c: usize) {
+    /// The q/k norms and RoPE of every batch column, at the position its tables were made for:
+    /// a job is a few columns, over the pool when there are several.
+    fn norm_and_rope(&self, ctx: &Ctx, st: &mut Batch) {
+        let _t = ctx.exec.profile.time(Phase::Elementwise);
+        let hp = ctx.hp;
         let (hd, q_dim, kv_dim, half) =
             (hp.dims.head_dim, hp.q_dim(), hp.kv_dim(), hp.rope_dims / 2);
-        let (cos, sin) = (
-            &st.cos[c * half..(c + 1) * half],
-            &st.sin[c * half..(c + 1) * half],
-        );
-        let q = st.q[c * q_dim..(c + 1) * q_dim].chunks_exact_mut(hd);
-        let k = st.k[c * kv_dim..(c + 1) * kv_dim].chunks_exact_mut(hd);
-        for (head, norm) in q
-            .map(|h| (h, &self.q_norm))
-            .chain(k.map(|h| (h, &self.k_norm)))
-        {
-            if let Some(w) = norm {
-                rms_norm(head, w, hp.eps);
+        let n = st.spans.last().map_or(0, |s| s.cols.end);
+        let one_column = |q: &mut [f32], k: &mut [f32], cos: &[f32], sin: &[f32]| {
+            let q = q.chunks_exact_mut(hd).map(|h| (h, &self.q_norm));
+            for (head, norm) in q.chain(k.chunks_exact_mut(hd).map(|h| (h, &self.k_norm))) {
+                if let Some(w) = norm {
+                    rms_norm(head, w, hp.eps);
+                }
+                rope(head, hp.rope_dims, hp.rope_style, cos, sin);
             }
-            rope(head, hp.rope_dims, hp.rope_style, cos, sin);
+        };
+        // About 4096 values a job, as `par_zip` hands out.
+        let cols = (4096 / (q_dim + kv_dim)).max(1);
+        let jobs = n.div_ceil(cols);
+        let pieces = (st.q[..n * q_dim].chunks_mut(cols * q_dim))
+            .zip(st.k[..n * kv_dim].chunks_mut(cols * kv_dim))
+            .zip(st.cos[..n * half].chunks(cols * half))
+            .zip(st.sin[..n * half].chunks(cols * half))
+            .map(|(((q, k), cos), sin)| (q, k, cos, sin));
+        let job = |(q, k, cos, sin): Columns| {
+            let columns = q.chunks_exact_mut(q_dim).zip(k.chunks_exact_mut(kv_dim));
+            for (c, (q, k)) in columns.enumerate() {
+                let t = c * half..(c + 1) * half;
+                one_column(q, k, &cos[t.clone()], &sin[t]);
+            }
+        };
+        match jobs {
+            0 | 1 => pieces.for_each(job),
+            _ => ctx.exec.pool.for_each_item(jobs, pieces, job),
         }
     }
 }

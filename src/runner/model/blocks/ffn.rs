@@ -64,11 +64,13 @@ impl Ffn {
             Phase::Matmul,
         )?;
         let t = ctx.exec.profile.time(Phase::Elementwise);
-        let act = self.act;
-        par_zip(ctx, &mut st.ff_gate, &st.ff_up, 1, |gate, up| {
-            gate.iter_mut()
+        let (act, kern) = (self.act, ctx.exec.kern);
+        par_zip(ctx, &mut st.ff_gate, &st.ff_up, 1, |gate, up| match act {
+            FfnAct::Silu => kern.silu_mul(gate, up),
+            _ => gate
+                .iter_mut()
                 .zip(up)
-                .for_each(|(g, u)| *g = act.apply(*g) * u)
+                .for_each(|(g, u)| *g = act.apply(*g) * u),
         });
         if let Some(w) = &self.sub_norm {
             let ff = ctx.hp.dims.n_ff;

@@ -177,8 +177,10 @@ pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
     });
 }
 
-/// `x += y`.
+/// `x += y`, over the pool for a batch.
 pub(crate) fn add(ctx: &Ctx, x: &mut [f32], y: &[f32]) {
     let _t = ctx.exec.profile.time(Phase::Elementwise);
-    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+    par_zip(ctx, x, y, 1, |x, y| {
+        x.iter_mut().zip(y).for_each(|(a, b)| *a += b)
+    });
 }
