@@ -37,11 +37,15 @@ pub(crate) mod exp_consts {
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     use exp_consts::*;
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
+    // `t`'s low mantissa bits hold `n` in two's complement: an integer op (where a float-to-int
+    // cast would saturate lane by lane and keep the loop from vectorising).
+    let n_bits = t.to_bits().wrapping_sub(ROUND.to_bits());
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let p = P[1..].iter().fold(P[0], |p, &c| p * r + c);
     let e = (p * (r * r) + r) + 1.0;
-    let e = f32::from_bits(e.to_bits().wrapping_add((n as i32 as u32) << 23));
+    let e = f32::from_bits(e.to_bits().wrapping_add(n_bits << 23));
     if x >= EXP_MIN { e } else { 0.0 }
 }
 

@@ -154,6 +154,7 @@ fn scores_avx2(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, ou
         match heads {
             2 => scores::<2>(0, q, hd, k, stride, scale, out, n),
             4 => scores::<4>(0, q, hd, k, stride, scale, out, n),
+            8 => scores::<8>(0, q, hd, k, stride, scale, out, n),
             _ => {
                 for g in 0..heads {
                     let (qh, oh) = (&q[g * hd..(g + 1) * hd], &mut out[g * n..(g + 1) * n]);
@@ -189,6 +190,7 @@ fn scores_avx512(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, 
         match heads {
             2 => scores_zmm::<2>(q, hd, k, stride, scale, out, n),
             4 => scores_zmm::<4>(q, hd, k, stride, scale, out, n),
+            8 => scores_zmm::<8>(q, hd, k, stride, scale, out, n),
             _ => {
                 for g in 0..heads {
                     let (qh, oh) = (&q[g * hd..(g + 1) * hd], &mut out[g * n..(g + 1) * n]);
@@ -675,8 +677,8 @@ unsafe fn weighted_sum_pass<R: Reg, const N: usize, const G: usize>(
 }
 
 /// The scores of `G` heads from position `p` on, four positions per pass per head (four
-/// independent sums in flight; two when four heads share the rows, so the sums fit the sixteen
-/// registers), then the rest one at a time.
+/// independent sums in flight; two when four heads share the rows, one for eight, so the sums
+/// fit the sixteen registers), then the rest one at a time.
 ///
 /// # Safety
 /// The CPU has AVX2 and F16C; the shapes are as [`scores_pass`] asks.
@@ -696,13 +698,14 @@ unsafe fn scores<const G: usize>(
     unsafe {
         let p = match G {
             1 | 2 => scores_pass::<__m256, 4, G>(p, q, hd, k, stride, scale, out, n),
-            _ => scores_pass::<__m256, 2, G>(p, q, hd, k, stride, scale, out, n),
+            4 => scores_pass::<__m256, 2, G>(p, q, hd, k, stride, scale, out, n),
+            _ => p,
         };
         scores_pass::<__m256, 1, G>(p, q, hd, k, stride, scale, out, n);
     }
 }
 
-/// [`scores`] eight positions per pass: register `r` holds the eight lane sums of rows
+/// [`scores`] eight positions per pass (four for eight heads: 16 sums, 8 query registers): register `r` holds the eight lane sums of rows
 /// `p + 2r` (low half) and `p + 2r + 1` (high half), each lane adding exactly the products
 /// [`scores`]' lane adds; the rest of the rows go to [`scores`].
 ///
@@ -720,7 +723,10 @@ unsafe fn scores_zmm<const G: usize>(
 ) {
     // SAFETY: this fn's contract is the passes'; the CPU has AVX2 and F16C as well.
     unsafe {
-        let p = scores_pass::<__m512, 4, G>(0, q, hd, k, stride, scale, out, n);
+        let p = match G {
+            8 => scores_pass::<__m512, 2, G>(0, q, hd, k, stride, scale, out, n),
+            _ => scores_pass::<__m512, 4, G>(0, q, hd, k, stride, scale, out, n),
+        };
         scores::<G>(p, q, hd, k, stride, scale, out, n);
     }
 }

@@ -26,8 +26,9 @@ pub struct AttnShape {
 /// and including `pos`), `pos` and the `layer`. The columns of every sequence of a server
 /// batch are spread over the pool in one call; a job is the query heads that share one KV head
 /// (each K and V row read once for all of them) when that still gives every thread a few jobs,
-/// else one head. Each head is computed exactly as it would be alone, so neither batching nor
-/// grouping changes a bit.
+/// else one head. A prompt's consecutive columns go as tiles ([`attend_tiles`]): each K row is
+/// read once for the heads of several columns. Each head is computed exactly as it would be
+/// alone, so neither batching, grouping nor tiling changes a bit.
 pub fn attend<'c>(
     exec: &Exec,
     s: AttnShape,
@@ -39,6 +40,9 @@ pub fn attend<'c>(
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     let n = q.len() / q_dim;
     let group = s.n_head / s.n_head_kv;
+    if let Some(tiles) = tiles(exec, s, n, layer, &at) {
+        return attend_tiles(exec, s, q, layer, &at, &tiles, out);
+    }
     let per_job = match n * s.n_head_kv >= 2 * exec.pool.threads() {
         true => group,
         false => 1,
@@ -82,8 +86,178 @@ pub fn attend<'c>(
         });
 }
 
+/// Query vectors a tile's scores call takes: enough to share each K row widely, few enough for
+/// the kernels' registers (the x86 paths keep eight heads' sums in flight).
+const TILE_QUERIES: usize = 8;
+
+/// The tiles of a batch, `(first column, columns)`: runs of consecutive columns of one sequence
+/// at consecutive positions over an f16 cache, up to `TILE_QUERIES / group` columns each. `None`
+/// where tiles would not pay: groups too wide to tile, an f32 cache, too few tiles to keep
+/// every thread busy, or mostly single columns (a batch of decodes).
+fn tiles<'c>(
+    exec: &Exec,
+    s: AttnShape,
+    n: usize,
+    layer: usize,
+    at: &impl Fn(usize) -> (&'c KvCache, usize),
+) -> Option<Vec<(usize, usize)>> {
+    let per_tile = TILE_QUERIES / (s.n_head / s.n_head_kv);
+    if per_tile < 2 || n < 2 * per_tile {
+        return None;
+    }
+    let mut tiles: Vec<(usize, usize)> = Vec::new();
+    for c in 0..n {
+        let (cache, pos) = at(c);
+        match tiles.last_mut() {
+            Some((c0, t))
+                if *t < per_tile && {
+                    let (cache0, pos0) = at(*c0);
+                    std::ptr::eq(cache0, cache) && pos == pos0 + *t
+                } =>
+            {
+                *t += 1
+            }
+            _ => tiles.push((c, 1)),
+        }
+        if c == 0 && !matches!(cache.layer(layer, pos + 1).0, KvRows::F16(_)) {
+            return None;
+        }
+    }
+    let pays = tiles.len() >= 2 * exec.pool.threads() && 2 * n > 3 * tiles.len();
+    pays.then_some(tiles)
+}
+
+/// [`attend`] over tiles of consecutive columns of one sequence, a tile a job: for each KV head,
+/// the scores of the query heads of all the tile's columns in one call over the rows up to the
+/// last column's position (each K row read once for all of them), then each query's softmax and
+/// weighted sum over its own positions only, exactly as alone.
+fn attend_tiles<'c>(
+    exec: &Exec,
+    s: AttnShape,
+    q: &[f32],
+    layer: usize,
+    at: &(impl Fn(usize) -> (&'c KvCache, usize) + Sync),
+    tiles: &[(usize, usize)],
+    out: &mut [f32],
+) {
+    let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    let group = s.n_head / s.n_head_kv;
+    let kern = exec.kern;
+    let pieces = crate::pool::pieces(out, tiles.len(), |i| tiles[i].1 * q_dim);
+    exec.pool.for_each_item(tiles.len(), pieces, |(i, o)| {
+        let (c0, t) = tiles[i];
+        let (cache, pos0) = at(c0);
+        let rows = pos0 + t;
+        let (KvRows::F16(k), KvRows::F16(v)) = cache.layer(layer, rows) else {
+            unreachable!("tiles are made over f16 caches only")
+        };
+        let (mut queries, mut scores, mut weights) = (QUERIES.take(), TILE.take(), WEIGHTS.take());
+        scores.clear();
+        scores.reserve(TILE_QUERIES * cache.n_ctx());
+        scores.resize(t * group * rows, 0.0);
+        for kvh in 0..s.n_head_kv {
+            let heads = kvh * group * hd..(kvh + 1) * group * hd;
+            queries.clear();
+            for j in 0..t {
+                queries.extend_from_slice(&q[(c0 + j) * q_dim..][heads.clone()]);
+            }
+            let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
+            kern.attention_scores(&queries, t * group, k, kv_dim, s.scale, &mut scores);
+            for j in 0..t {
+                let len = pos0 + j + 1;
+                weights.clear();
+                for g in 0..group {
+                    let row = &mut scores[(j * group + g) * rows..][..len];
+                    kern.attention_softmax(row);
+                    weights.extend_from_slice(row);
+                }
+                let o = &mut o[j * q_dim..][heads.clone()];
+                kern.attention_weighted_sum(&weights, group, v, kv_dim, o);
+            }
+        }
+        QUERIES.set(queries);
+        TILE.set(scores);
+        WEIGHTS.set(weights);
+    });
+}
+
 thread_local! {
+    /// A tile's scores, per thread (reserved to `TILE_QUERIES` rows of the cache's `n_ctx`).
+    static TILE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// A tile's query heads of one KV head, per thread, side by side as the scores call reads them.
+    static QUERIES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// One column's softmax weights, per thread, laid out as the weighted sum reads them.
+    static WEIGHTS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+
     /// One head's scores, per thread: allocated once per context size (reserved to the cache's `n_ctx`), so a
     /// forward pass does not allocate after its first one.
     static SCORES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x % 20_001) as f32 / 2_000.0 - 5.0
+            })
+            .collect()
+    }
+
+    /// A prompt's columns attended in tiles give every column's bits from attending it alone
+    /// (one column a call, the decode path), for groups of 1, 2 and 4 query heads per KV head,
+    /// prompts that do and do not fill the last tile, two sequences in one batch, and a cache
+    /// that already holds a prefix.
+    #[test]
+    fn tiles_give_each_column_its_bits_alone() {
+        let exec = Exec::new(2);
+        for (n_head, n_head_kv) in [(4, 4), (4, 2), (8, 2)] {
+            let s = AttnShape {
+                n_head,
+                n_head_kv,
+                head_dim: 16,
+                scale: 0.25,
+            };
+            let (q_dim, kv_dim) = (n_head * 16, n_head_kv * 16);
+            for (prefix, cols) in [(0, 37), (5, 40), (0, 64)] {
+                let caches: Vec<KvCache> = (0..2)
+                    .map(|seq| {
+                        let mut c = KvCache::new(1, 128, kv_dim);
+                        c.reserve(prefix + cols);
+                        for p in 0..prefix + cols {
+                            let kv = values(2 * kv_dim, (seq * 1000 + p) as u32);
+                            c.store(0, p, &kv[..kv_dim], &kv[kv_dim..]);
+                        }
+                        c
+                    })
+                    .collect();
+                // Two sequences of `cols` columns each, the prompt after `prefix` positions.
+                let at = |c: usize| (&caches[c / cols], prefix + c % cols);
+                let q = values(2 * cols * q_dim, 7);
+                assert!(
+                    tiles(&exec, s, 2 * cols, 0, &at).is_some(),
+                    "tiles are used"
+                );
+                let mut tiled = vec![0.0; q.len()];
+                attend(&exec, s, &q, 0, at, &mut tiled);
+                for c in 0..2 * cols {
+                    let mut alone = vec![0.0; q_dim];
+                    let qc = &q[c * q_dim..(c + 1) * q_dim];
+                    attend(&exec, s, qc, 0, |_| at(c), &mut alone);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&tiled[c * q_dim..(c + 1) * q_dim]),
+                        bits(&alone),
+                        "{n_head}/{n_head_kv} heads, prefix {prefix}, column {c}"
+                    );
+                }
+            }
+        }
+    }
 }
