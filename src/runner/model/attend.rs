@@ -40,9 +40,13 @@ pub fn attend<'c>(
     let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     let n = q.len() / q_dim;
     let group = s.n_head / s.n_head_kv;
-    if let Some(tiles) = tiles(exec, s, n, layer, &at) {
-        return attend_tiles(exec, s, q, layer, &at, &tiles, out);
+    let mut tiles = TILES.take();
+    if find_tiles(exec, s, n, layer, &at, &mut tiles) {
+        attend_tiles(exec, s, q, layer, &at, &tiles, out);
+        TILES.set(tiles);
+        return;
     }
+    TILES.set(tiles);
     let per_job = match n * s.n_head_kv >= 2 * exec.pool.threads() {
         true => group,
         false => 1,
@@ -90,22 +94,23 @@ pub fn attend<'c>(
 /// the kernels' registers (the x86 paths keep eight heads' sums in flight).
 const TILE_QUERIES: usize = 8;
 
-/// The tiles of a batch, `(first column, columns)`: runs of consecutive columns of one sequence
-/// at consecutive positions over an f16 cache, up to `TILE_QUERIES / group` columns each. `None`
-/// where tiles would not pay: groups too wide to tile, an f32 cache, too few tiles to keep
-/// every thread busy, or mostly single columns (a batch of decodes).
-fn tiles<'c>(
+/// The tiles of a batch into `tiles`, `(first column, columns)`: runs of consecutive columns of
+/// one sequence at consecutive positions over an f16 cache, up to `TILE_QUERIES / group`
+/// columns each. False where tiles would not pay: groups too wide to tile, an f32 cache, too
+/// few tiles to keep every thread busy, or mostly single columns (a batch of decodes).
+fn find_tiles<'c>(
     exec: &Exec,
     s: AttnShape,
     n: usize,
     layer: usize,
     at: &impl Fn(usize) -> (&'c KvCache, usize),
-) -> Option<Vec<(usize, usize)>> {
+    tiles: &mut Vec<(usize, usize)>,
+) -> bool {
+    tiles.clear();
     let per_tile = TILE_QUERIES / (s.n_head / s.n_head_kv);
     if per_tile < 2 || n < 2 * per_tile {
-        return None;
+        return false;
     }
-    let mut tiles: Vec<(usize, usize)> = Vec::new();
     for c in 0..n {
         let (cache, pos) = at(c);
         match tiles.last_mut() {
@@ -120,11 +125,10 @@ fn tiles<'c>(
             _ => tiles.push((c, 1)),
         }
         if c == 0 && !matches!(cache.layer(layer, pos + 1).0, KvRows::F16(_)) {
-            return None;
+            return false;
         }
     }
-    let pays = tiles.len() >= 2 * exec.pool.threads() && 2 * n > 3 * tiles.len();
-    pays.then_some(tiles)
+    tiles.len() >= 2 * exec.pool.threads() && 2 * n > 3 * tiles.len()
 }
 
 /// [`attend`] over tiles of consecutive columns of one sequence, a tile a job: for each KV head,
@@ -152,6 +156,9 @@ fn attend_tiles<'c>(
             unreachable!("tiles are made over f16 caches only")
         };
         let (mut queries, mut scores, mut weights) = (QUERIES.take(), TILE.take(), WEIGHTS.take());
+        // Room for the longest tile the cache allows, so that later passes do not allocate.
+        queries.reserve(TILE_QUERIES * hd);
+        weights.reserve(group * cache.n_ctx());
         scores.clear();
         scores.reserve(TILE_QUERIES * cache.n_ctx());
         scores.resize(t * group * rows, 0.0);
@@ -182,6 +189,8 @@ fn attend_tiles<'c>(
 }
 
 thread_local! {
+    /// The tiles of a batch (on the calling thread; kept so that a pass does not allocate).
+    static TILES: std::cell::Cell<Vec<(usize, usize)>> = const { std::cell::Cell::new(Vec::new()) };
     /// A tile's scores, per thread (reserved to `TILE_QUERIES` rows of the cache's `n_ctx`).
     static TILE: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
     /// A tile's query heads of one KV head, per thread, side by side as the scores call reads them.
@@ -240,10 +249,8 @@ mod tests {
                 // Two sequences of `cols` columns each, the prompt after `prefix` positions.
                 let at = |c: usize| (&caches[c / cols], prefix + c % cols);
                 let q = values(2 * cols * q_dim, 7);
-                assert!(
-                    tiles(&exec, s, 2 * cols, 0, &at).is_some(),
-                    "tiles are used"
-                );
+                let used = find_tiles(&exec, s, 2 * cols, 0, &at, &mut Vec::new());
+                assert!(used, "tiles are used");
                 let mut tiled = vec![0.0; q.len()];
                 attend(&exec, s, &q, 0, at, &mut tiled);
                 for c in 0..2 * cols {
