@@ -5,12 +5,12 @@
 /// Below this, [`exp`] is 0: `e^-86` is under `4.5e-38`, so a weight it would give is below
 /// any a row's largest value (weight `1 / sum >= 1 / n`) can be told apart from, and `2^n` stays a
 /// normal float for every `x` above it.
-pub(crate) const EXP_MIN: f32 = -86.0;
+pub const EXP_MIN: f32 = -86.0;
 
 /// The constants of [`exp`]: `log2(e)`, `ln 2` split in a part exact in a few bits and the
 /// rest (Cody and Waite), `1.5 * 2^23` (adding and subtracting it rounds to an integer), and
 /// the minimax polynomial of Cephes' `expf` on `[-ln2 / 2, ln2 / 2]`.
-pub(crate) mod exp_consts {
+pub mod exp_consts {
     /// `log2(e)`.
     pub const LOG2E: f32 = std::f32::consts::LOG2_E;
     /// `ln 2`, the part exact in nine bits.

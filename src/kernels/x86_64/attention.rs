@@ -1,8 +1,9 @@
 //! The x86 attention loops over an f16 KV cache: AVX2 with F16C (`vcvtph2ps` converts eight
 //! halves in a register) and AVX-512F (sixteen halves a register; the scores keep two rows'
 //! eight-lane sums in one register, so every lane adds what the AVX2 lane adds, in the same
-//! order). Both evaluate the expression of the reference ([`crate::kernels::attention`]) in its
-//! order, so they agree with it bit for bit.
+//! order; the softmax keeps its sixteen lanes in two registers or one). Both evaluate the
+//! expressions of the reference ([`crate::kernels::attention`]) in its order, so they agree
+//! with it bit for bit.
 
 use half::f16;
 use std::arch::x86_64::*;

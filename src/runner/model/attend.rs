@@ -26,7 +26,7 @@ pub struct AttnShape {
 /// and including `pos`), `pos` and the `layer`. The columns of every sequence of a server
 /// batch are spread over the pool in one call; a job is the query heads that share one KV head
 /// (each K and V row read once for all of them) when that still gives every thread a few jobs,
-/// else one head. A prompt's consecutive columns go as tiles ([`attend_tiles`]): each K row is
+/// else one head. A prompt's consecutive columns go as tiles (`attend_tiles`): each K row is
 /// read once for the heads of several columns. Each head is computed exactly as it would be
 /// alone, so neither batching, grouping nor tiling changes a bit.
 pub fn attend<'c>(

@@ -116,8 +116,8 @@ impl KvCache {
     }
 
     /// Makes room for positions `0..n` (`n <= n_ctx`): each layer's buffers double (at least
-    /// to [`MIN_POSITIONS`], at most to `n_ctx`) when `n` is past them, so a sequence that
-    /// grows token by token reallocates `log2(n / MIN_POSITIONS)` times.
+    /// to 256 positions, at most to `n_ctx`) when `n` is past them, so a sequence that
+    /// grows token by token reallocates `log2(n / 256)` times.
     pub fn reserve(&mut self, n: usize) {
         let held = self.positions();
         if n <= held {
