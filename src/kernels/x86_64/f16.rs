@@ -4,6 +4,7 @@
 
 use std::arch::x86_64::*;
 
+use super::prefetch;
 use crate::kernels::Gemm;
 use crate::kernels::f16::{F16Kernel, LANES, Lanes16, rows_with};
 
@@ -57,6 +58,11 @@ impl Lanes16 for Avx2 {
         }
         a
     }
+
+    #[inline(always)]
+    fn prefetch(w: *const u16) {
+        prefetch::line(w);
+    }
 }
 
 /// The 16 lanes in one zmm register.
@@ -90,6 +96,11 @@ impl Lanes16 for Zmm {
         // SAFETY: `a` holds 16 values; the caller guarantees AVX-512F.
         unsafe { _mm512_storeu_ps(a.as_mut_ptr(), self.0) };
         a
+    }
+
+    #[inline(always)]
+    fn prefetch(w: *const u16) {
+        prefetch::line(w);
     }
 }
 
