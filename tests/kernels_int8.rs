@@ -9,7 +9,8 @@ mod common;
 use common::*;
 use t2p::format::i2s::{decode_i2s, decode_iq2bn, encode_i2s, encode_iq2bn, reference_matmul_int8};
 use t2p::kernels::Kernels;
-use t2p::matmul::{Int8Matrix, QuantizedBatch};
+use t2p::matmul::{Int8Acts, Int8Matrix};
+use t2p::pool::ThreadPool;
 
 /// How the activations are drawn.
 #[derive(Clone, Copy, Debug)]
@@ -45,11 +46,11 @@ fn draw_codes(codes: Codes, n: usize, rng: &mut Lcg) -> Vec<u8> {
 /// per-token int8 quads, the T2P product, the f32 scales.
 fn run(kern: &Kernels, m: &Int8Matrix, x: &[f32], ncols: usize) -> Vec<f32> {
     let k = m.k();
-    let mut batch = QuantizedBatch::default();
-    let mut s = Vec::new();
-    Int8Matrix::quantize_acts(x, k, ncols, &mut batch, &mut s).unwrap();
-    let mut out = compute_in_chunks(kern, m.t2p(), &batch);
-    m.apply_scales(&s, &mut out);
+    // Quantized over a pool of 3: the vectors spread over threads, each quantized alone.
+    let mut acts = Int8Acts::default();
+    acts.quantize(&ThreadPool::new(3), x, k, ncols).unwrap();
+    let mut out = compute_in_chunks(kern, m.t2p(), acts.batch());
+    m.apply_scales(acts.scales(), &mut out);
     out
 }
 

@@ -13,6 +13,43 @@ use crate::format::i2s::{
     repack_iq2bn_to_t2p,
 };
 use crate::format::{BlockT2p, QK_PQ2_0, t2p_block_count};
+use crate::pool::ThreadPool;
+
+/// Activation vectors quantized per vector to int8 (`q8_0` quads of scale 1.0), with their
+/// scales `s`: what every BitNet matrix reading those vectors multiplies.
+#[derive(Debug, Default)]
+pub struct Int8Acts {
+    batch: QuantizedBatch,
+    scales: Vec<f32>,
+}
+
+impl Int8Acts {
+    /// Quantizes `ncols` activation vectors `x` (one after another, each `k` long, `k` a
+    /// multiple of 128), the vectors spread over `pool`; reuses the buffers.
+    pub fn quantize(&mut self, pool: &ThreadPool, x: &[f32], k: usize, ncols: usize) -> Result<()> {
+        check_len("activation values", k * ncols, x.len())?;
+        let scales = &mut self.scales;
+        scales.clear();
+        scales.resize(ncols, 0.0);
+        self.batch.fill_q8_0_columns(k, ncols, |quads| {
+            let nb = k / QK_PQ2_0;
+            let vectors = quads.chunks_exact_mut(nb).zip(x.chunks_exact(k));
+            pool.for_each_item(ncols, vectors.zip(scales.iter_mut()), |((q, x), s)| {
+                *s = quantize_row_i8_quads(x, q);
+            });
+        })
+    }
+
+    /// The int8 vectors, as the T2P product reads them.
+    pub fn batch(&self) -> &QuantizedBatch {
+        &self.batch
+    }
+
+    /// The scale `s` of each vector.
+    pub fn scales(&self) -> &[f32] {
+        &self.scales
+    }
+}
 
 /// A BitNet matrix: T2P blocks of scale 1.0 and the f32 scales of its rows.
 #[derive(Clone, Debug)]
@@ -94,25 +131,6 @@ impl Int8Matrix {
         self.m.dequantize_row(r, out);
         let d = self.scale(r);
         out[..self.k()].iter_mut().for_each(|v| *v *= d);
-    }
-
-    /// Quantizes `ncols` activation vectors `x` (one after another, each `k` long) per vector
-    /// to int8 into `batch` (q8_0 quads of scale 1.0), and their scales `s` into `s`.
-    pub fn quantize_acts(
-        x: &[f32],
-        k: usize,
-        ncols: usize,
-        batch: &mut QuantizedBatch,
-        s: &mut Vec<f32>,
-    ) -> Result<()> {
-        check_len("activation values", k * ncols, x.len())?;
-        s.clear();
-        batch.fill_q8_0_columns(k, ncols, |quads| {
-            let nb = k / QK_PQ2_0;
-            for (c, xc) in x.chunks_exact(k).enumerate() {
-                s.push(quantize_row_i8_quads(xc, &mut quads[c * nb..(c + 1) * nb]));
-            }
-        })
     }
 
     /// Turns the integer sums of the T2P product (`out[c * rows + r]`) into the outputs:

@@ -25,7 +25,7 @@ mod t2p;
 
 pub use act::{ActLayout, ActQuant, Q8_0Quantizer, QuantizedBatch};
 pub use f16::F16Matrix;
-pub use int8::Int8Matrix;
+pub use int8::{Int8Acts, Int8Matrix};
 pub use parallel::{
     F16Product, QuantProduct, RowChunked, StepTime, T2pProduct, matmul_parallel, run_products,
 };

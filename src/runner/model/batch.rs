@@ -10,7 +10,7 @@
 use super::hparams::HParams;
 use super::ops::rope_angles;
 use super::recurrent::Update;
-use crate::matmul::QuantizedBatch;
+use crate::matmul::{Int8Acts, QuantizedBatch};
 
 /// Where one sequence of a batched forward pass sits: its columns in the batch and the
 /// position of its first token.
@@ -27,6 +27,8 @@ pub(crate) struct MatmulScratch {
     pub xt: Vec<f32>,
     /// The quantized activations every T2P matrix of the group reads.
     pub act: QuantizedBatch,
+    /// The per-vector int8 activations every BitNet matrix of the group reads.
+    pub int8: Int8Acts,
     /// `[rows * n]`: per row chunk of a matmul over several columns, its output tile.
     pub tiles: Vec<f32>,
 }

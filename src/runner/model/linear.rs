@@ -7,8 +7,8 @@ use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
 use crate::matmul::{
-    F16Matrix, F16Product, Int8Matrix, Matrix, QuantProduct, QuantizedBatch, RowChunked,
-    T2pProduct, run_products,
+    F16Matrix, F16Product, Int8Acts, Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pProduct,
+    run_products,
 };
 use crate::runner::{Tensor, TensorData};
 
@@ -125,20 +125,14 @@ impl Matrix {
             }),
             // Each token quantized to int8 with its own scale, the integer sums from the T2P
             // kernels, then the f32 scales.
-            Matrix::Int8(m) => INT8_ACTS.with_borrow_mut(|(batch, s)| {
+            Matrix::Int8(m) => INT8_ACTS.with_borrow_mut(|acts| {
                 {
                     let _t = exec.profile.time(Phase::Quantize);
-                    Int8Matrix::quantize_acts(
-                        &input.x[..input.n * input.k],
-                        input.k,
-                        input.n,
-                        batch,
-                        s,
-                    )?;
+                    acts.quantize(&exec.pool, &input.x[..input.n * input.k], input.k, input.n)?;
                 }
-                let product = T2pProduct::new(m.t2p(), batch)?;
+                let product = T2pProduct::new(m.t2p(), acts.batch())?;
                 run_one(exec, product, &mut *out, tiles, phase, m.size_bytes())?;
-                m.apply_scales(s, out);
+                m.apply_scales(acts.scales(), out);
                 Ok(())
             }),
             // Row chunks over the pool, each reading its rows once for every column.
@@ -212,8 +206,7 @@ thread_local! {
     static QUANT_ACTS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// The int8 activations and their per-token scales of `Matrix::forward` for a BitNet
     /// matrix, grown to the largest batch once.
-    static INT8_ACTS: std::cell::RefCell<(QuantizedBatch, Vec<f32>)> =
-        std::cell::RefCell::new((QuantizedBatch::default(), Vec::new()));
+    static INT8_ACTS: std::cell::RefCell<Int8Acts> = std::cell::RefCell::new(Int8Acts::default());
 }
 
 /// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token

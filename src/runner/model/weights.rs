@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
 use super::hadamard::{FoldKind, GdnGeometry, HadamardFold};
-use crate::matmul::{Matrix, T2pMatrix};
+use crate::matmul::{Int8Matrix, Matrix, T2pMatrix};
 use crate::runner::{GgmlType, TensorStore};
 
 /// A projection as a layer holds it: the weight [`Matrix`] with what its input goes through
@@ -52,6 +52,14 @@ impl Projection {
     pub(crate) fn ternary_for(&self, kind: InputKind, round_bf16: bool) -> Option<&T2pMatrix> {
         match &self.matrix {
             Matrix::T2p(t) if self.input_kind(round_bf16) == kind => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Its BitNet weights if it is a BitNet matrix and reads input kind `kind`.
+    pub(crate) fn int8_for(&self, kind: InputKind, round_bf16: bool) -> Option<&Int8Matrix> {
+        match &self.matrix {
+            Matrix::Int8(m) if self.input_kind(round_bf16) == kind => Some(m),
             _ => None,
         }
     }

@@ -18,7 +18,7 @@ use super::hparams::HParams;
 use super::linear::{Activations, run_step};
 use super::profile::Phase;
 use super::weights::{InputKind, Projection};
-use crate::matmul::T2pProduct;
+use crate::matmul::{Matrix, T2pProduct};
 
 /// The sequences of a batch: each session with the tokens it runs.
 pub(crate) type Seqs<'a> = [Seq<'a>];
@@ -68,7 +68,8 @@ impl Layer {
 
 /// `out_i = m_i x` for matrices reading the same activation `x` (`n x k`): each distinct
 /// transform of `x` ([`InputKind`]) is computed once and its quantized form is shared by every
-/// ternary matrix reading it, all of which run as one step of the matmul driver.
+/// ternary matrix reading it, all of which run as one step of the matmul driver; the same
+/// for its per-vector int8 form and the BitNet matrices reading it.
 pub(crate) fn project(
     ctx: &Ctx,
     mm: &mut MatmulScratch,
@@ -77,7 +78,12 @@ pub(crate) fn project(
     jobs: &mut [(&Projection, &mut [f32])],
     phase: Phase,
 ) -> Result<()> {
-    let MatmulScratch { xt, act, tiles } = mm;
+    let MatmulScratch {
+        xt,
+        act,
+        int8,
+        tiles,
+    } = mm;
     let kind_of = |m: &Projection| m.input_kind(ctx.round_bf16);
     // A layer passes at most four matrices: scanning the earlier ones finds each kind's first.
     for i in 0..jobs.len() {
@@ -86,33 +92,68 @@ pub(crate) fn project(
             continue;
         }
         let input = transform(ctx, kind, x, k, xt);
-        let quantize = jobs[i..]
-            .iter()
-            .any(|(m, _)| kind_of(m) == kind && m.matrix.is_ternary());
+        let reads =
+            |m: &Projection, want: fn(&Matrix) -> bool| kind_of(m) == kind && want(&m.matrix);
+        let quantize = jobs[i..].iter().any(|(m, _)| reads(m, Matrix::is_ternary));
         let acts = Activations::prepare(ctx.exec, act, input, k, quantize)?;
         if let Some(batch) = acts.quantized() {
             let product = |&m: &_| {
                 let t = Projection::ternary_for(m, kind, ctx.round_bf16);
                 t.map(|t| T2pProduct::new(t, batch)).transpose()
             };
-            // The weights this step streams, for the profile's bandwidth per phase.
-            let bytes = match ctx.exec.profile.is_on() {
-                true => jobs[i..]
-                    .iter()
-                    .filter_map(|&(m, _)| Projection::ternary_for(m, kind, ctx.round_bf16))
-                    .map(|t| t.size_bytes() as u64)
-                    .sum(),
-                false => 0,
-            };
+            let bytes = step_bytes(ctx, &jobs[i..], |m| {
+                Projection::ternary_for(m, kind, ctx.round_bf16).map(|t| t.size_bytes())
+            });
             run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
         }
+        if jobs[i..].iter().any(|(m, _)| reads(m, is_int8)) {
+            {
+                let _t = ctx.exec.profile.time(Phase::Quantize);
+                int8.quantize(&ctx.exec.pool, input, k, acts.n())?;
+            }
+            let (batch, scales) = (int8.batch(), int8.scales());
+            let product = |&m: &_| {
+                let t = Projection::int8_for(m, kind, ctx.round_bf16);
+                t.map(|t| T2pProduct::new(t.t2p(), batch)).transpose()
+            };
+            let bytes = step_bytes(ctx, &jobs[i..], |m| {
+                m.int8_for(kind, ctx.round_bf16).map(|m| m.size_bytes())
+            });
+            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
+            for (m, out) in jobs[i..].iter_mut() {
+                if let Some(m) = m.int8_for(kind, ctx.round_bf16) {
+                    m.apply_scales(scales, out);
+                }
+            }
+        }
         for (m, out) in jobs[i..].iter_mut() {
-            if kind_of(m) == kind && !m.matrix.is_ternary() {
+            if reads(m, |m| !m.is_ternary() && !is_int8(m)) {
                 m.matrix.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
     }
     Ok(())
+}
+
+fn is_int8(m: &Matrix) -> bool {
+    matches!(m, Matrix::Int8(_))
+}
+
+/// The weights a step over `jobs` streams (the matrices `size` names), for the profile's
+/// bandwidth per phase; 0 when the profile is off.
+fn step_bytes(
+    ctx: &Ctx,
+    jobs: &[(&Projection, &mut [f32])],
+    size: impl Fn(&Projection) -> Option<usize>,
+) -> u64 {
+    match ctx.exec.profile.is_on() {
+        true => jobs
+            .iter()
+            .filter_map(|&(m, _)| size(m))
+            .map(|b| b as u64)
+            .sum(),
+        false => 0,
+    }
 }
 
 /// `x` as a matmul of input kind `kind` reads it: itself, or rotated and/or rounded to bf16
