@@ -249,23 +249,36 @@ pub fn quantize_row_i8_absmax(x: &[f32], out: &mut [i8]) -> f32 {
     s
 }
 
-/// `127 / max(max|x|, 1e-5)`.
+/// `127 / max(max|x|, 1e-5)`. The maximum is taken in 8 lanes (a maximum is the same in any
+/// order, and a NaN is skipped in every lane as `f32::max` skips it), which the compiler turns
+/// into vector code: a serial fold is one dependent `max` per element.
 fn absmax_scale(x: &[f32]) -> f32 {
-    let amax = x.iter().fold(0.0f32, |m, &v| m.max(v.abs()));
-    127.0 / amax.max(1e-5)
+    let mut lanes = [0.0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = m.max(v.abs());
+        }
+    }
+    let amax = lanes.into_iter().chain(rest.iter().map(|v| v.abs()));
+    127.0 / amax.fold(0.0f32, f32::max).max(1e-5)
 }
 
 /// `round_half_even(v * s)` clamped to int8 (a NaN becomes 0, as `as` casts it).
 ///
 /// Rounded through the float mantissa: once clamped, `|y| <= 128 < 2^22`, so `y + 1.5 * 2^23`
 /// lands where floats are whole numbers and the addition itself rounds half to even, exactly
-/// as `f32::round_ties_even` (a test checks every value). Without SSE4.1 that function is a
-/// software routine per element (half of a BitNet prefill's time); this loop vectorizes.
+/// as `f32::round_ties_even` (a test checks every value), and the integer is the difference
+/// of the bits. Without SSE4.1 that function is a software routine per element (half of a
+/// BitNet prefill's time), and a float-to-int `as` saturates per element: integer steps keep
+/// the loop in vector code.
 #[inline(always)]
 fn to_i8(v: f32, s: f32) -> i8 {
     const MAGIC: f32 = 12_582_912.0;
     let y = (v * s).clamp(-128.0, 127.0);
-    ((y + MAGIC) - MAGIC) as i8
+    let q = (y + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
+    if y.is_nan() { 0 } else { q as i8 }
 }
 
 /// One token's activations as `q8_0` quads for a T2P matmul of scale-1.0 blocks: the int8
@@ -356,8 +369,37 @@ mod tests {
         for y in near.chain(swept.map(f32::from_bits)) {
             assert_eq!(to_i8(y, 1.0), want(y), "{y}");
         }
-        for y in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30] {
+        let payload_nans = [0x7fc0_0001, 0xffc0_0005, 0x7f80_0003].map(f32::from_bits);
+        for y in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30]
+            .into_iter()
+            .chain(payload_nans)
+        {
             assert_eq!(to_i8(y, 1.0), want(y), "{y}");
+        }
+    }
+
+    /// The lanes give the serial fold's maximum for every length and position of the
+    /// largest value, with NaNs, infinities and negative zeros among the values.
+    #[test]
+    fn absmax_in_lanes_is_the_serial_maximum() {
+        let serial = |x: &[f32]| 127.0 / x.iter().fold(0.0f32, |m, &v| m.max(v.abs())).max(1e-5);
+        for len in 0..40 {
+            for top in 0..len {
+                let mut x: Vec<f32> = (0..len).map(|i| ((i * 7) % 11) as f32 * -0.25).collect();
+                x[top] = -9.5;
+                for special in [f32::NAN, -0.0, f32::INFINITY] {
+                    let mut y = x.clone();
+                    y[(top + 3) % len] = special;
+                    assert_eq!(
+                        absmax_scale(&y).to_bits(),
+                        serial(&y).to_bits(),
+                        "{len} {top} {special}"
+                    );
+                }
+                assert_eq!(absmax_scale(&x), 127.0 / 9.5);
+            }
+            let zeros = vec![0.0; len];
+            assert_eq!(absmax_scale(&zeros), 127.0 / 1e-5);
         }
     }
 
