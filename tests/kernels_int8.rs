@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use t2p::format::i2s::{decode_i2s, decode_iq2bn, encode_i2s, encode_iq2bn, reference_matmul_int8};
 use t2p::kernels::Kernels;
-use t2p::matmul::{Int8Acts, Int8Matrix};
+use t2p::matmul::{Int8Acts, Int8Matrix, MatmulPlan};
 use t2p::pool::ThreadPool;
 
 /// How the activations are drawn.
@@ -50,6 +50,13 @@ fn run(kern: &Kernels, m: &Int8Matrix, x: &[f32], ncols: usize) -> Vec<f32> {
     let mut acts = Int8Acts::default();
     acts.quantize(&ThreadPool::new(3), x, k, ncols).unwrap();
     let mut out = compute_in_chunks(kern, m.t2p(), acts.batch());
+    // The unit-scale gemm (the model's, integer sums where a path has them) gives the q8_0
+    // gemm's bits.
+    let unit = MatmulPlan::for_batch(m.t2p(), acts.batch())
+        .unwrap()
+        .with_unit_scales();
+    let sums = compute_plan_in_chunks(kern, unit, m.t2p(), acts.batch());
+    assert_bits_eq(&sums, &out, &format!("{}: unit-scale gemm", kern.isa()));
     m.apply_scales(acts.scales(), &mut out);
     out
 }

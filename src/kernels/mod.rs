@@ -299,6 +299,7 @@ pub(crate) struct T2pKernels {
     gemm_q8_0: GemmQ8_0Fn,
     gemv_q8_0_g64: GemvQ8_0Fn<BlockT2pG64>,
     gemm_q8_0_g64: GemmQ8_0Fn<BlockT2pG64>,
+    gemm_unit: GemmQ8_0Fn,
     vec_dot_stock: VecDotFn,
 }
 
@@ -343,6 +344,7 @@ macro_rules! kernel_table {
             gemm_q8_0,
             gemv_q8_0_g64: gemv_q8_0,
             gemm_q8_0_g64: gemm_q8_0,
+            gemm_unit: gemm_q8_0,
             vec_dot_stock,
         }
     };
@@ -461,6 +463,23 @@ impl Kernels {
                 T2pSlice::G128(x) => (self.t2p.gemm_q8_0)(g.with_weights(x)),
                 T2pSlice::G64(x) => (self.t2p.gemm_q8_0_g64)(g.with_weights(x)),
             }
+        }
+    }
+
+    /// gemm of unit-scale blocks (BitNet's: every weight and activation block scale 1.0, the
+    /// per-vector scales applied after): `out[c * ld + r]` is the exact integer sum
+    /// `sum (u - 1) * q` of row `r` and column `c` as f32. That is what [`Kernels::gemm_q8_0`]
+    /// returns for such blocks, since every float step of its fold is exact on integers below
+    /// 2^24 (`k` under 65536); a path may sum in integers and skip the fold, or run
+    /// [`Kernels::gemm_q8_0`]. Blocks of other scales give unspecified values.
+    ///
+    /// # Panics
+    /// If the slice lengths do not match that shape.
+    pub fn gemm_unit(&self, g: Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
+        g.assert_shape(ROWS_PER_T2P);
+        assert_eq!(g.y.len(), g.ncols * g.nb, "activation blocks");
+        if g.ncols > 0 {
+            (self.t2p.gemm_unit)(g)
         }
     }
 

@@ -66,6 +66,17 @@ impl<'a> T2pProduct<'a> {
             work: batch.work(),
         })
     }
+
+    /// `w` times the columns of `batch`, where every block of both has scale 1.0 (a BitNet
+    /// matrix and its int8 activations): the exact integer sums, on the unit-scale gemm
+    /// ([`MatmulPlan::with_unit_scales`]).
+    pub fn unit_scales(w: &'a T2pMatrix, batch: &'a QuantizedBatch) -> Result<Self> {
+        let p = Self::new(w, batch)?;
+        Ok(T2pProduct {
+            plan: p.plan.with_unit_scales(),
+            ..p
+        })
+    }
 }
 
 /// A matrix of one of ggml's block types times `ncols` columns already quantized to its

@@ -93,6 +93,8 @@ pub(super) fn check_row_range(
 pub struct MatmulPlan {
     rows: usize,
     layout: ActLayout,
+    /// Every weight and activation block has scale 1.0 ([`MatmulPlan::with_unit_scales`]).
+    unit_scales: bool,
 }
 
 impl MatmulPlan {
@@ -103,7 +105,11 @@ impl MatmulPlan {
         let layout = ActLayout::new(k, ncols, act)?;
         rows.checked_mul(ncols)
             .ok_or_else(|| Error::Shape(format!("{rows} rows x {ncols} columns overflow")))?;
-        Ok(MatmulPlan { rows, layout })
+        Ok(MatmulPlan {
+            rows,
+            layout,
+            unit_scales: false,
+        })
     }
 
     /// The plan for `w` times the columns of `batch`.
@@ -118,7 +124,18 @@ impl MatmulPlan {
         Ok(MatmulPlan {
             rows: w.rows(),
             layout: *batch.layout(),
+            unit_scales: false,
         })
+    }
+
+    /// This plan for weights and `q8_0` activations whose block scales are all 1.0 (BitNet's
+    /// integer sums, [`crate::matmul::Int8Matrix`]): several columns then run on the
+    /// unit-scale gemm ([`Kernels::gemm_unit`]), which returns what the `q8_0` gemm would.
+    pub fn with_unit_scales(self) -> MatmulPlan {
+        MatmulPlan {
+            unit_scales: true,
+            ..self
+        }
     }
 
     /// The activations' layout in the work buffer.
@@ -301,14 +318,20 @@ impl MatmulPlan {
         let m = w.len() / nb * ROWS_PER_T2P;
         match l.act() {
             ActQuant::Q8_0 if l.ncols() == 1 => kern.gemv_q8_0(w, nb, l.q8_0(work), &mut out[..m]),
-            ActQuant::Q8_0 => kern.gemm_q8_0(Gemm {
-                x: w,
-                nb,
-                y: l.q8_0(work),
-                ncols: l.ncols(),
-                out,
-                ld,
-            }),
+            ActQuant::Q8_0 => {
+                let g = Gemm {
+                    x: w,
+                    nb,
+                    y: l.q8_0(work),
+                    ncols: l.ncols(),
+                    out,
+                    ld,
+                };
+                match B::slice(w) {
+                    T2pSlice::G128(x) if self.unit_scales => kern.gemm_unit(g.with_weights(x)),
+                    _ => kern.gemm_q8_0(g),
+                }
+            }
             ActQuant::Q8K => {
                 let T2pSlice::G128(w) = B::slice(w) else {
                     unreachable!("compute refuses q8_K plans for group-64 weights")

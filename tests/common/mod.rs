@@ -217,6 +217,17 @@ pub fn assert_every_path(want: &[f32], what: &str, run: impl Fn(&Kernels) -> Vec
 /// each through [`MatmulPlan::compute_columns`], into `out[c * rows + r]`.
 pub fn compute_in_chunks(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Vec<f32> {
     let plan = MatmulPlan::for_batch(w, batch).unwrap();
+    compute_plan_in_chunks(kern, plan, w, batch)
+}
+
+/// [`compute_in_chunks`] on a given plan of `w` and `batch`.
+#[allow(dead_code)]
+pub fn compute_plan_in_chunks(
+    kern: &Kernels,
+    plan: MatmulPlan,
+    w: &T2pMatrix,
+    batch: &QuantizedBatch,
+) -> Vec<f32> {
     let rows = w.rows();
     let mut out = vec![f32::NAN; rows * batch.ncols()];
     let n = 3;

@@ -88,6 +88,7 @@ const fn table<P: Path>() -> T2pKernels {
         gemm_q8_0: P::gemm_q8_0::<BlockT2p>,
         gemv_q8_0_g64: P::gemv_q8_0::<BlockT2pG64>,
         gemm_q8_0_g64: P::gemm_q8_0::<BlockT2pG64>,
+        gemm_unit: P::gemm_unit,
         vec_dot_stock: stock::vec_dot_stock,
     }
 }
@@ -193,6 +194,12 @@ trait Path: DotStep + Sized {
     /// The `q8_0` gemm entry of the path's table, as [`Path::gemv_q8_0`].
     fn gemm_q8_0<B: RowPairBlock>(g: super::Gemm<'_, B, BlockQ8_0Quad>) {
         q8_0::gemm::<Self, B>(g)
+    }
+
+    /// The unit-scale gemm entry ([`super::Kernels::gemm_unit`]): the `q8_0` gemm unless the
+    /// path sums in integers.
+    fn gemm_unit(g: super::Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
+        Self::gemm_q8_0(g)
     }
 }
 

@@ -52,6 +52,11 @@ impl Path for Avx512Vnni {
         // SAFETY: as for `gemv_q8_0`.
         unsafe { zmm::gemm_q8_0(g) }
     }
+
+    fn gemm_unit(g: Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
+        // SAFETY: as for `gemv_q8_0`.
+        unsafe { zmm::gemm_unit(g) }
+    }
 }
 
 /// The one instruction the two paths encode differently.

@@ -104,18 +104,29 @@ fn decode<B: RowPairBlock>(blk: &B) -> [[__m512i; 4]; 2] {
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn scaled_sums(u: &[[__m512i; 4]; 2], op: &ColumnBlock) -> __m512 {
-    let acc = u.map(|u| {
-        let mut a = op.init;
-        for (u, y) in u.iter().zip(&op.ops) {
-            a = _mm512_dpbusd_epi32(a, *u, *y);
-        }
-        _mm512_castsi512_ps(a)
-    });
+    let acc = u.each_ref().map(|u| slot_dots(op.init, u, op));
+    _mm512_mul_ps(op.d, _mm512_cvtepi32_ps(row_sums(acc)))
+}
+
+/// `acc` plus the four slot dots of one row pair's decoded codes `u` with a column's operands.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn slot_dots(mut acc: __m512i, u: &[__m512i; 4], op: &ColumnBlock) -> __m512i {
+    for (u, y) in u.iter().zip(&op.ops) {
+        acc = _mm512_dpbusd_epi32(acc, *u, *y);
+    }
+    acc
+}
+
+/// The two row pairs' accumulators `[w: ra, ra', rb, rb']` as `I = [w: r0, r1, r2, r3]`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn row_sums(acc: [__m512i; 2]) -> __m512i {
+    let acc = acc.map(|a| _mm512_castsi512_ps(a));
     // [ra, rb] parts from pair 0 and [rc, rd] from pair 1, per lane: even and odd elements.
     let even = _mm512_shuffle_ps::<0b10_00_10_00>(acc[0], acc[1]);
     let odd = _mm512_shuffle_ps::<0b11_01_11_01>(acc[0], acc[1]);
-    let i = _mm512_add_epi32(_mm512_castps_si512(even), _mm512_castps_si512(odd));
-    _mm512_mul_ps(op.d, _mm512_cvtepi32_ps(i))
+    _mm512_add_epi32(_mm512_castps_si512(even), _mm512_castps_si512(odd))
 }
 
 /// The oracle's fold ([`fold_q8_0`]) of four `P` (lane `i` of the result belongs to `p[i]`),
@@ -291,6 +302,88 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
             }
             for c in 0..real {
                 out[at(c)..at(c) + 4].copy_from_slice(&l[c / 4][4 * (c % 4)..4 * (c % 4) + 4]);
+            }
+        }
+    }
+}
+
+/// The unit-scale gemm ([`crate::kernels::Kernels::gemm_unit`]): the passes of
+/// [`gemm_q8_0`], but each column's two row-pair accumulators collect the slot dots of every
+/// block of a chunk (8 `vpdpbusd` and 2 adds per block and column, where the float fold costs
+/// as much again), reduced to the four rows' integer sums once per chunk.
+///
+/// # Safety
+/// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn gemm_unit<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let nb = g.nb;
+    let single = |x: &[B], nb, y: &[BlockQ8_0Quad], out: &mut [f32]| {
+        // SAFETY: same CPU features as this function (closures inherit them).
+        unsafe { gemv_q8_0(x, nb, y, out) }
+    };
+    column_passes(g, single, |g, cols, stored| {
+        let real = stored.len();
+        let width = 4 * real.div_ceil(4);
+        let items = (0..nb).flat_map(|b| {
+            (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
+        });
+        with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
+            if width == 4 {
+                unit_pass::<B, 4>(g, ops, stored)
+            } else {
+                unit_pass::<B, 8>(g, ops, stored)
+            }
+        });
+    });
+}
+
+/// One pass of `NC` columns (those of `cols` stored) over every row group, in chunks of
+/// blocks as [`gemm_pass`]; a chunk's integer sums are added to the earlier chunks' in `out`
+/// (exact: integers below 2^24 in f32).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unit_pass<B: RowPairBlock, const NC: usize>(
+    g: &mut Gemm<'_, B, BlockQ8_0Quad>,
+    ops: &[ColumnBlock],
+    cols: std::ops::Range<usize>,
+) {
+    let (x, nb, ld, out) = (g.x, g.nb, g.ld, &mut *g.out);
+    let (c0, real) = (cols.start, cols.len());
+    let chunk = (CHUNK_BYTES / (NC * size_of::<ColumnBlock>())).max(1);
+    for b0 in (0..nb).step_by(chunk) {
+        let b1 = (b0 + chunk).min(nb);
+        let ops = &ops[NC * b0..NC * b1];
+        for (g, group) in x.chunks_exact(nb).enumerate() {
+            let mut acc = [[_mm512_setzero_si512(); 2]; NC];
+            for (b, (blk, op)) in group[b0..b1].iter().zip(ops.chunks_exact(NC)).enumerate() {
+                prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
+                let u = decode(blk);
+                // Indexed loops over the const bounds keep the accumulators in registers.
+                #[allow(clippy::needless_range_loop)]
+                for c in 0..NC {
+                    for p in 0..2 {
+                        let a = _mm512_add_epi32(acc[c][p], op[c].init);
+                        acc[c][p] = slot_dots(a, &u[p], &op[c]);
+                    }
+                }
+            }
+            #[allow(clippy::needless_range_loop)]
+            for c in 0..real {
+                // Lane w of I holds word w's sums of the four rows: add the four lanes.
+                let i = row_sums(acc[c]);
+                let h =
+                    _mm256_add_epi32(_mm512_castsi512_si256(i), _mm512_extracti64x4_epi64::<1>(i));
+                let rows =
+                    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                let at = (c0 + c) * ld + ROWS_PER_T2P * g;
+                let o: &mut [f32; 4] = (&mut out[at..at + 4]).try_into().expect("4 rows");
+                // SAFETY: reads and writes exactly the 4 floats of `o`, unaligned.
+                unsafe {
+                    let before = match b0 {
+                        0 => _mm_setzero_ps(),
+                        _ => _mm_loadu_ps(o.as_ptr()),
+                    };
+                    _mm_storeu_ps(o.as_mut_ptr(), _mm_add_ps(before, _mm_cvtepi32_ps(rows)));
+                }
             }
         }
     }

@@ -130,7 +130,7 @@ impl Matrix {
                     let _t = exec.profile.time(Phase::Quantize);
                     acts.quantize(&exec.pool, &input.x[..input.n * input.k], input.k, input.n)?;
                 }
-                let product = T2pProduct::new(m.t2p(), acts.batch())?;
+                let product = T2pProduct::unit_scales(m.t2p(), acts.batch())?;
                 run_one(exec, product, &mut *out, tiles, phase, m.size_bytes())?;
                 m.apply_scales(acts.scales(), out);
                 Ok(())

@@ -114,7 +114,8 @@ pub(crate) fn project(
             let (batch, scales) = (int8.batch(), int8.scales());
             let product = |&m: &_| {
                 let t = Projection::int8_for(m, kind, ctx.round_bf16);
-                t.map(|t| T2pProduct::new(t.t2p(), batch)).transpose()
+                t.map(|t| T2pProduct::unit_scales(t.t2p(), batch))
+                    .transpose()
             };
             let bytes = step_bytes(ctx, &jobs[i..], |m| {
                 m.int8_for(kind, ctx.round_bf16).map(|m| m.size_bytes())
