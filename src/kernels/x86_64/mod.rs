@@ -196,10 +196,10 @@ trait Path: DotStep + Sized {
         q8_0::gemm::<Self, B>(g)
     }
 
-    /// The unit-scale gemm entry ([`super::Kernels::gemm_unit`]): the `q8_0` gemm unless the
-    /// path sums in integers.
+    /// The unit-scale gemm entry ([`super::Kernels::gemm_unit`]): the integer sums of
+    /// [`q8_0`] unless the path has its own.
     fn gemm_unit(g: super::Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
-        Self::gemm_q8_0(g)
+        q8_0::gemm_unit::<Self>(g)
     }
 }
 

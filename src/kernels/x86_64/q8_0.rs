@@ -40,7 +40,7 @@ use super::{
     DotStep, HotLoop, Path, TilePass, decode_pair, prefetch, scales_ab, scales_twice,
     store_column_pairs,
 };
-use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
+use crate::format::{BlockQ8_0Quad, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0};
 
 /// Most columns one pass over the weights serves (four column pairs: the decoded slots of a
@@ -437,4 +437,100 @@ unsafe fn tile_block<D: DotStep, B: RowPairBlock, const NP: usize>(
             |a, b| _mm256_mul_ps(a, b),
         );
     }
+}
+
+/// The unit-scale gemm of path `P` ([`Path::gemm_unit`]): the passes of [`gemm`], but each
+/// column's integer sums are collected over all blocks of a row group (two dot steps and two
+/// adds per block and column, no float fold) and converted once per row group.
+pub(super) fn gemm_unit<P: Path>(g: Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
+    let nb = g.nb;
+    column_passes(g, gemv::<P, BlockT2p>, |g, cols, stored| {
+        let real = stored.len();
+        let tile = |tile: &[TileBlock]| {
+            let t = UnitTile {
+                g,
+                tile,
+                cols: stored,
+            };
+            // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s
+            // features.
+            unsafe { P::run(t) }
+        };
+        // SAFETY: as above; every path has AVX2.
+        unsafe { with_tile(cols, nb, real, tile) };
+    });
+}
+
+/// One pass of the unit-scale gemm over all row groups on a tile's operands, those of `cols`
+/// stored.
+struct UnitTile<'a, 'g> {
+    g: &'a mut Gemm<'g, BlockT2p, BlockQ8_0Quad>,
+    tile: &'a [TileBlock],
+    cols: std::ops::Range<usize>,
+}
+
+impl TilePass for UnitTile<'_, '_> {
+    fn pairs(&self) -> usize {
+        self.cols.len().div_ceil(2)
+    }
+
+    /// `2 * NP` columns (those of `cols` stored) over all row groups, a [`unit_block`] per
+    /// block.
+    #[inline(always)]
+    unsafe fn pass<D: DotStep, const NP: usize>(self) {
+        let UnitTile { g, tile, cols } = self;
+        let (x, nb) = (g.x, g.nb);
+        for (grp, group) in x.chunks_exact(nb).enumerate() {
+            // SAFETY: the caller guarantees `D`'s features, which include AVX2 (this and the
+            // unsafe blocks below).
+            let mut acc = unsafe { [[_mm256_setzero_si256(); 2]; NP] };
+            for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
+                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                // SAFETY: as above.
+                unsafe { unit_block::<D, NP>(&mut acc, blk, tb) };
+            }
+            // SAFETY: as above.
+            let sums: [__m256; NP] = std::array::from_fn(|cp| unsafe { pair_rows(acc[cp]) });
+            // SAFETY: as above.
+            unsafe { store_column_pairs(g, cols.clone(), grp, &sums) };
+        }
+    }
+}
+
+/// One block of a [`UnitTile`]: per word pair `q`, both row pairs are decoded once and each
+/// column adds its dot step and `-sum` to its sums `[w: r0..r3 | w': r0..r3]` (an AVX2
+/// function for the reason [`tile_block`] is one).
+///
+/// # Safety
+/// The CPU must have `D`'s features.
+#[target_feature(enable = "avx2,f16c")]
+#[inline]
+unsafe fn unit_block<D: DotStep, const NP: usize>(
+    acc: &mut [[__m256i; 2]; NP],
+    blk: &BlockT2p,
+    tb: &TileBlock,
+) {
+    for q in 0..2 {
+        let u = decode_pair(blk, q);
+        // Indexed loops over the const bounds keep the sums in registers.
+        #[allow(clippy::needless_range_loop)]
+        for cp in 0..NP {
+            for h in 0..2 {
+                let c = 2 * cp + h;
+                // SAFETY: the caller guarantees `D`'s features.
+                let w = unsafe { D::slots_dot(&u, &tb.ops[c][q]) };
+                acc[cp][h] = _mm256_add_epi32(acc[cp][h], _mm256_add_epi32(w, tb.neg[c][q]));
+            }
+        }
+    }
+}
+
+/// The rows of two columns, `[c: r0..r3 | c': r0..r3]` as f32, from their sums of words
+/// `2q` (low lanes) and `2q + 1` (high lanes).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn pair_rows(acc: [__m256i; 2]) -> __m256 {
+    let lo = _mm256_permute2x128_si256::<0x20>(acc[0], acc[1]);
+    let hi = _mm256_permute2x128_si256::<0x31>(acc[0], acc[1]);
+    _mm256_cvtepi32_ps(_mm256_add_epi32(lo, hi))
 }
