@@ -22,7 +22,7 @@
 //! is quantized with one scale `s = 127 / max(max|x|, 1e-5)`, `q = round_half_even(x * s)`
 //! clamped to -128..=127, and `y = (q . (c - 1)) * (scale / s)`.
 
-use super::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock};
+use super::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P, RowPairBlock};
 use crate::error::{Error, Result, check_len};
 
 /// Weights per I2_S block.
@@ -266,6 +266,12 @@ fn absmax_scale(x: &[f32]) -> f32 {
 }
 
 /// `round_half_even(v * s)` clamped to int8 (a NaN becomes 0, as `as` casts it).
+#[inline(always)]
+fn to_i8(v: f32, s: f32) -> i8 {
+    to_int8(v, s) as i8
+}
+
+/// [`to_i8`] as an `i32` (in -128..=127), for loops that also sum the values.
 ///
 /// Rounded through the float mantissa: once clamped, `|y| <= 128 < 2^22`, so `y + 1.5 * 2^23`
 /// lands where floats are whole numbers and the addition itself rounds half to even, exactly
@@ -274,11 +280,11 @@ fn absmax_scale(x: &[f32]) -> f32 {
 /// BitNet prefill's time), and a float-to-int `as` saturates per element: integer steps keep
 /// the loop in vector code.
 #[inline(always)]
-fn to_i8(v: f32, s: f32) -> i8 {
+fn to_int8(v: f32, s: f32) -> i32 {
     const MAGIC: f32 = 12_582_912.0;
     let y = (v * s).clamp(-128.0, 127.0);
     let q = (y + MAGIC).to_bits() as i32 - MAGIC.to_bits() as i32;
-    if y.is_nan() { 0 } else { q as i8 }
+    if y.is_nan() { 0 } else { q }
 }
 
 /// One token's activations as `q8_0` quads for a T2P matmul of scale-1.0 blocks: the int8
@@ -289,13 +295,20 @@ fn to_i8(v: f32, s: f32) -> i8 {
 /// If `x.len() != 128 * out.len()`.
 pub fn quantize_row_i8_quads(x: &[f32], out: &mut [BlockQ8_0Quad]) -> f32 {
     assert_eq!(x.len(), QK_PQ2_0 * out.len(), "128 values per quad");
-    let mut q = [0i8; QK_PQ2_0];
     let s = absmax_scale(x);
     for (quad, xs) in out.iter_mut().zip(x.chunks_exact(QK_PQ2_0)) {
-        for (o, &v) in q.iter_mut().zip(xs) {
-            *o = to_i8(v, s);
+        quad.d = [1.0; 4];
+        // Each sub-block's sum from the same integers as its values, in one vector loop (the
+        // sums of the stored bytes were a scalar load per byte).
+        let blocks = quad.qs.chunks_exact_mut(QK8_0).zip(xs.chunks_exact(QK8_0));
+        for ((q, xs), sum) in blocks.zip(&mut quad.sums) {
+            *sum = 0;
+            for (q, &v) in q.iter_mut().zip(xs) {
+                let i = to_int8(v, s);
+                *q = i as i8;
+                *sum += i;
+            }
         }
-        *quad = BlockQ8_0Quad::from_qs(q, [1.0; 4]);
     }
     s
 }
@@ -375,6 +388,27 @@ mod tests {
             .chain(payload_nans)
         {
             assert_eq!(to_i8(y, 1.0), want(y), "{y}");
+        }
+    }
+
+    /// The quads hold the values of `quantize_row_i8_absmax`, scale 1.0 and the sums of the
+    /// stored values (which the kernels use for the code offset).
+    #[test]
+    fn quads_hold_the_int8_values_and_their_sums() {
+        let x: Vec<f32> = (0..384)
+            .map(|i| match i % 97 {
+                0 => f32::NAN,
+                1 => -12.0,
+                _ => ((i * 7919) % 1001) as f32 / 100.0 - 5.0,
+            })
+            .collect();
+        let mut want = vec![0i8; 384];
+        let s = quantize_row_i8_absmax(&x, &mut want);
+        let mut quads = vec![BlockQ8_0Quad::default(); 3];
+        assert_eq!(quantize_row_i8_quads(&x, &mut quads).to_bits(), s.to_bits());
+        for (quad, q) in quads.iter().zip(want.chunks_exact(QK_PQ2_0)) {
+            let q: [i8; QK_PQ2_0] = q.try_into().unwrap();
+            assert_eq!(*quad, BlockQ8_0Quad::from_qs(q, [1.0; 4]));
         }
     }
 
