@@ -314,21 +314,24 @@ fn store_group_pair(out: &mut [f32], acc: __m256, two: bool) {
 /// over the weights, as column pairs (an odd last column is paired with itself and stored
 /// once), each pass a [`GemmTile`] on `P`; a single column runs through the gemv.
 pub(super) fn gemm<P: Path, B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    tile_passes::<P, B>(g, |g, tile, cols| {
+        // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s features.
+        unsafe { P::run(GemmTile { g, tile, cols }) }
+    });
+}
+
+/// Runs a gemm of path `P` as [`column_passes`]: a single column through the gemv, every other
+/// pass as `pass(g, tile, cols)` on the operands of its columns `cols` ([`with_tile`]).
+fn tile_passes<P: Path, B: RowPairBlock>(
+    g: Gemm<'_, B, BlockQ8_0Quad>,
+    mut pass: impl FnMut(&mut Gemm<'_, B, BlockQ8_0Quad>, &[TileBlock], Range<usize>),
+) {
     let nb = g.nb;
     column_passes(g, gemv::<P, B>, |g, cols, stored| {
         let real = stored.len();
-        let tile = |tile: &[TileBlock]| {
-            let t = GemmTile {
-                g,
-                tile,
-                cols: stored,
-            };
-            // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s
-            // features.
-            unsafe { P::run(t) }
-        };
-        // SAFETY: as above; every path has AVX2.
-        unsafe { with_tile(cols, nb, real, tile) };
+        // SAFETY: only `P`'s table reaches this, handed out after detecting `P`'s features;
+        // every path has AVX2.
+        unsafe { with_tile(cols, nb, real, |tile| pass(g, tile, stored)) };
     });
 }
 
@@ -443,21 +446,9 @@ unsafe fn tile_block<D: DotStep, B: RowPairBlock, const NP: usize>(
 /// column's integer sums are collected over all blocks of a row group (two dot steps and two
 /// adds per block and column, no float fold) and converted once per row group.
 pub(super) fn gemm_unit<P: Path>(g: Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
-    let nb = g.nb;
-    column_passes(g, gemv::<P, BlockT2p>, |g, cols, stored| {
-        let real = stored.len();
-        let tile = |tile: &[TileBlock]| {
-            let t = UnitTile {
-                g,
-                tile,
-                cols: stored,
-            };
-            // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s
-            // features.
-            unsafe { P::run(t) }
-        };
-        // SAFETY: as above; every path has AVX2.
-        unsafe { with_tile(cols, nb, real, tile) };
+    tile_passes::<P, BlockT2p>(g, |g, tile, cols| {
+        // SAFETY: only `P`'s table calls this entry, handed out after detecting `P`'s features.
+        unsafe { P::run(UnitTile { g, tile, cols }) }
     });
 }
 

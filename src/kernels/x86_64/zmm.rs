@@ -27,6 +27,7 @@
 //! the ymm VNNI kernels spend 16 `vpdpbusd`, 2 `vphaddd` and ~13 more per block and column.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::q8_0::column_passes;
 use super::{prefetch, slot_codes};
@@ -222,6 +223,23 @@ fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    operand_passes(g, |g, ops, cols, width| {
+        if width == 4 {
+            gemm_pass::<B, 1>(g, ops, cols)
+        } else {
+            gemm_pass::<B, 2>(g, ops, cols)
+        }
+    });
+}
+
+/// Runs a gemm as [`column_passes`]: a single column through [`gemv_q8_0`], every other pass
+/// as `pass(g, ops, cols, width)` on the operands of its columns `cols`, block-major for
+/// `width` columns (their count rounded up to a quad, the last column repeated).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn operand_passes<B: RowPairBlock>(
+    g: Gemm<'_, B, BlockQ8_0Quad>,
+    mut pass: impl FnMut(&mut Gemm<'_, B, BlockQ8_0Quad>, &[ColumnBlock], Range<usize>, usize),
+) {
     let nb = g.nb;
     let single = |x: &[B], nb, y: &[BlockQ8_0Quad], out: &mut [f32]| {
         // SAFETY: same CPU features as this function (closures inherit them).
@@ -234,11 +252,7 @@ pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
             (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
         });
         with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
-            if width == 4 {
-                gemm_pass::<B, 1>(g, ops, stored)
-            } else {
-                gemm_pass::<B, 2>(g, ops, stored)
-            }
+            pass(g, ops, stored, width)
         });
     });
 }
@@ -316,24 +330,12 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_unit<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
-    let nb = g.nb;
-    let single = |x: &[B], nb, y: &[BlockQ8_0Quad], out: &mut [f32]| {
-        // SAFETY: same CPU features as this function (closures inherit them).
-        unsafe { gemv_q8_0(x, nb, y, out) }
-    };
-    column_passes(g, single, |g, cols, stored| {
-        let real = stored.len();
-        let width = 4 * real.div_ceil(4);
-        let items = (0..nb).flat_map(|b| {
-            (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
-        });
-        with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS * width, items, |ops| {
-            if width == 4 {
-                unit_pass::<B, 4>(g, ops, stored)
-            } else {
-                unit_pass::<B, 8>(g, ops, stored)
-            }
-        });
+    operand_passes(g, |g, ops, cols, width| {
+        if width == 4 {
+            unit_pass::<B, 4>(g, ops, cols)
+        } else {
+            unit_pass::<B, 8>(g, ops, cols)
+        }
     });
 }
 
