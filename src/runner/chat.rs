@@ -93,7 +93,7 @@ pub const BITNET_TEMPLATE: &str = "{{ bos_token }}{% for m in messages %}\
 
 /// C's `strftime` of `secs` after the Unix epoch in UTC, for the directives chat templates
 /// use: `%Y %y %m %d %e %j %H %M %S %b %B %a %A %%` (any other is written as it stands).
-fn strftime_utc(format: &str, secs: u64) -> String {
+pub(crate) fn strftime_utc(format: &str, secs: u64) -> String {
     const MONTHS: [&str; 12] = [
         "January",
         "February",

@@ -1036,6 +1036,9 @@ WEATHER = {"type": "function", "function": {
         "city": {"type": "string", "maxLength": 16},
         "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
         "required": ["city", "unit"]}}}
+BRAVE = {"type": "function", "function": {
+    "name": "brave_search", "parameters": {"type": "object", "properties": {
+        "query": {"type": "string", "maxLength": 24}}, "required": ["query"]}}}
 CLOCK = {"type": "function", "function": {
     "name": "get_time", "parameters": {"type": "object", "properties": {
         "zone": {"type": "integer", "minimum": -12, "maximum": 14}}, "required": ["zone"]}}}
@@ -1407,6 +1410,47 @@ class ToolFormats(unittest.TestCase):
 
     def test_mistral_calls(self):
         self.conversation("mistral", "mistral")
+
+    def test_llama31_builtin_calls(self):
+        """Llama 3.1's built-in tools: announced in the system turn, called as
+        `<|python_tag|>brave_search.call(query="...")`, rendered back in that syntax."""
+        srv = Server(self.models["llama31"], ctx=1024)
+        try:
+            client = srv.client()
+            tools = [BRAVE, WEATHER]
+            msgs = [{"role": "user", "content": "Search the weather in Paris."}]
+            st, applied = srv.http("POST", "/apply-template", {"messages": msgs, "tools": tools})
+            self.assertEqual(st, 200, applied)
+            self.assertIn("Environment: ipython\nTools: brave_search\n\n", applied["prompt"])
+            named = {"type": "function", "function": {"name": "brave_search"}}
+            r = client.chat.completions.create(model="x", messages=msgs, tools=tools, tool_choice=named,
+                                               max_tokens=100, temperature=0)
+            c = r.choices[0]
+            self.assertEqual(c.finish_reason, "tool_calls", c.message)
+            self.assertEqual(len(c.message.tool_calls), 1)
+            call = c.message.tool_calls[0]
+            self.assertEqual(call.function.name, "brave_search")
+            query = json.loads(call.function.arguments)["query"]
+            self.assertIsInstance(query, str)
+            self.assertLessEqual(len(query), 24)
+            got = []
+            for ch in client.chat.completions.create(model="x", messages=msgs, tools=tools, tool_choice=named,
+                                                     max_tokens=100, temperature=0, stream=True):
+                if ch.choices:
+                    got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+            self.assertEqual(got, [(call.function.name, call.function.arguments)])
+            msgs += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": call.id, "type": "function",
+                         "function": {"name": "brave_search", "arguments": call.function.arguments}}]},
+                     {"role": "tool", "tool_call_id": call.id, "content": "18 degrees and sunny"}]
+            st, applied = srv.http("POST", "/apply-template", {"messages": msgs, "tools": tools})
+            self.assertEqual(st, 200, applied)
+            self.assertIn('<|python_tag|>brave_search.call(query="%s")<|eom_id|>' % query, applied["prompt"])
+            back = client.chat.completions.create(model="x", messages=msgs, tools=tools, max_tokens=4,
+                                                  temperature=0)
+            self.assertIsInstance(back.choices[0].message.content, str)
+        finally:
+            srv.close()
 
 
 class Reasoning(unittest.TestCase):

@@ -925,7 +925,7 @@ mod tests {
             if let Ok(Some(t)) = parse_tools(&m) {
                 use crate::runner::server::tool_format::ToolFormat;
                 for f in [ToolFormat::Hermes, ToolFormat::QwenXml, ToolFormat::Llama3, ToolFormat::Mistral] {
-                    let _ = f.grammar(&t, false);
+                    let _ = f.grammar(&t, false, &Default::default());
                 }
             }
         }

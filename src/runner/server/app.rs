@@ -15,7 +15,7 @@ use super::api::{self, ApiError};
 use super::metrics::Metrics;
 use super::reasoning::ReasoningFormat;
 use super::scheduler::Job;
-use super::tool_format::ToolFormat;
+use super::tool_format::{ControlMarkers, ToolFormat};
 use crate::runner::Tokenizer;
 use crate::runner::chat::ChatTemplate;
 use crate::runner::constrain::{GrammarCompiler, GrammarError};
@@ -35,8 +35,9 @@ pub struct AppState {
     pub template: Option<Arc<ChatTemplate>>,
     /// The tool-call syntax the template teaches.
     pub tool_format: ToolFormat,
-    /// Its markers (and think tags) that are control tokens, rendered in chat answers.
-    pub markers: Arc<[u32]>,
+    /// Its markers (and think tags) that are control tokens: rendered in chat answers,
+    /// written as tokens in grammars.
+    pub markers: ControlMarkers,
     /// Whether the template writes think blocks (only then are answers searched for one).
     pub thinks: bool,
     /// Where reasoning goes (`--reasoning-format`).

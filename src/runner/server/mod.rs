@@ -125,9 +125,7 @@ pub fn serve(
         tokenizer: tokenizer.clone(),
         template,
         tool_format: tool_format::ToolFormat::detect(&template_source),
-        markers: tool_format::ToolFormat::detect(&template_source)
-            .control_markers(&tokenizer)
-            .into(),
+        markers: tool_format::ToolFormat::detect(&template_source).control_markers(&tokenizer),
         thinks: reasoning::template_thinks(&template_source),
         reasoning: cfg.reasoning_format,
         cors_origin: cfg.cors_origin.clone(),

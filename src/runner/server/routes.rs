@@ -43,6 +43,7 @@ pub fn router(state: Shared) -> Router {
         .route("/tokenize", post(tokens::tokenize))
         .route("/detokenize", post(tokens::detokenize))
         .route("/props", get(tokens::props))
+        .route("/apply-template", post(apply_template))
         .route_layer(middleware::from_fn_with_state(state.clone(), check_key))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
@@ -213,6 +214,44 @@ async fn chat_completions(
     complete(st, body, Kind::Chat).await
 }
 
+/// A chat request's messages and tools rendered by the model's template, with the variables
+/// the template reads (the request's `chat_template_kwargs`, then the tool format's).
+async fn render_chat(
+    st: &Shared,
+    m: &Map<String, Value>,
+    tools: Option<&Tools>,
+) -> Result<String, ApiError> {
+    let messages = api::parse_messages(m)?;
+    let mut kwargs = api::parse_template_kwargs(m)?;
+    let listed = tools.map(|t| &t.list[..]).unwrap_or_default();
+    st.tool_format.template_kwargs(listed, &mut kwargs, now());
+    let tmpl = st.template.clone().ok_or_else(|| {
+        ApiError::invalid(
+            "no_chat_template",
+            "the model has no chat template; use /v1/completions",
+        )
+    })?;
+    // Off the async threads: a long conversation takes milliseconds.
+    let tools = tools.map(|t| t.raw.clone()).unwrap_or_default();
+    off_thread(move || tmpl.render_with(&messages, &tools, true, &kwargs))
+        .await?
+        .map_err(|e| {
+            ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
+        })
+}
+
+/// `POST /apply-template` (as llama-server): the prompt a chat request would be evaluated
+/// on, `{"prompt": ...}`, without evaluating it.
+async fn apply_template(
+    State(st): State<Shared>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let m = off_thread(move || object_body(body)).await??;
+    let tools = api::parse_tools(&m)?;
+    let prompt = render_chat(&st, &m, tools.as_ref()).await?;
+    Ok(axum::Json(json!({ "prompt": prompt })).into_response())
+}
+
 /// Tokenizes the request's prompt (off the async threads: a prompt can be megabytes); a chat's
 /// tools are rendered by the template with the messages. Also says whether the rendered chat
 /// prompt leaves the model inside a think block.
@@ -233,23 +272,8 @@ async fn prompt_ids(
             Prompt::Ids(ids) => Src::Ids(ids),
         },
         Kind::Chat => {
-            let messages = api::parse_messages(m)?;
-            let kwargs = api::parse_template_kwargs(m)?;
-            let tmpl = st.template.as_ref().ok_or_else(|| {
-                ApiError::invalid(
-                    "no_chat_template",
-                    "the model has no chat template; use /v1/completions",
-                )
-            })?;
             // As `libt2p chat`: the rendered conversation, no BOS added, specials parsed.
-            // Rendered off the async threads: a long conversation takes milliseconds.
-            let tools = tools.map(|t| t.raw.clone()).unwrap_or_default();
-            let tmpl = tmpl.clone();
-            let text = off_thread(move || tmpl.render_with(&messages, &tools, true, &kwargs))
-                .await?
-                .map_err(|e| {
-                    ApiError::invalid("invalid_messages", format!("the chat template failed: {e}"))
-                })?;
+            let text = render_chat(st, m, tools).await?;
             opens_think = reasoning::prompt_opens_think(&text);
             Src::Text(text, false)
         }
@@ -297,9 +321,12 @@ fn output_grammar(
     in_think: bool,
 ) -> Result<Option<Grammar>, ApiError> {
     let calls = match tools {
-        Some(t) => st.tool_format.grammar(t, in_think).map_err(|e| {
-            ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
-        })?,
+        Some(t) => st
+            .tool_format
+            .grammar(t, in_think, &st.markers)
+            .map_err(|e| {
+                ApiError::invalid("invalid_tools", format!("the tools' parameters: {e}"))
+            })?,
         None => None,
     };
     match (requested, calls) {
@@ -347,7 +374,7 @@ async fn complete(
     let answer = answer_spec(&st, kind, tools, opens_think);
     // A chat answer that is parsed sees the syntax's control-token markers.
     let rendered: Arc<[u32]> = if answer.is_some() {
-        st.markers.clone()
+        st.markers.ids()
     } else {
         Arc::from([])
     };

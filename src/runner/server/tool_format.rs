@@ -8,6 +8,7 @@
 //! | Hermes (Qwen3, Ternary Bonsai 1.7B-8B) | `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>` |
 //! | Qwen XML (Qwen3.5 / Bonsai 2 27B, Qwen3-Coder) | `<tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n</function>\n</tool_call>` |
 //! | Llama 3.x | `{"name": ..., "parameters": {...}}` as the whole answer, or after `<|python_tag|>` |
+//! | Llama 3.1 built-in tools | `<|python_tag|>brave_search.call(query="...")`, or code after `<|python_tag|>` |
 //! | Mistral | `[TOOL_CALLS]NAME[ARGS]{...}` (or the older `[TOOL_CALLS][{"name", "arguments"}]`) |
 //!
 //! A call whose function is not one of the request's `tools`, or whose syntax is broken, stays
@@ -76,22 +77,62 @@ impl ToolFormat {
     }
 
     /// The markers of this syntax (and of think blocks) that are single control tokens of
-    /// `tok`'s vocabulary: decoded text leaves control tokens out, so these are rendered
-    /// (llama.cpp's "preserved tokens"). Qwen's markers are user-defined tokens, shown anyway.
-    pub fn control_markers(self, tok: &crate::runner::Tokenizer) -> Vec<u32> {
-        let markers: &[&str] = match self {
+    /// `tok`'s vocabulary. Qwen's markers are user-defined tokens, which are text anyway.
+    pub fn control_markers(self, tok: &crate::runner::Tokenizer) -> ControlMarkers {
+        let markers: &[&'static str] = match self {
             ToolFormat::Hermes | ToolFormat::QwenXml => &[TOOL_CALL_OPEN, TOOL_CALL_CLOSE],
             ToolFormat::Llama3 => &[PYTHON_TAG],
             ToolFormat::Mistral => &[MISTRAL_OPEN, MISTRAL_ARGS, MISTRAL_CALL_ID],
         };
-        markers
+        let named: Vec<(&'static str, u32)> = markers
             .iter()
             .chain(&["<think>", "</think>"])
-            .filter_map(|m| match tok.encode(m, false, true)[..] {
-                [id] if tok.token_to_piece(id, false).is_empty() => Some(id),
+            .filter_map(|&m| match tok.encode(m, false, true)[..] {
+                [id] if tok.token_to_piece(id, false).is_empty() => Some((m, id)),
                 _ => None,
             })
-            .collect()
+            .collect();
+        ControlMarkers {
+            ids: named.iter().map(|&(_, id)| id).collect(),
+            named,
+        }
+    }
+
+    /// The tools of `tools` that Llama 3.1 knows by name (`builtin_tools` of its template):
+    /// the search tools with a `query` parameter, the code tools with `code`. Other formats
+    /// have none.
+    pub fn builtin_tools(self, tools: &[Tool]) -> Vec<String> {
+        match self {
+            ToolFormat::Llama3 => tools
+                .iter()
+                .filter(|t| builtin_param(t).is_some())
+                .map(|t| t.name.clone())
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// What the template reads besides the messages and tools, as llama.cpp passes them:
+    /// Llama 3.x gets today's `date_string`, its tools in the system turn
+    /// (`tools_in_user_message: false`) and, when the request lists built-in tools,
+    /// `builtin_tools` (the template then announces `Environment: ipython` and renders
+    /// earlier built-in calls in their own syntax). A client's `chat_template_kwargs` win.
+    pub fn template_kwargs(self, tools: &[Tool], kwargs: &mut Map<String, Value>, now: u64) {
+        if self != ToolFormat::Llama3 {
+            return;
+        }
+        let builtin = self.builtin_tools(tools);
+        if !builtin.is_empty() {
+            kwargs
+                .entry("builtin_tools")
+                .or_insert_with(|| json!(builtin));
+        }
+        kwargs
+            .entry("date_string")
+            .or_insert_with(|| json!(crate::runner::chat::strftime_utc("%d %b %Y", now)));
+        kwargs
+            .entry("tools_in_user_message")
+            .or_insert(Value::Bool(false));
     }
 
     /// The id of call `k` of choice `index` of response `response`. Mistral's template
@@ -123,7 +164,13 @@ impl ToolFormat {
     /// when `parallel` and the format allows it; a named function: that one, once), or `None`
     /// when the model may answer freely. `in_think`: the prompt left the model inside a think
     /// block (Qwen3.5's generation prompt opens one), which the answer closes first.
-    pub fn grammar(self, tools: &Tools, in_think: bool) -> Result<Option<Grammar>, GrammarError> {
+    /// `control`: the markers the grammar writes as control tokens.
+    pub fn grammar(
+        self,
+        tools: &Tools,
+        in_think: bool,
+        control: &ControlMarkers,
+    ) -> Result<Option<Grammar>, GrammarError> {
         let (chosen, many): (Vec<&Tool>, bool) = match &tools.choice {
             ToolChoice::None | ToolChoice::Auto => return Ok(None),
             ToolChoice::Named(n) => (tools.list.iter().filter(|t| &t.name == n).collect(), false),
@@ -141,16 +188,34 @@ impl ToolFormat {
                     .map(|t| json_call(&t.name, "arguments", &t.parameters))
                     .collect();
                 format!(
-                    "\"{TOOL_CALL_OPEN}\\n\" {} \"\\n{TOOL_CALL_CLOSE}\"",
-                    lark_json(&json!({"anyOf": any}))?
+                    "{} \"\\n\" {} \"\\n\" {}",
+                    control.lark(TOOL_CALL_OPEN),
+                    lark_json(&json!({"anyOf": any}))?,
+                    control.lark(TOOL_CALL_CLOSE)
                 )
             }
             ToolFormat::Llama3 => {
-                let any: Vec<Value> = chosen
-                    .iter()
-                    .map(|t| json_call(&t.name, "parameters", &t.parameters))
-                    .collect();
-                lark_json(&json!({"anyOf": any}))?
+                let (builtin, custom): (Vec<&Tool>, Vec<&Tool>) =
+                    chosen.iter().partition(|t| builtin_param(t).is_some());
+                let mut alts = Vec::new();
+                if !custom.is_empty() {
+                    let any: Vec<Value> = custom
+                        .iter()
+                        .map(|t| json_call(&t.name, "parameters", &t.parameters))
+                        .collect();
+                    alts.push(lark_json(&json!({"anyOf": any}))?);
+                }
+                for t in builtin {
+                    let param = builtin_param(t).unwrap_or_default();
+                    let schema = &t.parameters["properties"][param];
+                    alts.push(format!(
+                        "({} {} {} \")\")",
+                        control.lark(PYTHON_TAG),
+                        lark_str(&format!("{}.call({param}=", t.name)),
+                        lark_json(schema)?
+                    ));
+                }
+                alts.join(" | ")
             }
             ToolFormat::QwenXml => {
                 let alts = chosen
@@ -158,8 +223,10 @@ impl ToolFormat {
                     .map(|t| xml_call_rule(t))
                     .collect::<Result<Vec<_>, _>>()?;
                 format!(
-                    "\"{TOOL_CALL_OPEN}\\n\" ({}) \"{TOOL_CALL_CLOSE}\"",
-                    alts.join(" | ")
+                    "{} \"\\n\" ({}) {}",
+                    control.lark(TOOL_CALL_OPEN),
+                    alts.join(" | "),
+                    control.lark(TOOL_CALL_CLOSE)
                 )
             }
             ToolFormat::Mistral => {
@@ -167,13 +234,14 @@ impl ToolFormat {
                     .iter()
                     .map(|t| {
                         Ok(format!(
-                            "({} \"{MISTRAL_ARGS}\" {})",
+                            "({} {} {})",
                             lark_str(&t.name),
+                            control.lark(MISTRAL_ARGS),
                             lark_json(&t.parameters)?
                         ))
                     })
                     .collect::<Result<Vec<_>, GrammarError>>()?;
-                format!("\"{MISTRAL_OPEN}\" ({})", alts.join(" | "))
+                format!("{} ({})", control.lark(MISTRAL_OPEN), alts.join(" | "))
             }
         };
         let sep = if self == ToolFormat::Mistral {
@@ -188,11 +256,54 @@ impl ToolFormat {
         };
         // A forced call leaves no room for thinking: the block the prompt opened is closed
         // at once, as the template itself writes it with `enable_thinking: false`.
-        let close = if in_think { "\"</think>\\n\\n\" " } else { "" };
+        let close = if in_think {
+            format!("{} \"\\n\\n\" ", control.lark("</think>"))
+        } else {
+            String::new()
+        };
         Ok(Some(Grammar::Lark(format!(
             "start: {close}call{more}\ncall: {call}\n"
         ))))
     }
+}
+
+/// The markers of a tool-call syntax that the vocabulary has as single control tokens.
+/// Decoded text leaves control tokens out, so a parsed answer renders these (llama.cpp's
+/// "preserved tokens"); a grammar writes them as the token, which text never matches.
+#[derive(Clone, Debug, Default)]
+pub struct ControlMarkers {
+    named: Vec<(&'static str, u32)>,
+    ids: Arc<[u32]>,
+}
+
+impl ControlMarkers {
+    /// The tokens, for the detokenizer to render.
+    pub fn ids(&self) -> Arc<[u32]> {
+        self.ids.clone()
+    }
+
+    /// `marker` in a Lark grammar: its control token, or its text.
+    fn lark(&self, marker: &str) -> String {
+        match self.named.iter().find(|(m, _)| *m == marker) {
+            Some((_, id)) => format!("<[{id}]>"),
+            None => lark_str(marker),
+        }
+    }
+}
+
+/// The parameter of `t` when it is one of Llama 3.1's built-in tools, as llama.cpp tells
+/// them: `wolfram_alpha`, `web_search` or `brave_search` with a `query`, `python` or
+/// `code_interpreter` with `code`.
+fn builtin_param(t: &Tool) -> Option<&'static str> {
+    let param = match t.name.as_str() {
+        "wolfram_alpha" | "web_search" | "brave_search" => "query",
+        "python" | "code_interpreter" => "code",
+        _ => return None,
+    };
+    t.parameters
+        .get("properties")
+        .and_then(|p| p.get(param))
+        .map(|_| param)
 }
 
 /// The JSON schema of a call `{"name": name, key: parameters}`.
@@ -348,8 +459,9 @@ impl ParseGate {
                         (true, false, b'\\') => self.escaped = true,
                         (true, false, b'"') => self.in_string = false,
                         (false, _, b'"') => self.in_string = true,
-                        (false, _, b'{' | b'[') => self.depth += 1,
-                        (false, _, b'}' | b']') => {
+                        // Parentheses close Llama 3.1's built-in calls.
+                        (false, _, b'{' | b'[' | b'(') => self.depth += 1,
+                        (false, _, b'}' | b']' | b')') => {
                             self.depth -= 1;
                             closed |= self.depth <= 0;
                         }
@@ -534,6 +646,7 @@ fn parse_call(format: ToolFormat, tools: &[Tool], s: &str, end: bool) -> Parsed 
         }
         // Text that cannot start a call leaves only the marker as text: what follows is read
         // again from there, so the answer is the same however much of it has arrived.
+        ToolFormat::Llama3 if starts_builtin_call(s) => parse_builtin(s, end, tools),
         ToolFormat::Llama3 => match json_prefix(s, end) {
             JsonPrefix::Wait => Parsed::Wait,
             JsonPrefix::Bad => Parsed::NotACall(0),
@@ -574,6 +687,90 @@ fn json_prefix(s: &str, end: bool) -> JsonPrefix {
         Some(Err(e)) if e.is_eof() && !end => JsonPrefix::Wait,
         None if !end => JsonPrefix::Wait,
         _ => JsonPrefix::Bad,
+    }
+}
+
+/// Whether the text after `<|python_tag|>` is not JSON: a built-in call or code.
+fn starts_builtin_call(s: &str) -> bool {
+    s.trim_start().chars().next().is_some_and(|c| c != '{')
+}
+
+/// Why text is not (yet) what a parser wants.
+#[derive(Debug, PartialEq)]
+enum Miss {
+    /// The text ends before it can tell.
+    Short,
+    /// It is something else.
+    Bad,
+}
+
+/// Reads Llama 3.1's built-in call after `<|python_tag|>`: `NAME.call(ARG=JSON, ...)`, its
+/// values JSON as llama.cpp reads them. The name, its arguments, and the bytes it took.
+fn builtin_call(s: &str) -> Result<(&str, Map<String, Value>, usize), Miss> {
+    let blanks = |at: usize| at + (s[at..].len() - s[at..].trim_start().len());
+    let ident = |at: usize| -> Result<(&str, usize), Miss> {
+        let len = s[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .ok_or(Miss::Short)?;
+        if len == 0 {
+            return Err(Miss::Bad);
+        }
+        Ok((&s[at..at + len], at + len))
+    };
+    let literal = |at: usize, lit: &str| -> Result<usize, Miss> {
+        let rest = &s[at..];
+        if rest.starts_with(lit) {
+            Ok(at + lit.len())
+        } else if lit.starts_with(rest) {
+            Err(Miss::Short)
+        } else {
+            Err(Miss::Bad)
+        }
+    };
+    let (name, at) = ident(blanks(0))?;
+    let at = literal(blanks(at), ".")?;
+    let mut at = literal(blanks(at), "call(")?;
+    let mut args = Map::new();
+    at = blanks(at);
+    if let Ok(end) = literal(at, ")") {
+        return Ok((name, args, end));
+    }
+    loop {
+        let (key, after) = ident(blanks(at))?;
+        at = blanks(literal(blanks(after), "=")?);
+        match json_prefix(&s[at..], false) {
+            JsonPrefix::Wait => return Err(Miss::Short),
+            JsonPrefix::Bad => return Err(Miss::Bad),
+            JsonPrefix::Value(v, used) => {
+                args.insert(key.to_string(), v);
+                at = blanks(at + used);
+            }
+        }
+        match literal(at, ",") {
+            Ok(next) => at = next,
+            Err(_) => return Ok((name, args, literal(at, ")")?)),
+        }
+    }
+}
+
+/// The text after `<|python_tag|>` that is not JSON: a built-in call of a listed tool, or,
+/// when a code tool is listed, code for it (the whole rest of the answer, as Meta's format
+/// has it); else the tag is text.
+fn parse_builtin(s: &str, end: bool, tools: &[Tool]) -> Parsed {
+    let code_tool = tools.iter().find(|t| builtin_param(t) == Some("code"));
+    match builtin_call(s) {
+        Ok((name, args, used)) if tools.iter().any(|t| t.name == name) => {
+            Parsed::Calls(vec![call(name, &Value::Object(args).to_string())], used)
+        }
+        Err(Miss::Short) if !end => Parsed::Wait,
+        _ => match code_tool {
+            Some(_) if !end => Parsed::Wait,
+            Some(t) => Parsed::Calls(
+                vec![call(&t.name, &json!({"code": s.trim()}).to_string())],
+                s.len(),
+            ),
+            None => Parsed::NotACall(0),
+        },
     }
 }
 
@@ -730,8 +927,13 @@ mod tests {
 
     /// `text` split whole and in chunks of every size gives `want`.
     fn check(format: ToolFormat, text: &str, want: &[Piece]) {
+        check_with(format, tools(), text, want);
+    }
+
+    /// As [`check`], with `tools` listed.
+    fn check_with(format: ToolFormat, tools: Arc<[Tool]>, text: &str, want: &[Piece]) {
         for step in [1, 2, 3, 5, 7, 11, text.len().max(1)] {
-            let mut s = CallSplitter::new(format, tools());
+            let mut s = CallSplitter::new(format, tools.clone());
             let mut got = Vec::new();
             let chars: Vec<char> = text.chars().collect();
             for chunk in chars.chunks(step) {
@@ -826,6 +1028,112 @@ mod tests {
         );
     }
 
+    fn builtin_tools(code: bool) -> Arc<[Tool]> {
+        let mut list = vec![Tool {
+            name: "brave_search".into(),
+            parameters: json!({"type": "object", "properties": {"query": {"type": "string"}}}),
+        }];
+        if code {
+            list.push(Tool {
+                name: "code_interpreter".into(),
+                parameters: json!({"type": "object", "properties": {"code": {"type": "string"}}}),
+            });
+        }
+        list.extend(tools().iter().cloned());
+        list.into()
+    }
+
+    #[test]
+    fn llama31_builtin_calls_follow_the_python_tag() {
+        let tools = builtin_tools(false);
+        check_with(
+            ToolFormat::Llama3,
+            tools.clone(),
+            "<|python_tag|>brave_search.call(query=\"weather \\\"Paris\\\"\")",
+            &[call("brave_search", r#"{"query":"weather \"Paris\""}"#)],
+        );
+        // Several arguments, blanks, a JSON value; any listed tool may be called so.
+        check_with(
+            ToolFormat::Llama3,
+            tools.clone(),
+            "<|python_tag|> get_weather . call( city = \"Oslo\" , days=3 ) ",
+            &[call("get_weather", r#"{"city":"Oslo","days":3}"#), c(" ")],
+        );
+        check_with(
+            ToolFormat::Llama3,
+            tools.clone(),
+            "<|python_tag|>f.call()",
+            &[call("f", "{}")],
+        );
+        // An unlisted tool, broken syntax, an unfinished call: the text as written.
+        for text in [
+            "<|python_tag|>nope.call(query=\"x\")",
+            "<|python_tag|>brave_search.run(query=\"x\")",
+            "<|python_tag|>brave_search.call(query=x)",
+            "<|python_tag|>brave_search.call(query=\"x\"",
+        ] {
+            check_with(ToolFormat::Llama3, tools.clone(), text, &[c(text)]);
+        }
+        // With a code tool listed, what follows the tag and is no call is its code.
+        let code = "<|python_tag|>import math\nprint(math.pi)\n";
+        check_with(
+            ToolFormat::Llama3,
+            builtin_tools(true),
+            code,
+            &[call(
+                "code_interpreter",
+                r#"{"code":"import math\nprint(math.pi)"}"#,
+            )],
+        );
+        check_with(ToolFormat::Llama3, tools, code, &[c(code)]);
+        // Only Llama 3.x knows built-in tools, and only with their parameter.
+        let t = builtin_tools(true);
+        assert_eq!(
+            ToolFormat::Llama3.builtin_tools(&t),
+            ["brave_search", "code_interpreter"]
+        );
+        assert!(ToolFormat::Hermes.builtin_tools(&t).is_empty());
+        let odd = [Tool {
+            name: "brave_search".into(),
+            parameters: json!({"type": "object", "properties": {"q": {}}}),
+        }];
+        assert!(ToolFormat::Llama3.builtin_tools(&odd).is_empty());
+    }
+
+    #[test]
+    fn grammars_write_control_markers_as_tokens() {
+        let list: Vec<Tool> = builtin_tools(false).to_vec();
+        let tools = Tools {
+            raw: Vec::new(),
+            list,
+            choice: ToolChoice::Required,
+            parallel: false,
+        };
+        let control = ControlMarkers {
+            named: vec![(PYTHON_TAG, 7), (MISTRAL_OPEN, 9), ("</think>", 11)],
+            ids: Arc::from([7, 9, 11]),
+        };
+        let lark = |f: ToolFormat, in_think: bool, m: &ControlMarkers| match f
+            .grammar(&tools, in_think, m)
+            .unwrap()
+        {
+            Some(Grammar::Lark(g)) => g,
+            g => panic!("{g:?}"),
+        };
+        let g = lark(ToolFormat::Llama3, true, &control);
+        assert!(g.starts_with("start: <[11]> \"\\n\\n\" call"), "{g}");
+        assert!(g.contains("(<[7]> \"brave_search.call(query=\""), "{g}");
+        assert!(g.contains("\"parameters\""), "{g}");
+        assert!(lark(ToolFormat::Mistral, false, &control).contains("<[9]> ("));
+        // Without the tokens, the markers are text.
+        let text = lark(ToolFormat::Llama3, false, &ControlMarkers::default());
+        assert!(
+            text.contains("(\"<|python_tag|>\" \"brave_search.call("),
+            "{text}"
+        );
+        assert!(!text.contains("<["), "{text}");
+    }
+
     #[test]
     fn mistral_calls_in_both_syntaxes() {
         check(
@@ -887,22 +1195,91 @@ mod tests {
         }
     }
 
-    #[test]
-    fn formats_are_detected_from_the_real_templates() {
+    /// The real chat templates' folder, or `None` (and a note) when the run may lack it.
+    fn templates_dir() -> Option<std::path::PathBuf> {
         let dir = std::env::var_os("T2P_TESTDATA")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| "../shared/testdata".into())
             .join("chat/templates");
-        if !dir.is_dir() {
-            // Missing data fails the test unless the run says it may be missing.
-            assert!(
-                std::env::var_os("T2P_TESTDATA_OPTIONAL").is_some(),
-                "no chat templates at {}",
-                dir.display()
-            );
-            eprintln!("SKIPPED: no chat templates at {}", dir.display());
-            return;
+        if dir.is_dir() {
+            return Some(dir);
         }
+        // Missing data fails the test unless the run says it may be missing.
+        assert!(
+            std::env::var_os("T2P_TESTDATA_OPTIONAL").is_some(),
+            "no chat templates at {}",
+            dir.display()
+        );
+        eprintln!("SKIPPED: no chat templates at {}", dir.display());
+        None
+    }
+
+    #[test]
+    fn llama31_template_gets_builtin_tools_and_the_date() {
+        use crate::runner::chat::{ChatTemplate, Message, ToolCall};
+        let Some(dir) = templates_dir() else { return };
+        let src =
+            std::fs::read_to_string(dir.join("meta-llama-Llama-3.1-8B-Instruct.jinja")).unwrap();
+        let tmpl = ChatTemplate::new(&src, "<|begin_of_text|>", "<|eot_id|>").unwrap();
+        let tools = builtin_tools(false);
+        let raw: Vec<Value> = tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "parameters": t.parameters}}))
+            .collect();
+        let mut kwargs = Map::new();
+        // 2024-02-29 13:05:09 UTC.
+        ToolFormat::Llama3.template_kwargs(&tools, &mut kwargs, 1_709_211_909);
+        let messages = [
+            Message::new("user", "Weather in Paris?"),
+            Message {
+                tool_calls: vec![ToolCall {
+                    id: "call_1".into(),
+                    name: "brave_search".into(),
+                    arguments: r#"{"query": "Paris weather"}"#.into(),
+                }],
+                ..Message::new("assistant", "")
+            },
+            Message {
+                tool_call_id: Some("call_1".into()),
+                ..Message::new("tool", "18 degrees")
+            },
+        ];
+        let text = tmpl.render_with(&messages, &raw, true, &kwargs).unwrap();
+        for want in [
+            "Environment: ipython\nTools: brave_search\n\n",
+            "Today Date: 29 Feb 2024\n",
+            "<|python_tag|>brave_search.call(query=\"Paris weather\")<|eom_id|>",
+            "\"name\": \"get_weather\"",
+            // Jinja's strings are iterable, so the template writes the result as JSON.
+            "<|start_header_id|>ipython<|end_header_id|>\n\n\"18 degrees\"<|eot_id|>",
+        ] {
+            assert!(text.contains(want), "{want:?} not in {text}");
+        }
+        // The tools are in the system turn, before the first user message.
+        let system = text.split("<|eot_id|>").next().unwrap();
+        for want in [
+            "\"name\": \"get_weather\"",
+            "respond with JSON for a function call",
+        ] {
+            assert!(system.contains(want), "{want:?} not in {system}");
+        }
+        for want in ["<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"] {
+            assert!(text.contains(want), "{want:?} not in {text}");
+        }
+        // A client's own kwargs win; other formats get none.
+        let mut own = Map::new();
+        own.insert("date_string".into(), json!("1 Jan 2030"));
+        ToolFormat::Llama3.template_kwargs(&[], &mut own, 0);
+        assert_eq!(own["date_string"], "1 Jan 2030");
+        assert!(!own.contains_key("builtin_tools"));
+        let mut none = Map::new();
+        ToolFormat::Hermes.template_kwargs(&tools, &mut none, 0);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn formats_are_detected_from_the_real_templates() {
+        let Some(dir) = templates_dir() else { return };
         for (file, want) in [
             ("Qwen-Qwen3-0.6B.jinja", ToolFormat::Hermes),
             ("Qwen3.5-4B.jinja", ToolFormat::QwenXml),
