@@ -1263,9 +1263,8 @@ mod tests {
         ] {
             assert!(system.contains(want), "{want:?} not in {system}");
         }
-        for want in ["<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>"] {
-            assert!(text.contains(want), "{want:?} not in {text}");
-        }
+        let user = "<|start_header_id|>user<|end_header_id|>\n\nWeather in Paris?<|eot_id|>";
+        assert!(text.contains(user), "{user:?} not in {text}");
         // A client's own kwargs win; other formats get none.
         let mut own = Map::new();
         own.insert("date_string".into(), json!("1 Jan 2030"));
