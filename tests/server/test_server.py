@@ -1325,11 +1325,12 @@ class Interleave(unittest.TestCase):
 TEMPLATES = os.path.join(DATA, "chat", "templates")
 
 
-def model_with_template(tmp, template):
-    """qwen3-tiny-chat's vocabulary in the synthetic qwen3-test shape, with one of the real
-    chat templates as its `tokenizer.chat_template` (`libt2p synth --chat-template`)."""
-    out = os.path.join(tmp, template + ".gguf")
-    subprocess.run([BIN, "synth", "--shape", "qwen3-test", "--vocab", CHAT, "-o", out,
+def model_with_template(tmp, template, shape="qwen3-test"):
+    """qwen3-tiny-chat's vocabulary in a synthetic test shape (`qwen35-test`: the hybrid), with
+    one of the real chat templates as its `tokenizer.chat_template` (`libt2p synth
+    --chat-template`)."""
+    out = os.path.join(tmp, "%s-%s.gguf" % (template, shape))
+    subprocess.run([BIN, "synth", "--shape", shape, "--vocab", CHAT, "-o", out,
                     "--chat-template", os.path.join(TEMPLATES, template + ".jinja")],
                    check=True, capture_output=True)
     return out
@@ -1707,7 +1708,7 @@ class Qwen35Turns(unittest.TestCase):
     def test_the_next_turn_resumes_at_the_boundary(self):
         import tempfile
         with tempfile.TemporaryDirectory() as tmp:
-            srv = Server(model_with_template(tmp, "Qwen3.5-4B"), "--parallel", "1", ctx=1024)
+            srv = Server(model_with_template(tmp, "Qwen3.5-4B", "qwen35-test"), "--parallel", "1", ctx=1024)
             try:
                 c = srv.client()
                 ask = lambda m: c.chat.completions.create(model="x", messages=m, max_tokens=8, temperature=0)
@@ -1729,6 +1730,60 @@ class Qwen35Turns(unittest.TestCase):
                 self.assertGreaterEqual(srv.metrics()["prompt_cache_hits_total"], 1)
             finally:
                 srv.close()
+
+    def test_the_boundary_copy_counts_against_the_kv_budget(self):
+        """The copy is KV memory too: counted in --kv-budget and kv_cache_bytes, and not taken
+        when it does not fit beside the request (which is served all the same)."""
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            model = model_with_template(tmp, "Qwen3.5-4B", "qwen35-test")
+            first = [{"role": "user", "content": "Tell me about Paris. " * 70}]
+            for budget, marked in [("4096", True), ("512", False)]:
+                srv = Server(model, "--parallel", "1", "--kv-budget", budget, ctx=512)
+                try:
+                    c = srv.client()
+                    ask = lambda m: c.chat.completions.create(model="x", messages=m, max_tokens=8, temperature=0)
+                    r1 = ask(first)
+                    # Prompt + max_tokens + the copy's positions pass 512 only with the copy.
+                    self.assertGreater(2 * r1.usage.prompt_tokens, 512 + 8 + 16)
+                    _, props = srv.http("GET", "/props")
+                    held = srv.metrics()["kv_cache_bytes"] // props["kv_bytes_per_position"]
+                    self.assertLessEqual(held, int(budget))
+                    # The live session, plus the copy when it was taken.
+                    if marked:
+                        self.assertGreater(held, r1.usage.prompt_tokens + 100, budget)
+                    else:
+                        self.assertLessEqual(held, r1.usage.prompt_tokens + 8, budget)
+                    a = first + [{"role": "assistant", "content": r1.choices[0].message.content or "ok"},
+                                 {"role": "user", "content": "And about Rome?"}]
+                    r2 = ask(a)
+                    cached = r2.usage.prompt_tokens_details.cached_tokens
+                    if marked:
+                        self.assertGreaterEqual(cached, r1.usage.prompt_tokens - 8, budget)
+                    else:
+                        self.assertEqual(cached, 0, budget)
+                finally:
+                    srv.close()
+
+
+class CacheChoices(unittest.TestCase):
+    def test_a_request_with_several_choices_keeps_what_it_displaces(self):
+        """n = 2 takes both slots; the conversation one of them held goes to the RAM cache and
+        its next turn evaluates only the new tokens."""
+        srv = Server(QWEN3, "--parallel", "2")
+        try:
+            c = srv.client()
+            ask = lambda p, **k: c.completions.create(model="x", prompt=p, max_tokens=4, temperature=0, **k)
+            first = "Once upon a time " * 20
+            r1 = ask(first)
+            many = ask("fn main() { println!(" * 10, n=2, seed=1)
+            self.assertEqual(len(many.choices), 2)
+            r2 = ask(first + r1.choices[0].text + " And then")
+            # (the last tokens may tokenize differently once text follows them)
+            self.assertGreaterEqual(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens - 2)
+            self.assertEqual(srv.metrics()["prompt_cache_hits_total"], 1)
+        finally:
+            srv.close()
 
 
 if __name__ == "__main__":

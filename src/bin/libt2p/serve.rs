@@ -53,7 +53,8 @@ pub struct Args {
     /// KV-cache positions over all slots (default: --parallel x --ctx-size; at least one
     /// context). A request is admitted when its prompt + max_tokens fit beside what the
     /// running requests may reach and the idle slots still hold (those are dropped to make
-    /// room); otherwise it waits. Bounds the KV memory to this many positions.
+    /// room); otherwise it waits. Bounds the KV memory to this many positions (a hybrid
+    /// slot's copy at a message boundary included).
     #[arg(long = "kv-budget", value_parser = clap::value_parser!(u64).range(1..))]
     kv_budget: Option<u64>,
     /// Speculative decoding in every slot: `lookup` drafts the tokens that followed the

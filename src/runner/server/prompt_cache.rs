@@ -20,7 +20,10 @@ pub struct PromptCache<T> {
     bytes: usize,
     clock: u64,
     /// An entry whose tokens are a prefix of another's is worth nothing (true for attention
-    /// caches, which truncate anywhere; not for recurrent states, which cannot).
+    /// caches, which truncate anywhere). Recurrent states cannot be cut back, so a prefix is
+    /// another point to resume from; only the longest one below each new entry is kept (the
+    /// point a conversation resumes from when its last turn is retried), so a conversation's
+    /// turns do not pile up.
     prefixes_dominated: bool,
     entries: Vec<Entry<T>>,
 }
@@ -57,18 +60,29 @@ impl<T> PromptCache<T> {
         self.bytes
     }
 
-    /// Keeps `value`, which holds `tokens` and takes `bytes`: entries it makes useless (the same
-    /// tokens, or a prefix of them when prefixes are dominated) leave, then the least recently
-    /// used until it fits. An entry larger than the whole cache is not kept.
+    /// Keeps `value`, which holds `tokens` and takes `bytes`: entries it makes useless leave
+    /// (the same tokens; prefixes of them when prefixes are dominated, else all but the
+    /// longest prefix), then the least recently used until it fits. An entry larger than the
+    /// whole cache is not kept.
     pub fn insert(&mut self, tokens: Vec<u32>, value: T, bytes: usize) {
         if tokens.is_empty() || bytes > self.limit {
             return;
         }
-        let dominated = self.prefixes_dominated;
+        let proper_prefix =
+            |e: &Entry<T>| e.tokens.len() < tokens.len() && tokens.starts_with(&e.tokens);
+        let longest_prefix = (!self.prefixes_dominated)
+            .then(|| {
+                self.entries
+                    .iter()
+                    .filter(|e| proper_prefix(e))
+                    .max_by_key(|e| e.tokens.len())
+            })
+            .flatten()
+            .map(|e| e.used);
         let mut i = 0;
         while i < self.entries.len() {
-            let e = &self.entries[i].tokens;
-            if *e == tokens || (dominated && tokens.starts_with(e)) {
+            let e = &self.entries[i];
+            if tokens.starts_with(&e.tokens) && Some(e.used) != longest_prefix {
                 self.remove(i);
             } else {
                 i += 1;
@@ -153,11 +167,30 @@ mod tests {
         let (i, k) = c.best(|t| common(t, &[1, 2, 3, 4, 9])).expect("a hit");
         assert_eq!(k, 4);
         assert_eq!(c.take(i).1, "long");
-        // Recurrent states keep their prefixes: each is a different point to resume from.
+        // Recurrent states keep a prefix: a different point to resume from.
         let mut r = PromptCache::new(1000, false);
         r.insert(vec![1, 2], 0, 10);
         r.insert(vec![1, 2, 3], 1, 10);
+        assert_eq!(r.len(), 2);
         r.insert(vec![1, 2], 2, 10);
         assert_eq!(r.len(), 2, "the same tokens replace the entry");
+        r.insert(vec![1, 2, 3], 1, 10);
+        assert_eq!(r.len(), 2, "and keep the prefix below them");
+        // A conversation's turns: only the longest prefix stays beside the newest entry.
+        r.insert(vec![1, 2, 3, 4], 3, 10);
+        r.insert(vec![1, 2, 3, 4, 5, 6], 4, 10);
+        r.insert(vec![9], 5, 10);
+        let mut values: Vec<i32> = (0..r.len()).map(|i| r.entries[i].value).collect();
+        values.sort();
+        assert_eq!(values, [3, 4, 5]);
+        assert_eq!(r.bytes(), 30);
+        // Which still serve a retried turn (diverging after [1, 2, 3, 4]).
+        let (i, k) = r.best(|t| prefix_of(t, &[1, 2, 3, 4, 7])).expect("a hit");
+        assert_eq!((r.entries[i].value, k), (3, 4));
+    }
+
+    /// How much of `t` a recurrent state can keep for `prompt`: all of it or nothing.
+    fn prefix_of(t: &[u32], prompt: &[u32]) -> usize {
+        if prompt.starts_with(t) { t.len() } else { 0 }
     }
 }

@@ -235,10 +235,26 @@ struct Slot<'t> {
 
 impl Slot<'_> {
     /// KV positions this slot counts against the budget: what its session holds, and for a
-    /// busy slot what its request can reach.
+    /// busy slot what its request can reach; plus a hybrid's boundary copy, the one it holds
+    /// or the one its request will take on the way (which replaces it).
     fn charge(&self) -> usize {
         let held = self.session.as_ref().map_or(0, |s| s.cache.positions());
-        self.active.as_ref().map_or(held, |a| held.max(a.reach()))
+        let live = self.active.as_ref().map_or(held, |a| held.max(a.reach()));
+        let to_mark = self.active.as_ref().and_then(|a| a.boundary).unwrap_or(0);
+        live + self.marked().max(to_mark)
+    }
+
+    /// KV positions of the live session once a job reaching `need` positions runs in it.
+    fn live_need(&self, need: usize) -> usize {
+        self.session
+            .as_ref()
+            .map_or(0, |s| s.cache.positions())
+            .max(need)
+    }
+
+    /// KV positions of the boundary copy.
+    fn marked(&self) -> usize {
+        self.mark.as_ref().map_or(0, |(_, s)| s.cache.positions())
     }
 }
 
@@ -450,12 +466,28 @@ fn admit<'t>(
     let recurrent = model.is_hybrid();
     if !waits {
         swap_in(&mut slots[c], &job.prompt, recurrent, kept);
+    } else if !slots[c].held.is_empty() {
+        // A choice that waits for its sibling's prompt gets a copy of that session: what the
+        // slot holds would be lost, so it goes to the cache first.
+        kept.save(&mut slots[c]);
     }
     let limit = token_limit(&job, cfg);
     let need = job.prompt.len() + limit;
     if !make_room(slots, c, need, cfg.kv_budget, kept) {
         return Err(Box::new(Admission { job, group, order }));
     }
+    // `--cache-ram 0` keeps no copy of any session, and a copy that does not fit the budget
+    // beside the live sessions is not taken.
+    let boundary = (recurrent && cfg.cache_ram > 0)
+        .then(|| message_start(tok, &job.prompt))
+        .flatten()
+        .filter(|&b| {
+            let others: usize = (0..slots.len())
+                .filter(|&i| i != c)
+                .map(|i| slots[i].charge())
+                .sum();
+            others + slots[c].live_need(need) + slots[c].marked().max(b) <= cfg.kv_budget
+        });
     let slot = &mut slots[c];
     metrics.slots_busy.fetch_add(1, Relaxed);
     slot.since = order;
@@ -469,10 +501,7 @@ fn admit<'t>(
         pending: None,
         group,
         waiting: true,
-        // `--cache-ram 0` keeps no copy of any session.
-        boundary: (recurrent && cfg.cache_ram > 0)
-            .then(|| message_start(tok, &job.prompt))
-            .flatten(),
+        boundary,
         job,
     });
     if !waits {
@@ -523,13 +552,10 @@ fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -
 }
 
 /// Whether slot `c` can take a job reaching `need` KV positions within `budget`, dropping the
-/// sessions of idle slots (oldest first) until it can; nothing is dropped when it cannot.
+/// sessions of idle slots (oldest first) until it can, and the slot's own boundary copy if
+/// the job does not fit beside it; nothing is dropped when it cannot.
 fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize, kept: &mut Kept) -> bool {
-    let mine = slots[c]
-        .session
-        .as_ref()
-        .map_or(0, |s| s.cache.positions())
-        .max(need);
+    let live = slots[c].live_need(need);
     let others = |slots: &[Slot]| -> usize {
         (0..slots.len())
             .filter(|&i| i != c)
@@ -540,9 +566,14 @@ fn make_room(slots: &mut [Slot], c: usize, need: usize, budget: usize, kept: &mu
         .filter(|&i| i != c && slots[i].active.is_none() && slots[i].session.is_some())
         .collect();
     let droppable: usize = idle.iter().map(|&i| slots[i].charge()).sum();
-    if others(slots) - droppable + mine > budget {
+    let floor = others(slots) - droppable + live;
+    if floor > budget {
         return false;
     }
+    if floor + slots[c].marked() > budget {
+        kept.save_mark(&mut slots[c]);
+    }
+    let mine = live + slots[c].marked();
     idle.sort_by_key(|&i| slots[i].since);
     for i in idle {
         if others(slots) + mine <= budget {
@@ -565,6 +596,12 @@ impl Kept<'_> {
     /// Keeps what an idle slot holds in the cache: a copy of its live session, and for a
     /// hybrid its boundary copy (taken out of the slot).
     fn save(&mut self, slot: &mut Slot) {
+        self.save_live(slot);
+        self.save_mark(slot);
+    }
+
+    /// Keeps a copy of a slot's live session in the cache.
+    fn save_live(&mut self, slot: &Slot) {
         if self.cache.limit() == 0 {
             return;
         }
@@ -575,6 +612,10 @@ impl Kept<'_> {
             let bytes = s.size_bytes();
             self.cache.insert(slot.held.clone(), s, bytes);
         }
+    }
+
+    /// Moves a hybrid slot's boundary copy into the cache (or drops it with `--cache-ram 0`).
+    fn save_mark(&mut self, slot: &mut Slot) {
         if let Some((tokens, s)) = slot.mark.take() {
             let bytes = s.size_bytes();
             self.cache.insert(tokens, s, bytes);
@@ -584,12 +625,14 @@ impl Kept<'_> {
 
 /// Before slot `slot` takes `prompt`: when an entry of the cache keeps more of it than the
 /// slot can, the slot's contents go to the cache and the entry comes back in their place;
-/// when the prompt would overwrite most of what the slot holds (another conversation), those
-/// contents go to the cache all the same.
+/// when the prompt would overwrite most of what the slot's live session holds (another
+/// conversation, or a hybrid's next turn), that session goes to the cache all the same, and
+/// a boundary copy the prompt does not resume from goes with it.
 fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
     if kept.cache.limit() == 0 {
         return;
     }
+    let live = reusable_prefix(&slot.held, prompt, recurrent);
     let keep = slot_keep(slot, prompt, recurrent);
     let hit = kept
         .cache
@@ -598,8 +641,11 @@ fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
         .map(|(i, _)| kept.cache.take(i));
     // An attention slot that keeps half of what it holds is the same conversation going on:
     // no copy of it is worth the bytes.
-    if hit.is_some() || (keep * 2 < slot.held.len() && !slot.held.is_empty()) {
-        kept.save(slot);
+    if hit.is_some() || (live * 2 < slot.held.len() && !slot.held.is_empty()) {
+        kept.save_live(slot);
+    }
+    if hit.is_some() || keep == live {
+        kept.save_mark(slot);
     }
     if let Some((tokens, session)) = hit {
         kept.metrics.cache_hits.fetch_add(1, Relaxed);
@@ -731,7 +777,7 @@ fn step(
         .fetch_add(t0.elapsed().as_nanos() as u64, Relaxed);
     let kv: usize = slots
         .iter()
-        .filter_map(|s| s.session.as_ref())
+        .flat_map(|s| s.session.iter().chain(s.mark.as_ref().map(|(_, m)| m)))
         .map(|s| s.cache.size_bytes())
         .sum();
     metrics.kv_cache_bytes.store(kv as u64, Relaxed);
