@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """How much of each turn of a conversation `libt2p serve` evaluates again.
 
-    tools/cache-turns.py --url http://127.0.0.1:18090 [--turns 10] [--max-tokens 16]
+    tools/cache-turns.py --url http://127.0.0.1:18090 [--turns 10] [--max-tokens 16] [--alone]
 
 Standard library only. Runs conversation A on /v1/chat/completions for `--turns` turns; between
 two of A's turns it runs one turn of a second conversation B and a one-shot request (a short
 unrelated prompt, as a client's title request), so that with `--parallel 2` A's slot is wanted
-by others. Requests are sequential, so the delta of the server's
+by others (`--alone`: A only, the case of one user). Requests are sequential, so the delta of the server's
 `t2p_prompt_tokens_evaluated_total` around a request is what that request evaluated. Prints, per
 turn of A: prompt tokens, `cached_tokens`, and prompt tokens evaluated. Start the server with
 `--parallel 2`; greedy decoding (`temperature` 0) makes runs comparable.
@@ -51,6 +51,7 @@ def main():
     ap.add_argument("--url", default="http://127.0.0.1:18090")
     ap.add_argument("--turns", type=int, default=10)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--alone", action="store_true", help="conversation A only")
     args = ap.parse_args()
     a = [{"role": "system", "content": "You are a helpful assistant."}]
     b = [{"role": "system", "content": "You answer in one sentence."}]
@@ -68,6 +69,8 @@ def main():
         total_eval += evaluated
         total_new += new
         print("%4d  %6d  %6d  %9d  %3d" % (turn + 1, prompt, cached, evaluated, new))
+        if args.alone:
+            continue
         b.append({"role": "user", "content": "B asks question %d about something else entirely." % turn})
         answer_b, _, _, _ = measured(args.url, b, args.max_tokens)
         b.append({"role": "assistant", "content": answer_b})

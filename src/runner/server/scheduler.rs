@@ -537,15 +537,16 @@ fn unfit(job: &Job, cfg: SchedulerConfig) -> Option<String> {
 }
 
 /// The free slot for `prompt`: among those that would keep at least `similarity` of the
-/// tokens they hold, the one keeping the most (the longest idle among equals); else an empty
-/// slot, else the least recently used one.
+/// tokens they hold (in the session they would keep them from: a hybrid's boundary copy holds
+/// fewer than its live session), the one keeping the most (the longest idle among equals);
+/// else an empty slot, else the least recently used one.
 fn best_slot(slots: &[Slot], prompt: &[u32], recurrent: bool, similarity: f32) -> Option<usize> {
     let free = || (0..slots.len()).filter(|&i| slots[i].active.is_none());
     let kept = |i: usize| slot_keep(&slots[i], prompt, recurrent);
     free()
         .filter(|&i| {
-            let k = kept(i);
-            k > 0 && k as f32 >= similarity * slots[i].held.len() as f32
+            let (k, of) = slot_match(&slots[i], prompt, recurrent);
+            k > 0 && k as f32 >= similarity * of as f32
         })
         .max_by_key(|&i| (kept(i), std::cmp::Reverse(slots[i].since)))
         .or_else(|| free().min_by_key(|&i| (!slots[i].held.is_empty(), slots[i].since)))
@@ -657,12 +658,18 @@ fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
 /// How many leading tokens of `prompt` slot `slot` can keep: from its live session, or for a
 /// hybrid from its boundary copy.
 fn slot_keep(slot: &Slot, prompt: &[u32], recurrent: bool) -> usize {
+    slot_match(slot, prompt, recurrent).0
+}
+
+/// [`slot_keep`], and how many tokens the session it keeps them from holds.
+fn slot_match(slot: &Slot, prompt: &[u32], recurrent: bool) -> (usize, usize) {
     let live = reusable_prefix(&slot.held, prompt, recurrent);
-    let marked = slot
-        .mark
-        .as_ref()
-        .map_or(0, |(t, _)| reusable_prefix(t, prompt, recurrent));
-    live.max(marked)
+    match &slot.mark {
+        Some((t, _)) if reusable_prefix(t, prompt, recurrent) > live => {
+            (reusable_prefix(t, prompt, recurrent), t.len())
+        }
+        _ => (live, slot.held.len()),
+    }
 }
 
 /// Where the last message of a chat prompt starts: the position of its last message-start
