@@ -7,7 +7,11 @@
 mod common;
 
 use common::*;
-use t2p::format::i2s::{decode_i2s, decode_iq2bn, encode_i2s, encode_iq2bn, reference_matmul_int8};
+use half::f16;
+use t2p::format::i2s::{
+    decode_i2s, decode_iq1bn, decode_iq2bn, encode_i2s, encode_iq1bn, encode_iq2bn,
+    reference_matmul_int8,
+};
 use t2p::kernels::Kernels;
 use t2p::matmul::{Int8Acts, Int8Matrix, MatmulPlan};
 use t2p::pool::ThreadPool;
@@ -102,6 +106,23 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
     assert_every_path(&want, &format!("iq2_bn {what}"), |kern| {
         run(kern, &m, &x, ncols)
     });
+    // IQ1_BN: ternary codes only, fp16 row scales (these are exact in fp16).
+    if c.iter().all(|&u| u <= 2) {
+        let scales: Vec<f32> = scales.iter().map(|&d| f16::from_f32(d).to_f32()).collect();
+        let bytes = encode_iq1bn(&c, &scales, k).unwrap();
+        assert_eq!(decode_iq1bn(&bytes, rows, k, &mut back).unwrap(), scales);
+        assert_eq!(back, c);
+        let m = Int8Matrix::from_iq1bn(&bytes, rows, k).unwrap();
+        let want = reference_matmul_int8(&c, &scales, rows, k, &x, ncols).unwrap();
+        assert_bits_eq(
+            &run(oracle(), &m, &x, ncols),
+            &want,
+            &format!("oracle iq1_bn {what}"),
+        );
+        assert_every_path(&want, &format!("iq1_bn {what}"), |kern| {
+            run(kern, &m, &x, ncols)
+        });
+    }
 }
 
 #[test]
@@ -112,6 +133,9 @@ fn random_shapes_every_width() {
             seed += 1;
             check(rows, k, ncols, Codes::Random, X::Random, seed);
         }
+        // Ternary codes also run IQ1_BN, which has no +2.
+        seed += 1;
+        check(7, 384, ncols, Codes::Ternary, X::Random, seed);
     }
 }
 

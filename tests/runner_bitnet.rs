@@ -339,29 +339,27 @@ fn synthetic_bitnet_files_load_and_run() {
     }
 }
 
-/// The tiny BitNet model converted to IQ2_BN with the test kit (every row the tensor's scale,
-/// the same codes: ik_llama.cpp's lossless conversion) gives bit-identical logits: the IQ2_BN
-/// path (type id 135 sized per file, per-row scales) runs the same numbers as I2_S.
-#[test]
-fn iq2bn_twin_gives_the_same_logits() {
-    use t2p::format::i2s::{decode_i2s, encode_iq2bn};
+/// The tiny BitNet model with every I2_S matrix rewritten by `convert(codes, scale, rows, k)`
+/// as `(bytes, stored type id)`, the other tensors as they are, at `out`.
+fn bitnet_twin(
+    path: &std::path::Path,
+    out: &std::path::Path,
+    convert: impl Fn(&[u8], f32, usize, usize) -> (Vec<u8>, u32),
+) {
+    use t2p::format::i2s::decode_i2s;
     use t2p::runner::GgufFile;
     use t2p::testkit::gguf_writer::{GgufWriter, TensorSpec};
-    let Some(dir) = bitnet_dir() else { return };
-    let (folder, file) = MODELS[0];
-    let path = dir.join(folder).join(file);
-    let gguf = GgufFile::open(&path).unwrap();
+    let gguf = GgufFile::open(path).unwrap();
     let mut specs = Vec::new();
     let mut datas = Vec::new();
     for t in gguf.tensors() {
-        let mut data = raw_bytes(&path, &gguf, t);
+        let mut data = raw_bytes(path, &gguf, t);
         let mut ty = t.stored_type_id;
         if ty == 36 {
             let (k, rows) = (t.shape[0] as usize, t.shape[1] as usize);
             let mut codes = vec![0u8; rows * k];
             let scale = decode_i2s(&data, rows * k, &mut codes).unwrap();
-            data = encode_iq2bn(&codes, &vec![scale; rows], k).unwrap();
-            ty = 135;
+            (data, ty) = convert(&codes, scale, rows, k);
         }
         specs.push(TensorSpec {
             name: t.name.clone(),
@@ -371,31 +369,89 @@ fn iq2bn_twin_gives_the_same_logits() {
         });
         datas.push(data);
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let twin = tmp.path().join("twin.iq2_bn.gguf");
-    let out = std::io::BufWriter::new(std::fs::File::create(&twin).unwrap());
-    let mut w = GgufWriter::begin(out, gguf.metadata(), specs).unwrap();
+    let file = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
+    let mut w = GgufWriter::begin(file, gguf.metadata(), specs).unwrap();
     for d in &datas {
         w.tensor_data(d).unwrap();
     }
     w.finish().unwrap();
-    let (a, b) = (load(&path), load(&twin));
-    let n = b
-        .gguf
-        .tensors()
-        .iter()
-        .filter(|t| t.ggml_type == t2p::format::GgmlType::IQ2_BN)
-        .count();
-    assert_eq!(n, 21);
+}
+
+/// The logits of every position of the tiny model's 64-token sequence.
+fn seq64_logits(dir: &std::path::Path, folder: &str, l: &t2p::runner::model::Loaded) -> Vec<f32> {
     let exec = reference_exec();
     let input = read_ids(&dir.join(folder).join("logits/seq64.ids.txt"));
-    let run = |l: &t2p::runner::model::Loaded| {
-        let mut s = l.model.new_session(input.len());
-        logits_of(&l.model, &exec, &mut s, &input, Logits::All)
-    };
-    let (la, lb) = (run(&a), run(&b));
+    let mut s = l.model.new_session(input.len());
+    logits_of(&l.model, &exec, &mut s, &input, Logits::All)
+}
+
+fn count_of(l: &t2p::runner::model::Loaded, ty: t2p::format::GgmlType) -> usize {
+    l.gguf
+        .tensors()
+        .iter()
+        .filter(|t| t.ggml_type == ty)
+        .count()
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// The tiny BitNet model converted to IQ2_BN with the test kit (every row the tensor's scale,
+/// the same codes: ik_llama.cpp's lossless conversion) gives bit-identical logits: the IQ2_BN
+/// path (type id 135 sized per file, per-row scales) runs the same numbers as I2_S.
+#[test]
+fn iq2bn_twin_gives_the_same_logits() {
+    use t2p::format::i2s::encode_iq2bn;
+    let Some(dir) = bitnet_dir() else { return };
+    let (folder, file) = MODELS[0];
+    let path = dir.join(folder).join(file);
+    let tmp = tempfile::tempdir().unwrap();
+    let twin = tmp.path().join("twin.iq2_bn.gguf");
+    bitnet_twin(&path, &twin, |codes, scale, rows, k| {
+        (encode_iq2bn(codes, &vec![scale; rows], k).unwrap(), 135)
+    });
+    let (a, b) = (load(&path), load(&twin));
+    assert_eq!(count_of(&b, t2p::format::GgmlType::IQ2_BN), 21);
     assert!(
-        la.iter().zip(&lb).all(|(x, y)| x.to_bits() == y.to_bits()),
+        same_bits(
+            &seq64_logits(&dir, folder, &a),
+            &seq64_logits(&dir, folder, &b)
+        ),
         "IQ2_BN logits differ from I2_S"
     );
+}
+
+/// IQ1_BN (type id 134: base-3 digits, fp16 row scales) of the tiny model gives the logits of
+/// IQ2_BN holding the same codes and the same fp16-rounded scales, bit for bit; ik_llama.cpp's
+/// conversion rounds the tensor scale to fp16 the same way.
+#[test]
+fn iq1bn_twin_gives_the_iq2bn_logits_of_its_scales() {
+    use t2p::format::i2s::{encode_iq1bn, encode_iq2bn};
+    let Some(dir) = bitnet_dir() else { return };
+    let (folder, file) = MODELS[0];
+    let path = dir.join(folder).join(file);
+    let tmp = tempfile::tempdir().unwrap();
+    let half_scale = |scale: f32| half::f16::from_f32(scale).to_f32();
+    let (one, two) = (
+        tmp.path().join("iq1_bn.gguf"),
+        tmp.path().join("iq2_bn.gguf"),
+    );
+    bitnet_twin(&path, &one, |codes, scale, rows, k| {
+        (encode_iq1bn(codes, &vec![scale; rows], k).unwrap(), 134)
+    });
+    bitnet_twin(&path, &two, |codes, scale, rows, k| {
+        let scales = vec![half_scale(scale); rows];
+        (encode_iq2bn(codes, &scales, k).unwrap(), 135)
+    });
+    let (a, b) = (load(&one), load(&two));
+    assert_eq!(count_of(&a, t2p::format::GgmlType::IQ1_BN), 21);
+    let (la, lb) = (
+        seq64_logits(&dir, folder, &a),
+        seq64_logits(&dir, folder, &b),
+    );
+    assert!(same_bits(&la, &lb), "IQ1_BN logits differ from IQ2_BN");
+    // The fp16 scale is not the f32 one: the logits move, a little.
+    let exact = seq64_logits(&dir, folder, &load(&path));
+    assert!(!same_bits(&la, &exact));
 }

@@ -127,6 +127,9 @@ impl GgmlType {
     /// ik_llama.cpp's IQ2_BN (id 135): per row an f32 scale, then blocks of 64 weights in 16
     /// bytes (`rows * (4 + k / 4)` bytes; see [`crate::format::i2s`]).
     pub const IQ2_BN: GgmlType = GgmlType(135);
+    /// ik_llama.cpp's IQ1_BN (id 134): per row an fp16 scale, then blocks of 64 weights in 13
+    /// bytes of base-3 digits (`rows * (2 + 13 * k / 64)` bytes; see [`crate::format::i2s`]).
+    pub const IQ1_BN: GgmlType = GgmlType(134);
     /// t2p's own: a ternary matrix already in the T2P layout, group 128 ([`BlockT2p`]: row
     /// groups of 4 rows, 136 bytes per 4 x 128 weights, the last group padded), as
     /// `libt2p convert` writes it so that a later load maps it instead of repacking. Only
@@ -168,6 +171,7 @@ impl GgmlType {
             None if self == Self::Q2_0_LEGACY => "q2_0".to_string(),
             None if self == Self::I2_S => "i2_s".to_string(),
             None if self == Self::IQ2_BN => "iq2_bn".to_string(),
+            None if self == Self::IQ1_BN => "iq1_bn".to_string(),
             None if self == Self::T2P => "t2p".to_string(),
             None if self == Self::T2P_G64 => "t2p_g64".to_string(),
             None => format!("type{}", self.0),
@@ -184,7 +188,8 @@ impl GgmlType {
 
     /// Bytes of a tensor of `shape` (ggml order) in this type: a block count for the table's
     /// types, `n / 4 + 32` for [`I2_S`](Self::I2_S) (rows of a multiple of 128), `rows * (4 +
-    /// k / 4)` for [`IQ2_BN`](Self::IQ2_BN) (rows of a multiple of 64), whole row groups of
+    /// k / 4)` for [`IQ2_BN`](Self::IQ2_BN) and `rows * (2 + 13 * k / 64)` for
+    /// [`IQ1_BN`](Self::IQ1_BN) (rows of a multiple of 64), whole row groups of
     /// blocks for [`T2P`](Self::T2P) and [`T2P_G64`](Self::T2P_G64) (rows of a multiple of
     /// 128). `None` when the shape does not fit the layout, the size overflows, or the type
     /// has no known size.
@@ -203,6 +208,10 @@ impl GgmlType {
             Self::IQ2_BN => k
                 .is_multiple_of(64)
                 .then(|| (n / k.max(1)).checked_mul(4 + k / 4))
+                .flatten(),
+            Self::IQ1_BN => k
+                .is_multiple_of(64)
+                .then(|| (n / k.max(1)).checked_mul(2 + 13 * (k / 64)))
                 .flatten(),
             _ => {
                 let (w, b) = self.block()?;
@@ -237,11 +246,12 @@ impl GgmlType {
         matches!(self, Self::T2P | Self::T2P_G64)
     }
 
-    /// Whether the type is a BitNet format with f32 scales (I2_S, IQ2_BN): repacked into T2P
+    /// Whether the type is a BitNet format with f32 scales (I2_S, IQ2_BN, and IQ1_BN's fp16
+    /// row scales read as f32): repacked into T2P
     /// blocks of scale 1.0 and multiplied with per-token int8 activations
     /// ([`crate::matmul::Int8Matrix`]).
     pub fn is_int8_ternary(self) -> bool {
-        matches!(self, Self::I2_S | Self::IQ2_BN)
+        matches!(self, Self::I2_S | Self::IQ2_BN | Self::IQ1_BN)
     }
 
     /// Whether the type is one of ggml's standard block types the runner multiplies as the
@@ -278,7 +288,13 @@ impl GgmlType {
         TABLE
             .iter()
             .map(|t| GgmlType(t.id))
-            .chain([Self::I2_S, Self::IQ2_BN, Self::T2P, Self::T2P_G64])
+            .chain([
+                Self::I2_S,
+                Self::IQ2_BN,
+                Self::IQ1_BN,
+                Self::T2P,
+                Self::T2P_G64,
+            ])
             .filter(|t| t.is_loadable())
             .map(|t| t.name())
             .collect::<Vec<_>>()

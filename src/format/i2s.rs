@@ -1,9 +1,10 @@
 //! BitNet b1.58's ternary tensors: bitnet.cpp's I2_S (type id 36) and ik_llama.cpp's IQ2_BN
-//! (id 135), their scalar references, their exact repacking into T2P, and the per-token int8
-//! activations the model was trained with.
+//! (id 135) and IQ1_BN (id 134), their scalar references, their exact repacking into T2P, and
+//! the per-token int8 activations the model was trained with.
 //!
-//! Both formats hold a 2-bit code `c` per weight (`w = (c - 1) * scale`) and an **f32** scale:
-//! one per tensor (I2_S) or per row (IQ2_BN). A T2P block carries an fp16 scale per row, which
+//! The formats hold a code `c` per weight (`w = (c - 1) * scale`, 2 bits or a base-3 digit)
+//! and a scale: one **f32** per tensor (I2_S) or per row (IQ2_BN), one fp16 per row (IQ1_BN,
+//! used as the f32 it converts to). A T2P block carries an fp16 scale per row, which
 //! cannot hold every f32; so the repacked blocks get scale 1.0 (exact in fp16), the T2P matmul
 //! yields the exact integer sums, and the f32 scales are applied afterwards
 //! ([`int8_output_scale`]), as f32, the way the reference does.
@@ -17,6 +18,11 @@
 //! * **IQ2_BN**: per row, the f32 scale, then `k / 64` blocks of 16 bytes; element `j` (0..16)
 //!   of a block is in bits 0-1 of byte `j`, `j + 16` in bits 2-3, `j + 32` in bits 4-5, `j + 48`
 //!   in bits 6-7.
+//! * **IQ1_BN** (ik_llama.cpp's `quantize_one_row_1bn` / `dequantize_row_iq1_bn`): per row the
+//!   fp16 scale, then `k / 64` blocks of 13 bytes. In each quarter `q` (16 weights) of a block,
+//!   byte `3q + g` (`g` 0..3) holds weights `16q + 5g .. 16q + 5g + 5` as base-3 digits
+//!   ([`crate::format::trits`]: weight `5g + j` is trit `4 - j`), and weight `16q + 15` is trit
+//!   `4 - q` of byte 12.
 //!
 //! Activations (bitnet.cpp and the HF model): before every ternary matmul each token's vector
 //! is quantized with one scale `s = 127 / max(max|x|, 1e-5)`, `q = round_half_even(x * s)`
@@ -35,6 +41,8 @@ pub const I2_S_TRAILER_BYTES: usize = 32;
 pub const QK_IQ2_BN: usize = 64;
 /// Bytes of an IQ2_BN block.
 pub const IQ2_BN_BLOCK_BYTES: usize = 16;
+/// Bytes of an IQ1_BN block (64 weights, as IQ2_BN).
+pub const IQ1_BN_BLOCK_BYTES: usize = 13;
 
 /// fp16 1.0: the scale every repacked T2P row gets, so the matmul's sums stay integers.
 const ONE_F16: u16 = 0x3c00;
@@ -49,6 +57,22 @@ pub fn i2s_code(block: &[u8], j: usize) -> u8 {
 #[inline]
 pub fn iq2bn_code(block: &[u8], j: usize) -> u8 {
     (block[j % 16] >> (2 * (j / 16))) & 3
+}
+
+/// The code (0..=2) of weight `j` (0..64) of a 13-byte IQ1_BN block.
+#[inline]
+pub fn iq1bn_code(block: &[u8], j: usize) -> u8 {
+    let (quarter, i) = (j / 16, j % 16);
+    if i == 15 {
+        super::trits::trit(block[12], 4 - quarter as u32)
+    } else {
+        super::trits::trit(block[3 * quarter + i / 5], 4 - (i % 5) as u32)
+    }
+}
+
+/// Bytes of an IQ1_BN row of `k` weights (`k` a multiple of 64).
+pub fn iq1bn_row_bytes(k: usize) -> usize {
+    2 + k / QK_IQ2_BN * IQ1_BN_BLOCK_BYTES
 }
 
 /// Bytes of an I2_S tensor of `n` weights (`n` a multiple of 128).
@@ -162,6 +186,75 @@ pub fn encode_iq2bn(codes: &[u8], scales: &[f32], k: usize) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The codes of an IQ1_BN tensor (`rows x k`) into `codes[..rows * k]`, and its row scales
+/// (fp16, as f32): the scalar reference decoder.
+pub fn decode_iq1bn(data: &[u8], rows: usize, k: usize, codes: &mut [u8]) -> Result<Vec<f32>> {
+    shape(rows, k, QK_IQ2_BN, "iq1_bn")?;
+    check_len("iq1_bn bytes", rows * iq1bn_row_bytes(k), data.len())?;
+    check_len("codes", rows * k, codes.len())?;
+    let mut scales = Vec::with_capacity(rows);
+    for (row, out) in data
+        .chunks_exact(iq1bn_row_bytes(k))
+        .zip(codes.chunks_exact_mut(k))
+    {
+        scales.push(iq1bn_scale(row));
+        for (block, o) in row[2..]
+            .chunks_exact(IQ1_BN_BLOCK_BYTES)
+            .zip(out.chunks_exact_mut(QK_IQ2_BN))
+        {
+            for (j, c) in o.iter_mut().enumerate() {
+                *c = iq1bn_code(block, j);
+            }
+        }
+    }
+    Ok(scales)
+}
+
+/// The scale of an IQ1_BN row (its first two bytes, fp16).
+fn iq1bn_scale(row: &[u8]) -> f32 {
+    half::f16::from_le_bytes([row[0], row[1]]).to_f32()
+}
+
+/// Writes an IQ1_BN tensor from `rows x k` codes (0..=2) and one scale per row (rounded to
+/// fp16), as ik_llama.cpp's quantizer packs them: the inverse of [`decode_iq1bn`].
+pub fn encode_iq1bn(codes: &[u8], scales: &[f32], k: usize) -> Result<Vec<u8>> {
+    let rows = scales.len();
+    shape(rows, k, QK_IQ2_BN, "iq1_bn")?;
+    check_len("codes", rows * k, codes.len())?;
+    if let Some(i) = codes.iter().position(|&u| u > 2) {
+        return Err(Error::InvalidArgument(format!(
+            "code {} at weight {i} is not a base-3 digit (iq1_bn holds -1, 0, +1 only)",
+            codes[i]
+        )));
+    }
+    let row_bytes = iq1bn_row_bytes(k);
+    let mut out = vec![0u8; rows * row_bytes];
+    for ((row, c), &d) in out
+        .chunks_exact_mut(row_bytes)
+        .zip(codes.chunks_exact(k))
+        .zip(scales)
+    {
+        row[..2].copy_from_slice(&half::f16::from_f32(d).to_le_bytes());
+        for (block, cb) in row[2..]
+            .chunks_exact_mut(IQ1_BN_BLOCK_BYTES)
+            .zip(c.chunks_exact(QK_IQ2_BN))
+        {
+            let mut last = [0u8; 5];
+            for (quarter, q) in cb.chunks_exact(16).enumerate() {
+                for g in 0..3 {
+                    // `pack_trits` takes the most significant digit first: trit 0 is weight 4.
+                    let mut digits: [u8; 5] = q[5 * g..5 * g + 5].try_into().expect("5 codes");
+                    digits.reverse();
+                    block[3 * quarter + g] = super::trits::pack_trits(&digits);
+                }
+                last[4 - quarter] = q[15];
+            }
+            block[12] = super::trits::pack_trits(&last);
+        }
+    }
+    Ok(out)
+}
+
 fn check_codes(codes: &[u8]) -> Result<()> {
     match codes.iter().position(|&u| u > 3) {
         Some(i) => Err(Error::InvalidArgument(format!(
@@ -234,6 +327,25 @@ pub fn repack_iq2bn_to_t2p(
     codes_to_t2p(rows, k, dst, |r, j| {
         let at = r * row_bytes + 4 + j / QK_IQ2_BN * IQ2_BN_BLOCK_BYTES;
         iq2bn_code(&data[at..at + IQ2_BN_BLOCK_BYTES], j % QK_IQ2_BN)
+    })?;
+    Ok(scales)
+}
+
+/// Repacks an IQ1_BN tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
+/// (exact: the same codes) and returns its row scales as f32.
+pub fn repack_iq1bn_to_t2p(
+    data: &[u8],
+    rows: usize,
+    k: usize,
+    dst: &mut [BlockT2p],
+) -> Result<Vec<f32>> {
+    shape(rows, k, QK_PQ2_0, "iq1_bn in T2P")?;
+    let row_bytes = iq1bn_row_bytes(k);
+    check_len("iq1_bn bytes", rows * row_bytes, data.len())?;
+    let scales = data.chunks_exact(row_bytes).map(iq1bn_scale).collect();
+    codes_to_t2p(rows, k, dst, |r, j| {
+        let at = r * row_bytes + 2 + j / QK_IQ2_BN * IQ1_BN_BLOCK_BYTES;
+        iq1bn_code(&data[at..at + IQ1_BN_BLOCK_BYTES], j % QK_IQ2_BN)
     })?;
     Ok(scales)
 }
@@ -476,6 +588,74 @@ mod tests {
         assert_eq!(back, codes);
     }
 
+    /// ik_llama.cpp's IQ1_BN block, written from its definition (`quantize_one_row_1bn`):
+    /// per group of 5 weights `idx = sum(3^j * q_j)`, byte `ceil(256 * idx / 243)`; the 16th
+    /// weight of each quarter goes to the last byte with weight `3^quarter`.
+    fn ik_iq1bn_block(q: &[u8]) -> [u8; 13] {
+        let byte = |idx: u32| ((256 * idx).div_ceil(243)) as u8;
+        let mut out = [0u8; 13];
+        let mut last = 0u32;
+        for quarter in 0..4 {
+            for g in 0..3 {
+                let idx = (0..5).map(|j| 3u32.pow(j as u32) * q[16 * quarter + 5 * g + j] as u32);
+                out[3 * quarter + g] = byte(idx.sum());
+            }
+            last += 3u32.pow(quarter as u32) * q[16 * quarter + 15] as u32;
+        }
+        out[12] = byte(last);
+        out
+    }
+
+    /// ik_llama.cpp's `dequantize_row_iq1_bn` digit: `v = (u8)(byte * mult)`, `(v + (v >> 1)) >> 7`.
+    fn ik_digit(byte: u8, mult: u8) -> u8 {
+        let v = byte.wrapping_mul(mult) as u32;
+        ((v + (v >> 1)) >> 7) as u8
+    }
+
+    #[test]
+    fn iq1bn_layout_matches_the_definition() {
+        let k_mult = [81u8, 27, 9, 3, 1];
+        let (rows, k) = (3, 192);
+        let mut codes: Vec<u8> = (0..rows * k).map(|i| ((i * 7 + i / 3) % 3) as u8).collect();
+        codes[..64].fill(2);
+        codes[64..128].fill(0);
+        let scales = [0.5f32, -0.0231, 0.0];
+        let bytes = encode_iq1bn(&codes, &scales, k).unwrap();
+        assert_eq!(bytes.len(), rows * (2 + 3 * 13));
+        for r in 0..rows {
+            let row = &bytes[r * 41..(r + 1) * 41];
+            let d = half::f16::from_f32(scales[r]);
+            assert_eq!(&row[..2], &d.to_le_bytes());
+            for b in 0..3 {
+                let q = &codes[r * k + 64 * b..r * k + 64 * (b + 1)];
+                let block = &row[2 + 13 * b..2 + 13 * (b + 1)];
+                assert_eq!(block, ik_iq1bn_block(q), "row {r} block {b}");
+                // ik's decoder reads the codes back.
+                let mut back = Vec::new();
+                for quarter in 0..4 {
+                    for g in 0..3 {
+                        back.extend(k_mult.iter().map(|&m| ik_digit(block[3 * quarter + g], m)));
+                    }
+                    back.push(ik_digit(block[12], k_mult[quarter]));
+                }
+                assert_eq!(back, q, "row {r} block {b}");
+            }
+        }
+        let mut back = vec![0u8; rows * k];
+        let got = decode_iq1bn(&bytes, rows, k, &mut back).unwrap();
+        let want: Vec<f32> = scales
+            .iter()
+            .map(|&d| half::f16::from_f32(d).to_f32())
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(back, codes);
+        // Code 3 (+2) has no base-3 digit.
+        let mut three = codes.clone();
+        three[70] = 3;
+        assert!(encode_iq1bn(&three, &scales, k).is_err());
+        assert!(decode_iq1bn(&bytes[1..], rows, k, &mut back).is_err());
+    }
+
     #[test]
     fn repack_round_trips_the_codes() {
         let (rows, k): (usize, usize) = (6, 256);
@@ -491,6 +671,18 @@ mod tests {
             scales
         );
         assert_eq!(t2p, t2p_bn);
+        // IQ1_BN holds the ternary codes (no +2): the same blocks as I2_S of those codes.
+        let ternary: Vec<u8> = codes.iter().map(|&u| u.min(2)).collect();
+        let i2s = encode_i2s(&ternary, 1.0).unwrap();
+        let mut t2p_i2s = vec![BlockT2p::default(); t2p.len()];
+        repack_i2s_to_t2p(&i2s, rows, k, &mut t2p_i2s).unwrap();
+        let bn1 = encode_iq1bn(&ternary, &scales, k).unwrap();
+        let mut t2p_bn1 = vec![BlockT2p::default(); t2p.len()];
+        assert_eq!(
+            repack_iq1bn_to_t2p(&bn1, rows, k, &mut t2p_bn1).unwrap(),
+            scales
+        );
+        assert_eq!(t2p_i2s, t2p_bn1);
         let mut row = vec![0f32; k];
         for r in 0..rows {
             let g = r / 4;
@@ -513,6 +705,8 @@ mod tests {
         assert!(encode_i2s(&[4; 128], 1.0).is_err());
         let mut t2p = vec![BlockT2p::default(); 1];
         assert!(repack_iq2bn_to_t2p(&[0; 4 + 16], 1, 64, &mut t2p).is_err());
+        assert!(repack_iq1bn_to_t2p(&[0; 2 + 13], 1, 64, &mut t2p).is_err());
+        assert!(repack_iq1bn_to_t2p(&[0; 2 + 25], 1, 128, &mut t2p).is_err());
     }
 
     #[test]

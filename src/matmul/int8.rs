@@ -1,4 +1,4 @@
-//! BitNet matrices (I2_S, IQ2_BN) in T2P: the codes in blocks of scale 1.0, the f32 tensor or
+//! BitNet matrices (I2_S, IQ2_BN, IQ1_BN) in T2P: the codes in blocks of scale 1.0, the f32 tensor or
 //! row scales kept aside, and per-token int8 activations (see [`crate::format::i2s`]).
 //!
 //! The product is the ordinary T2P matmul over `q8_0` quads whose block scales are all 1.0, so
@@ -9,8 +9,8 @@
 use super::{QuantizedBatch, T2pMatrix};
 use crate::error::{Error, Result, check_len};
 use crate::format::i2s::{
-    i2s_bytes, int8_output_scale, iq2bn_bytes, quantize_row_i8_quads, repack_i2s_to_t2p,
-    repack_iq2bn_to_t2p,
+    i2s_bytes, int8_output_scale, iq1bn_row_bytes, iq2bn_bytes, quantize_row_i8_quads,
+    repack_i2s_to_t2p, repack_iq1bn_to_t2p, repack_iq2bn_to_t2p,
 };
 use crate::format::{BlockT2p, QK_PQ2_0, t2p_block_count};
 use crate::pool::ThreadPool;
@@ -55,7 +55,7 @@ impl Int8Acts {
 #[derive(Clone, Debug)]
 pub struct Int8Matrix {
     m: T2pMatrix,
-    /// One scale for every row (I2_S) or one per row (IQ2_BN).
+    /// One scale for every row (I2_S) or one per row (IQ2_BN, IQ1_BN).
     scales: Vec<f32>,
 }
 
@@ -76,6 +76,15 @@ impl Int8Matrix {
         check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
         let mut blocks = vec![BlockT2p::default(); count];
         let scales = repack_iq2bn_to_t2p(data, rows, k, &mut blocks)?;
+        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
+    }
+
+    /// Repacks an IQ1_BN tensor of `rows x k` (`k` a multiple of 128).
+    pub fn from_iq1bn(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        let count = t2p_block_count(rows, k)?;
+        check_len("iq1_bn bytes", rows * iq1bn_row_bytes(k), data.len())?;
+        let mut blocks = vec![BlockT2p::default(); count];
+        let scales = repack_iq1bn_to_t2p(data, rows, k, &mut blocks)?;
         Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
     }
 

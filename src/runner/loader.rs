@@ -579,7 +579,7 @@ impl<R: Read> FileReader<'_, R> {
         Ok(TensorData::Quant(m))
     }
 
-    /// Loads a BitNet tensor (I2_S, IQ2_BN) into an [`Int8Matrix`]: its bytes are read whole
+    /// Loads a BitNet tensor (I2_S, IQ2_BN, IQ1_BN) into an [`Int8Matrix`]: its bytes are read whole
     /// (a few MB per matrix: 2 bits a weight) and repacked.
     fn load_int8(&mut self, t: &TensorInfo) -> Result<TensorData> {
         let (k, rows) = matrix_dims(t)?;
@@ -597,10 +597,10 @@ impl<R: Read> FileReader<'_, R> {
             reason: "size does not fit in memory".into(),
         })?;
         let bytes: Vec<u8> = self.read_vec(t, n)?;
-        let m = if t.ggml_type == GgmlType::I2_S {
-            Int8Matrix::from_i2s(&bytes, rows, k)
-        } else {
-            Int8Matrix::from_iq2bn(&bytes, rows, k)
+        let m = match t.ggml_type {
+            GgmlType::I2_S => Int8Matrix::from_i2s(&bytes, rows, k),
+            GgmlType::IQ1_BN => Int8Matrix::from_iq1bn(&bytes, rows, k),
+            _ => Int8Matrix::from_iq2bn(&bytes, rows, k),
         };
         Ok(TensorData::Int8(m.map_err(|e| shape_err(&t.name, e))?))
     }
@@ -694,7 +694,7 @@ impl<R: Read + Seek> FileReader<'_, R> {
                     TensorData::Bf16(v)
                 }
             }
-            GgmlType::I2_S | GgmlType::IQ2_BN => self.load_int8(t)?,
+            ty if ty.is_int8_ternary() => self.load_int8(t)?,
             ty if ty.is_t2p() => self.load_t2p(t)?,
             // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
             ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,

@@ -2,7 +2,8 @@
 //!
 //! A few ids mean different layouts in different files: 42 is PrismML's legacy group-128 Q2_0
 //! (pq2_0 bytes) in older Bonsai files and mainline llama.cpp's group-64 Q2_0 elsewhere; 36 is
-//! bitnet.cpp's I2_S in its files and unused in ggml's; 135 is ik_llama.cpp's IQ2_BN. A single
+//! bitnet.cpp's I2_S in its files and unused in ggml's; 135 and 134 are ik_llama.cpp's IQ2_BN and
+//! IQ1_BN. A single
 //! tensor's size cannot always tell them apart (a 3-row group-64 tensor of 768 weights takes
 //! 216 bytes, 204 as group 128, and both round to the same 224 once aligned), so the layout is
 //! the one that fits *every* tensor of the id, and a file whose tensors disagree is refused
@@ -21,6 +22,7 @@ fn candidates(stored: u32) -> &'static [GgmlType] {
         42 => &[GgmlType::PQ2_0, GgmlType::Q2_0_G64],
         36 => &[GgmlType::I2_S],
         135 => &[GgmlType::IQ2_BN],
+        134 => &[GgmlType::IQ1_BN],
         2142 => &[GgmlType::T2P],
         2143 => &[GgmlType::T2P_G64],
         _ => &[],

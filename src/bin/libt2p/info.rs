@@ -222,11 +222,9 @@ fn print_tensors(args: &Args, gguf: &GgufFile, opts: &LoadOptions) {
         };
         println!("  {:<8} {n:>5} tensors {:>14}{load}", ty.name(), mib(bytes));
     }
-    // BitNet's I2_S / IQ2_BN matrices always run as T2P codes (with their f32 scales), and a
+    // BitNet's I2_S / IQ2_BN / IQ1_BN matrices always run as T2P codes (with their f32 scales), and a
     // converted file's T2P matrices as they are stored.
-    let always_t2p = |t: &&TensorInfo| {
-        matches!(t.ggml_type, GgmlType::I2_S | GgmlType::IQ2_BN) || t.ggml_type.is_t2p()
-    };
+    let always_t2p = |t: &&TensorInfo| t.ggml_type.is_int8_ternary() || t.ggml_type.is_t2p();
     let t2p: Vec<_> = gguf
         .tensors()
         .iter()
