@@ -85,6 +85,20 @@
 // ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
 #define T2P_TYPE_Q2_0 1042
 
+// Source format: bitnet.cpp's I2_S (GGML type 36 in its files; BitNet b1.58 2B-4T, Falcon3
+// 1.58-bit): 2-bit codes in blocks of 128 weights in 32 bytes, then one f32 scale for the
+// whole tensor and 28 bytes of padding. Its T2P form carries f32 row scales after the blocks
+// and is multiplied with per-token int8 activations ([`T2P_ACT_I8`](crate::ffi::T2P_ACT_I8)).
+#define T2P_TYPE_I2_S 36
+
+// Source format: ik_llama.cpp's IQ2_BN (type 135): per row an f32 scale, then blocks of 64
+// weights in 16 bytes. As [`T2P_TYPE_I2_S`], with a scale per row.
+#define T2P_TYPE_IQ2_BN 135
+
+// Source format: ik_llama.cpp's IQ1_BN (type 134): per row an fp16 scale, then blocks of 64
+// weights in 13 bytes of base-3 digits. As [`T2P_TYPE_IQ2_BN`].
+#define T2P_TYPE_IQ1_BN 134
+
 // Bytes of one pq2_0 block (128 weights).
 #define T2P_PQ2_0_BLOCK_BYTES 34
 
@@ -105,6 +119,12 @@
 
 // Activation type: q8_0, one scale per 32 values (llama.cpp's type for pq2_0).
 #define T2P_ACT_Q8_0 1
+
+// Activation type: int8 with one scale per column, `s = 127 / max(max|x|, 1e-5)`, rounded
+// half to even (bitnet.cpp's, what BitNet b1.58 was trained with). The type of every plan of
+// a BitNet matrix (`T2P_TYPE_I2_S`, `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`); outputs are
+// `(integer sum) * (row scale / s)`, in f32.
+#define T2P_ACT_I8 2
 
 // ISA argument of `t2p_plan_compute`: the active path (what `t2p_active_isa` returns).
 #define T2P_ISA_ACTIVE UINT32_MAX
@@ -206,12 +226,16 @@ T2pStatus t2p_repack_size(size_t rows, size_t k, size_t *out_bytes);
 // Bytes of the T2P form of a `rows x k` matrix repacked from source format `src_type`
 // (`T2P_TYPE_*`), written to `*out_bytes`: [`t2p_repack_size`] for every format but Q2_0
 // (`T2P_TYPE_Q2_0`), whose blocks keep a scale per 64 weights ([`T2P_T2P_G64_BLOCK_BYTES`],
-// the size of the source when `rows` is a multiple of 4). `T2P_STATUS_INVALID_ARGUMENT` for an
+// the size of the source when `rows` is a multiple of 4), and BitNet's (`T2P_TYPE_I2_S`,
+// `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`), whose blocks are followed by `rows` f32 row scales. `T2P_STATUS_INVALID_ARGUMENT` for an
 // unknown type.
 //
 // # Safety
 // `out_bytes` must be NULL (an error) or point to a writable `size_t`.
-T2pStatus t2p_repacked_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
+T2pStatus t2p_repacked_size(uint32_t src_type,
+                            size_t rows,
+                            size_t k,
+                            size_t *out_bytes);
 
 // Bytes of a `rows x k` matrix in source format `src_type` (`T2P_TYPE_*`), written to
 // `*out_bytes`. `T2P_STATUS_INVALID_ARGUMENT` for an unknown type.
@@ -221,9 +245,11 @@ T2pStatus t2p_repacked_size(uint32_t src_type, size_t rows, size_t k, size_t *ou
 T2pStatus t2p_source_size(uint32_t src_type, size_t rows, size_t k, size_t *out_bytes);
 
 // Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
-// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
-// [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the dequantized weights of
-// source and result are bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
+// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0, I2_S, IQ2_BN, IQ1_BN; `src`, [`t2p_source_size`]
+// bytes) into T2P (`dst`, [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the
+// dequantized weights of source and result are bit-identical. BitNet's formats (I2_S, IQ2_BN,
+// IQ1_BN) become blocks of scale 1.0 followed by `rows` f32 row scales (I2_S's one scale
+// repeated, IQ1_BN's fp16 widened); their `dst` is 4-byte aligned. `rows` is any positive number (a last group of fewer than 4 rows is padded
 // with zero rows), `k` a multiple of the format's block (128, or 256 for tq1_0 / tq2_0). For
 // pq2_0 and Q2_0 g128, `src == dst` repacks in place (extra memory: one row group; the buffer
 // must have the T2P size); any other overlap is `T2P_STATUS_INVALID_ARGUMENT`. Buffers are
@@ -268,7 +294,9 @@ T2pStatus t2p_plan_init(struct T2pPlan *plan, uint32_t act, size_t rows, size_t 
 
 // [`t2p_plan_init`] for a matrix repacked from source format `src_type` (`T2P_TYPE_*`): for
 // Q2_0 (`T2P_TYPE_Q2_0`) the plan reads group-64 T2P blocks (`plan->scale_group` = 64) and
-// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; every other
+// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; for BitNet's
+// formats (`T2P_TYPE_I2_S`, `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`) it always quantizes as
+// [`T2P_ACT_I8`] and reads their T2P form with the row scales after the blocks; every other
 // format gives [`t2p_plan_init`]'s plan.
 //
 // # Safety
@@ -290,6 +318,9 @@ T2pStatus t2p_plan_init_for(struct T2pPlan *plan,
 // kernels see the very activations ggml's `vec_dot` would see on any platform (q8_K plans
 // always use t2p's quantizer, the rounding of ggml's `quantize_row_q8_K_ref`). For one q8_K
 // column the work buffer holds plain ggml `block_q8_K` (`k / 256` of them, `bsums` filled).
+// A [`T2P_ACT_I8`] plan quantizes whole columns (share `ith` takes columns
+// `ncols * ith / nth ..ncols * (ith + 1) / nth`; one column is one thread's work) and ignores
+// `from_float`.
 //
 // # Safety
 // `plan` from [`t2p_plan_init`]; `x` readable for `x_len` floats; `work` writable for

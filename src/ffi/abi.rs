@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 use bytemuck::Pod;
 
 use super::status::{T2pStatus, guard};
+use crate::format::i2s::{repack_i2s_to_t2p, repack_iq1bn_to_t2p, repack_iq2bn_to_t2p};
 use crate::format::{
     BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, GgmlType, QK_K, QK_PQ2_0,
     TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_ternary_block,
@@ -62,6 +63,17 @@ pub const T2P_TYPE_PTQ1_0: u32 = 143;
 /// group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
 /// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
 pub const T2P_TYPE_Q2_0: u32 = 1042;
+/// Source format: bitnet.cpp's I2_S (GGML type 36 in its files; BitNet b1.58 2B-4T, Falcon3
+/// 1.58-bit): 2-bit codes in blocks of 128 weights in 32 bytes, then one f32 scale for the
+/// whole tensor and 28 bytes of padding. Its T2P form carries f32 row scales after the blocks
+/// and is multiplied with per-token int8 activations ([`T2P_ACT_I8`](crate::ffi::T2P_ACT_I8)).
+pub const T2P_TYPE_I2_S: u32 = 36;
+/// Source format: ik_llama.cpp's IQ2_BN (type 135): per row an f32 scale, then blocks of 64
+/// weights in 16 bytes. As [`T2P_TYPE_I2_S`], with a scale per row.
+pub const T2P_TYPE_IQ2_BN: u32 = 135;
+/// Source format: ik_llama.cpp's IQ1_BN (type 134): per row an fp16 scale, then blocks of 64
+/// weights in 13 bytes of base-3 digits. As [`T2P_TYPE_IQ2_BN`].
+pub const T2P_TYPE_IQ1_BN: u32 = 134;
 
 /// Bytes of one pq2_0 block (128 weights).
 pub const T2P_PQ2_0_BLOCK_BYTES: usize = 34;
@@ -98,6 +110,8 @@ const _: () = {
     assert!(T2P_TYPE_TQ1_0 == GgmlType::TQ1_0.0 && T2P_TYPE_TQ2_0 == GgmlType::TQ2_0.0);
     assert!(T2P_TYPE_Q2_0_G128 == GgmlType::Q2_0_LEGACY.0);
     assert!(T2P_TYPE_Q2_0 == GgmlType::Q2_0_G64.0);
+    assert!(T2P_TYPE_I2_S == GgmlType::I2_S.0 && T2P_TYPE_IQ2_BN == GgmlType::IQ2_BN.0);
+    assert!(T2P_TYPE_IQ1_BN == GgmlType::IQ1_BN.0);
 };
 
 /// The ternary format of a `T2P_TYPE_*` value (the legacy Q2_0 g128 id holds pq2_0 bytes), or
@@ -105,20 +119,34 @@ const _: () = {
 pub(super) fn source_type(src_type: u32) -> Result<GgmlType, T2pStatus> {
     match GgmlType(src_type) {
         GgmlType::Q2_0_LEGACY => Ok(GgmlType::PQ2_0),
-        ty if ty.has_t2p_layout() => Ok(ty),
+        ty if ty.has_t2p_layout() || ty.is_int8_ternary() => Ok(ty),
         _ => Err(T2pStatus::InvalidArgument),
     }
 }
 
 /// Bytes of the T2P form of a `rows x k` matrix of source format `src_type`: group-64 blocks
-/// for Q2_0, group-128 blocks for every other format.
+/// for Q2_0, group-128 blocks for every other format, followed for BitNet's formats by their
+/// `rows` f32 row scales.
 pub(super) fn t2p_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
-    let block = if source_type(src_type)? == GgmlType::Q2_0_G64 {
+    let ty = source_type(src_type)?;
+    let block = if ty == GgmlType::Q2_0_G64 {
         T2P_T2P_G64_BLOCK_BYTES
     } else {
         T2P_T2P_BLOCK_BYTES
     };
-    Ok(t2p_blocks_of(rows, k)? * block)
+    let blocks = t2p_blocks_of(rows, k)? * block;
+    if ty.is_int8_ternary() {
+        return blocks
+            .checked_add(int8_scales_bytes(rows)?)
+            .ok_or(T2pStatus::InvalidShape);
+    }
+    Ok(blocks)
+}
+
+/// Bytes of the f32 row scales after a BitNet matrix's T2P blocks.
+pub(super) fn int8_scales_bytes(rows: usize) -> Result<usize, T2pStatus> {
+    rows.checked_mul(size_of::<f32>())
+        .ok_or(T2pStatus::InvalidShape)
 }
 
 /// Whether the byte ranges `[a, a + a_len)` and `[b, b + b_len)` overlap.
@@ -285,7 +313,8 @@ pub unsafe extern "C" fn t2p_repack_size(
 /// Bytes of the T2P form of a `rows x k` matrix repacked from source format `src_type`
 /// (`T2P_TYPE_*`), written to `*out_bytes`: [`t2p_repack_size`] for every format but Q2_0
 /// (`T2P_TYPE_Q2_0`), whose blocks keep a scale per 64 weights ([`T2P_T2P_G64_BLOCK_BYTES`],
-/// the size of the source when `rows` is a multiple of 4). `T2P_STATUS_INVALID_ARGUMENT` for an
+/// the size of the source when `rows` is a multiple of 4), and BitNet's (`T2P_TYPE_I2_S`,
+/// `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`), whose blocks are followed by `rows` f32 row scales. `T2P_STATUS_INVALID_ARGUMENT` for an
 /// unknown type.
 ///
 /// # Safety
@@ -319,9 +348,15 @@ pub unsafe extern "C" fn t2p_source_size(
 /// type, `InvalidShape` for a shape T2P cannot hold.
 pub(super) fn source_bytes(src_type: u32, rows: usize, k: usize) -> Result<usize, T2pStatus> {
     t2p_blocks_of(rows, k)?;
-    let (weights, bytes) = source_type(src_type)?
-        .block()
-        .ok_or(T2pStatus::InvalidArgument)?;
+    let ty = source_type(src_type)?;
+    if ty.is_int8_ternary() {
+        // Sized by the tensor, not by blocks (I2_S's trailer, the row scales).
+        return ty
+            .tensor_bytes(&[k as u64, rows as u64])
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or(T2pStatus::InvalidShape);
+    }
+    let (weights, bytes) = ty.block().ok_or(T2pStatus::InvalidArgument)?;
     let (weights, bytes) = (weights as usize, bytes as usize);
     if !k.is_multiple_of(weights) {
         return Err(T2pStatus::InvalidShape);
@@ -345,9 +380,11 @@ fn repack_typed<B: TernaryBlock>(
 }
 
 /// Repacks a `rows x k` matrix of any ternary source format (`T2P_TYPE_*`: pq2_0, legacy
-/// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0; `src`, [`t2p_source_size`] bytes) into T2P (`dst`,
-/// [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the dequantized weights of
-/// source and result are bit-identical. `rows` is any positive number (a last group of fewer than 4 rows is padded
+/// Q2_0 g128, tq1_0, tq2_0, ptq1_0, Q2_0, I2_S, IQ2_BN, IQ1_BN; `src`, [`t2p_source_size`]
+/// bytes) into T2P (`dst`, [`t2p_repacked_size`] bytes: group-64 blocks for Q2_0), exactly: the
+/// dequantized weights of source and result are bit-identical. BitNet's formats (I2_S, IQ2_BN,
+/// IQ1_BN) become blocks of scale 1.0 followed by `rows` f32 row scales (I2_S's one scale
+/// repeated, IQ1_BN's fp16 widened); their `dst` is 4-byte aligned. `rows` is any positive number (a last group of fewer than 4 rows is padded
 /// with zero rows), `k` a multiple of the format's block (128, or 256 for tq1_0 / tq2_0). For
 /// pq2_0 and Q2_0 g128, `src == dst` repacks in place (extra memory: one row group; the buffer
 /// must have the T2P size); any other overlap is `T2P_STATUS_INVALID_ARGUMENT`. Buffers are
@@ -389,8 +426,36 @@ pub unsafe extern "C" fn t2p_repack(
         let src = unsafe { bytes(src, src_bytes) }?;
         // SAFETY: writable for dst_bytes by the caller's contract.
         let dst = unsafe { bytes_mut(dst, dst_bytes) }?;
+        if ty.is_int8_ternary() {
+            return repack_int8(ty, src, &mut dst[..need], rows, k);
+        }
         with_ternary_block!(ty, B => repack_typed::<B>(src, dst, rows, k), _ => Err(T2pStatus::InvalidArgument))
     })
+}
+
+/// A BitNet matrix (`ty` I2_S, IQ2_BN or IQ1_BN) into unit-scale T2P blocks and the f32 row
+/// scales after them (`dst` exactly [`t2p_bytes`] long, 4-byte aligned).
+fn repack_int8(
+    ty: GgmlType,
+    src: &[u8],
+    dst: &mut [u8],
+    rows: usize,
+    k: usize,
+) -> Result<(), T2pStatus> {
+    if !(dst.as_ptr() as usize).is_multiple_of(4) {
+        return Err(T2pStatus::Misaligned);
+    }
+    let src = &src[..source_bytes(ty.0, rows, k)?];
+    let (blocks, scales) = dst.split_at_mut(dst.len() - int8_scales_bytes(rows)?);
+    let blocks = blocks_mut::<BlockT2p>(blocks, t2p_blocks_of(rows, k)?)?;
+    let row_scales = match ty {
+        GgmlType::I2_S => vec![repack_i2s_to_t2p(src, rows, k, blocks)?; rows],
+        GgmlType::IQ2_BN => repack_iq2bn_to_t2p(src, rows, k, blocks)?,
+        GgmlType::IQ1_BN => repack_iq1bn_to_t2p(src, rows, k, blocks)?,
+        _ => return Err(T2pStatus::InvalidArgument),
+    };
+    blocks_mut::<f32>(scales, rows)?.copy_from_slice(&row_scales);
+    Ok(())
 }
 
 /// ggml-compatible dot product of one pq2_0 row with one q8_K column of `n` values (`n` a

@@ -18,17 +18,23 @@ use std::ffi::c_void;
 
 use super::abi::{blocks, bytes, floats_len, source_type, write_out};
 use super::status::{T2pStatus, guard};
+use crate::format::i2s::{int8_output_scale, quantize_row_i8_quads};
 use crate::format::{
     BlockQ8_0Quad, BlockT2p, BlockT2pG64, GGML_Q8_0_BLOCK_BYTES, GgmlType, QK_PQ2_0, T2pSlice,
     t2p_block_count,
 };
 use crate::kernels::{self, Isa, Kernels};
-use crate::matmul::{ActQuant, MatmulPlan, Q8_0Quantizer, with_scratch};
+use crate::matmul::{ActLayout, ActQuant, MatmulPlan, Q8_0Quantizer, with_scratch};
 
 /// Activation type: q8_K, one scale per 256 values (ggml's type for tq1_0 / tq2_0).
 pub const T2P_ACT_Q8_K: u32 = 0;
 /// Activation type: q8_0, one scale per 32 values (llama.cpp's type for pq2_0).
 pub const T2P_ACT_Q8_0: u32 = 1;
+/// Activation type: int8 with one scale per column, `s = 127 / max(max|x|, 1e-5)`, rounded
+/// half to even (bitnet.cpp's, what BitNet b1.58 was trained with). The type of every plan of
+/// a BitNet matrix (`T2P_TYPE_I2_S`, `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`); outputs are
+/// `(integer sum) * (row scale / s)`, in f32.
+pub const T2P_ACT_I8: u32 = 2;
 /// ISA argument of `t2p_plan_compute`: the active path (what `t2p_active_isa` returns).
 pub const T2P_ISA_ACTIVE: u32 = u32::MAX;
 
@@ -53,10 +59,25 @@ pub struct T2pPlan {
     pub scale_group: usize,
 }
 
+/// A C plan as the driver runs it.
+struct Checked {
+    m: MatmulPlan,
+    scale_group: usize,
+    /// A BitNet plan ([`T2P_ACT_I8`]): int8 quads of scale 1.0 then the columns' f32 scales
+    /// in the work buffer, unit-scale blocks then the rows' f32 scales in the weights.
+    int8: bool,
+}
+
+/// Bytes of the work buffer of a [`T2P_ACT_I8`] plan: the quads, then one f32 per column.
+fn int8_work_bytes(m: &MatmulPlan) -> usize {
+    m.layout().work_bytes() + size_of::<f32>() * m.layout().ncols()
+}
+
 fn act_from(act: u32) -> Result<ActQuant, T2pStatus> {
     match act {
         T2P_ACT_Q8_K => Ok(ActQuant::Q8K),
-        T2P_ACT_Q8_0 => Ok(ActQuant::Q8_0),
+        // Int8 vectors are q8_0 quads whose block scales are 1.0.
+        T2P_ACT_Q8_0 | T2P_ACT_I8 => Ok(ActQuant::Q8_0),
         _ => Err(T2pStatus::InvalidArgument),
     }
 }
@@ -65,22 +86,33 @@ fn act_from(act: u32) -> Result<ActQuant, T2pStatus> {
 ///
 /// # Safety
 /// `plan` must be NULL or point to a readable `T2pPlan`.
-unsafe fn plan_from(plan: *const T2pPlan) -> Result<(MatmulPlan, usize), T2pStatus> {
+unsafe fn plan_from(plan: *const T2pPlan) -> Result<Checked, T2pStatus> {
     if plan.is_null() {
         return Err(T2pStatus::NullPointer);
     }
     // SAFETY: non-null and readable by the caller's contract; read unaligned to be lenient.
     let p = unsafe { plan.read_unaligned() };
-    let m = MatmulPlan::new(p.rows, p.k, p.ncols, act_from(p.act)?)?;
-    if m.layout().act() != act_from(p.act)? || m.layout().work_bytes() != p.work_bytes {
+    let int8 = p.act == T2P_ACT_I8;
+    let mut m = MatmulPlan::new(p.rows, p.k, p.ncols, act_from(p.act)?)?;
+    let work_bytes = if int8 {
+        m = m.with_unit_scales();
+        int8_work_bytes(&m)
+    } else {
+        m.layout().work_bytes()
+    };
+    if m.layout().act() != act_from(p.act)? || work_bytes != p.work_bytes {
         return Err(T2pStatus::InvalidArgument);
     }
     match p.scale_group {
         QK_PQ2_0 => {}
-        64 if m.layout().act() == ActQuant::Q8_0 => {}
+        64 if m.layout().act() == ActQuant::Q8_0 && !int8 => {}
         _ => return Err(T2pStatus::InvalidArgument),
     }
-    Ok((m, p.scale_group))
+    Ok(Checked {
+        m,
+        scale_group: p.scale_group,
+        int8,
+    })
 }
 
 /// Fills `*plan` for a `rows x k` T2P matrix (`rows` positive, `k` a positive multiple of 128)
@@ -105,7 +137,9 @@ pub unsafe extern "C" fn t2p_plan_init(
 
 /// [`t2p_plan_init`] for a matrix repacked from source format `src_type` (`T2P_TYPE_*`): for
 /// Q2_0 (`T2P_TYPE_Q2_0`) the plan reads group-64 T2P blocks (`plan->scale_group` = 64) and
-/// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; every other
+/// always quantizes as q8_0 (ggml's activation type for Q2_0), whatever `act` asks; for BitNet's
+/// formats (`T2P_TYPE_I2_S`, `T2P_TYPE_IQ2_BN`, `T2P_TYPE_IQ1_BN`) it always quantizes as
+/// [`T2P_ACT_I8`] and reads their T2P form with the row scales after the blocks; every other
 /// format gives [`t2p_plan_init`]'s plan.
 ///
 /// # Safety
@@ -123,18 +157,29 @@ pub unsafe extern "C" fn t2p_plan_init_for(
         if plan.is_null() {
             return Err(T2pStatus::NullPointer);
         }
-        let g64 = source_type(src_type)? == GgmlType::Q2_0_G64;
-        let act = if g64 { ActQuant::Q8_0 } else { act_from(act)? };
+        let ty = source_type(src_type)?;
+        let g64 = ty == GgmlType::Q2_0_G64;
+        let int8 = ty.is_int8_ternary();
+        let act = if g64 || int8 {
+            ActQuant::Q8_0
+        } else {
+            act_from(act)?
+        };
         let m = MatmulPlan::new(rows, k, ncols, act)?;
         let value = T2pPlan {
             act: match m.layout().act() {
+                _ if int8 => T2P_ACT_I8,
                 ActQuant::Q8K => T2P_ACT_Q8_K,
                 ActQuant::Q8_0 => T2P_ACT_Q8_0,
             },
             rows,
             k,
             ncols,
-            work_bytes: m.layout().work_bytes(),
+            work_bytes: if int8 {
+                int8_work_bytes(&m)
+            } else {
+                m.layout().work_bytes()
+            },
             scale_group: if g64 { 64 } else { QK_PQ2_0 },
         };
         // SAFETY: non-null and writable by the caller's contract.
@@ -160,6 +205,9 @@ const QUADS_PER_CALL: usize = 16;
 /// kernels see the very activations ggml's `vec_dot` would see on any platform (q8_K plans
 /// always use t2p's quantizer, the rounding of ggml's `quantize_row_q8_K_ref`). For one q8_K
 /// column the work buffer holds plain ggml `block_q8_K` (`k / 256` of them, `bsums` filled).
+/// A [`T2P_ACT_I8`] plan quantizes whole columns (share `ith` takes columns
+/// `ncols * ith / nth ..ncols * (ith + 1) / nth`; one column is one thread's work) and ignores
+/// `from_float`.
 ///
 /// # Safety
 /// `plan` from [`t2p_plan_init`]; `x` readable for `x_len` floats; `work` writable for
@@ -180,8 +228,8 @@ pub unsafe extern "C" fn t2p_plan_quantize(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (m, _) = unsafe { plan_from(plan) }?;
-        let l = *m.layout();
+        let c = unsafe { plan_from(plan) }?;
+        let l = *c.m.layout();
         if nth == 0 || ith >= nth {
             return Err(T2pStatus::InvalidArgument);
         }
@@ -189,7 +237,9 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         if work.is_null() {
             return Err(T2pStatus::NullPointer);
         }
-        if work_bytes < l.work_bytes() {
+        // SAFETY: the plan was checked, so this is the work buffer's size.
+        let plan_work = unsafe { plan.read_unaligned() }.work_bytes;
+        if work_bytes < plan_work {
             return Err(T2pStatus::BufferTooSmall);
         }
         if !(work as usize).is_multiple_of(4) {
@@ -198,6 +248,11 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         // SAFETY: x is non-null, aligned and readable for x_len floats (checked / contract);
         // the layout checks that the columns fit in x_len.
         let xs = unsafe { std::slice::from_raw_parts(x, x_len) };
+        if c.int8 {
+            // SAFETY: work is 4-byte aligned and writable for plan_work bytes (checked /
+            // contract); `quantize_int8_share` writes only this share's columns.
+            return unsafe { quantize_int8_share(&l, xs, ld_x, work, ith as usize, nth as usize) };
+        }
         let share = l.share(ith as usize, nth as usize);
         // SAFETY: the share's words lie within work_bytes (checked), 4-byte aligned (checked),
         // and no other thread's share overlaps them, so this `&mut` aliases nothing.
@@ -217,6 +272,47 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         )?;
         Ok(())
     })
+}
+
+/// Quantizes columns `ncols * ith / nth .. ncols * (ith + 1) / nth` of `x` per token to int8
+/// ([`quantize_row_i8_quads`]): their quads and their scales `s` after the quads.
+///
+/// # Safety
+/// `work` 4-byte aligned and writable for the plan's work bytes; no other thread writes these
+/// columns' quads or scales at the same time.
+unsafe fn quantize_int8_share(
+    l: &ActLayout,
+    x: &[f32],
+    ld_x: usize,
+    work: *mut c_void,
+    ith: usize,
+    nth: usize,
+) -> Result<(), T2pStatus> {
+    let (k, ncols) = (l.k(), l.ncols());
+    if ncols > 1 && ld_x < k {
+        return Err(T2pStatus::InvalidShape);
+    }
+    let need = (ncols - 1)
+        .checked_mul(ld_x)
+        .and_then(|v| v.checked_add(k))
+        .ok_or(T2pStatus::InvalidShape)?;
+    if x.len() < need {
+        return Err(T2pStatus::BufferTooSmall);
+    }
+    let nb = k / QK_PQ2_0;
+    let cols = ncols * ith / nth..ncols * (ith + 1) / nth;
+    for c in cols {
+        // SAFETY: column c's quads lie within the layout's words (ncols * nb quads, column
+        // after column) and its scale within the ncols floats after them, all inside the
+        // work buffer; this share alone owns column c, so neither `&mut` aliases another.
+        let (quads, s) = unsafe {
+            let quads = work.cast::<BlockQ8_0Quad>().add(c * nb);
+            let s = work.cast::<u8>().add(l.work_bytes()).cast::<f32>().add(c);
+            (std::slice::from_raw_parts_mut(quads, nb), &mut *s)
+        };
+        *s = quantize_row_i8_quads(&x[c * ld_x..c * ld_x + k], quads);
+    }
+    Ok(())
 }
 
 /// Quantizes `x` through ggml's `from_float` into ggml blocks on the stack, then into quads.
@@ -256,8 +352,8 @@ pub unsafe extern "C" fn t2p_plan_chunk_count(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (m, _) = unsafe { plan_from(plan) }?;
-        write_out(out_chunks, m.chunk_count(nth))
+        let c = unsafe { plan_from(plan) }?;
+        write_out(out_chunks, c.m.chunk_count(nth))
     })
 }
 
@@ -276,7 +372,7 @@ pub unsafe extern "C" fn t2p_plan_chunk_rows(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (m, _) = unsafe { plan_from(plan) }?;
+        let m = unsafe { plan_from(plan) }?.m;
         if n_chunks == 0 || i >= n_chunks || row_end.is_null() {
             return Err(if row_end.is_null() {
                 T2pStatus::NullPointer
@@ -319,7 +415,11 @@ pub unsafe extern "C" fn t2p_plan_compute(
 ) -> T2pStatus {
     guard(|| {
         // SAFETY: the caller's contract.
-        let (m, scale_group) = unsafe { plan_from(plan) }?;
+        let Checked {
+            m,
+            scale_group,
+            int8,
+        } = unsafe { plan_from(plan) }?;
         let kern: &Kernels = if isa == T2P_ISA_ACTIVE {
             kernels::active()
         } else {
@@ -335,7 +435,21 @@ pub unsafe extern "C" fn t2p_plan_compute(
             T2pSlice::G128(blocks::<BlockT2p>(w_buf, n)?)
         };
         // SAFETY: readable for work_bytes by the caller's contract.
-        let work = blocks::<u32>(unsafe { bytes(work, work_bytes) }?, m.layout().work_words())?;
+        let work_buf = unsafe { bytes(work, work_bytes) }?;
+        let work = blocks::<u32>(work_buf, m.layout().work_words())?;
+        // BitNet: the rows' scales after the blocks, the columns' after the quads.
+        let (row_scales, col_scales): (&[f32], &[f32]) = if int8 {
+            let too_small = T2pStatus::BufferTooSmall;
+            let w_rest = w_buf.get(n * size_of::<BlockT2p>()..).ok_or(too_small)?;
+            let work_rest = work_buf.get(m.layout().work_bytes()..).ok_or(too_small)?;
+            (
+                blocks::<f32>(w_rest, rows)?,
+                blocks::<f32>(work_rest, ncols)?,
+            )
+        } else {
+            (&[], &[])
+        };
+        let scale = |r: usize, c: usize| int8_output_scale(row_scales[r], col_scales[c]);
         if row_begin > row_end || row_end > rows || (ncols > 1 && ld_out < rows) {
             return Err(T2pStatus::InvalidShape);
         }
@@ -349,7 +463,13 @@ pub unsafe extern "C" fn t2p_plan_compute(
             // SAFETY: row_end <= out_len (checked); only this call's rows are borrowed, so
             // concurrent calls on disjoint ranges never alias.
             let o = unsafe { std::slice::from_raw_parts_mut(out.add(row_begin), n) };
-            return Ok(m.compute(kern, w, work, row_begin..row_end, o, 0)?);
+            m.compute(kern, w, work, row_begin..row_end, o, 0)?;
+            if int8 {
+                for (i, v) in o.iter_mut().enumerate() {
+                    *v *= scale(row_begin + i, 0);
+                }
+            }
+            return Ok(());
         }
         Ok(with_scratch(|scratch| {
             m.compute_columns(kern, w, work, row_begin..row_end, scratch, |c, v| {
@@ -358,6 +478,11 @@ pub unsafe extern "C" fn t2p_plan_compute(
                 let dst =
                     unsafe { std::slice::from_raw_parts_mut(out.add(c * ld_out + row_begin), n) };
                 dst.copy_from_slice(v);
+                if int8 {
+                    for (i, d) in dst.iter_mut().enumerate() {
+                        *d *= scale(row_begin + i, c);
+                    }
+                }
             })
         })?)
     })

@@ -866,6 +866,147 @@ static void test_q2_0(size_t rows, size_t k) {
     xfree(src);
 }
 
+/* BitNet: I2_S / IQ2_BN / IQ1_BN written here from their layouts (the codes of an I2_S block:
+ * weight j in byte j % 32 at shift 6 - 2 (j / 32); IQ2_BN: per row an f32 scale, weight j of a
+ * 64-block in byte j % 16 at shift 2 (j / 16); IQ1_BN: per row an fp16 scale, 13 bytes a
+ * 64-block of base-3 digits), repacked, and multiplied with per-token int8 activations on every
+ * path, against a C reference of the definition:
+ * s = 127 / max(max|x|, 1e-5), q = rint(x * s) clamped, out = (float) sum((c - 1) q) * (d / s). */
+static uint8_t iq1_byte(unsigned idx) { return (uint8_t) ((256 * idx + 242) / 243); }
+/* The definition: column xc (k values) quantized per token, times row `codes` (k codes), scale dr. */
+static float ref_int8(const uint8_t *codes, const float *xc, size_t k, float dr) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < k; i++) amax = fmaxf(amax, fabsf(xc[i]));
+    const float s = 127.0f / fmaxf(amax, 1e-5f);
+    int64_t sum = 0;
+    for (size_t i = 0; i < k; i++) {
+        float q = rintf(xc[i] * s);
+        q = q > 127.0f ? 127.0f : q < -128.0f ? -128.0f : q;
+        sum += (int64_t) q * ((int) codes[i] - 1);
+    }
+    return (float) sum * (dr / s);
+}
+static void test_bitnet(size_t rows, size_t k) {
+    static const uint32_t types[] = {T2P_TYPE_I2_S, T2P_TYPE_IQ2_BN, T2P_TYPE_IQ1_BN};
+    const int failures_before = failures;
+    uint8_t *codes = xalloc(rows * k);
+    for (size_t i = 0; i < rows * k; i++) codes[i] = (uint8_t) (rnd() % 3);
+    for (size_t i = 0; i < k; i++) codes[i] = 2; /* row 0 all +1 */
+    float *d = xalloc(sizeof(float) * rows);
+    for (size_t r = 0; r < rows; r++) d[r] = half_to_float((uint16_t) (0x2000 + rnd() % 0x1800)); /* exact in fp16 */
+    const size_t ncols = 5, ld_x = k + 1, x_len = (ncols - 1) * ld_x + k;
+    float *x = xalloc(sizeof(float) * x_len);
+    random_floats(x, x_len);
+    for (size_t i = 0; i < k; i++) x[ld_x + i] = (i % 3) ? 1e-7f : -3.5f; /* one large value */
+    memset(x + 2 * ld_x, 0, sizeof(float) * k);                         /* all zero: s = 127 / 1e-5 */
+    float *got = xalloc(sizeof(float) * ncols * rows);
+    for (size_t t = 0; t < 3; t++) {
+        const uint32_t ty = types[t];
+        size_t src_bytes = 0, w_bytes = 0, blocks_bytes = 0;
+        CHECK_STATUS(t2p_source_size(ty, rows, k, &src_bytes), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repacked_size(ty, rows, k, &w_bytes), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_repack_size(rows, k, &blocks_bytes), T2P_STATUS_OK);
+        CHECK(w_bytes == blocks_bytes + 4 * rows, "type %u: repacked size %zu", ty, w_bytes);
+        uint8_t *src = xalloc(src_bytes), *w = xalloc(w_bytes);
+        memset(src, 0, src_bytes);
+        if (ty == T2P_TYPE_I2_S) {
+            CHECK(src_bytes == rows * k / 4 + 32, "i2_s size %zu", src_bytes);
+            for (size_t i = 0; i < rows * k; i++) src[i / 128 * 32 + i % 32] |= (uint8_t) (codes[i] << (6 - 2 * (i % 128 / 32)));
+            memcpy(src + rows * k / 4, &d[0], 4);
+        } else {
+            const size_t row_bytes = ty == T2P_TYPE_IQ2_BN ? 4 + k / 4 : 2 + k / 64 * 13;
+            CHECK(src_bytes == rows * row_bytes, "type %u size %zu", ty, src_bytes);
+            for (size_t r = 0; r < rows; r++) {
+                uint8_t *row = src + r * row_bytes;
+                const uint8_t *cr = codes + r * k;
+                if (ty == T2P_TYPE_IQ2_BN) {
+                    memcpy(row, &d[r], 4);
+                    for (size_t i = 0; i < k; i++) row[4 + i / 64 * 16 + i % 16] |= (uint8_t) (cr[i] << (2 * (i % 64 / 16)));
+                    continue;
+                }
+                const uint16_t h = float_to_half(d[r]);
+                row[0] = (uint8_t) h;
+                row[1] = (uint8_t) (h >> 8);
+                for (size_t b = 0; b < k / 64; b++) { /* ik_llama.cpp's quantize_one_row_1bn */
+                    uint8_t *blk = row + 2 + 13 * b;
+                    const uint8_t *q = cr + 64 * b;
+                    unsigned last = 0, p3 = 1;
+                    for (int quarter = 0; quarter < 4; quarter++, p3 *= 3) {
+                        for (int g = 0; g < 3; g++) {
+                            unsigned idx = 0, p = 1;
+                            for (int j = 0; j < 5; j++, p *= 3) idx += p * q[16 * quarter + 5 * g + j];
+                            blk[3 * quarter + g] = iq1_byte(idx);
+                        }
+                        last += p3 * q[16 * quarter + 15];
+                    }
+                    blk[12] = iq1_byte(last);
+                }
+            }
+        }
+        CHECK_STATUS(t2p_repack(ty, src, src_bytes, w, w_bytes, rows, k), T2P_STATUS_OK);
+        const float *scales = (const float *) (w + blocks_bytes);
+        int bad_scale = 0;
+        for (size_t r = 0; r < rows; r++) bad_scale += !same_bits(scales[r], ty == T2P_TYPE_I2_S ? d[0] : d[r]);
+        CHECK(bad_scale == 0, "type %u: %d row scales after the blocks differ", ty, bad_scale);
+        T2pPlan plan;
+        CHECK_STATUS(t2p_plan_init_for(&plan, ty, T2P_ACT_Q8_0, rows, k, ncols), T2P_STATUS_OK);
+        CHECK(plan.act == T2P_ACT_I8, "type %u: plan act %u", ty, plan.act);
+        uint8_t *work = xalloc(plan.work_bytes);
+        for (uint32_t ith = 3; ith-- > 0;)
+            CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, NULL, work, plan.work_bytes, ith, 3), T2P_STATUS_OK);
+        for (uint32_t isa = 0; isa < 16; isa++) {
+            if (!is_supported_isa(isa)) continue;
+            memset(got, 0xFF, sizeof(float) * ncols * rows);
+            /* Two row ranges split on a row-group boundary, as two threads would. */
+            const size_t mid = rows / 8 * 4;
+            CHECK_STATUS(t2p_plan_compute(&plan, isa, w, w_bytes, work, plan.work_bytes, got, rows, ncols * rows, 0, mid),
+                         T2P_STATUS_OK);
+            CHECK_STATUS(t2p_plan_compute(&plan, isa, w, w_bytes, work, plan.work_bytes, got, rows, ncols * rows, mid, rows),
+                         T2P_STATUS_OK);
+            int bad = 0;
+            for (size_t c = 0; c < ncols; c++)
+                for (size_t r = 0; r < rows; r++) {
+                    const float dr = ty == T2P_TYPE_I2_S ? d[0] : d[r];
+                    bad += !same_bits(got[c * rows + r], ref_int8(codes + r * k, x + c * ld_x, k, dr));
+                }
+            CHECK(bad == 0, "type %u isa %s %zux%zu: %d outputs differ from the C reference", ty, t2p_isa_name(isa), rows,
+                  k, bad);
+        }
+        /* One column through a one-column plan (the gemv). */
+        T2pPlan one;
+        CHECK_STATUS(t2p_plan_init_for(&one, ty, T2P_ACT_Q8_K, rows, k, 1), T2P_STATUS_OK);
+        uint8_t *work1 = xalloc(one.work_bytes);
+        CHECK_STATUS(t2p_plan_quantize(&one, x + 3 * ld_x, k, k, NULL, work1, one.work_bytes, 0, 1), T2P_STATUS_OK);
+        CHECK_STATUS(t2p_plan_compute(&one, T2P_ISA_ACTIVE, w, w_bytes, work1, one.work_bytes, got, rows, rows, 0, rows),
+                     T2P_STATUS_OK);
+        int bad1 = 0;
+        for (size_t r = 0; r < rows; r++)
+            bad1 += !same_bits(got[r], ref_int8(codes + r * k, x + 3 * ld_x, k, ty == T2P_TYPE_I2_S ? d[0] : d[r]));
+        CHECK(bad1 == 0, "type %u: %d one-column outputs differ", ty, bad1);
+        /* What a BitNet plan refuses: weights without their scales, a short work buffer, a
+         * destination that is not 4-byte aligned, an unpack (the scales have no way back). */
+        CHECK_STATUS(t2p_plan_compute(&plan, T2P_ISA_SCALAR, w, w_bytes - 4, work, plan.work_bytes, got, rows,
+                                      ncols * rows, 0, rows),
+                     T2P_STATUS_BUFFER_TOO_SMALL);
+        CHECK_STATUS(t2p_plan_quantize(&plan, x, ld_x, x_len, NULL, work, plan.work_bytes - 4, 0, 1),
+                     T2P_STATUS_BUFFER_TOO_SMALL);
+        uint8_t *shifted = xalloc(w_bytes + 2);
+        CHECK_STATUS(t2p_repack(ty, src, src_bytes, shifted + 2, w_bytes, rows, k), T2P_STATUS_MISALIGNED);
+        CHECK_STATUS(t2p_unpack(ty, w, w_bytes, src, src_bytes, rows, k), T2P_STATUS_INVALID_ARGUMENT);
+        xfree(shifted);
+        xfree(work1);
+        xfree(work);
+        xfree(w);
+        xfree(src);
+    }
+    xfree(got);
+    xfree(x);
+    xfree(d);
+    xfree(codes);
+    printf("  bitnet i2_s iq2_bn iq1_bn %2zu x %4zu, 1 and 5 columns: %s\n", rows, k,
+           failures > failures_before ? "FAILED" : "bit-exact on every path, equal to the C reference");
+}
+
 int main(void) {
     test_version_and_isa();
     static const size_t shapes[][2] = {{4, 256}, {12, 1024}, {6, 384}, {13, 640}, {13, 256}};
@@ -884,6 +1025,8 @@ int main(void) {
     test_other_formats(7);
     test_q2_0(8, 256);
     test_q2_0(13, 640);
+    test_bitnet(8, 256);
+    test_bitnet(13, 640);
     if (failures) {
         fprintf(stderr, "test_abi: %d of %d checks failed\n", failures, checks);
         return 1;

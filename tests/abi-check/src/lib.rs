@@ -202,13 +202,16 @@ mod tests {
             T2P_STATUS_INVALID_ARGUMENT = InvalidArgument,
             T2P_STATUS_PANIC = Panic,
         );
-        same_constants!(T2P_ACT_Q8_K, T2P_ACT_Q8_0, T2P_ISA_ACTIVE);
+        same_constants!(T2P_ACT_Q8_K, T2P_ACT_Q8_0, T2P_ACT_I8, T2P_ISA_ACTIVE);
         same_constants!(
             T2P_TYPE_PQ2_0,
             T2P_TYPE_Q2_0_G128,
             T2P_TYPE_TQ1_0,
             T2P_TYPE_TQ2_0,
             T2P_TYPE_PTQ1_0,
+            T2P_TYPE_I2_S,
+            T2P_TYPE_IQ2_BN,
+            T2P_TYPE_IQ1_BN,
         );
         assert_eq!(
             size_of::<t2p::ffi::T2pStatus>(),
