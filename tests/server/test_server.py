@@ -1589,6 +1589,44 @@ class BrowserAndKeys(unittest.TestCase):
             srv.close()
 
 
+class Pings(unittest.TestCase):
+    def test_a_silent_stream_gets_ping_comments(self):
+        """A stream that waits (here for the one slot, busy with a long answer) gets SSE comment
+        lines while nothing else is sent, so proxies with idle timeouts keep it; its answer is
+        unchanged. The interval is 100 ms through the test hook (5 s otherwise)."""
+        os.environ["T2P_SERVE_TEST_PING_MS"] = "100"
+        try:
+            srv = Server(QWEN3, "--parallel", "1", ctx=2048)
+        finally:
+            del os.environ["T2P_SERVE_TEST_PING_MS"]
+        try:
+            alone = complete(srv.client(), "Once upon a time", 8, temperature=0)[0]
+            # Its end-of-generation tokens banned, the busy answer runs its 2000 tokens.
+            _, tok = srv.http("POST", "/tokenize", {"content": "<|im_end|><|endoftext|>", "parse_special": True})
+            eog = {str(t): -100 for t in tok["tokens"]}
+            done = []
+            busy = threading.Thread(target=lambda: done.append(complete(
+                srv.client(), "The weather", 2000, temperature=0, logit_bias=eog)))
+            busy.start()
+            time.sleep(0.1)
+            req = urllib.request.Request(srv.url + "/v1/completions", method="POST", data=json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "stream": True}).encode())
+            lines = []
+            with urllib.request.urlopen(req, timeout=120) as r:
+                for line in r:
+                    lines.append(line.rstrip(b"\n"))
+            busy.join()
+            self.assertEqual(done[0][2].completion_tokens, 2000)
+            first_data = next(i for i, l in enumerate(lines) if l.startswith(b"data: {"))
+            pings = [l for l in lines[:first_data] if l.startswith(b":")]
+            self.assertGreater(len(pings), 0, lines[:first_data + 1])
+            text = "".join(json.loads(l[6:])["choices"][0]["text"] for l in lines
+                           if l.startswith(b"data: {"))
+            self.assertEqual(text, alone)
+        finally:
+            srv.close()
+
+
 class Faults(unittest.TestCase):
     """A panic in a scheduler step (injected by the test hook) fails that step's requests with
     a 500 (a stream with an error event and [DONE]); the next request is served."""

@@ -23,6 +23,10 @@ use crate::runner::Tokenizer;
 /// How long a stream may stay silent before a comment (`: ping`) is sent.
 pub const PING_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The environment variable that, read when the server starts, sets the silence before a ping
+/// in milliseconds instead of [`PING_EVERY`]: how the tests see pings without waiting seconds.
+pub const PING_ENV: &str = "T2P_SERVE_TEST_PING_MS";
+
 /// The parts of every response object of one request that do not change.
 pub struct Reply {
     /// `id` of every object.
@@ -402,6 +406,18 @@ impl Streaming {
 }
 
 /// Streams the completion as server-sent events, the choices' chunks interleaved as they come.
+/// [`PING_EVERY`], or what [`PING_ENV`] says.
+fn ping_every() -> std::time::Duration {
+    static EVERY: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *EVERY.get_or_init(|| {
+        std::env::var(PING_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&ms| ms > 0)
+            .map_or(PING_EVERY, std::time::Duration::from_millis)
+    })
+}
+
 /// Dropping the stream (the client went away) drops the receivers, which the scheduler sees
 /// before its next step and frees the slots.
 pub fn stream(
@@ -459,7 +475,7 @@ pub fn stream(
     });
     // A comment line after each idle stretch: a long prompt evaluation (or a wait for a slot)
     // sends nothing else, and proxies with idle timeouts would cut the stream.
-    let ping = KeepAlive::new().interval(PING_EVERY).text("ping");
+    let ping = KeepAlive::new().interval(ping_every()).text("ping");
     let mut resp = Sse::new(body).keep_alive(ping).into_response();
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
