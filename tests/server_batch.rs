@@ -189,25 +189,50 @@ fn check_snapshot(l: &Loaded, exec: &Exec, what: &str) {
     for p in prompts(l) {
         let cut = p.len() / 2;
         let mut whole = m.new_session(128);
-        let mut want = forward_last(exec, l, vec![(&mut whole, &p[..])]).unwrap();
+        let want = forward_last(exec, l, vec![(&mut whole, &p[..])]).unwrap();
         let mut first = m.new_session(128);
         forward_last(exec, l, vec![(&mut first, &p[..cut])]).unwrap();
         let snap = first.snapshot();
         assert!(snap.size_bytes() <= first.size_bytes(), "{what}");
         assert_eq!(snap.len(), cut, "{what}");
+        // The same contents moved instead of copied, and (attention only) cut from a session
+        // that went further: what the server's cache takes over and leaves in a slot.
+        let moved = first.clone().into_snapshot();
+        assert_eq!(moved.size_bytes(), snap.size_bytes(), "{what}");
+        let mut further = m.new_session(128);
+        forward_last(exec, l, vec![(&mut further, &p[..])]).unwrap();
+        let cut_back = further.prefix(cut);
+        assert_eq!(cut_back.is_some(), further.recurrent.is_none(), "{what}");
+        assert_eq!(
+            further.prefix(p.len()).map(|s| s.len()),
+            Some(p.len()),
+            "{what}"
+        );
         drop(first);
-        let mut restored = snap.clone();
-        let mut got = forward_last(exec, l, vec![(&mut restored, &p[cut..])]).unwrap();
-        for _ in 0..4 {
-            let same = want[0]
-                .iter()
-                .zip(&got[0])
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{what}: restored logits differ");
-            let id = [argmax(&want[0])];
-            want = forward_last(exec, l, vec![(&mut whole, &id[..])]).unwrap();
-            got = forward_last(exec, l, vec![(&mut restored, &id[..])]).unwrap();
+        let first_want = want.clone();
+        for (how, snap) in [
+            ("snapshot", Some(snap)),
+            ("moved", Some(moved)),
+            ("prefix", cut_back),
+        ] {
+            let Some(snap) = snap else { continue };
+            let mut whole = m.new_session(128);
+            forward_last(exec, l, vec![(&mut whole, &p[..])]).unwrap();
+            let mut want = first_want.clone();
+            let mut restored = snap.clone();
+            let mut got = forward_last(exec, l, vec![(&mut restored, &p[cut..])]).unwrap();
+            for _ in 0..4 {
+                let same = want[0]
+                    .iter()
+                    .zip(&got[0])
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{what}: restored logits differ ({how})");
+                let id = [argmax(&want[0])];
+                want = forward_last(exec, l, vec![(&mut whole, &id[..])]).unwrap();
+                got = forward_last(exec, l, vec![(&mut restored, &id[..])]).unwrap();
+            }
         }
+        drop(whole);
     }
 }
 

@@ -1738,6 +1738,30 @@ class CacheRam(unittest.TestCase):
                     srv.close()
 
 
+class CacheTakeover(unittest.TestCase):
+    def test_a_request_sharing_a_prefix_keeps_it_and_the_conversation_comes_back(self):
+        """One slot: a one-shot request that shares the conversation's first tokens takes the
+        slot, keeps those tokens (a copy of them only: the conversation's session moved to the
+        RAM cache) and evaluates the rest; the conversation's next turn gets its whole session
+        back from RAM."""
+        srv = Server(QWEN3, "--parallel", "1")
+        try:
+            c = srv.client()
+            ask = lambda p: c.completions.create(model="x", prompt=p, max_tokens=4, temperature=0)
+            first = "Once upon a time " * 20
+            r1 = ask(first)
+            shared = ask("Once upon a time there was")
+            kept = shared.usage.prompt_tokens_details.cached_tokens
+            self.assertGreaterEqual(kept, 3)
+            self.assertLess(kept, shared.usage.prompt_tokens)
+            r2 = ask(first + r1.choices[0].text + " And then")
+            # (the last tokens may tokenize differently once text follows them)
+            self.assertGreaterEqual(r2.usage.prompt_tokens_details.cached_tokens, r1.usage.prompt_tokens - 2)
+            self.assertEqual(srv.metrics()["prompt_cache_hits_total"], 1)
+        finally:
+            srv.close()
+
+
 class Qwen35Turns(unittest.TestCase):
     """A qwen35 slot keeps a copy of its session at the last message boundary of a chat prompt:
     the next turn resumes there (its recurrent state cannot rewind), also after another

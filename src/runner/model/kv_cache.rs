@@ -133,7 +133,13 @@ impl KvCache {
     /// A copy holding only the filled positions (the buffers cut to `len` rows, and free to
     /// grow to `n_ctx` again): what a prompt cache keeps of a sequence.
     pub fn compact(&self) -> KvCache {
-        let n = self.len * self.kv_dim;
+        self.compact_prefix(self.len)
+    }
+
+    /// [`compact`](Self::compact) of the first `n` filled positions only.
+    pub fn compact_prefix(&self, n: usize) -> KvCache {
+        let len = n.min(self.len);
+        let n = len * self.kv_dim;
         let cut = |b: &KvBuf| match b {
             KvBuf::F16(v) => KvBuf::F16(v[..n].to_vec()),
             KvBuf::F32(v) => KvBuf::F32(v[..n].to_vec()),
@@ -144,8 +150,28 @@ impl KvCache {
             kv_dim: self.kv_dim,
             k: self.k.iter().map(cut).collect(),
             v: self.v.iter().map(cut).collect(),
-            len: self.len,
+            len,
         }
+    }
+
+    /// Gives back the room past the filled positions (without copying them where the
+    /// allocator can shrink in place) and lifts the growth cap: what [`compact`](Self::compact)
+    /// leaves, for a cache that is moved rather than copied.
+    pub fn shrink_to_len(&mut self) {
+        let n = self.len * self.kv_dim;
+        for b in self.k.iter_mut().chain(self.v.iter_mut()) {
+            match b {
+                KvBuf::F16(v) => {
+                    v.truncate(n);
+                    v.shrink_to_fit();
+                }
+                KvBuf::F32(v) => {
+                    v.truncate(n);
+                    v.shrink_to_fit();
+                }
+            }
+        }
+        self.growth_cap = self.n_ctx;
     }
 
     /// Positions the buffers hold room for now.

@@ -125,6 +125,32 @@ impl Session {
         }
     }
 
+    /// What a prompt cache keeps of a session it takes over, without copying the K/V: the
+    /// filled rows (the room past them given back), the current recurrent state, no logits.
+    /// The same contents as [`snapshot`](Self::snapshot).
+    pub fn into_snapshot(mut self) -> Session {
+        self.cache.shrink_to_len();
+        Session {
+            cache: self.cache,
+            recurrent: self.recurrent.as_ref().map(RecurrentState::compact),
+            logits: Vec::new(),
+        }
+    }
+
+    /// A copy of the first `n` positions, as [`snapshot`](Self::snapshot) of a session that
+    /// had evaluated only those; `None` where that cannot be had: a recurrent state is the
+    /// state after all of them, so a hybrid session gives only its whole self.
+    pub fn prefix(&self, n: usize) -> Option<Session> {
+        if self.recurrent.is_some() && n != self.len() {
+            return None;
+        }
+        Some(Session {
+            cache: self.cache.compact_prefix(n),
+            recurrent: self.recurrent.as_ref().map(RecurrentState::compact),
+            logits: Vec::new(),
+        })
+    }
+
     /// Bytes the session's buffers hold (K/V, recurrent state, logits).
     pub fn size_bytes(&self) -> usize {
         self.cache.size_bytes()

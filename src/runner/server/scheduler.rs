@@ -594,25 +594,33 @@ struct Kept<'a> {
 }
 
 impl Kept<'_> {
-    /// Keeps what an idle slot holds in the cache: a copy of its live session, and for a
-    /// hybrid its boundary copy (taken out of the slot).
+    /// Moves what an idle slot holds into the cache: its live session and for a hybrid its
+    /// boundary copy; the slot is left empty.
     fn save(&mut self, slot: &mut Slot) {
-        self.save_live(slot);
+        self.evict_live(slot, 0);
         self.save_mark(slot);
     }
 
-    /// Keeps a copy of a slot's live session in the cache.
-    fn save_live(&mut self, slot: &Slot) {
-        if self.cache.limit() == 0 {
+    /// Moves a slot's live session into the cache (not a copy: a takeover would otherwise
+    /// copy the whole conversation's K/V on the scheduler thread, which every slot waits
+    /// for) and leaves in the slot a copy of its first `keep` positions only, the part the
+    /// next prompt reuses. With `--cache-ram 0` the slot keeps its session (the next prompt
+    /// truncates it).
+    fn evict_live(&mut self, slot: &mut Slot, keep: usize) {
+        if self.cache.limit() == 0 || slot.held.is_empty() {
             return;
         }
-        if let Some(s) = &slot.session
-            && !slot.held.is_empty()
-        {
-            let s = s.snapshot();
-            let bytes = s.size_bytes();
-            self.cache.insert(slot.held.clone(), s, bytes);
-        }
+        let Some(session) = slot.session.take() else {
+            return;
+        };
+        let keep = keep.min(slot.held.len());
+        slot.session = (keep > 0).then(|| session.prefix(keep)).flatten();
+        let tokens = slot.held.clone();
+        slot.held
+            .truncate(if slot.session.is_some() { keep } else { 0 });
+        let s = session.into_snapshot();
+        let bytes = s.size_bytes();
+        self.cache.insert(tokens, s, bytes);
     }
 
     /// Moves a hybrid slot's boundary copy into the cache (or drops it with `--cache-ram 0`).
@@ -643,7 +651,7 @@ fn swap_in(slot: &mut Slot, prompt: &[u32], recurrent: bool, kept: &mut Kept) {
     // An attention slot that keeps half of what it holds is the same conversation going on:
     // no copy of it is worth the bytes.
     if hit.is_some() || (live * 2 < slot.held.len() && !slot.held.is_empty()) {
-        kept.save_live(slot);
+        kept.evict_live(slot, if hit.is_some() { 0 } else { live });
     }
     if hit.is_some() || keep == live {
         kept.save_mark(slot);
