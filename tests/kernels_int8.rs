@@ -65,6 +65,18 @@ fn run(kern: &Kernels, m: &Int8Matrix, x: &[f32], ncols: usize) -> Vec<f32> {
     out
 }
 
+/// `m` (repacked from `codes` with `scales`) on the oracle and on every path equals the
+/// scalar reference of the definition.
+fn check_matrix(m: &Int8Matrix, codes: &[u8], scales: &[f32], x: &[f32], ncols: usize, what: &str) {
+    let want = reference_matmul_int8(codes, scales, m.rows(), m.k(), x, ncols).unwrap();
+    assert_bits_eq(
+        &run(oracle(), m, x, ncols),
+        &want,
+        &format!("oracle {what}"),
+    );
+    assert_every_path(&want, what, |kern| run(kern, m, x, ncols));
+}
+
 fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
     let mut rng = Lcg(seed);
     let c = draw_codes(codes, rows * k, &mut rng);
@@ -77,15 +89,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
     assert_eq!(decode_i2s(&bytes, rows * k, &mut back).unwrap(), scale);
     assert_eq!(back, c);
     let m = Int8Matrix::from_i2s(&bytes, rows, k).unwrap();
-    let want = reference_matmul_int8(&c, &[scale], rows, k, &x, ncols).unwrap();
-    assert_bits_eq(
-        &run(oracle(), &m, &x, ncols),
-        &want,
-        &format!("oracle i2_s {what}"),
-    );
-    assert_every_path(&want, &format!("i2_s {what}"), |kern| {
-        run(kern, &m, &x, ncols)
-    });
+    check_matrix(&m, &c, &[scale], &x, ncols, &format!("i2_s {what}"));
     // IQ2_BN: a scale per row, negative and zero included.
     let scales: Vec<f32> = (0..rows)
         .map(|r| match r % 5 {
@@ -97,15 +101,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
     let bytes = encode_iq2bn(&c, &scales, k).unwrap();
     assert_eq!(decode_iq2bn(&bytes, rows, k, &mut back).unwrap(), scales);
     let m = Int8Matrix::from_iq2bn(&bytes, rows, k).unwrap();
-    let want = reference_matmul_int8(&c, &scales, rows, k, &x, ncols).unwrap();
-    assert_bits_eq(
-        &run(oracle(), &m, &x, ncols),
-        &want,
-        &format!("oracle iq2_bn {what}"),
-    );
-    assert_every_path(&want, &format!("iq2_bn {what}"), |kern| {
-        run(kern, &m, &x, ncols)
-    });
+    check_matrix(&m, &c, &scales, &x, ncols, &format!("iq2_bn {what}"));
     // IQ1_BN: ternary codes only, fp16 row scales (these are exact in fp16).
     if c.iter().all(|&u| u <= 2) {
         let scales: Vec<f32> = scales.iter().map(|&d| f16::from_f32(d).to_f32()).collect();
@@ -113,15 +109,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
         assert_eq!(decode_iq1bn(&bytes, rows, k, &mut back).unwrap(), scales);
         assert_eq!(back, c);
         let m = Int8Matrix::from_iq1bn(&bytes, rows, k).unwrap();
-        let want = reference_matmul_int8(&c, &scales, rows, k, &x, ncols).unwrap();
-        assert_bits_eq(
-            &run(oracle(), &m, &x, ncols),
-            &want,
-            &format!("oracle iq1_bn {what}"),
-        );
-        assert_every_path(&want, &format!("iq1_bn {what}"), |kern| {
-            run(kern, &m, &x, ncols)
-        });
+        check_matrix(&m, &c, &scales, &x, ncols, &format!("iq1_bn {what}"));
     }
 }
 

@@ -317,18 +317,15 @@ pub fn repack_iq2bn_to_t2p(
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<Vec<f32>> {
-    shape(rows, k, QK_PQ2_0, "iq2_bn in T2P")?;
-    check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
-    let row_bytes = 4 + k / 4;
-    let scales = data
-        .chunks_exact(row_bytes)
-        .map(|row| f32::from_le_bytes(row[..4].try_into().expect("4 bytes")))
-        .collect();
-    codes_to_t2p(rows, k, dst, |r, j| {
-        let at = r * row_bytes + 4 + j / QK_IQ2_BN * IQ2_BN_BLOCK_BYTES;
-        iq2bn_code(&data[at..at + IQ2_BN_BLOCK_BYTES], j % QK_IQ2_BN)
-    })?;
-    Ok(scales)
+    let scale = |row: &[u8]| f32::from_le_bytes(row[..4].try_into().expect("4 bytes"));
+    let layout = RowLayout {
+        name: "iq2_bn",
+        bytes_name: "iq2_bn bytes",
+        row_bytes: 4 + k / 4,
+        head: 4,
+        block_bytes: IQ2_BN_BLOCK_BYTES,
+    };
+    repack_rows_to_t2p(data, rows, k, dst, layout, scale, iq2bn_code)
 }
 
 /// Repacks an IQ1_BN tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
@@ -339,13 +336,53 @@ pub fn repack_iq1bn_to_t2p(
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<Vec<f32>> {
-    shape(rows, k, QK_PQ2_0, "iq1_bn in T2P")?;
-    let row_bytes = iq1bn_row_bytes(k);
-    check_len("iq1_bn bytes", rows * row_bytes, data.len())?;
-    let scales = data.chunks_exact(row_bytes).map(iq1bn_scale).collect();
+    let layout = RowLayout {
+        name: "iq1_bn",
+        bytes_name: "iq1_bn bytes",
+        row_bytes: iq1bn_row_bytes(k),
+        head: 2,
+        block_bytes: IQ1_BN_BLOCK_BYTES,
+    };
+    repack_rows_to_t2p(data, rows, k, dst, layout, iq1bn_scale, iq1bn_code)
+}
+
+/// A format of rows that each start with their scale (`head` bytes), then blocks of 64 weights.
+struct RowLayout {
+    name: &'static str,
+    /// What a too-short buffer is called in the error.
+    bytes_name: &'static str,
+    row_bytes: usize,
+    head: usize,
+    block_bytes: usize,
+}
+
+/// Repacks rows of `layout` into T2P blocks of scale 1.0: `scale(row)` reads a row's scale,
+/// `code(block, j)` weight `j` of a 64-weight block.
+fn repack_rows_to_t2p(
+    data: &[u8],
+    rows: usize,
+    k: usize,
+    dst: &mut [BlockT2p],
+    layout: RowLayout,
+    scale: impl Fn(&[u8]) -> f32,
+    code: impl Fn(&[u8], usize) -> u8,
+) -> Result<Vec<f32>> {
+    let RowLayout {
+        name,
+        bytes_name,
+        row_bytes,
+        head,
+        block_bytes,
+    } = layout;
+    shape(rows, k, QK_PQ2_0, &format!("{name} in T2P"))?;
+    let bytes = rows
+        .checked_mul(row_bytes)
+        .ok_or_else(|| Error::Shape(format!("{rows} rows of {name} overflow")))?;
+    check_len(bytes_name, bytes, data.len())?;
+    let scales = data.chunks_exact(row_bytes).map(scale).collect();
     codes_to_t2p(rows, k, dst, |r, j| {
-        let at = r * row_bytes + 2 + j / QK_IQ2_BN * IQ1_BN_BLOCK_BYTES;
-        iq1bn_code(&data[at..at + IQ1_BN_BLOCK_BYTES], j % QK_IQ2_BN)
+        let at = r * row_bytes + head + j / QK_IQ2_BN * block_bytes;
+        code(&data[at..at + block_bytes], j % QK_IQ2_BN)
     })?;
     Ok(scales)
 }

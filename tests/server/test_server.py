@@ -1336,6 +1336,15 @@ def model_with_template(tmp, template, shape="qwen3-test"):
     return out
 
 
+def streamed_calls(client, **kw):
+    """The (name, arguments) of the tool calls a streamed chat answer delivers as deltas."""
+    got = []
+    for ch in client.chat.completions.create(model="x", stream=True, **kw):
+        if ch.choices:
+            got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+    return got
+
+
 class ToolFormats(unittest.TestCase):
     """Each template's own call syntax, on random weights: the grammar of a required call is
     the template's syntax, the call is parsed, rendered back (arguments as an object, which
@@ -1370,12 +1379,8 @@ class ToolFormats(unittest.TestCase):
             call = c.message.tool_calls[0]
             StructuredOutput.check_weather(self, call)
             # Streamed: the same call as a delta.
-            got = []
-            for ch in client.chat.completions.create(model="x", messages=msgs, tools=[WEATHER, CLOCK],
-                                                     tool_choice="required", parallel_tool_calls=False,
-                                                     max_tokens=300, temperature=0, stream=True):
-                if ch.choices:
-                    got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+            got = streamed_calls(client, messages=msgs, tools=[WEATHER, CLOCK], tool_choice="required",
+                                 parallel_tool_calls=False, max_tokens=300, temperature=0)
             self.assertEqual(got, [(call.function.name, call.function.arguments)])
             msgs += [{"role": "assistant", "content": None, "tool_calls": [
                         {"id": call.id, "type": "function",
@@ -1434,11 +1439,8 @@ class ToolFormats(unittest.TestCase):
             query = json.loads(call.function.arguments)["query"]
             self.assertIsInstance(query, str)
             self.assertLessEqual(len(query), 24)
-            got = []
-            for ch in client.chat.completions.create(model="x", messages=msgs, tools=tools, tool_choice=named,
-                                                     max_tokens=100, temperature=0, stream=True):
-                if ch.choices:
-                    got += [(d.function.name, d.function.arguments) for d in ch.choices[0].delta.tool_calls or []]
+            got = streamed_calls(client, messages=msgs, tools=tools, tool_choice=named, max_tokens=100,
+                                 temperature=0)
             self.assertEqual(got, [(call.function.name, call.function.arguments)])
             msgs += [{"role": "assistant", "content": None, "tool_calls": [
                         {"id": call.id, "type": "function",
