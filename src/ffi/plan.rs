@@ -66,6 +66,8 @@ struct Checked {
     /// A BitNet plan ([`T2P_ACT_I8`]): int8 quads of scale 1.0 then the columns' f32 scales
     /// in the work buffer, unit-scale blocks then the rows' f32 scales in the weights.
     int8: bool,
+    /// Bytes of the plan's work buffer.
+    work_bytes: usize,
 }
 
 /// Bytes of the work buffer of a [`T2P_ACT_I8`] plan: the quads, then one f32 per column.
@@ -112,6 +114,7 @@ unsafe fn plan_from(plan: *const T2pPlan) -> Result<Checked, T2pStatus> {
         m,
         scale_group: p.scale_group,
         int8,
+        work_bytes,
     })
 }
 
@@ -237,9 +240,7 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         if work.is_null() {
             return Err(T2pStatus::NullPointer);
         }
-        // SAFETY: the plan was checked, so this is the work buffer's size.
-        let plan_work = unsafe { plan.read_unaligned() }.work_bytes;
-        if work_bytes < plan_work {
+        if work_bytes < c.work_bytes {
             return Err(T2pStatus::BufferTooSmall);
         }
         if !(work as usize).is_multiple_of(4) {
@@ -249,7 +250,7 @@ pub unsafe extern "C" fn t2p_plan_quantize(
         // the layout checks that the columns fit in x_len.
         let xs = unsafe { std::slice::from_raw_parts(x, x_len) };
         if c.int8 {
-            // SAFETY: work is 4-byte aligned and writable for plan_work bytes (checked /
+            // SAFETY: work is 4-byte aligned and writable for the plan's work bytes (checked /
             // contract); `quantize_int8_share` writes only this share's columns.
             return unsafe { quantize_int8_share(&l, xs, ld_x, work, ith as usize, nth as usize) };
         }
@@ -289,16 +290,7 @@ unsafe fn quantize_int8_share(
     nth: usize,
 ) -> Result<(), T2pStatus> {
     let (k, ncols) = (l.k(), l.ncols());
-    if ncols > 1 && ld_x < k {
-        return Err(T2pStatus::InvalidShape);
-    }
-    let need = (ncols - 1)
-        .checked_mul(ld_x)
-        .and_then(|v| v.checked_add(k))
-        .ok_or(T2pStatus::InvalidShape)?;
-    if x.len() < need {
-        return Err(T2pStatus::BufferTooSmall);
-    }
+    l.check_x(x, ld_x)?;
     let nb = k / QK_PQ2_0;
     let cols = ncols * ith / nth..ncols * (ith + 1) / nth;
     for c in cols {
@@ -419,6 +411,7 @@ pub unsafe extern "C" fn t2p_plan_compute(
             m,
             scale_group,
             int8,
+            ..
         } = unsafe { plan_from(plan) }?;
         let kern: &Kernels = if isa == T2P_ISA_ACTIVE {
             kernels::active()

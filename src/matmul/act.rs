@@ -181,7 +181,7 @@ impl ActLayout {
     }
 
     /// Checks the activations `x` (column `c` at `x[c * ld_x..c * ld_x + k]`).
-    fn check_x(&self, x: &[f32], ld_x: usize) -> Result<()> {
+    pub(crate) fn check_x(&self, x: &[f32], ld_x: usize) -> Result<()> {
         if self.ncols > 1 && ld_x < self.k {
             return Err(Error::Shape(format!(
                 "ld_x = {ld_x} is smaller than k = {}",
