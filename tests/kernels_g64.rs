@@ -13,7 +13,7 @@ use t2p::format::{
     repack_to_t2p,
 };
 use t2p::kernels::Kernels;
-use t2p::matmul::{ActQuant, MatmulPlan, QuantMatrix, QuantizedBatch, T2pMatrix};
+use t2p::matmul::{ActQuant, ColumnMatrix, MatmulPlan, QuantMatrix, QuantizedBatch, T2pMatrix};
 
 fn repack(src: &[BlockQ2_0g64], rows: usize, k: usize) -> Vec<BlockT2pG64> {
     let mut w = vec![BlockT2pG64::default(); rows.div_ceil(4) * k / 128];

@@ -12,7 +12,7 @@ use t2p::format::{
     f16_to_f32, f32_to_f16, vec_dot,
 };
 use t2p::kernels::{Gemm, QuantKernel};
-use t2p::matmul::QuantMatrix;
+use t2p::matmul::{ColumnMatrix, QuantMatrix};
 
 /// A block type the tests can fill: random bytes, then finite random scales.
 trait TestBlock: QuantKernel {

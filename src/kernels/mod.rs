@@ -303,6 +303,33 @@ pub(crate) struct T2pKernels {
     vec_dot_stock: VecDotFn,
 }
 
+impl T2pKernels {
+    /// The table of a path whose `q8_0` kernels are generic over the T2P layout (the scalar and
+    /// aarch64 paths): each pair is one generic pair taken at [`BlockT2p`] and at
+    /// [`BlockT2pG64`]. The unit-scale gemm is the `q8_0` gemm, which gives the same bits when
+    /// every scale is 1.0; the x86 paths, with a gemm of their own, build theirs with a `const fn`
+    /// over their `Path`.
+    pub(crate) const fn portable(
+        isa: Isa,
+        (gemv, gemm): (GemvFn, GemmFn),
+        (gemv_q8_0, gemm_q8_0): (GemvQ8_0Fn, GemmQ8_0Fn),
+        (gemv_q8_0_g64, gemm_q8_0_g64): (GemvQ8_0Fn<BlockT2pG64>, GemmQ8_0Fn<BlockT2pG64>),
+        vec_dot_stock: VecDotFn,
+    ) -> Self {
+        T2pKernels {
+            isa,
+            gemv,
+            gemm,
+            gemv_q8_0,
+            gemm_q8_0,
+            gemv_q8_0_g64,
+            gemm_q8_0_g64,
+            gemm_unit: gemm_q8_0,
+            vec_dot_stock,
+        }
+    }
+}
+
 /// The `q8_0` float fold of one T2P block and row, written once for every path over its own
 /// vector type `V` (`f32` for the oracle): `p_j = d_j * i_j` are the scaled 32-weight sums,
 /// passed as `[p0 + p1, p2, p3]` (the first sum is the same in both layouts, so a kernel may
@@ -327,29 +354,6 @@ pub(crate) fn fold_q8_0<V: Copy>(
         add(add(acc, mul(dw(0), s01)), mul(dw(1), add(p2, p3)))
     }
 }
-
-/// A path's [`T2pKernels`] from the functions `gemv`, `gemm`, `gemv_q8_0`, `gemm_q8_0` and
-/// `vec_dot_stock` in scope where it is invoked; the `q8_0` entries are generic over the T2P
-/// layout, so one function serves both groups. A macro because a function cannot take a generic
-/// function as an argument (the alternative, a trait the scalar and aarch64 paths implement by
-/// forwarding to these five functions, would repeat each of them once per path); the x86 paths,
-/// whose kernels are a trait's already, build theirs with a `const fn`.
-macro_rules! kernel_table {
-    ($isa:expr) => {
-        $crate::kernels::T2pKernels {
-            isa: $isa,
-            gemv,
-            gemm,
-            gemv_q8_0,
-            gemm_q8_0,
-            gemv_q8_0_g64: gemv_q8_0,
-            gemm_q8_0_g64: gemm_q8_0,
-            gemm_unit: gemm_q8_0,
-            vec_dot_stock,
-        }
-    };
-}
-pub(crate) use kernel_table;
 
 /// A constant `[[T; INNER]; OUTER]` lookup table with entry `[i][j] = $entry` (an expression of
 /// `i` and `j`), built at compile time: `const fn` cannot call a closure yet, so the loops are

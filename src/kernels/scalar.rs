@@ -2,13 +2,19 @@
 //! float arithmetic only at the end of each 128-weight block. Every SIMD path is compared with
 //! these bit for bit.
 
-use super::{Gemm, Isa, T2pKernels, fold_q8_0, kernel_table};
+use super::{Gemm, Isa, T2pKernels, fold_q8_0};
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P,
     RowPairBlock, f16_to_f32,
 };
 
-pub(super) static KERNELS: T2pKernels = kernel_table!(Isa::Scalar);
+pub(super) static KERNELS: T2pKernels = T2pKernels::portable(
+    Isa::Scalar,
+    (gemv, gemm),
+    (gemv_q8_0, gemm_q8_0),
+    (gemv_q8_0, gemm_q8_0),
+    vec_dot_stock,
+);
 
 /// The float step every path shares: `acc + (d_w * d_y) * isum`, two roundings, no FMA.
 #[inline(always)]

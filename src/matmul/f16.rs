@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use super::ColumnMatrix;
 use super::plan::check_row_range;
 use crate::error::{Error, Result, check_len};
 use crate::format::f16_to_f32;
@@ -54,10 +55,22 @@ impl F16Matrix {
             *o = f16_to_f32(h);
         }
     }
+}
 
-    /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
-    /// `ncols` columns of `x` (column `c` at `c * k`).
-    pub fn compute(
+/// Columns of f32 values, column `c` at `c * k`.
+impl ColumnMatrix for F16Matrix {
+    type Input = f32;
+    const INPUT: &'static str = "activation values";
+
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.k)
+    }
+
+    fn input_len(&self, ncols: usize) -> usize {
+        ncols * self.k
+    }
+
+    fn compute(
         &self,
         kern: &Kernels,
         x: &[f32],
@@ -66,7 +79,7 @@ impl F16Matrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        check_len("activation values", ncols * self.k, x.len())?;
+        check_len(Self::INPUT, self.input_len(ncols), x.len())?;
         if !check_row_range(&rows, self.rows, ncols, ld, out)? {
             return Ok(());
         }

@@ -27,7 +27,8 @@ pub use act::{ActLayout, ActQuant, Q8_0Quantizer, QuantizedBatch};
 pub use f16::F16Matrix;
 pub use int8::{Int8Acts, Int8Matrix};
 pub use parallel::{
-    F16Product, QuantProduct, RowChunked, StepTime, T2pProduct, matmul_parallel, run_products,
+    ColumnMatrix, ColumnsProduct, F16Product, QuantProduct, RowChunked, RowsOut, StepTime,
+    T2pProduct, matmul_parallel, run_products,
 };
 pub use plan::{MatmulPlan, chunk_count, chunk_rows, matmul, with_scratch};
 pub use quant::QuantMatrix;

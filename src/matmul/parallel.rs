@@ -24,29 +24,40 @@ use crate::pool::{ThreadPool, pieces};
 
 /// A matrix product whose output rows can be computed chunk by chunk, on any thread.
 pub trait RowChunked: Sync {
+    /// `[rows, k, ncols]`: output rows, inner dimension, columns (activation vectors).
+    fn shape(&self) -> [usize; 3];
     /// Output rows.
-    fn rows(&self) -> usize;
-    /// Inner dimension.
-    fn k(&self) -> usize;
-    /// Columns (activation vectors).
-    fn ncols(&self) -> usize;
+    fn rows(&self) -> usize {
+        self.shape()[0]
+    }
+    /// Columns.
+    fn ncols(&self) -> usize {
+        self.shape()[2]
+    }
     /// How many row chunks to hand out to `threads` threads: the one rule of every matrix
     /// kind ([`chunk_count`]).
     fn chunk_count(&self, threads: usize) -> usize {
-        chunk_count(self.rows(), self.k(), self.ncols(), threads)
+        let [rows, k, ncols] = self.shape();
+        chunk_count(rows, k, ncols, threads)
     }
     /// Rows of chunk `i` of `n` ([`chunk_rows`]).
     fn chunk_rows(&self, i: usize, n: usize) -> Range<usize> {
         chunk_rows(self.rows(), i, n)
     }
-    /// Rows `rows` of every column into `out[c * ld + (r - rows.start)]`.
-    fn compute_rows(
-        &self,
-        kern: &Kernels,
-        rows: Range<usize>,
-        out: &mut [f32],
-        ld: usize,
-    ) -> Result<()>;
+    /// Computes the rows `dst` names, for every column.
+    fn compute_rows(&self, kern: &Kernels, dst: RowsOut<'_>) -> Result<()>;
+}
+
+/// Where a chunk's results go: rows `rows` of every column, row `r` of column `c` at
+/// `out[c * ld + (r - rows.start)]`.
+#[derive(Debug)]
+pub struct RowsOut<'a> {
+    /// The rows to compute.
+    pub rows: Range<usize>,
+    /// The output.
+    pub out: &'a mut [f32],
+    /// The stride between columns.
+    pub ld: usize,
 }
 
 /// A T2P matrix times the quantized columns of a batch.
@@ -79,98 +90,86 @@ impl<'a> T2pProduct<'a> {
     }
 }
 
+/// A matrix that multiplies columns handed to it whole, as a slice of [`Input`](Self::Input)s:
+/// a ggml block matrix (its columns quantized to its `vec_dot_type`) and an F16 matrix (f32
+/// columns). [`ColumnsProduct`] binds one to its columns.
+pub trait ColumnMatrix: Sync {
+    /// What the columns are made of: `u32` activation words, or `f32` values.
+    type Input: Sync;
+    /// What a length error calls the input.
+    const INPUT: &'static str;
+    /// `(rows, k)`.
+    fn shape(&self) -> (usize, usize);
+    /// Inputs `ncols` columns take.
+    fn input_len(&self, ncols: usize) -> usize;
+    /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
+    /// `ncols` columns of `x`.
+    fn compute(
+        &self,
+        kern: &Kernels,
+        x: &[Self::Input],
+        ncols: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+        ld: usize,
+    ) -> Result<()>;
+}
+
+/// A [`ColumnMatrix`] times `ncols` columns.
+#[derive(Debug)]
+pub struct ColumnsProduct<'a, M: ColumnMatrix> {
+    m: &'a M,
+    x: &'a [M::Input],
+    ncols: usize,
+}
+
+// Copy whatever `M` is: the product holds only references (a derive would ask `M: Copy`).
+impl<M: ColumnMatrix> Clone for ColumnsProduct<'_, M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: ColumnMatrix> Copy for ColumnsProduct<'_, M> {}
+
+impl<'a, M: ColumnMatrix> ColumnsProduct<'a, M> {
+    /// `m` times the `ncols` columns in `x`.
+    pub fn new(m: &'a M, x: &'a [M::Input], ncols: usize) -> Result<Self> {
+        check_len(M::INPUT, m.input_len(ncols), x.len())?;
+        Ok(ColumnsProduct { m, x, ncols })
+    }
+}
+
 /// A matrix of one of ggml's block types times `ncols` columns already quantized to its
 /// `vec_dot_type` ([`QuantMatrix::quantize_acts`]).
-#[derive(Clone, Copy, Debug)]
-pub struct QuantProduct<'a> {
-    m: &'a QuantMatrix,
-    work: &'a [u32],
-    ncols: usize,
-}
-
-impl<'a> QuantProduct<'a> {
-    /// `m` times the `ncols` quantized columns in `work`.
-    pub fn new(m: &'a QuantMatrix, work: &'a [u32], ncols: usize) -> Result<Self> {
-        check_len("activation words", m.act_words(ncols), work.len())?;
-        Ok(QuantProduct { m, work, ncols })
-    }
-}
+pub type QuantProduct<'a> = ColumnsProduct<'a, QuantMatrix>;
 
 /// An F16 matrix times `ncols` f32 columns (column `c` at `c * k`).
-#[derive(Clone, Copy, Debug)]
-pub struct F16Product<'a> {
-    m: &'a F16Matrix,
-    x: &'a [f32],
-    ncols: usize,
-}
+pub type F16Product<'a> = ColumnsProduct<'a, F16Matrix>;
 
-impl<'a> F16Product<'a> {
-    /// `m` times the `ncols` columns of `x`.
-    pub fn new(m: &'a F16Matrix, x: &'a [f32], ncols: usize) -> Result<Self> {
-        check_len("activation values", ncols * m.k(), x.len())?;
-        Ok(F16Product { m, x, ncols })
+impl RowChunked for T2pProduct<'_> {
+    fn shape(&self) -> [usize; 3] {
+        let layout = self.plan.layout();
+        [self.plan.rows(), layout.k(), layout.ncols()]
+    }
+
+    fn compute_rows(&self, kern: &Kernels, dst: RowsOut<'_>) -> Result<()> {
+        let RowsOut { rows, out, ld } = dst;
+        self.plan.compute(kern, self.w, self.work, rows, out, ld)
     }
 }
 
-/// Implements [`RowChunked`] for a product that binds a matrix to its columns: `$rows`, `$k`
-/// and `$ncols` (expressions of the product `$p`) give its shape, `$compute` computes a chunk.
-macro_rules! row_chunked {
-    ($product:ident, $p:ident => {
-        rows: $rows:expr,
-        k: $k:expr,
-        ncols: $ncols:expr,
-        compute($kern:ident, $rows_:ident, $out:ident, $ld:ident): $compute:expr $(,)?
-    }) => {
-        impl RowChunked for $product<'_> {
-            fn rows(&self) -> usize {
-                let $p = self;
-                $rows
-            }
+impl<M: ColumnMatrix> RowChunked for ColumnsProduct<'_, M> {
+    fn shape(&self) -> [usize; 3] {
+        let (rows, k) = self.m.shape();
+        [rows, k, self.ncols]
+    }
 
-            fn k(&self) -> usize {
-                let $p = self;
-                $k
-            }
-
-            fn ncols(&self) -> usize {
-                let $p = self;
-                $ncols
-            }
-
-            fn compute_rows(
-                &self,
-                $kern: &Kernels,
-                $rows_: Range<usize>,
-                $out: &mut [f32],
-                $ld: usize,
-            ) -> Result<()> {
-                let $p = self;
-                $compute
-            }
-        }
-    };
+    fn compute_rows(&self, kern: &Kernels, dst: RowsOut<'_>) -> Result<()> {
+        self.m
+            .compute(kern, self.x, self.ncols, dst.rows, dst.out, dst.ld)
+    }
 }
-
-row_chunked!(T2pProduct, p => {
-    rows: p.plan.rows(),
-    k: p.plan.layout().k(),
-    ncols: p.plan.layout().ncols(),
-    compute(kern, rows, out, ld): p.plan.compute(kern, p.w, p.work, rows, out, ld),
-});
-
-row_chunked!(QuantProduct, p => {
-    rows: p.m.rows(),
-    k: p.m.k(),
-    ncols: p.ncols,
-    compute(kern, rows, out, ld): p.m.compute(kern, p.work, p.ncols, rows, out, ld),
-});
-
-row_chunked!(F16Product, p => {
-    rows: p.m.rows(),
-    k: p.m.k(),
-    ncols: p.ncols,
-    compute(kern, rows, out, ld): p.m.compute(kern, p.x, p.ncols, rows, out, ld),
-});
 
 /// Where a parallel step's time went (when it was asked to measure).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -312,7 +311,14 @@ impl Step<'_> {
             .for_each_item(self.chunks, items, |(p, rows, piece)| {
                 runner.run(|| {
                     let ld = rows.len();
-                    p.compute_rows(kern, rows, piece, ld)
+                    p.compute_rows(
+                        kern,
+                        RowsOut {
+                            rows,
+                            out: piece,
+                            ld,
+                        },
+                    )
                 });
             });
     }
@@ -348,7 +354,17 @@ impl Step<'_> {
                     .map(move |(i, tile)| (p, p.chunk_rows(i, n), tile))
             });
         pool.for_each_item(chunks, items, |(p, rows, tile)| {
-            runner.run(|| p.compute_rows(kern, rows.clone(), tile, rows.len()));
+            runner.run(|| {
+                let (rows, ld) = (rows.clone(), rows.len());
+                p.compute_rows(
+                    kern,
+                    RowsOut {
+                        rows,
+                        out: tile,
+                        ld,
+                    },
+                )
+            });
         });
         // Chunk i's tile holds its rows of column c at [c * len, (c + 1) * len).
         let (tiles, mut at) = (&tiles[..], 0);

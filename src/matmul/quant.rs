@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use bytemuck::Zeroable;
 
+use super::ColumnMatrix;
 use super::plan::check_row_range;
 use crate::error::{Error, Result, check_len};
 use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
@@ -140,10 +141,22 @@ impl QuantMatrix {
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"));
         Ok(())
     }
+}
 
-    /// `out[c * ld + (r - rows.start)] = dot(row r, column c)` for the rows `rows` and the
-    /// `ncols` columns [`quantize_acts`](Self::quantize_acts) wrote into `work`.
-    pub fn compute(
+/// Columns [`quantize_acts`](QuantMatrix::quantize_acts) wrote into activation words.
+impl ColumnMatrix for QuantMatrix {
+    type Input = u32;
+    const INPUT: &'static str = "activation words";
+
+    fn shape(&self) -> (usize, usize) {
+        (self.rows, self.k)
+    }
+
+    fn input_len(&self, ncols: usize) -> usize {
+        self.act_words(ncols)
+    }
+
+    fn compute(
         &self,
         kern: &Kernels,
         work: &[u32],
@@ -152,7 +165,7 @@ impl QuantMatrix {
         out: &mut [f32],
         ld: usize,
     ) -> Result<()> {
-        check_len("activation words", self.act_words(ncols), work.len())?;
+        check_len(Self::INPUT, self.input_len(ncols), work.len())?;
         if !check_row_range(&rows, self.rows, ncols, ld, out)? {
             return Ok(());
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use t2p::format::GgmlType;
 use t2p::kernels::Kernels;
-use t2p::matmul::{QuantMatrix, chunk_count, chunk_rows};
+use t2p::matmul::{ColumnMatrix, QuantMatrix, chunk_count, chunk_rows};
 use t2p::pool::ThreadPool;
 
 /// One measured product.

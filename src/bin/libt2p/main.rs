@@ -2,8 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
-// `println!` and `print!` for every subcommand (a `macro_rules!` is in scope in the modules
-// declared after it, and shadows the prelude's): when stdout is closed early, as in
+// `println!` for every subcommand (a macro defined here is in scope in the modules declared
+// after it, and shadows the prelude's): when stdout is closed early, as in
 // `libt2p info | head`, the process exits quietly with status 141 (what a process killed by
 // SIGPIPE reports) instead of panicking; any other write error ends it with a message.
 macro_rules! println {
@@ -15,13 +15,8 @@ macro_rules! println {
     };
 }
 
-macro_rules! print {
-    ($($arg:tt)*) => {
-        $crate::write_stdout(format_args!($($arg)*))
-    };
-}
-
-/// Writes to stdout for [`println!`] and [`print!`]; see there for the error handling.
+/// Writes to stdout for [`println!`], and for output without a newline (perplexity's running
+/// figures); see there for the error handling.
 fn write_stdout(args: std::fmt::Arguments) {
     use std::io::Write;
     if let Err(e) = std::io::stdout().lock().write_fmt(args) {

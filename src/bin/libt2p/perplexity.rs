@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     let chunks = perplexity(&loaded.model, &exec, &ids, n_ctx, bos, |i, ppl| {
         if !args.json {
-            print!("[{}]{ppl:.4},", i + 1);
+            crate::write_stdout(format_args!("[{}]{ppl:.4},", i + 1));
             use std::io::Write;
             let _ = std::io::stdout().flush();
         }

@@ -477,8 +477,7 @@ fn print_summary(args: &Args, exec: &Exec, out: &Generated, mem: &Memory, load_s
         ceiling,
         pct,
     } = *mem;
-    print!("{tail}");
-    println!();
+    println!("{tail}");
     eprintln!();
     eprintln!(
         "load: {load_secs:.2} s | threads {} | kernels {}",

@@ -12,9 +12,15 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Gemm, Isa, T2pKernels, kernel_table};
+use crate::kernels::{Gemm, Isa, T2pKernels};
 
-pub(in crate::kernels) static KERNELS: T2pKernels = kernel_table!(Isa::NeonDotprod);
+pub(in crate::kernels) static KERNELS: T2pKernels = T2pKernels::portable(
+    Isa::NeonDotprod,
+    (gemv, gemm),
+    (gemv_q8_0, gemm_q8_0),
+    (gemv_q8_0, gemm_q8_0),
+    vec_dot_stock,
+);
 
 /// gemv entry (also the i8mm path's gemv).
 pub(super) fn gemv(x: &[BlockT2p], nb: usize, y: &[BlockQ8K], out: &mut [f32]) {

@@ -10,9 +10,15 @@ use super::{
     store_f32x4, with_q8_0_tiles,
 };
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, RowPairBlock};
-use crate::kernels::{Gemm, Isa, T2pKernels, fold_q8_0, kernel_table};
+use crate::kernels::{Gemm, Isa, T2pKernels, fold_q8_0};
 
-pub(in crate::kernels) static KERNELS: T2pKernels = kernel_table!(Isa::NeonI8mm);
+pub(in crate::kernels) static KERNELS: T2pKernels = T2pKernels::portable(
+    Isa::NeonI8mm,
+    (gemv, gemm),
+    (gemv_q8_0, gemm_q8_0),
+    (gemv_q8_0, gemm_q8_0),
+    vec_dot_stock,
+);
 
 fn gemm(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
     // SAFETY: reachable only through `KERNELS`, which `aarch64::kernels` hands out only after

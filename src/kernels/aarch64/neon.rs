@@ -15,9 +15,15 @@ use super::{
 use crate::format::{
     BlockPq2_0, BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, ROWS_PER_T2P, RowPairBlock,
 };
-use crate::kernels::{Gemm, Isa, T2pKernels, kernel_table};
+use crate::kernels::{Gemm, Isa, T2pKernels};
 
-pub(in crate::kernels) static KERNELS: T2pKernels = kernel_table!(Isa::Neon);
+pub(in crate::kernels) static KERNELS: T2pKernels = T2pKernels::portable(
+    Isa::Neon,
+    (gemv, gemm),
+    (gemv_q8_0, gemm_q8_0),
+    (gemv_q8_0, gemm_q8_0),
+    vec_dot_stock,
+);
 
 /// Four rows' int16 lane accumulators -> `[row 0, row 1, row 2, row 3]` in int32 (exact: sums of
 /// up to four lanes fit int16, see the module bounds; the last step widens).
