@@ -46,21 +46,15 @@ fn pack_group(src: &[BlockPq2_0], nb: usize, dst: &mut [BlockT2p]) {
     super::ternary::repack_group(src, nb * QK_PQ2_0, dst);
 }
 
-/// Repacks a `rows x k` pq2_0 tensor (`src`, row-major blocks) into T2P row groups (`dst`).
+/// Repacks a `rows x k` pq2_0 tensor (`src`, row-major blocks) into T2P row groups (`dst`):
+/// [`repack_to_t2p`](super::repack_to_t2p) at pq2_0, named for the C ABI and the tests.
 pub fn repack_pq2_0_to_t2p(
     src: &[BlockPq2_0],
     rows: usize,
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<()> {
-    let n = t2p_block_count(rows, k)?;
-    let nb = k / QK_PQ2_0;
-    check_len("pq2_0 source blocks", rows * nb, src.len())?;
-    check_len("T2P destination blocks", n, dst.len())?;
-    for (g, out) in dst[..n].chunks_exact_mut(nb).enumerate() {
-        pack_group(&src[4 * nb * g..(4 * g + 4).min(rows) * nb], nb, out);
-    }
-    Ok(())
+    super::repack_to_t2p(src, rows, k, dst)
 }
 
 /// The inverse of [`repack_pq2_0_to_t2p`]: T2P row groups back to row-major pq2_0 blocks.

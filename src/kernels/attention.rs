@@ -167,44 +167,44 @@ pub fn weighted_sum_f32(w: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
     }
 }
 
-/// `(hd, n)` of a scores call (row width and positions), after checking `heads` divides both
-/// `q` and `out` and `k` holds the rows: what every scores entry checks before it reads.
-pub(crate) fn check_heads(
-    q: &[f32],
-    heads: usize,
-    k: &[f16],
-    stride: usize,
-    out: &[f32],
-) -> (usize, usize) {
-    assert!(
-        heads > 0 && q.len().is_multiple_of(heads) && out.len().is_multiple_of(heads),
-        "{heads} heads do not divide {} query values and {} scores",
-        q.len(),
-        out.len()
-    );
-    let (hd, n) = (q.len() / heads, out.len() / heads);
-    check_rows(k, n, stride, hd);
-    (hd, n)
+/// Which attention call [`check_heads`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HeadCall {
+    /// Scores: `x` holds the queries (`hd` per head), `out` a score per head and position,
+    /// the rows are K.
+    Scores,
+    /// Weighted sum: `x` holds the weights (one per head and position), `out` the values (the
+    /// row width per head), the rows are V.
+    Weights,
 }
 
-/// `(n, width)` of a weighted-sum call (positions and outputs per head), checked as
-/// [`check_heads`] does.
-pub(crate) fn check_weights(
-    w: &[f32],
+/// `(x.len() / heads, out.len() / heads)` of an attention call, after checking that `heads`
+/// divides both and `rows` holds the positions: what every entry checks before it reads. For
+/// [`HeadCall::Scores`] that is `(hd, n)`, for [`HeadCall::Weights`] `(n, width)`.
+pub(crate) fn check_heads(
+    x: &[f32],
     heads: usize,
-    v: &[f16],
+    rows: &[f16],
     stride: usize,
     out: &[f32],
+    call: HeadCall,
 ) -> (usize, usize) {
+    let (x_name, out_name) = match call {
+        HeadCall::Scores => ("query values", "scores"),
+        HeadCall::Weights => ("weights", "outputs"),
+    };
     assert!(
-        heads > 0 && w.len().is_multiple_of(heads) && out.len().is_multiple_of(heads),
-        "{heads} heads do not divide {} weights and {} outputs",
-        w.len(),
+        heads > 0 && x.len().is_multiple_of(heads) && out.len().is_multiple_of(heads),
+        "{heads} heads do not divide {} {x_name} and {} {out_name}",
+        x.len(),
         out.len()
     );
-    let (n, width) = (w.len() / heads, out.len() / heads);
-    check_rows(v, n, stride, width);
-    (n, width)
+    let (per_x, per_out) = (x.len() / heads, out.len() / heads);
+    match call {
+        HeadCall::Scores => check_rows(rows, per_out, stride, per_x),
+        HeadCall::Weights => check_rows(rows, per_x, stride, per_out),
+    }
+    (per_x, per_out)
 }
 
 /// Panics unless `rows` holds `n` rows of `stride`, `width` wide: what every entry checks
@@ -217,7 +217,7 @@ pub(crate) fn check_rows<T>(rows: &[T], n: usize, stride: usize, width: usize) {
 }
 
 fn scores_portable(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    let (hd, n) = check_heads(q, heads, k, stride, out);
+    let (hd, n) = check_heads(q, heads, k, stride, out, HeadCall::Scores);
     let mut row = ROW.take();
     row.clear();
     row.reserve(hd.max(MIN_ROW));
@@ -232,7 +232,7 @@ fn scores_portable(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32
 }
 
 fn weighted_sum_portable(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
-    let (n, width) = check_weights(w, heads, v, stride, out);
+    let (n, width) = check_heads(w, heads, v, stride, out, HeadCall::Weights);
     let mut row = ROW.take();
     row.clear();
     row.reserve(width.max(MIN_ROW));

@@ -273,10 +273,16 @@ impl<R: Read> Reader<R> {
     }
 
     /// The `n` elements of `N` bytes each of the array `key` (`n` is bounded by the file).
-    fn fixed_array<const N: usize>(&mut self, n: usize, key: &str) -> Result<Vec<[u8; N]>> {
+    /// `n` elements of `N` bytes each, decoded by `decode` (`u32::from_le_bytes` and the like).
+    fn fixed_array<T, const N: usize>(
+        &mut self,
+        n: usize,
+        key: &str,
+        decode: impl Fn([u8; N]) -> T,
+    ) -> Result<Vec<T>> {
         let mut raw = vec![[0u8; N]; n];
         self.fill(raw.as_flattened_mut(), &|| format!("array data of {key:?}"))?;
-        Ok(raw)
+        Ok(raw.into_iter().map(decode).collect())
     }
 
     fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
@@ -367,67 +373,17 @@ impl<R: Read> Reader<R> {
         let what = || format!("array length of {key:?}");
         let n = self.count(min_size, &what)? as usize;
         Ok(match elem {
-            0 => Array::U8(self.fixed_array(n, key)?.into_iter().map(|[b]| b).collect()),
-            1 => Array::I8(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(i8::from_le_bytes)
-                    .collect(),
-            ),
-            2 => Array::U16(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(u16::from_le_bytes)
-                    .collect(),
-            ),
-            3 => Array::I16(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(i16::from_le_bytes)
-                    .collect(),
-            ),
-            4 => Array::U32(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(u32::from_le_bytes)
-                    .collect(),
-            ),
-            5 => Array::I32(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(i32::from_le_bytes)
-                    .collect(),
-            ),
-            6 => Array::F32(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(f32::from_le_bytes)
-                    .collect(),
-            ),
-            7 => Array::Bool(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(|[b]| b != 0)
-                    .collect(),
-            ),
-            10 => Array::U64(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(u64::from_le_bytes)
-                    .collect(),
-            ),
-            11 => Array::I64(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(i64::from_le_bytes)
-                    .collect(),
-            ),
-            12 => Array::F64(
-                self.fixed_array(n, key)?
-                    .into_iter()
-                    .map(f64::from_le_bytes)
-                    .collect(),
-            ),
+            0 => Array::U8(self.fixed_array(n, key, |[b]| b)?),
+            1 => Array::I8(self.fixed_array(n, key, i8::from_le_bytes)?),
+            2 => Array::U16(self.fixed_array(n, key, u16::from_le_bytes)?),
+            3 => Array::I16(self.fixed_array(n, key, i16::from_le_bytes)?),
+            4 => Array::U32(self.fixed_array(n, key, u32::from_le_bytes)?),
+            5 => Array::I32(self.fixed_array(n, key, i32::from_le_bytes)?),
+            6 => Array::F32(self.fixed_array(n, key, f32::from_le_bytes)?),
+            7 => Array::Bool(self.fixed_array(n, key, |[b]| b != 0)?),
+            10 => Array::U64(self.fixed_array(n, key, u64::from_le_bytes)?),
+            11 => Array::I64(self.fixed_array(n, key, i64::from_le_bytes)?),
+            12 => Array::F64(self.fixed_array(n, key, f64::from_le_bytes)?),
             8 => {
                 let mut v = Vec::with_capacity(prealloc(n as u64));
                 for i in 0..n {

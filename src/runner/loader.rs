@@ -777,6 +777,23 @@ impl<R: Read> TensorBytes<'_, R> {
         read_chunked(self.src, bytes, len, self.progress, &what, at)
     }
 
+    /// The `rows x k` matrix repacked into T2P by `fill`, which gets the chunk plan and the
+    /// zeroed result (the setup and the finish of both repack paths).
+    fn build_t2p<B: TernaryBlock>(
+        &mut self,
+        rows: usize,
+        k: usize,
+        chunk_bytes: usize,
+        fill: impl FnOnce(&mut Self, &RepackPlan, &mut [B::Target]) -> Result<()>,
+    ) -> Result<TensorData> {
+        let name = self.name;
+        let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
+        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
+        fill(self, &plan, &mut blocks)?;
+        let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
+        Ok(TensorData::T2p(m))
+    }
+
     /// The `rows x k` matrix repacked into T2P, whole row groups a chunk at a time (the last
     /// group may be short).
     fn repack_to_t2p<B: TernaryBlock>(
@@ -785,18 +802,16 @@ impl<R: Read> TensorBytes<'_, R> {
         k: usize,
         chunk_bytes: usize,
     ) -> Result<TensorData> {
-        let name = self.name;
-        let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
-        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
-        let mut buf = vec![B::zeroed(); plan.rows_per_chunk * plan.per_row];
-        for (c, out) in blocks.chunks_mut(plan.chunk_blocks()).enumerate() {
-            let (r0, n_rows) = plan.chunk_rows(c, out.len());
-            let part = &mut buf[..n_rows * plan.per_row];
-            self.read(part, r0 * plan.row_bytes)?;
-            repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
-        }
-        let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
-        Ok(TensorData::T2p(m))
+        self.build_t2p::<B>(rows, k, chunk_bytes, |data, plan, blocks| {
+            let mut buf = vec![B::zeroed(); plan.rows_per_chunk * plan.per_row];
+            for (c, out) in blocks.chunks_mut(plan.chunk_blocks()).enumerate() {
+                let (r0, n_rows) = plan.chunk_rows(c, out.len());
+                let part = &mut buf[..n_rows * plan.per_row];
+                data.read(part, r0 * plan.row_bytes)?;
+                repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(data.name, e))?;
+            }
+            Ok(())
+        })
     }
 
     /// [`repack_to_t2p`](Self::repack_to_t2p) on `threads` threads: chunk `c` of whole row
@@ -815,53 +830,50 @@ impl<R: Read> TensorBytes<'_, R> {
         chunk_bytes: usize,
     ) -> Result<TensorData> {
         use std::os::unix::fs::FileExt;
-        let name = self.name;
-        let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
-        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
-        let chunks: Vec<_> = blocks.chunks_mut(plan.chunk_blocks()).enumerate().collect();
-        let threads = scratch.len().min(chunks.len()).max(1);
-        let mut shares: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
-        for (c, out) in chunks {
-            shares[c % threads].push((c, out));
-        }
-        let (start, progress) = (self.start, self.progress);
-        let buf_words = (plan.rows_per_chunk * plan.row_bytes).div_ceil(8);
-        let work = |share: Vec<(usize, &mut [B::Target])>, buf: &mut Vec<u64>| -> Result<()> {
-            if buf.len() < buf_words {
-                *buf = vec![0u64; buf_words];
+        self.build_t2p::<B>(rows, k, chunk_bytes, |data, plan, blocks| {
+            let (name, start, progress) = (data.name, data.start, data.progress);
+            let chunks: Vec<_> = blocks.chunks_mut(plan.chunk_blocks()).enumerate().collect();
+            let threads = scratch.len().min(chunks.len()).max(1);
+            let mut shares: Vec<Vec<_>> = (0..threads).map(|_| Vec::new()).collect();
+            for (c, out) in chunks {
+                shares[c % threads].push((c, out));
             }
-            for (c, out) in share {
-                let (r0, n_rows) = plan.chunk_rows(c, out.len());
-                let bytes =
-                    &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..n_rows * plan.row_bytes];
-                let at = start + (r0 * plan.row_bytes) as u64;
-                file.read_exact_at(bytes, at).map_err(|e| GgufError::Io {
-                    what: format!("data of tensor {name:?}"),
-                    offset: at,
-                    message: e.to_string(),
-                })?;
-                progress.inc(bytes.len());
-                // The buffer is 8-byte aligned and `bytes` whole blocks, so the cast holds.
-                let part: &[B] = bytemuck::cast_slice(bytes);
-                repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
-            }
-            Ok(())
-        };
-        std::thread::scope(|scope| {
-            let mut shares = shares.into_iter().zip(scratch.iter_mut());
-            let (mine, my_buf) = shares.next().expect("at least one thread");
-            let handles: Vec<_> = shares
-                .map(|(s, buf)| scope.spawn(|| work(s, buf)))
-                .collect();
-            let first = work(mine, my_buf);
-            // Every thread's error is seen; the first in chunk order is not needed, any is.
-            handles.into_iter().fold(first, |acc, h| {
-                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                acc.and(r)
+            let buf_words = (plan.rows_per_chunk * plan.row_bytes).div_ceil(8);
+            let work = |share: Vec<(usize, &mut [B::Target])>, buf: &mut Vec<u64>| -> Result<()> {
+                if buf.len() < buf_words {
+                    *buf = vec![0u64; buf_words];
+                }
+                for (c, out) in share {
+                    let (r0, n_rows) = plan.chunk_rows(c, out.len());
+                    let bytes =
+                        &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..n_rows * plan.row_bytes];
+                    let at = start + (r0 * plan.row_bytes) as u64;
+                    file.read_exact_at(bytes, at).map_err(|e| GgufError::Io {
+                        what: format!("data of tensor {name:?}"),
+                        offset: at,
+                        message: e.to_string(),
+                    })?;
+                    progress.inc(bytes.len());
+                    // The buffer is 8-byte aligned and `bytes` whole blocks, so the cast holds.
+                    let part: &[B] = bytemuck::cast_slice(bytes);
+                    repack_to_t2p(part, n_rows, k, out).map_err(|e| shape_err(name, e))?;
+                }
+                Ok(())
+            };
+            std::thread::scope(|scope| {
+                let mut shares = shares.into_iter().zip(scratch.iter_mut());
+                let (mine, my_buf) = shares.next().expect("at least one thread");
+                let handles: Vec<_> = shares
+                    .map(|(s, buf)| scope.spawn(|| work(s, buf)))
+                    .collect();
+                let first = work(mine, my_buf);
+                // Every thread's error is seen; the first in chunk order is not needed, any is.
+                handles.into_iter().fold(first, |acc, h| {
+                    let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    acc.and(r)
+                })
             })
-        })?;
-        let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
-        Ok(TensorData::T2p(m))
+        })
     }
 
     /// `n_src` source blocks converted losslessly to pq2_0 blocks, a chunk at a time.

@@ -187,8 +187,8 @@ macro_rules! k_with_min {
                 fold_with_min(self.d, self.dmin, a, sums, acc)
             }
 
-            fn scales_finite(&self) -> bool {
-                f16_to_f32(self.d).is_finite() && f16_to_f32(self.dmin).is_finite()
+            fn scale_bits(&self) -> [u16; 2] {
+                [self.d, self.dmin]
             }
         })*
     };
@@ -218,8 +218,8 @@ impl QuantBlock for BlockQ6K {
         acc + (f16_to_f32(self.d) * a.d) * isum as f32
     }
 
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite()
+    fn scale_bits(&self) -> [u16; 2] {
+        [self.d, 0]
     }
 }
 

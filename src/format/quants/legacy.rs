@@ -120,8 +120,8 @@ pub trait LegacyScale {
     fn weights(&self, q: [i8; 32], out: &mut [f32]);
     /// ggml's fold of one block's integer sum `isum` into `acc`.
     fn fold(&self, a: &Self::Act, isum: i32, acc: f32) -> f32;
-    /// Whether every float scale is finite.
-    fn finite(&self) -> bool;
+    /// The fp16 bits of the scale and of the minimum (0 where there is none).
+    fn bits(&self) -> [u16; 2];
     /// The activation block's 32 integer values.
     fn act_values(a: &Self::Act) -> &[i8; 32];
 }
@@ -147,8 +147,8 @@ impl LegacyScale for Scaled {
     fn fold(&self, a: &BlockQ8_0, isum: i32, acc: f32) -> f32 {
         acc + isum as f32 * (f16_to_f32(self.0) * f16_to_f32(a.d))
     }
-    fn finite(&self) -> bool {
-        f16_to_f32(self.0).is_finite()
+    fn bits(&self) -> [u16; 2] {
+        [self.0, 0]
     }
 }
 
@@ -168,8 +168,8 @@ impl LegacyScale for Offset {
         let dd = f16_to_f32(self.0) * f16_to_f32(a.d);
         acc + (dd * isum as f32 + f16_to_f32(self.1) * f16_to_f32(a.s))
     }
-    fn finite(&self) -> bool {
-        f16_to_f32(self.0).is_finite() && f16_to_f32(self.1).is_finite()
+    fn bits(&self) -> [u16; 2] {
+        [self.0, self.1]
     }
 }
 
@@ -203,8 +203,8 @@ impl<B: LegacyBlock> QuantBlock for B {
         self.scale().fold(a, isum, acc)
     }
 
-    fn scales_finite(&self) -> bool {
-        self.scale().finite()
+    fn scale_bits(&self) -> [u16; 2] {
+        self.scale().bits()
     }
 }
 
@@ -325,8 +325,8 @@ impl QuantBlock for BlockQ2_0g64 {
         acc + f16_to_f32(self.d) * (d0 * i0 as f32 + d1 * i1 as f32)
     }
 
-    fn scales_finite(&self) -> bool {
-        f16_to_f32(self.d).is_finite()
+    fn scale_bits(&self) -> [u16; 2] {
+        [self.d, 0]
     }
 }
 

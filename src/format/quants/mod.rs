@@ -21,7 +21,7 @@ pub use legacy::{
 
 use bytemuck::Pod;
 
-use super::{BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK8_0};
+use super::{BlockQ8_0, BlockQ8K, GgmlType, QK_K, QK8_0, f16_to_f32};
 
 /// An activation block: the values one weight block multiplies, quantized as ggml's CPU
 /// quantizer for that type does.
@@ -62,8 +62,13 @@ pub trait QuantBlock: Pod + Send + Sync {
     /// Adds the block's contribution, from the sums `int_dot` gives, to `acc`: the one float
     /// order every path uses.
     fn fold(&self, a: &Self::Act, sums: [i32; 2], acc: f32) -> f32;
+    /// The block's fp16 scale and that of its minimum (`m`, `dmin`; 0 where it has none), as
+    /// stored: what the folds read, and what the SIMD folds load four blocks at a time.
+    fn scale_bits(&self) -> [u16; 2];
     /// Whether the block's float scales are finite (a file with inf/NaN scales is refused).
-    fn scales_finite(&self) -> bool;
+    fn scales_finite(&self) -> bool {
+        self.scale_bits().iter().all(|&h| f16_to_f32(h).is_finite())
+    }
 }
 
 const _: () = {

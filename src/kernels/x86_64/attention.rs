@@ -8,7 +8,7 @@
 use half::f16;
 use std::arch::x86_64::*;
 
-use crate::kernels::attention::{AttentionKernels, SOFTMAX_LANES, check_heads, check_weights};
+use crate::kernels::attention::{AttentionKernels, HeadCall, SOFTMAX_LANES, check_heads};
 use crate::kernels::exp::{EXP_MIN, exp_consts};
 
 use super::prefetch;
@@ -160,7 +160,7 @@ unsafe fn exp<R: Reg>(x: R) -> R {
 }
 
 fn scores_avx2(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    let (hd, n) = check_heads(q, heads, k, stride, out);
+    let (hd, n) = check_heads(q, heads, k, stride, out, HeadCall::Scores);
     // SAFETY: this entry is only in the x86 paths' tables, which are handed out only on CPUs
     // with AVX2 and F16C (`Isa::required_features`); the rows were bounds-checked above.
     unsafe {
@@ -179,7 +179,7 @@ fn scores_avx2(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, ou
 }
 
 fn weighted_sum_avx2(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
-    let (n, width) = check_weights(w, heads, v, stride, out);
+    let (n, width) = check_heads(w, heads, v, stride, out, HeadCall::Weights);
     // SAFETY: as in `scores_avx2`: the CPU has AVX2 and F16C, the rows are in bounds.
     unsafe {
         match heads {
@@ -196,7 +196,7 @@ fn weighted_sum_avx2(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mu
 }
 
 fn scores_avx512(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, out: &mut [f32]) {
-    let (hd, n) = check_heads(q, heads, k, stride, out);
+    let (hd, n) = check_heads(q, heads, k, stride, out, HeadCall::Scores);
     // SAFETY: this entry is only in the AVX-512 VNNI path's table, which is handed out only on
     // CPUs with AVX-512F, AVX2 and F16C; the rows were bounds-checked above.
     unsafe {
@@ -215,7 +215,7 @@ fn scores_avx512(q: &[f32], heads: usize, k: &[f16], stride: usize, scale: f32, 
 }
 
 fn weighted_sum_avx512(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &mut [f32]) {
-    let (n, width) = check_weights(w, heads, v, stride, out);
+    let (n, width) = check_heads(w, heads, v, stride, out, HeadCall::Weights);
     // SAFETY: as in `scores_avx512`: the CPU has AVX-512F, AVX2 and F16C, the rows are in bounds.
     unsafe {
         match heads {

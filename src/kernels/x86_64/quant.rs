@@ -53,10 +53,8 @@ pub(super) trait Avx2Block: QuantBlock<Act: Avx2Act> {
     ///
     /// The CPU must have AVX2.
     unsafe fn dot(&self, a: &Self::Act) -> (__m256i, i32);
-    /// The block's fp16 scale and that of its minimum (`m`, `dmin`; 0 where it has none).
-    fn scales(&self) -> [u16; 2];
     /// `acc + fold` for four (weight block, activation block) pairs `w[l]`, `a[l]` (lane `l`),
-    /// from their sums: the activation type's fold ([`Avx2Act::fold4`]) unless the type has its
+    /// from their sums `[isum, msum]` (one lane each): the activation type's fold ([`Avx2Act::fold4`]) unless the type has its
     /// own.
     ///
     /// # Safety
@@ -64,15 +62,9 @@ pub(super) trait Avx2Block: QuantBlock<Act: Avx2Act> {
     /// The CPU must have AVX2 and F16C.
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&Self::Act; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [&Self; 4], a: [&Self::Act; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
         // SAFETY: this fn is compiled for what the fold needs.
-        unsafe { Self::Act::fold4(w.map(|b| b.scales()), a, isum, msum, acc) }
+        unsafe { Self::Act::fold4(w.map(|b| b.scale_bits()), a, sums, acc) }
     }
 }
 
@@ -80,18 +72,12 @@ pub(super) trait Avx2Block: QuantBlock<Act: Avx2Act> {
 /// that take it, on four lanes.
 pub(super) trait Avx2Act: ActBlock {
     /// `acc + fold` for four pairs (lane `l`) with the weight scales `w[l]`
-    /// ([`Avx2Block::scales`]) and the activation blocks `a[l]`.
+    /// ([`QuantBlock::scale_bits`]), the activation blocks `a[l]` and the sums `[isum, msum]`.
     ///
     /// # Safety
     ///
     /// The CPU must have AVX2 and F16C.
-    unsafe fn fold4(
-        w: [[u16; 2]; 4],
-        a: [&Self; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128;
+    unsafe fn fold4(w: [[u16; 2]; 4], a: [&Self; 4], sums: [__m128i; 2], acc: __m128) -> __m128;
 }
 
 /// The dot step [`drive`] runs on a block type: AVX2's ([`Ymm`]), or a wider one for the types
@@ -187,7 +173,7 @@ unsafe fn tiles<B: Avx2Block, D: DotStep<B>, const R: usize, const C: usize>(
                         D::dot(ws[3], ys[3]),
                     ];
                     let isum = reduce4(i0, i1, i2, i3);
-                    B::fold4(ws, ys, isum, _mm_setr_epi32(m0, m1, m2, m3), acc)
+                    B::fold4(ws, ys, [isum, _mm_setr_epi32(m0, m1, m2, m3)], acc)
                 };
             }
             let mut lanes = [0f32; 4];
@@ -305,13 +291,8 @@ fn fold_scaled(d_w: [u16; 4], d_a: __m128, isum: __m128i, acc: __m128) -> __m128
 impl Avx2Act for BlockQ8_0 {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [[u16; 2]; 4],
-        a: [&Self; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [[u16; 2]; 4], a: [&Self; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
+        let [isum, _] = sums;
         fold_scaled(w.map(|w| w[0]), half4(a.map(|a| a.d)), isum, acc)
     }
 }
@@ -321,13 +302,8 @@ impl Avx2Act for BlockQ8_0 {
 impl Avx2Act for BlockQ8_1 {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [[u16; 2]; 4],
-        a: [&Self; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [[u16; 2]; 4], a: [&Self; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
+        let [isum, _] = sums;
         let dd = _mm_mul_ps(half4(w.map(|w| w[0])), half4(a.map(|a| a.d)));
         let ms = _mm_mul_ps(half4(w.map(|w| w[1])), half4(a.map(|a| a.s)));
         _mm_add_ps(acc, _mm_add_ps(_mm_mul_ps(dd, _mm_cvtepi32_ps(isum)), ms))
@@ -339,13 +315,8 @@ impl Avx2Act for BlockQ8_1 {
 impl Avx2Act for BlockQ8K {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [[u16; 2]; 4],
-        a: [&Self; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [[u16; 2]; 4], a: [&Self; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
+        let [isum, msum] = sums;
         let da = q8k_scales(a);
         let dd = _mm_mul_ps(half4(w.map(|w| w[0])), da);
         let dm = _mm_mul_ps(half4(w.map(|w| w[1])), da);
@@ -362,13 +333,8 @@ impl Avx2Act for BlockQ8K {
 impl Avx2Act for BlockQ8_0x2 {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [[u16; 2]; 4],
-        a: [&Self; 4],
-        isum: __m128i,
-        msum: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [[u16; 2]; 4], a: [&Self; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
+        let [isum, msum] = sums;
         let d0 = half4(a.map(|a| a.b[0].d));
         let d1 = half4(a.map(|a| a.b[1].d));
         let inner = _mm_add_ps(
@@ -386,10 +352,6 @@ impl Avx2Block for BlockQ4_0 {
         let w = _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8));
         (dot32(w, load32(&a.qs)), 0)
     }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, 0]
-    }
 }
 
 impl Avx2Block for BlockQ5_0 {
@@ -400,10 +362,6 @@ impl Avx2Block for BlockQ5_0 {
         let w = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
         (dot32(w, load32(&a.qs)), 0)
     }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, 0]
-    }
 }
 
 impl Avx2Block for BlockQ4_1 {
@@ -411,10 +369,6 @@ impl Avx2Block for BlockQ4_1 {
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
         (dot32_unsigned(nibbles(&self.qs), load32(&a.qs)), 0)
-    }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, self.m]
     }
 }
 
@@ -424,10 +378,6 @@ impl Avx2Block for BlockQ5_1 {
     unsafe fn dot(&self, a: &BlockQ8_1) -> (__m256i, i32) {
         let q = _mm256_or_si256(nibbles(&self.qs), fifth_bits(self.qh));
         (dot32_unsigned(q, load32(&a.qs)), 0)
-    }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, self.m]
     }
 }
 
@@ -446,10 +396,6 @@ impl Avx2Block for BlockQ8_0 {
             _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(y)),
         );
         (_mm256_add_epi32(lo, hi), 0)
-    }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, 0]
     }
 }
 
@@ -515,10 +461,6 @@ impl Avx2Block for BlockQ4K {
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         dot_k4(&self.scales, &self.qs, None, a)
     }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, self.dmin]
-    }
 }
 
 impl Avx2Block for BlockQ5K {
@@ -526,10 +468,6 @@ impl Avx2Block for BlockQ5K {
     #[target_feature(enable = "avx2")]
     unsafe fn dot(&self, a: &BlockQ8K) -> (__m256i, i32) {
         dot_k4(&self.scales, &self.qs, Some(&self.qh), a)
-    }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, self.dmin]
     }
 }
 
@@ -605,20 +543,11 @@ impl Avx2Block for BlockQ6K {
         (acc, 0)
     }
 
-    fn scales(&self) -> [u16; 2] {
-        [self.d, 0]
-    }
-
     /// One fp16 scale `d` against q8_K's f32 one; no minimum part (`msum` is 0).
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn fold4(
-        w: [&Self; 4],
-        a: [&BlockQ8K; 4],
-        isum: __m128i,
-        _: __m128i,
-        acc: __m128,
-    ) -> __m128 {
+    unsafe fn fold4(w: [&Self; 4], a: [&BlockQ8K; 4], sums: [__m128i; 2], acc: __m128) -> __m128 {
+        let [isum, _] = sums;
         fold_scaled(w.map(|b| b.d), q8k_scales(a), isum, acc)
     }
 }
@@ -656,9 +585,5 @@ impl Avx2Block for BlockQ2_0g64 {
             _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
         };
         (h0, total1)
-    }
-
-    fn scales(&self) -> [u16; 2] {
-        [self.d, 0]
     }
 }
