@@ -8,7 +8,7 @@ use super::status::{T2pStatus, guard};
 use crate::format::i2s::{repack_i2s_to_t2p, repack_iq1bn_to_t2p, repack_iq2bn_to_t2p};
 use crate::format::{
     BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, GgmlType, QK_K, QK_PQ2_0,
-    TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_ternary_block,
+    TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_block_type,
 };
 use crate::kernels::{self, Isa, cpu};
 
@@ -429,7 +429,7 @@ pub unsafe extern "C" fn t2p_repack(
         if ty.is_int8_ternary() {
             return repack_int8(ty, src, &mut dst[..need], rows, k);
         }
-        with_ternary_block!(ty, B => repack_typed::<B>(src, dst, rows, k), _ => Err(T2pStatus::InvalidArgument))
+        with_block_type!(ternary ty, B => repack_typed::<B>(src, dst, rows, k), _ => Err(T2pStatus::InvalidArgument))
     })
 }
 

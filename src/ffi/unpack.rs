@@ -10,7 +10,7 @@ use super::abi::{
 use super::status::{T2pStatus, guard};
 use crate::format::{
     BlockPq2_0, BlockT2p, GgmlType, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock, TernaryBlock,
-    unpack_t2p_to_pq2_0, with_ternary_block,
+    unpack_t2p_to_pq2_0, with_block_type,
 };
 
 /// Converts a `rows x k` T2P matrix (`src`, `t2p_repacked_size` bytes, 2-byte aligned)
@@ -62,8 +62,7 @@ pub unsafe extern "C" fn t2p_unpack(
                 let dst = blocks_mut::<BlockPq2_0>(dst, rows * (k / QK_PQ2_0))?;
                 Ok(unpack_t2p_to_pq2_0(src, rows, k, dst)?)
             }
-            ty => with_ternary_block!(
-                ty,
+            ty => with_block_type!(ternary ty,
                 B => unpack_typed::<B>(src, rows, k, dst),
                 _ => Err(T2pStatus::InvalidArgument),
             ),

@@ -5,12 +5,37 @@
 //! Every block is `#[repr(C)]`, plain old data ([`bytemuck::Pod`]) and checked at compile time
 //! against the size the C header and ggml use.
 
-/// Evaluates `$body` with the type name `$B` bound to the struct that the table
-/// `{ TYPE => Struct, .. }` gives for the [`GgmlType`] `$ty` (constants and structs named in
-/// this module), or `$other` for a type the table lacks: the one match behind
-/// `with_ternary_block!` and `with_quant_block!`.
-macro_rules! match_block_type {
-    ($ty:expr, $B:ident => $body:expr, _ => $other:expr, { $($t:ident => $S:ident),* $(,)? }) => {
+/// Evaluates `$body` with the type name `$B` bound to the block struct of the [`GgmlType`]
+/// `$ty`, or `$other` for a type without one in the family named first: `ternary` (pq2_0,
+/// tq2_0, tq1_0, ptq1_0, mainline's group-64 Q2_0: a [`TernaryBlock`]) or `quant` (ggml's
+/// standard types: a [`QuantBlock`]). The one place that turns a type id into a block struct
+/// for the generic code. A macro because the body is generic code over a type, and a type id
+/// is known only at run time.
+macro_rules! with_block_type {
+    (ternary $ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
+        $crate::format::with_block_type!(@match $ty, $B => $body, _ => $other, {
+            PQ2_0 => BlockPq2_0,
+            TQ2_0 => BlockTq2_0,
+            TQ1_0 => BlockTq1_0,
+            PTQ1_0 => BlockPtq1_0,
+            Q2_0_G64 => BlockQ2_0g64,
+        })
+    };
+    (quant $ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
+        $crate::format::with_block_type!(@match $ty, $B => $body, _ => $other, {
+            Q8_0 => BlockQ8_0,
+            Q4_0 => BlockQ4_0,
+            Q4_1 => BlockQ4_1,
+            Q5_0 => BlockQ5_0,
+            Q5_1 => BlockQ5_1,
+            Q4_K => BlockQ4K,
+            Q5_K => BlockQ5K,
+            Q6_K => BlockQ6K,
+            Q2_0_G64 => BlockQ2_0g64,
+        })
+    };
+    (@match $ty:expr, $B:ident => $body:expr, _ => $other:expr,
+     { $($t:ident => $S:ident),* $(,)? }) => {
         match $ty {
             $($crate::format::GgmlType::$t => {
                 type $B = $crate::format::$S;
@@ -20,7 +45,7 @@ macro_rules! match_block_type {
         }
     };
 }
-pub(crate) use match_block_type;
+pub(crate) use with_block_type;
 
 mod ggml_type;
 pub mod i2s;
@@ -42,7 +67,6 @@ pub use q8k::{
 };
 #[cfg(target_arch = "x86_64")]
 pub(crate) use quants::scale_min_k4;
-pub(crate) use quants::with_quant_block;
 pub use quants::{
     ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
     BlockQ6K, BlockQ8_0x2, BlockQ8_1, QuantBlock, dequantize_blocks, quantize_act,
@@ -56,7 +80,6 @@ pub use t2p::{
     BlockT2p, BlockT2pG64, ROWS_PER_T2P, RowPairBlock, T2P_LAYOUT_KEY, T2P_LAYOUT_VERSION,
     T2pSlice, T2pVec, T2pWords, dequantize_t2p_row,
 };
-pub(crate) use ternary::with_ternary_block;
 pub use ternary::{
     BlockPtq1_0, BlockTq1_0, BlockTq2_0, TernaryBlock, dequantize_row, repack_to_t2p,
 };

@@ -244,23 +244,6 @@ layout_block! {
     BlockPtq1_0 => PTQ1_0, BlockT2p, decode_base3 / encode_base3(qs, qh), max 2;
 }
 
-/// Evaluates `$body` with the type name `$B` bound to the block struct of the ternary
-/// [`GgmlType`] `$ty` (pq2_0, tq2_0, tq1_0, ptq1_0, mainline's group-64 Q2_0), or `$other` for
-/// any other type: the one place that turns a type id into a [`TernaryBlock`] for the generic
-/// code.
-macro_rules! with_ternary_block {
-    ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        $crate::format::match_block_type!($ty, $B => $body, _ => $other, {
-            PQ2_0 => BlockPq2_0,
-            TQ2_0 => BlockTq2_0,
-            TQ1_0 => BlockTq1_0,
-            PTQ1_0 => BlockPtq1_0,
-            Q2_0_G64 => BlockQ2_0g64,
-        })
-    };
-}
-pub(crate) use with_ternary_block;
-
 /// Dequantizes one row of any ternary format (`blocks` covering the row) into `out`.
 pub fn dequantize_row<B: TernaryBlock>(blocks: &[B], out: &mut [f32]) -> Result<()> {
     check_len("output values", blocks.len() * B::WEIGHTS, out.len())?;

@@ -9,7 +9,7 @@ use bytemuck::Zeroable;
 use super::ColumnMatrix;
 use super::plan::check_row_range;
 use crate::error::{Error, Result, check_len};
-use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_quant_block};
+use crate::format::{ActBlock, GgmlType, QuantBlock, quantize_act, with_block_type};
 use crate::kernels::{Gemm, Kernels};
 
 /// A `rows x k` matrix of ggml blocks in file order (row `r`'s blocks at `r * k / WEIGHTS`).
@@ -53,7 +53,7 @@ impl QuantMatrix {
             )));
         }
         let m = QuantMatrix { ty, rows, k, data };
-        with_quant_block!(ty, B => m.check_scales::<B>()?, _ => unreachable!("checked above"));
+        with_block_type!(quant ty, B => m.check_scales::<B>()?, _ => unreachable!("checked above"));
         Ok(m)
     }
 
@@ -110,7 +110,7 @@ impl QuantMatrix {
     /// # Panics
     /// If `r >= rows` or `out` is shorter than `k`.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        with_quant_block!(self.ty, B => {
+        with_block_type!(quant self.ty, B => {
             let nb = self.k / <B as QuantBlock>::WEIGHTS;
             crate::format::dequantize_blocks(&self.blocks::<B>()[r * nb..(r + 1) * nb], &mut out[..self.k]);
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"))
@@ -118,7 +118,7 @@ impl QuantMatrix {
 
     /// `u32` words of scratch [`quantize_acts`](Self::quantize_acts) needs for `ncols` columns.
     pub fn act_words(&self, ncols: usize) -> usize {
-        with_quant_block!(self.ty, B => {
+        with_block_type!(quant self.ty, B => {
             let blocks = ncols * self.k / <<B as QuantBlock>::Act as ActBlock>::VALUES;
             (blocks * size_of::<<B as QuantBlock>::Act>()).div_ceil(4)
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"))
@@ -136,7 +136,7 @@ impl QuantMatrix {
         }
         let ncols = x.len() / self.k;
         check_len("activation words", self.act_words(ncols), work.len())?;
-        with_quant_block!(self.ty, B => {
+        with_block_type!(quant self.ty, B => {
             quantize_act(x, act_blocks_mut::<<B as QuantBlock>::Act>(work, x.len() / <<B as QuantBlock>::Act as ActBlock>::VALUES));
         }, _ => unreachable!("a QuantMatrix holds a ggml block type"));
         Ok(())
@@ -169,7 +169,7 @@ impl ColumnMatrix for QuantMatrix {
         if !check_row_range(&rows, self.rows, ncols, ld, out)? {
             return Ok(());
         }
-        with_quant_block!(self.ty, B => {
+        with_block_type!(quant self.ty, B => {
                 let nb = self.k / B::WEIGHTS;
                 let y = act_blocks::<<B as QuantBlock>::Act>(work, ncols * nb);
                 let x = &self.blocks::<B>()[rows.start * nb..rows.end * nb];

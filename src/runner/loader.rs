@@ -21,7 +21,7 @@ use super::gguf::{GgufFile, TensorInfo};
 use crate::format::{
     BlockPq2_0, BlockT2p, BlockT2pG64, GgmlType, QK_PQ2_0, ROWS_PER_T2P, T2P_LAYOUT_KEY,
     T2P_LAYOUT_VERSION, TernaryBlock, bf16_to_f32, f16_to_f32, repack_to_t2p, t2p_block_count,
-    t2p_row_groups, with_ternary_block,
+    t2p_row_groups, with_block_type,
 };
 use crate::matmul::{Int8Matrix, QuantMatrix, SharedBytes, T2pMatrix};
 
@@ -698,8 +698,7 @@ impl<R: Read + Seek> FileReader<'_, R> {
             ty if ty.is_t2p() => self.load_t2p(t)?,
             // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
             ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,
-            other => with_ternary_block!(
-                other,
+            other => with_block_type!(ternary other,
                 B => self.load_ternary::<B>(t)?,
                 _ => {
                     return Err(GgufError::UnsupportedTensorType {

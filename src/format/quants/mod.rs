@@ -108,22 +108,3 @@ pub fn quantize_act<A: ActBlock>(x: &[f32], out: &mut [A]) {
 pub(crate) fn idot(w: &[i8], y: &[i8]) -> i32 {
     w.iter().zip(y).map(|(&a, &b)| a as i32 * b as i32).sum()
 }
-
-/// Expands `$body` with `$B` bound to the block struct of the non-ternary type `$ty`, or
-/// evaluates `$other` for a type without one.
-macro_rules! with_quant_block {
-    ($ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        $crate::format::match_block_type!($ty, $B => $body, _ => $other, {
-            Q8_0 => BlockQ8_0,
-            Q4_0 => BlockQ4_0,
-            Q4_1 => BlockQ4_1,
-            Q5_0 => BlockQ5_0,
-            Q5_1 => BlockQ5_1,
-            Q4_K => BlockQ4K,
-            Q5_K => BlockQ5K,
-            Q6_K => BlockQ6K,
-            Q2_0_G64 => BlockQ2_0g64,
-        })
-    };
-}
-pub(crate) use with_quant_block;
