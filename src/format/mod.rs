@@ -12,30 +12,17 @@
 /// for the generic code. A macro because the body is generic code over a type, and a type id
 /// is known only at run time.
 macro_rules! with_block_type {
-    (ternary $ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        $crate::format::with_block_type!(@match $ty, $B => $body, _ => $other, {
-            PQ2_0 => BlockPq2_0,
-            TQ2_0 => BlockTq2_0,
-            TQ1_0 => BlockTq1_0,
-            PTQ1_0 => BlockPtq1_0,
-            Q2_0_G64 => BlockQ2_0g64,
-        })
+    (ternary $($rest:tt)*) => {
+        $crate::format::with_block_type!(@match { PQ2_0: BlockPq2_0, TQ2_0: BlockTq2_0,
+            TQ1_0: BlockTq1_0, PTQ1_0: BlockPtq1_0, Q2_0_G64: BlockQ2_0g64 } $($rest)*)
     };
-    (quant $ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
-        $crate::format::with_block_type!(@match $ty, $B => $body, _ => $other, {
-            Q8_0 => BlockQ8_0,
-            Q4_0 => BlockQ4_0,
-            Q4_1 => BlockQ4_1,
-            Q5_0 => BlockQ5_0,
-            Q5_1 => BlockQ5_1,
-            Q4_K => BlockQ4K,
-            Q5_K => BlockQ5K,
-            Q6_K => BlockQ6K,
-            Q2_0_G64 => BlockQ2_0g64,
-        })
+    (quant $($rest:tt)*) => {
+        $crate::format::with_block_type!(@match { Q8_0: BlockQ8_0, Q4_0: BlockQ4_0,
+            Q4_1: BlockQ4_1, Q5_0: BlockQ5_0, Q5_1: BlockQ5_1, Q4_K: BlockQ4K, Q5_K: BlockQ5K,
+            Q6_K: BlockQ6K, Q2_0_G64: BlockQ2_0g64 } $($rest)*)
     };
-    (@match $ty:expr, $B:ident => $body:expr, _ => $other:expr,
-     { $($t:ident => $S:ident),* $(,)? }) => {
+    (@match { $($t:ident: $S:ident),* }
+     $ty:expr, $B:ident => $body:expr, _ => $other:expr $(,)?) => {
         match $ty {
             $($crate::format::GgmlType::$t => {
                 type $B = $crate::format::$S;
