@@ -32,6 +32,21 @@ fn file(tensors: &[(&str, [u64; 2], u32, u64)]) -> Vec<u8> {
     w.finish().unwrap().into_inner()
 }
 
+/// The tensors of `gguf` (read from `bytes`) loaded with the default options.
+fn load(gguf: &GgufFile, bytes: &[u8]) -> Result<TensorStore, GgufError> {
+    TensorStore::load(gguf, &mut Cursor::new(bytes), &LoadOptions::default())
+}
+
+/// Asserts that the load of `gguf` (read from `bytes`) refuses tensor `name` as of the unknown
+/// type id `type_id`.
+fn assert_load_refuses_type(gguf: &GgufFile, bytes: &[u8], name: &str, type_id: u32) {
+    let e = load(gguf, bytes).unwrap_err();
+    assert!(
+        matches!(&e, GgufError::UnknownTensorType { name: n, type_id: t, .. } if n == name && *t == type_id),
+        "{e}"
+    );
+}
+
 /// Bytes of `n` weights as group-64 Q2_0 (18 per 64) and as pq2_0 (34 per 128).
 fn g64(n: u64) -> u64 {
     n / 64 * 18
@@ -58,8 +73,7 @@ fn small_group64_tensor_follows_the_file() {
     assert_eq!(gguf.tensor("blk.0.ssm_alpha.weight").unwrap().n_bytes, 216);
     // And the values come out as group 64: the loader reads the small tensors with their own
     // 18-byte blocks (whatever path they take), so a row dequantizes with scale 0x1111.
-    let store =
-        TensorStore::load(&gguf, &mut Cursor::new(&bytes), &LoadOptions::default()).unwrap();
+    let store = load(&gguf, &bytes).unwrap();
     let t = store.require("blk.0.ssm_beta.weight").unwrap();
     let mut row = vec![0f32; 256];
     t.dequantize_row(2, &mut row).unwrap();
@@ -110,12 +124,7 @@ fn unknown_id_reads_but_does_not_load() {
     let t = gguf.tensor("strange.weight").unwrap();
     assert_eq!(t.stored_type_id, 77);
     assert_eq!(t.ggml_type.name(), "type77");
-    let e =
-        TensorStore::load(&gguf, &mut Cursor::new(&bytes), &LoadOptions::default()).unwrap_err();
-    assert!(
-        matches!(&e, GgufError::UnknownTensorType { name, type_id: 77, .. } if name == "strange.weight"),
-        "{e}"
-    );
+    assert_load_refuses_type(&gguf, &bytes, "strange.weight", 77);
 }
 
 #[test]
@@ -123,12 +132,7 @@ fn id_36_of_another_layout_reads_but_does_not_load() {
     // Id 36 sized unlike I2_S (n / 4 + 32): not bitnet.cpp's layout, so left as stored.
     let bytes = file(&[("w.weight", [128, 4], 36, 64)]);
     let gguf = GgufFile::from_bytes(&bytes).unwrap();
-    let e =
-        TensorStore::load(&gguf, &mut Cursor::new(&bytes), &LoadOptions::default()).unwrap_err();
-    assert!(
-        matches!(&e, GgufError::UnknownTensorType { name, type_id: 36, .. } if name == "w.weight"),
-        "{e}"
-    );
+    assert_load_refuses_type(&gguf, &bytes, "w.weight", 36);
 }
 
 #[test]
@@ -140,7 +144,9 @@ fn empty_rows_of_huge_bitnet_matrices_are_refused_not_overflowed() {
         let Ok(gguf) = GgufFile::from_bytes(&bytes) else {
             continue; // refused at the header: also fine
         };
-        let r = TensorStore::load(&gguf, &mut Cursor::new(&bytes), &LoadOptions::default());
-        assert!(r.is_err(), "{name}: an empty matrix loaded");
+        assert!(
+            load(&gguf, &bytes).is_err(),
+            "{name}: an empty matrix loaded"
+        );
     }
 }

@@ -9,21 +9,13 @@ use std::thread;
 use std::time::Duration;
 use t2p::pool::{DEFAULT_SPIN, ThreadPool};
 
-/// xorshift64*, enough to scatter the yields.
-struct Rng(u64);
+mod common;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
+use common::Lcg;
 
 /// A random pause of a job: nothing, a yield, a short spin or (rarely) a sleep.
 fn pause(seed: u64) {
-    match Rng(seed | 1).next() % 64 {
+    match Lcg(seed | 1).next() % 64 {
         0..=39 => {}
         40..=55 => thread::yield_now(),
         56..=62 => (0..(seed % 2000)).for_each(|_| std::hint::spin_loop()),
@@ -50,10 +42,10 @@ fn with_busy_cores(f: impl FnOnce()) {
 
 /// Runs `calls` calls of random size on `pool`, checking each index ran exactly once.
 fn hammer(pool: &ThreadPool, calls: usize, seed: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = Lcg(seed);
     for call in 0..calls {
         let n = 1 + (rng.next() % 24) as usize;
-        let salt = rng.next();
+        let salt = u64::from(rng.next());
         let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
         pool.run(n, |i| {
             pause(salt ^ (i as u64) << 32);
@@ -109,7 +101,7 @@ fn short_lived_pools_start_and_stop_cleanly() {
 #[test]
 fn panics_under_preemption_leave_the_pool_usable() {
     let pool = ThreadPool::with_spin(5, Duration::from_micros(3));
-    let mut rng = Rng(77);
+    let mut rng = Lcg(77);
     with_busy_cores(|| {
         for _ in 0..40 {
             let bad = (rng.next() % 16) as usize;

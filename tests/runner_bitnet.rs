@@ -19,11 +19,11 @@ mod runner_data;
 use std::path::PathBuf;
 
 use reference::{
-    floats, greedy, ids, json, load, logits_of, read_f32le, read_ids, reference_exec,
-    teacher_forced,
+    check_perplexity_of, check_prompts, checked_tokens, floats, ids, json, load, logits_of,
+    read_f32le, read_ids, reference_exec, teacher_forced,
 };
 use t2p::runner::TensorData;
-use t2p::runner::model::Logits;
+use t2p::runner::model::{Loaded, Logits};
 
 /// The `bitnet/` folder beside the test data, or `None` when the data is optional and missing.
 fn bitnet_dir() -> Option<PathBuf> {
@@ -41,6 +41,17 @@ fn bitnet_dir() -> Option<PathBuf> {
          T2P_TESTDATA_OPTIONAL=1 skips)",
         dir.display()
     );
+}
+
+/// Each model of [`MODELS`] loaded, with its folder's name and path; none when the data is
+/// optional and missing.
+fn loaded_models() -> impl Iterator<Item = (&'static str, PathBuf, Loaded)> {
+    let dir = bitnet_dir();
+    MODELS.into_iter().filter_map(move |(folder, file)| {
+        let mdir = dir.as_ref()?.join(folder);
+        let l = load(&mdir.join(file));
+        Some((folder, mdir, l))
+    })
 }
 
 /// With the default f16 cache: largest logit difference accepted (top-10 of every position,
@@ -112,28 +123,18 @@ fn raw_bytes(
 /// int8 reference for the three prompts of each model.
 #[test]
 fn greedy_matches_the_int8_reference() {
-    let Some(dir) = bitnet_dir() else { return };
-    let exec = reference_exec();
-    for (folder, file) in MODELS {
-        let mdir = dir.join(folder);
-        let mut l = load(&mdir.join(file));
+    for (_, mdir, mut l) in loaded_models() {
         l.model.set_kv_f32(true);
-        for p in ["english", "unicode", "code"] {
-            let r = json(&mdir.join(format!("greedy/{p}.int8.numpy.json")));
-            let text = std::fs::read_to_string(mdir.join(format!("prompts/{p}.txt"))).unwrap();
-            let prompt = ids(&r["prompt_ids"]);
-            assert_eq!(
-                l.tokenizer.encode(&text, true, true),
-                prompt,
-                "{folder} {p}: tokenization"
-            );
-            let what = format!("{folder} {p} (int8)");
-            // Every step's argmax; top-10 logits within a few int8 rounding flips.
-            teacher_forced(&l, &exec, &r, &what, 0.0, TOP10_TOL_F32);
-            let want = ids(&r["generated_ids"]);
-            let got = greedy(&l, &exec, &prompt, want.len());
-            assert_eq!(got, want, "{what}: free-running greedy");
-        }
+        // Margin 0: every step's argmax, so free-running greedy over the whole reference; top-10
+        // logits within a few int8 rounding flips.
+        check_prompts(
+            &l,
+            &mdir,
+            &["english", "unicode", "code"],
+            "int8.numpy",
+            0.0,
+            TOP10_TOL_F32,
+        );
     }
 }
 
@@ -142,11 +143,8 @@ fn greedy_matches_the_int8_reference() {
 /// documentation).
 #[test]
 fn seq64_logits_match_the_int8_reference() {
-    let Some(dir) = bitnet_dir() else { return };
     let exec = reference_exec();
-    for (folder, file) in MODELS {
-        let mdir = dir.join(folder);
-        let mut l = load(&mdir.join(file));
+    for (folder, mdir, mut l) in loaded_models() {
         let r = json(&mdir.join("logits/seq64.int8.numpy.json"));
         let input = read_ids(&mdir.join("logits/seq64.ids.txt"));
         assert_eq!(input, ids(&r["input_ids"]));
@@ -194,52 +192,23 @@ fn seq64_logits_match_the_int8_reference() {
 /// The perplexity of `ppl-text.txt` (128-token chunks) within 0.5 % of the int8 reference.
 #[test]
 fn perplexity_matches_the_int8_reference() {
-    let Some(dir) = bitnet_dir() else { return };
-    let exec = reference_exec();
-    for (folder, file) in MODELS {
-        let mut l = load(&dir.join(folder).join(file));
+    for (folder, mdir, mut l) in loaded_models() {
         l.model.set_kv_f32(true);
-        check_perplexity(&l, &exec, &dir, folder, "int8.numpy", 0.005);
+        check_perplexity(&l, folder, &mdir, "int8.numpy", 0.005);
     }
 }
 
-/// The perplexity of `ppl-text.txt` in 128-token chunks (its tokenization the shipped one)
-/// within `tol` (relative) of `perplexity/<reference>.json`, chunk count included.
-fn check_perplexity(
-    l: &t2p::runner::model::Loaded,
-    exec: &t2p::runner::model::Exec,
-    dir: &std::path::Path,
-    folder: &str,
-    reference: &str,
-    tol: f64,
-) {
-    let mdir = dir.join(folder);
-    let text = std::fs::read_to_string(dir.join("ppl-text.txt")).unwrap();
-    let tokens = l.tokenizer.encode(&text, true, false);
-    assert_eq!(
-        tokens,
-        read_ids(&mdir.join("ppl-text.ids.txt")),
-        "{folder}: tokenization of the perplexity text"
-    );
-    let bos = l.tokenizer.add_bos().then(|| l.tokenizer.bos()).flatten();
-    let ppl =
-        t2p::runner::perplexity::perplexity(&l.model, exec, &tokens, 128, bos, |_, _| {}).unwrap();
-    let got = *ppl.last().unwrap();
+/// The perplexity of `ppl-text.txt` (beside the model folders) in 128-token chunks (its
+/// tokenization the shipped one) within `tol` (relative) of `perplexity/<reference>.json` of
+/// the model folder `mdir`, chunk count included.
+fn check_perplexity(l: &Loaded, folder: &str, mdir: &std::path::Path, reference: &str, tol: f64) {
+    let what = format!("{folder} ({reference})");
+    let text = mdir.parent().unwrap().join("ppl-text.txt");
+    let tokens = checked_tokens(l, &text, false, &mdir.join("ppl-text.ids.txt"), &what);
     let r = json(&mdir.join(format!("perplexity/{reference}.json")));
     let want = r["final_ppl"].as_f64().unwrap();
-    eprintln!(
-        "{folder} perplexity {got:.4} ({reference}: {want:.4}), ratio {:.6}",
-        got / want
-    );
-    assert_eq!(
-        ppl.len(),
-        r["n_chunks"].as_u64().unwrap() as usize,
-        "{folder}: chunks"
-    );
-    assert!(
-        (got / want - 1.0).abs() < tol,
-        "{folder}: perplexity {got} vs {reference}'s {want}"
-    );
+    let n_chunks = r["n_chunks"].as_u64().unwrap() as usize;
+    check_perplexity_of(l, &tokens, &what, want, n_chunks, tol);
 }
 
 /// Against ik_llama.cpp on the lossless IQ2_BN conversion of each model (its `-rtr` IQ2_BN_R4
@@ -250,16 +219,13 @@ fn check_perplexity(
 /// <= 0.407; a wrong graph moves logits by their spread, 2.8).
 #[test]
 fn ik_llama_cpp_agrees_within_its_activation_noise() {
-    let Some(dir) = bitnet_dir() else { return };
     let exec = reference_exec();
-    for (folder, file) in MODELS {
-        let mdir = dir.join(folder);
-        let l = load(&mdir.join(file));
+    for (folder, mdir, l) in loaded_models() {
         for p in ["english", "unicode", "code"] {
             let r = json(&mdir.join(format!("greedy/{p}.iq2_bn.ik.json")));
             teacher_forced(&l, &exec, &r, &format!("{folder} {p} (ik)"), 0.3, 0.45);
         }
-        check_perplexity(&l, &exec, &dir, folder, "iq2_bn.ik", 0.01);
+        check_perplexity(&l, folder, &mdir, "iq2_bn.ik", 0.01);
     }
 }
 
@@ -377,15 +343,35 @@ fn bitnet_twin(
     w.finish().unwrap();
 }
 
-/// The logits of every position of the tiny model's 64-token sequence.
-fn seq64_logits(dir: &std::path::Path, folder: &str, l: &t2p::runner::model::Loaded) -> Vec<f32> {
-    let exec = reference_exec();
-    let input = read_ids(&dir.join(folder).join("logits/seq64.ids.txt"));
-    let mut s = l.model.new_session(input.len());
-    logits_of(&l.model, &exec, &mut s, &input, Logits::All)
+/// A rewriting of an I2_S matrix for [`bitnet_twin`].
+type Convert<'a> = &'a dyn Fn(&[u8], f32, usize, usize) -> (Vec<u8>, u32);
+
+/// The first tiny model and its twins by [`bitnet_twin`] (one for each of `converts`, written
+/// into `tmp`), all loaded, with the ids of its 64-token sequence; `None` when the data is
+/// optional and missing.
+fn tiny_twins<const N: usize>(
+    tmp: &std::path::Path,
+    converts: [Convert; N],
+) -> Option<(Loaded, [Loaded; N], Vec<u32>)> {
+    let mdir = bitnet_dir()?.join(MODELS[0].0);
+    let path = mdir.join(MODELS[0].1);
+    let twins = std::array::from_fn(|i| {
+        let out = tmp.join(format!("twin{i}.gguf"));
+        bitnet_twin(&path, &out, converts[i]);
+        load(&out)
+    });
+    let input = read_ids(&mdir.join("logits/seq64.ids.txt"));
+    Some((load(&path), twins, input))
 }
 
-fn count_of(l: &t2p::runner::model::Loaded, ty: t2p::format::GgmlType) -> usize {
+/// The logits of every position of `input`.
+fn seq64_logits(l: &Loaded, input: &[u32]) -> Vec<f32> {
+    let exec = reference_exec();
+    let mut s = l.model.new_session(input.len());
+    logits_of(&l.model, &exec, &mut s, input, Logits::All)
+}
+
+fn count_of(l: &Loaded, ty: t2p::format::GgmlType) -> usize {
     l.gguf
         .tensors()
         .iter()
@@ -403,21 +389,15 @@ fn same_bits(a: &[f32], b: &[f32]) -> bool {
 #[test]
 fn iq2bn_twin_gives_the_same_logits() {
     use t2p::format::i2s::encode_iq2bn;
-    let Some(dir) = bitnet_dir() else { return };
-    let (folder, file) = MODELS[0];
-    let path = dir.join(folder).join(file);
     let tmp = tempfile::tempdir().unwrap();
-    let twin = tmp.path().join("twin.iq2_bn.gguf");
-    bitnet_twin(&path, &twin, |codes, scale, rows, k| {
-        (encode_iq2bn(codes, &vec![scale; rows], k).unwrap(), 135)
-    });
-    let (a, b) = (load(&path), load(&twin));
+    let iq2bn: Convert =
+        &|codes, scale, rows, k| (encode_iq2bn(codes, &vec![scale; rows], k).unwrap(), 135);
+    let Some((a, [b], input)) = tiny_twins(tmp.path(), [iq2bn]) else {
+        return;
+    };
     assert_eq!(count_of(&b, t2p::format::GgmlType::IQ2_BN), 21);
     assert!(
-        same_bits(
-            &seq64_logits(&dir, folder, &a),
-            &seq64_logits(&dir, folder, &b)
-        ),
+        same_bits(&seq64_logits(&a, &input), &seq64_logits(&b, &input)),
         "IQ2_BN logits differ from I2_S"
     );
 }
@@ -428,30 +408,20 @@ fn iq2bn_twin_gives_the_same_logits() {
 #[test]
 fn iq1bn_twin_gives_the_iq2bn_logits_of_its_scales() {
     use t2p::format::i2s::{encode_iq1bn, encode_iq2bn};
-    let Some(dir) = bitnet_dir() else { return };
-    let (folder, file) = MODELS[0];
-    let path = dir.join(folder).join(file);
     let tmp = tempfile::tempdir().unwrap();
     let half_scale = |scale: f32| half::f16::from_f32(scale).to_f32();
-    let (one, two) = (
-        tmp.path().join("iq1_bn.gguf"),
-        tmp.path().join("iq2_bn.gguf"),
-    );
-    bitnet_twin(&path, &one, |codes, scale, rows, k| {
-        (encode_iq1bn(codes, &vec![scale; rows], k).unwrap(), 134)
-    });
-    bitnet_twin(&path, &two, |codes, scale, rows, k| {
+    let iq1bn: Convert =
+        &|codes, scale, rows, k| (encode_iq1bn(codes, &vec![scale; rows], k).unwrap(), 134);
+    let iq2bn: Convert = &|codes, scale, rows, k| {
         let scales = vec![half_scale(scale); rows];
         (encode_iq2bn(codes, &scales, k).unwrap(), 135)
-    });
-    let (a, b) = (load(&one), load(&two));
+    };
+    let Some((exact, [a, b], input)) = tiny_twins(tmp.path(), [iq1bn, iq2bn]) else {
+        return;
+    };
     assert_eq!(count_of(&a, t2p::format::GgmlType::IQ1_BN), 21);
-    let (la, lb) = (
-        seq64_logits(&dir, folder, &a),
-        seq64_logits(&dir, folder, &b),
-    );
+    let (la, lb) = (seq64_logits(&a, &input), seq64_logits(&b, &input));
     assert!(same_bits(&la, &lb), "IQ1_BN logits differ from IQ2_BN");
     // The fp16 scale is not the f32 one: the logits move, a little.
-    let exact = seq64_logits(&dir, folder, &load(&path));
-    assert!(!same_bits(&la, &exact));
+    assert!(!same_bits(&la, &seq64_logits(&exact, &input)));
 }

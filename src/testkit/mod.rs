@@ -103,6 +103,16 @@ impl DecoderKv<'_> {
     }
 }
 
+/// The `tokenizer.*` metadata of `vocab`, as it stands: what a synthetic model copies to be
+/// readable with the real model's tokenizer.
+pub(crate) fn tokenizer_metadata(vocab: &GgufFile) -> impl Iterator<Item = (String, Value)> + '_ {
+    vocab
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k.starts_with("tokenizer."))
+        .cloned()
+}
+
 /// Writes a GGUF file at `path` with metadata `kv` and the tensors `specs`, asking `data` for
 /// each tensor's bytes in order (so only one tensor is in memory at a time).
 pub(crate) fn write_gguf(

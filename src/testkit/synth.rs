@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
-use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderKv, Rng, f32_bytes, tokenizer_metadata, write_gguf};
 use crate::format::{
     BlockPq2_0, BlockQ2_0g64, BlockTq1_0, BlockTq2_0, GgmlType, QK_PQ2_0, TernaryBlock, f16_to_f32,
     f32_to_f16,
@@ -355,13 +355,7 @@ pub fn write_qwen3_with(
         rope_base: 1e6,
     }
     .kv();
-    kv.extend(
-        vocab
-            .metadata()
-            .iter()
-            .filter(|(k, _)| k.starts_with("tokenizer."))
-            .cloned(),
-    );
+    kv.extend(tokenizer_metadata(vocab));
     let mut rng = Rng(seed | 1);
     write_gguf(path, &kv, qwen3_tensor_specs(s, n_vocab, opts), |spec| {
         if spec.dims.len() == 1 {

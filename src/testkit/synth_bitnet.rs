@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use super::gguf_writer::TensorSpec;
-use super::{DecoderKv, Rng, f32_bytes, write_gguf};
+use super::{DecoderKv, Rng, f32_bytes, tokenizer_metadata, write_gguf};
 use crate::format::i2s::{encode_i2s, i2s_bytes};
 use crate::format::{GgmlType, f32_to_f16};
 use crate::runner::model::DecoderDims;
@@ -148,13 +148,7 @@ pub fn write_bitnet(
         format!("{}.rope.dimension_count", s.arch),
         Value::U32(s.dims.head_dim as u32),
     ));
-    kv.extend(
-        vocab
-            .metadata()
-            .iter()
-            .filter(|(k, _)| k.starts_with("tokenizer."))
-            .cloned(),
-    );
+    kv.extend(tokenizer_metadata(vocab));
     let mut rng = Rng(seed | 1);
     write_gguf(path, &kv, tensor_specs(s, n_vocab), |spec| {
         let n: usize = spec.dims.iter().map(|&x| x as usize).product();

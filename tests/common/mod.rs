@@ -50,10 +50,28 @@ pub fn ternary_tensor<B: TernaryBlock>(
     scales: Scales,
     rng: &mut Lcg,
 ) -> Vec<B> {
-    (0..rows * k / B::WEIGHTS)
+    draw_blocks(
+        rows * k / B::WEIGHTS,
+        B::WEIGHTS,
+        rng,
+        |_, rng| draw_code(codes, rng),
+        |c, rng| B::encode(c, &[draw_scale(scales, rng)]).unwrap(),
+    )
+}
+
+/// `n` blocks, each built by `block` from `len` values drawn by `value` (given the value's index
+/// in the block) and then from whatever else it draws, in that order.
+fn draw_blocks<V, T>(
+    n: usize,
+    len: usize,
+    rng: &mut Lcg,
+    mut value: impl FnMut(usize, &mut Lcg) -> V,
+    mut block: impl FnMut(&[V], &mut Lcg) -> T,
+) -> Vec<T> {
+    (0..n)
         .map(|_| {
-            let c: Vec<u8> = (0..B::WEIGHTS).map(|_| draw_code(codes, rng)).collect();
-            B::encode(&c, &[draw_scale(scales, rng)]).unwrap()
+            let values: Vec<V> = (0..len).map(|i| value(i, rng)).collect();
+            block(&values, rng)
         })
         .collect()
 }
@@ -157,12 +175,13 @@ pub fn act_columns<A: TestActs>(
     scale_one: bool,
     rng: &mut Lcg,
 ) -> Vec<A> {
-    (0..ncols * k / A::VALUES)
-        .map(|_| {
-            let qs: Vec<i8> = (0..A::VALUES).map(|i| act_value(acts, i, rng)).collect();
-            A::with_drawn_scales(&qs, scale_one, rng)
-        })
-        .collect()
+    draw_blocks(
+        ncols * k / A::VALUES,
+        A::VALUES,
+        rng,
+        |i, rng| act_value(acts, i, rng),
+        |qs, rng| A::with_drawn_scales(qs, scale_one, rng),
+    )
 }
 
 /// Calls `check(rows, k, ncols, codes, scales, acts, seed)` with random codes, scales and

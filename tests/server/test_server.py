@@ -45,11 +45,14 @@ def prompt_file(model_dir, name):
 
 
 class Server:
-    """A `libt2p serve` process on a free port; stopped by `close`."""
+    """A `libt2p serve` process on a free port; stopped by `close`. `env`: variables set for
+    this process only (the test hooks), on top of the test's own environment."""
 
-    def __init__(self, model, *extra, ctx=CTX):
+    def __init__(self, model, *extra, ctx=CTX, env=None):
         cmd = [BIN, "serve", "-m", model, "--port", "0", "-t", THREADS, "-c", str(ctx), *extra]
-        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        env = None if env is None else {**os.environ, **env}
+        self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                                     env=env)
         self.log = []
         ready = threading.Event()
         self.port = None
@@ -1596,11 +1599,7 @@ class Pings(unittest.TestCase):
         """A stream that waits (here for the one slot, busy with a long answer) gets SSE comment
         lines while nothing else is sent, so proxies with idle timeouts keep it; its answer is
         unchanged. The interval is 100 ms through the test hook (5 s otherwise)."""
-        os.environ["T2P_SERVE_TEST_PING_MS"] = "100"
-        try:
-            srv = Server(QWEN3, "--parallel", "1", ctx=2048)
-        finally:
-            del os.environ["T2P_SERVE_TEST_PING_MS"]
+        srv = Server(QWEN3, "--parallel", "1", ctx=2048, env={"T2P_SERVE_TEST_PING_MS": "100"})
         try:
             alone = complete(srv.client(), "Once upon a time", 8, temperature=0)[0]
             # Its end-of-generation tokens banned, the busy answer runs its 2000 tokens.
@@ -1634,11 +1633,7 @@ class Faults(unittest.TestCase):
     a 500 (a stream with an error event and [DONE]); the next request is served."""
 
     def test_a_panic_fails_its_request_and_the_server_goes_on(self):
-        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
-        try:
-            srv = Server(QWEN3)
-        finally:
-            del os.environ["T2P_SERVE_TEST_PANIC"]
+        srv = Server(QWEN3, env={"T2P_SERVE_TEST_PANIC": "1"})
         try:
             client = srv.client()
             with self.assertRaises(openai.InternalServerError) as e:
@@ -1657,11 +1652,7 @@ class Faults(unittest.TestCase):
         finally:
             srv.close()
     def test_a_thread_that_keeps_panicking_stops_and_health_says_so(self):
-        os.environ["T2P_SERVE_TEST_PANIC"] = "1"
-        try:
-            srv = Server(QWEN3)
-        finally:
-            del os.environ["T2P_SERVE_TEST_PANIC"]
+        srv = Server(QWEN3, env={"T2P_SERVE_TEST_PANIC": "1"})
         try:
             for _ in range(8):
                 st, body = srv.http("POST", "/v1/completions", {"prompt": "Once", "max_tokens": 2,

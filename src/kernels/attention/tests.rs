@@ -31,6 +31,11 @@ fn halves(n: usize, seed: u64) -> Vec<f16> {
         .collect()
 }
 
+/// The bit patterns of `v`, for comparing results bit for bit (NaNs included).
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 fn floats(n: usize, seed: u64) -> Vec<f32> {
     halves(n, seed)
         .iter()
@@ -83,7 +88,6 @@ fn every_path_matches_the_portable_one_bit_for_bit() {
                 let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
                 kern.attention_scores(&q, 1, &k, stride, 0.125, &mut s);
                 kern.attention_weighted_sum(&w, 1, &k, stride, &mut o);
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 let isa = kern.isa();
                 assert_eq!(bits(&s), bits(&s0), "{isa} scores hd {hd} len {len}");
                 assert_eq!(bits(&o), bits(&o0), "{isa} sum hd {hd} len {len}");
@@ -114,7 +118,6 @@ fn grouped_heads_equal_each_head_alone_on_every_path() {
                     let og = &mut o0[g * hd..(g + 1) * hd];
                     reference().attention_weighted_sum(wg, 1, &k, stride, og);
                 }
-                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 for kern in &paths {
                     let (mut s, mut o) = (vec![1.0; heads * len], vec![-1.0; heads * hd]);
                     kern.attention_scores(&q, heads, &k, stride, 0.125, &mut s);
@@ -128,18 +131,27 @@ fn grouped_heads_equal_each_head_alone_on_every_path() {
     }
 }
 
+/// Asserts that every path panics on both entries over `cache` f16 values in rows of 8: the
+/// scores of `q` query values in `q_heads` heads into `n_scores` outputs, and the weighted sum
+/// of two weights in `w_heads` heads into 8 outputs.
+fn every_path_refuses(cache: usize, q: usize, q_heads: usize, n_scores: usize, w_heads: usize) {
+    let (k, q) = (vec![f16::ZERO; cache], vec![1.0; q]);
+    for kern in paths() {
+        let scores = std::panic::catch_unwind(|| {
+            kern.attention_scores(&q, q_heads, &k, 8, 1.0, &mut vec![0.0; n_scores])
+        });
+        assert!(scores.is_err(), "{} scores", kern.isa());
+        let sum = std::panic::catch_unwind(|| {
+            kern.attention_weighted_sum(&[1.0; 2], w_heads, &k, 8, &mut [0.0; 8])
+        });
+        assert!(sum.is_err(), "{} weighted sum", kern.isa());
+    }
+}
+
 #[test]
 fn heads_that_do_not_divide_are_refused() {
-    for kern in paths() {
-        let odd = std::panic::catch_unwind(|| {
-            kern.attention_scores(&[1.0; 12], 2, &[f16::ZERO; 64], 8, 1.0, &mut [0.0; 3])
-        });
-        assert!(odd.is_err(), "{} scores", kern.isa());
-        let none = std::panic::catch_unwind(|| {
-            kern.attention_weighted_sum(&[1.0; 2], 0, &[f16::ZERO; 64], 8, &mut [0.0; 8])
-        });
-        assert!(none.is_err(), "{} weighted sum", kern.isa());
-    }
+    // 3 scores for 2 query heads; weights in 0 heads.
+    every_path_refuses(64, 12, 2, 3, 0);
 }
 
 #[test]
@@ -168,7 +180,6 @@ fn f32_rows_give_the_portable_bits() {
         let (mut s, mut o) = (vec![0.0; len], vec![-1.0; hd]);
         scores_f32(&q, &k32, stride, 0.125, &mut s);
         weighted_sum_f32(&w, &k32, stride, &mut o);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&s), bits(&s0), "scores hd {hd} len {len}");
         assert_eq!(bits(&o), bits(&o0), "sum hd {hd} len {len}");
     }
@@ -183,23 +194,14 @@ fn short_rows_are_refused() {
 /// Every path's entries refuse rows out of bounds before they read.
 #[test]
 fn every_path_refuses_short_rows() {
-    for kern in paths() {
-        let short = std::panic::catch_unwind(|| {
-            kern.attention_scores(&[1.0; 8], 1, &[f16::ZERO; 15], 8, 1.0, &mut [0.0; 2])
-        });
-        assert!(short.is_err(), "{} scores", kern.isa());
-        let short = std::panic::catch_unwind(|| {
-            kern.attention_weighted_sum(&[1.0; 2], 1, &[f16::ZERO; 15], 8, &mut [0.0; 8])
-        });
-        assert!(short.is_err(), "{} weighted sum", kern.isa());
-    }
+    // Two rows of 8 (2 scores, 2 weights) in 15 values.
+    every_path_refuses(15, 8, 1, 2, 1);
 }
 
 /// Every path's softmax gives the reference's bits: lengths on and off the sixteen lanes,
 /// masked (`-inf`, `-1e9`) and tied values, spreads past [`crate::kernels::exp::EXP_MIN`], huge and tiny scores.
 #[test]
 fn every_path_softmax_matches_the_reference_bit_for_bit() {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let mut rows: Vec<Vec<f32>> = Vec::new();
     for len in (0..=40).chain([63, 64, 65, 255, 1000, 4097]) {
         let f = floats(len, len as u64 + 77);

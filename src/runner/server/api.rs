@@ -943,9 +943,17 @@ mod tests {
         parse_common(&obj(s), Kind::Chat, 64, 100)
     }
 
-    fn names(e: ApiError, name: &str) {
-        assert!(e.message.contains(name), "{name}: {}", e.message);
-        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    /// Asserts that `parse` refuses each body of `cases` with a 400 whose message holds the
+    /// case's name (the field at fault).
+    fn rejects<T: std::fmt::Debug>(
+        parse: impl Fn(&str) -> Result<T, ApiError>,
+        cases: &[(&str, &str)],
+    ) {
+        for &(body, name) in cases {
+            let e = parse(body).unwrap_err();
+            assert!(e.message.contains(name), "{name}: {}", e.message);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+        }
     }
 
     #[test]
@@ -980,23 +988,24 @@ mod tests {
         let d = common("{}").unwrap();
         assert_eq!((d.n, d.logprobs), (1, None));
         assert!(d.sampler.logit_bias.is_empty());
-        for (body, name) in [
-            (r#"{"n": 0}"#, "'n'"),
-            (r#"{"n": 9}"#, "'n'"),
-            (r#"{"presence_penalty": 2.5}"#, "presence_penalty"),
-            (r#"{"frequency_penalty": "x"}"#, "frequency_penalty"),
-            (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
-            (r#"{"repeat_last_n": -2}"#, "repeat_last_n"),
-            (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
-            (r#"{"logit_bias": {"a": 1}}"#, "logit_bias"),
-            (r#"{"logit_bias": {"1": 101}}"#, "logit_bias"),
-            (r#"{"logit_bias": {"1": "x"}}"#, "logit_bias"),
-            (r#"{"logit_bias": [1]}"#, "logit_bias"),
-            (r#"{"logprobs": 21}"#, "logprobs"),
-            (r#"{"logprobs": true}"#, "logprobs"),
-        ] {
-            names(common(body).unwrap_err(), name);
-        }
+        rejects(
+            common,
+            &[
+                (r#"{"n": 0}"#, "'n'"),
+                (r#"{"n": 9}"#, "'n'"),
+                (r#"{"presence_penalty": 2.5}"#, "presence_penalty"),
+                (r#"{"frequency_penalty": "x"}"#, "frequency_penalty"),
+                (r#"{"repeat_penalty": 0}"#, "repeat_penalty"),
+                (r#"{"repeat_last_n": -2}"#, "repeat_last_n"),
+                (r#"{"logit_bias": {"100": 1}}"#, "logit_bias"),
+                (r#"{"logit_bias": {"a": 1}}"#, "logit_bias"),
+                (r#"{"logit_bias": {"1": 101}}"#, "logit_bias"),
+                (r#"{"logit_bias": {"1": "x"}}"#, "logit_bias"),
+                (r#"{"logit_bias": [1]}"#, "logit_bias"),
+                (r#"{"logprobs": 21}"#, "logprobs"),
+                (r#"{"logprobs": true}"#, "logprobs"),
+            ],
+        );
         // Chat: a boolean and `top_logprobs`.
         assert_eq!(
             chat_common(r#"{"logprobs": true}"#).unwrap().logprobs,
@@ -1012,15 +1021,14 @@ mod tests {
             chat_common(r#"{"logprobs": false}"#).unwrap().logprobs,
             None
         );
-        names(
-            chat_common(r#"{"top_logprobs": 2}"#).unwrap_err(),
-            "top_logprobs",
+        rejects(
+            chat_common,
+            &[
+                (r#"{"top_logprobs": 2}"#, "top_logprobs"),
+                (r#"{"logprobs": true, "top_logprobs": 30}"#, "top_logprobs"),
+                (r#"{"logprobs": 3}"#, "logprobs"),
+            ],
         );
-        names(
-            chat_common(r#"{"logprobs": true, "top_logprobs": 30}"#).unwrap_err(),
-            "top_logprobs",
-        );
-        names(chat_common(r#"{"logprobs": 3}"#).unwrap_err(), "logprobs");
     }
 
     #[test]
@@ -1079,24 +1087,25 @@ mod tests {
             g(r#"{"grammar": "%llguidance {}\nstart: \"a\""}"#).unwrap(),
             Some(Grammar::Lark(_))
         ));
-        for (body, name) in [
-            (r#"{"response_format": "json"}"#, "response_format"),
-            (
-                r#"{"response_format": {"type": "xml"}}"#,
-                "response_format.type",
-            ),
-            (
-                r#"{"response_format": {"type": "json_schema"}}"#,
-                "json_schema",
-            ),
-            (r#"{"grammar": 1}"#, "grammar"),
-            (
-                r#"{"grammar": "root ::= \"a\"", "json_schema": {}}"#,
-                "only one",
-            ),
-        ] {
-            names(g(body).unwrap_err(), name);
-        }
+        rejects(
+            g,
+            &[
+                (r#"{"response_format": "json"}"#, "response_format"),
+                (
+                    r#"{"response_format": {"type": "xml"}}"#,
+                    "response_format.type",
+                ),
+                (
+                    r#"{"response_format": {"type": "json_schema"}}"#,
+                    "json_schema",
+                ),
+                (r#"{"grammar": 1}"#, "grammar"),
+                (
+                    r#"{"grammar": "root ::= \"a\"", "json_schema": {}}"#,
+                    "only one",
+                ),
+            ],
+        );
     }
 
     #[test]
@@ -1117,25 +1126,28 @@ mod tests {
             (named.choice, named.parallel),
             (ToolChoice::Named("f".into()), false)
         );
-        for (body, name) in [
-            (
-                format!(r#"{{"tools": [{f}], "tool_choice": "sometimes"}}"#),
-                "tool_choice",
-            ),
-            (
-                format!(r#"{{"tools": [{f}], "tool_choice": {{"function": {{"name": "g"}}}}}}"#),
-                "tool_choice",
-            ),
-            (
-                r#"{"tools": [{"type": "function", "function": {}}]}"#.into(),
-                "tools[0]",
-            ),
-            (r#"{"tools": [{"type": "retrieval"}]}"#.into(), "tools[0]"),
-            (r#"{"tools": {}}"#.into(), "tools"),
-            (r#"{"tool_choice": "required"}"#.into(), "needs 'tools'"),
-        ] {
-            names(t(&body).unwrap_err(), name);
-        }
+        rejects(
+            t,
+            &[
+                (
+                    &format!(r#"{{"tools": [{f}], "tool_choice": "sometimes"}}"#),
+                    "tool_choice",
+                ),
+                (
+                    &format!(
+                        r#"{{"tools": [{f}], "tool_choice": {{"function": {{"name": "g"}}}}}}"#
+                    ),
+                    "tool_choice",
+                ),
+                (
+                    r#"{"tools": [{"type": "function", "function": {}}]}"#,
+                    "tools[0]",
+                ),
+                (r#"{"tools": [{"type": "retrieval"}]}"#, "tools[0]"),
+                (r#"{"tools": {}}"#, "tools"),
+                (r#"{"tool_choice": "required"}"#, "needs 'tools'"),
+            ],
+        );
         // Assistant tool calls and tool answers are read from the messages.
         let m = parse_messages(&obj(
             r#"{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}"#,
@@ -1173,13 +1185,12 @@ mod tests {
             k(r#"{"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": true}}"#)
                 .unwrap();
         assert_eq!(kw["enable_thinking"], json!(true));
-        names(
-            k(r#"{"chat_template_kwargs": [1]}"#).unwrap_err(),
-            "chat_template_kwargs",
-        );
-        names(
-            k(r#"{"reasoning_effort": "max"}"#).unwrap_err(),
-            "reasoning_effort",
+        rejects(
+            k,
+            &[
+                (r#"{"chat_template_kwargs": [1]}"#, "chat_template_kwargs"),
+                (r#"{"reasoning_effort": "max"}"#, "reasoning_effort"),
+            ],
         );
         // No seed: a different one each time.
         assert_ne!(

@@ -292,64 +292,102 @@ mod tests {
         }
     }
 
-    /// Split whole and streamed in chunks of every size: the same result.
+    /// `pieces` with adjacent content pieces and adjacent reasoning pieces joined: how the
+    /// pieces of one text compare whatever its chunking.
+    fn merged(pieces: Vec<Piece>) -> Vec<Piece> {
+        let mut out: Vec<Piece> = Vec::new();
+        for p in pieces {
+            match (out.last_mut(), &p) {
+                (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(b),
+                (Some(Piece::Reasoning(a)), Piece::Reasoning(b)) => a.push_str(b),
+                _ => out.push(p),
+            }
+        }
+        out
+    }
+
+    /// The pieces of `text` pushed whole, as the end.
+    fn whole(spec: &AnswerSpec, text: &str) -> Vec<Piece> {
+        let mut pieces = Vec::new();
+        AnswerSplitter::new(spec).push(text, true, &mut pieces);
+        pieces
+    }
+
+    /// The pieces of `text` pushed in chunks of `cuts[0]`, `cuts[1]`, ... characters (the
+    /// sizes cycling), then the end.
+    fn streamed(spec: &AnswerSpec, text: &str, cuts: &[usize]) -> Vec<Piece> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut s = AnswerSplitter::new(spec);
+        let mut pieces = Vec::new();
+        let (mut at, mut k) = (0, 0);
+        while at < chars.len() {
+            let n = cuts[k % cuts.len()].min(chars.len() - at);
+            s.push(
+                &chars[at..at + n].iter().collect::<String>(),
+                false,
+                &mut pieces,
+            );
+            at += n;
+            k += 1;
+        }
+        s.push("", true, &mut pieces);
+        pieces
+    }
+
+    /// Split whole, after checking that streamed in chunks of every size it gives the same
+    /// pieces.
     fn split(
         spec: &AnswerSpec,
         text: &str,
     ) -> (Option<String>, Option<String>, Vec<(String, String)>) {
-        let whole = split_answer(spec, text);
+        let whole = whole(spec, text);
         for step in [1, 2, 3, 5, 8] {
-            let mut s = AnswerSplitter::new(spec);
-            let mut pieces = Vec::new();
-            let chars: Vec<char> = text.chars().collect();
-            for chunk in chars.chunks(step) {
-                s.push(&chunk.iter().collect::<String>(), false, &mut pieces);
-            }
-            s.push("", true, &mut pieces);
-            let (mut r, mut c, mut k) = (None::<String>, String::new(), Vec::new());
-            for p in pieces {
-                match p {
-                    Piece::Reasoning(x) => r.get_or_insert_default().push_str(&x),
-                    Piece::Content(x) => c.push_str(&x),
-                    Piece::Call { name, arguments } => k.push((name, arguments)),
-                }
-            }
             assert_eq!(
-                (&r, k.is_empty().then_some(&c)),
-                (&whole.0, whole.1.as_ref().filter(|_| k.is_empty())),
+                merged(streamed(spec, text, &[step])),
+                merged(whole.clone()),
                 "chunks of {step}: {text:?}"
             );
         }
-        whole
+        split_answer(spec, text)
     }
 
     #[test]
     fn think_blocks_become_reasoning() {
-        let s = spec(false, false, false);
-        assert_eq!(
-            split(&s, "<think>\nHmm, 2+2.\n</think>\n\nIt is 4."),
-            (Some("Hmm, 2+2.".into()), Some("It is 4.".into()), vec![])
-        );
-        assert_eq!(
-            split(&s, "No thinking."),
-            (None, Some("No thinking.".into()), vec![])
-        );
-        assert_eq!(split(&s, "<thin"), (None, Some("<thin".into()), vec![]));
-        // The prompt opened the block: the output starts inside it; unclosed, it is reasoning.
+        let outside = spec(false, false, false);
         let inside = spec(true, false, false);
-        assert_eq!(
-            split(&inside, "Let me see.\n</think>\n\nYes."),
-            (Some("Let me see.".into()), Some("Yes.".into()), vec![])
-        );
-        assert_eq!(
-            split(&inside, "still thinking  "),
-            (Some("still thinking".into()), Some(String::new()), vec![])
-        );
-        // `none`: everything stays in the content as written.
-        assert_eq!(
-            split(&spec(false, true, false), "<think>\nx\n</think>\n\ny"),
-            (None, Some("<think>\nx\n</think>\n\ny".into()), vec![])
-        );
+        let raw = spec(false, true, false);
+        // (spec, text, reasoning, content)
+        for (s, text, reasoning, content) in [
+            (
+                &outside,
+                "<think>\nHmm, 2+2.\n</think>\n\nIt is 4.",
+                Some("Hmm, 2+2."),
+                "It is 4.",
+            ),
+            (&outside, "No thinking.", None, "No thinking."),
+            (&outside, "<thin", None, "<thin"),
+            // The prompt opened the block: the output starts inside it; unclosed, it is reasoning.
+            (
+                &inside,
+                "Let me see.\n</think>\n\nYes.",
+                Some("Let me see."),
+                "Yes.",
+            ),
+            (&inside, "still thinking  ", Some("still thinking"), ""),
+            // `none`: everything stays in the content as written.
+            (
+                &raw,
+                "<think>\nx\n</think>\n\ny",
+                None,
+                "<think>\nx\n</think>\n\ny",
+            ),
+        ] {
+            assert_eq!(
+                split(s, text),
+                (reasoning.map(String::from), Some(content.into()), vec![]),
+                "{text:?}"
+            );
+        }
     }
 
     /// Fragments that reach every state of both splitters, in every format.
@@ -396,31 +434,7 @@ mod tests {
             let text: String = bits.concat();
             let mut sp = spec(inside, raw, true);
             sp.tools = Some((format, sp.tools.unwrap().1));
-            let merged = |pieces: Vec<Piece>| {
-                let mut out: Vec<Piece> = Vec::new();
-                for p in pieces {
-                    match (out.last_mut(), &p) {
-                        (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(b),
-                        (Some(Piece::Reasoning(a)), Piece::Reasoning(b)) => a.push_str(b),
-                        _ => out.push(p),
-                    }
-                }
-                out
-            };
-            let mut whole = Vec::new();
-            AnswerSplitter::new(&sp).push(&text, true, &mut whole);
-            let chars: Vec<char> = text.chars().collect();
-            let mut s = AnswerSplitter::new(&sp);
-            let mut streamed = Vec::new();
-            let (mut at, mut k) = (0, 0);
-            while at < chars.len() {
-                let n = cuts[k % cuts.len()].min(chars.len() - at);
-                s.push(&chars[at..at + n].iter().collect::<String>(), false, &mut streamed);
-                at += n;
-                k += 1;
-            }
-            s.push("", true, &mut streamed);
-            proptest::prop_assert_eq!(merged(streamed), merged(whole));
+            proptest::prop_assert_eq!(merged(streamed(&sp, &text, &cuts)), merged(whole(&sp, &text)));
         }
     }
 
