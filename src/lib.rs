@@ -27,6 +27,8 @@ pub mod matmul;
 pub mod pool;
 #[cfg(feature = "runner")]
 pub mod runner;
+#[cfg(test)]
+mod test_rng;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

@@ -594,10 +594,7 @@ mod tests {
     #[test]
     fn i2s_layout_matches_the_definition() {
         // Byte b holds weights b, b+32, b+64, b+96 from the most significant pair down.
-        let mut codes = vec![1u8; 128];
-        codes[0] = 2;
-        codes[32] = 0;
-        codes[127] = 3;
+        let codes = codes_with(&[(0, 2), (32, 0), (127, 3)]);
         let bytes = encode_i2s(&codes, 0.5).unwrap();
         assert_eq!(bytes.len(), 64);
         assert_eq!(bytes[0], 0b10_00_01_01);
@@ -608,13 +605,18 @@ mod tests {
         assert_eq!(back, codes);
     }
 
+    /// 128 codes 1 (weight 0) but for the `(index, code)` pairs in `set`.
+    fn codes_with(set: &[(usize, u8)]) -> Vec<u8> {
+        let mut codes = vec![1u8; 128];
+        for &(i, c) in set {
+            codes[i] = c;
+        }
+        codes
+    }
+
     #[test]
     fn iq2bn_layout_matches_the_definition() {
-        let mut codes = vec![1u8; 128];
-        codes[0] = 2;
-        codes[16] = 0;
-        codes[48] = 3;
-        codes[64 + 5] = 2;
+        let codes = codes_with(&[(0, 2), (16, 0), (48, 3), (64 + 5, 2)]);
         let bytes = encode_iq2bn(&codes, &[0.25], 128).unwrap();
         assert_eq!(bytes.len(), 4 + 32);
         assert_eq!(&bytes[..4], &0.25f32.to_le_bytes());

@@ -1,5 +1,6 @@
 use super::*;
 use crate::kernels::Isa;
+use crate::test_rng::XorShift;
 
 /// The reference's table.
 fn reference() -> &'static Kernels {
@@ -18,12 +19,10 @@ fn paths() -> Vec<&'static Kernels> {
 
 /// Halves over the whole range that matters (subnormals to thousands, both signs).
 fn halves(n: usize, seed: u64) -> Vec<f16> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut rng = XorShift::new(seed);
     (0..n)
         .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next();
             let mag = ((x >> 8) % 1000) as f32 / 100.0 - 6.0; // 1e-6 .. 1e4
             let sign = if x & 1 == 0 { 1.0 } else { -1.0 };
             f16::from_f32(sign * 10f32.powf(mag) * ((x >> 20) % 997) as f32 / 997.0)

@@ -1,31 +1,16 @@
 use super::*;
 use crate::format::f32_to_f16;
 use crate::kernels::{Isa, f16_path_name};
+use crate::test_rng::XorShift;
 
-/// A small xorshift: the tests' shapes and values, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Roughly uniform in [-1, 1), with an occasional large or tiny value so that the order of
-    /// the sums shows in the last bits.
-    fn value(&mut self) -> f32 {
-        let v = (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
-        match self.below(16) {
-            0 => v * 300.0,
-            1 => v * 1e-6,
-            _ => v,
-        }
+/// Roughly uniform in [-1, 1), with an occasional large or tiny value so that the order of
+/// the sums shows in the last bits.
+fn value(rng: &mut XorShift) -> f32 {
+    let v = (rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+    match rng.below(16) {
+        0 => v * 300.0,
+        1 => v * 1e-6,
+        _ => v,
     }
 }
 
@@ -58,18 +43,18 @@ fn documented_dot(w: &[u16], x: &[f32]) -> f32 {
     acc[0]
 }
 
-fn random_case(rng: &mut Rng) -> (usize, usize, usize, Vec<u16>, Vec<f32>) {
+fn random_case(rng: &mut XorShift) -> (usize, usize, usize, Vec<u16>, Vec<f32>) {
     let rows = 1 + rng.below(13);
     let k = 1 + rng.below(90);
     let ncols = 1 + rng.below(10);
-    let w = (0..rows * k).map(|_| f32_to_f16(rng.value())).collect();
-    let x = (0..ncols * k).map(|_| rng.value()).collect();
+    let w = (0..rows * k).map(|_| f32_to_f16(value(rng))).collect();
+    let x = (0..ncols * k).map(|_| value(rng)).collect();
     (rows, k, ncols, w, x)
 }
 
 #[test]
 fn scalar_reference_follows_the_documented_order_and_is_close_to_f64() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift::new(1);
     for _ in 0..300 {
         let (rows, k, ncols, w, x) = random_case(&mut rng);
         let ld = rows + rng.below(3);
@@ -111,14 +96,14 @@ fn every_path_equals_the_scalar_reference_bit_for_bit() {
         "f16 rows paths: {:?}",
         paths.iter().map(|&i| f16_path_name(i)).collect::<Vec<_>>()
     );
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut rng = XorShift::new(2);
     for case in 0..400 {
         let (rows, k, ncols, w, x) = random_case(&mut rng);
         // Some long rows too: many full 16-lane steps before the leftovers.
         let (rows, k, ncols, w, x) = if case % 10 == 0 {
             let k = 16 * (20 + rng.below(20)) + rng.below(16);
-            let w = (0..rows * k).map(|_| f32_to_f16(rng.value())).collect();
-            let x = (0..ncols * k).map(|_| rng.value()).collect();
+            let w = (0..rows * k).map(|_| f32_to_f16(value(&mut rng))).collect();
+            let x = (0..ncols * k).map(|_| value(&mut rng)).collect();
             (rows, k, ncols, w, x)
         } else {
             (rows, k, ncols, w, x)

@@ -206,16 +206,12 @@ thread_local! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
 
     fn values(n: usize, seed: u32) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        let mut rng = XorShift::new(seed.into());
         (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x % 20_001) as f32 / 2_000.0 - 5.0
-            })
+            .map(|_| rng.below(20_001) as f32 / 2_000.0 - 5.0)
             .collect()
     }
 
