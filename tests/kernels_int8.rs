@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use half::f16;
+use t2p::format::GgmlType;
 use t2p::format::i2s::{
     decode_i2s, decode_iq1bn, decode_iq2bn, encode_i2s, encode_iq1bn, encode_iq2bn,
     reference_matmul_int8,
@@ -88,7 +89,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
     let mut back = vec![0u8; rows * k];
     assert_eq!(decode_i2s(&bytes, rows * k, &mut back).unwrap(), scale);
     assert_eq!(back, c);
-    let m = Int8Matrix::from_i2s(&bytes, rows, k).unwrap();
+    let m = Int8Matrix::from_bitnet(GgmlType::I2_S, &bytes, rows, k).unwrap();
     check_matrix(&m, &c, &[scale], &x, ncols, &format!("i2_s {what}"));
     // IQ2_BN: a scale per row, negative and zero included.
     let scales: Vec<f32> = (0..rows)
@@ -100,7 +101,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
         .collect();
     let bytes = encode_iq2bn(&c, &scales, k).unwrap();
     assert_eq!(decode_iq2bn(&bytes, rows, k, &mut back).unwrap(), scales);
-    let m = Int8Matrix::from_iq2bn(&bytes, rows, k).unwrap();
+    let m = Int8Matrix::from_bitnet(GgmlType::IQ2_BN, &bytes, rows, k).unwrap();
     check_matrix(&m, &c, &scales, &x, ncols, &format!("iq2_bn {what}"));
     // IQ1_BN: ternary codes only, fp16 row scales (these are exact in fp16).
     if c.iter().all(|&u| u <= 2) {
@@ -108,7 +109,7 @@ fn check(rows: usize, k: usize, ncols: usize, codes: Codes, x: X, seed: u64) {
         let bytes = encode_iq1bn(&c, &scales, k).unwrap();
         assert_eq!(decode_iq1bn(&bytes, rows, k, &mut back).unwrap(), scales);
         assert_eq!(back, c);
-        let m = Int8Matrix::from_iq1bn(&bytes, rows, k).unwrap();
+        let m = Int8Matrix::from_bitnet(GgmlType::IQ1_BN, &bytes, rows, k).unwrap();
         check_matrix(&m, &c, &scales, &x, ncols, &format!("iq1_bn {what}"));
     }
 }
@@ -153,7 +154,8 @@ fn largest_sums_are_exact() {
     let (rows, k, ncols) = (4, 6912, 2);
     let c = vec![3u8; rows * k];
     let x = vec![1.0f32; k * ncols];
-    let m = Int8Matrix::from_i2s(&encode_i2s(&c, 1.0).unwrap(), rows, k).unwrap();
+    let m =
+        Int8Matrix::from_bitnet(GgmlType::I2_S, &encode_i2s(&c, 1.0).unwrap(), rows, k).unwrap();
     let want = reference_matmul_int8(&c, &[1.0], rows, k, &x, ncols).unwrap();
     // 2 * 127 * 6912 times 1 / 127.
     assert_eq!(want[0], (2 * 127 * 6912) as f32 * (1.0f32 / 127.0));

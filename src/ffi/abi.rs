@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 use bytemuck::Pod;
 
 use super::status::{T2pStatus, guard};
-use crate::format::i2s::{repack_i2s_to_t2p, repack_iq1bn_to_t2p, repack_iq2bn_to_t2p};
+use crate::format::i2s::repack_bitnet_to_t2p;
 use crate::format::{
     BlockPq2_0, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, GgmlType, QK_K, QK_PQ2_0,
     TernaryBlock, repack_pq2_0_in_place, repack_to_t2p, t2p_block_count, with_block_type,
@@ -448,13 +448,16 @@ fn repack_int8(
     let src = &src[..source_bytes(ty.0, rows, k)?];
     let (blocks, scales) = dst.split_at_mut(dst.len() - int8_scales_bytes(rows)?);
     let blocks = blocks_mut::<BlockT2p>(blocks, t2p_blocks_of(rows, k)?)?;
-    let row_scales = match ty {
-        GgmlType::I2_S => vec![repack_i2s_to_t2p(src, rows, k, blocks)?; rows],
-        GgmlType::IQ2_BN => repack_iq2bn_to_t2p(src, rows, k, blocks)?,
-        GgmlType::IQ1_BN => repack_iq1bn_to_t2p(src, rows, k, blocks)?,
-        _ => return Err(T2pStatus::InvalidArgument),
-    };
-    blocks_mut::<f32>(scales, rows)?.copy_from_slice(&row_scales);
+    if !ty.is_int8_ternary() {
+        return Err(T2pStatus::InvalidArgument);
+    }
+    let found = repack_bitnet_to_t2p(ty, src, rows, k, blocks)?;
+    // I2_S has one scale for the tensor: every row gets it.
+    let scales = blocks_mut::<f32>(scales, rows)?;
+    match found[..] {
+        [one] => scales.fill(one),
+        _ => scales.copy_from_slice(&found),
+    }
     Ok(())
 }
 

@@ -28,7 +28,7 @@
 //! is quantized with one scale `s = 127 / max(max|x|, 1e-5)`, `q = round_half_even(x * s)`
 //! clamped to -128..=127, and `y = (q . (c - 1)) * (scale / s)`.
 
-use super::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, QK8_0, ROWS_PER_T2P, RowPairBlock};
+use super::{BlockQ8_0Quad, BlockT2p, GgmlType, QK_PQ2_0, QK8_0, ROWS_PER_T2P, RowPairBlock};
 use crate::error::{Error, Result, check_len};
 
 /// Weights per I2_S block.
@@ -309,41 +309,60 @@ pub fn repack_i2s_to_t2p(data: &[u8], rows: usize, k: usize, dst: &mut [BlockT2p
     Ok(scale)
 }
 
-/// Repacks an IQ2_BN tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
-/// (exact: the same codes) and returns its f32 row scales.
-pub fn repack_iq2bn_to_t2p(
+/// Repacks a BitNet tensor of type `ty` (I2_S, IQ2_BN or IQ1_BN; `rows x k`, `k` a multiple of
+/// 128) into T2P blocks of scale 1.0 (exact: the same codes) and returns its f32 scales: I2_S's
+/// one tensor scale, or the row scales of the other two.
+pub fn repack_bitnet_to_t2p(
+    ty: GgmlType,
     data: &[u8],
     rows: usize,
     k: usize,
     dst: &mut [BlockT2p],
 ) -> Result<Vec<f32>> {
-    let scale = |row: &[u8]| f32::from_le_bytes(row[..4].try_into().expect("4 bytes"));
-    let layout = RowLayout {
-        name: "iq2_bn",
-        bytes_name: "iq2_bn bytes",
-        row_bytes: 4 + k / 4,
-        head: 4,
-        block_bytes: IQ2_BN_BLOCK_BYTES,
+    type Scale = fn(&[u8]) -> f32;
+    type Code = fn(&[u8], usize) -> u8;
+    let (layout, scale, code): (_, Scale, Code) = match ty {
+        GgmlType::I2_S => return Ok(vec![repack_i2s_to_t2p(data, rows, k, dst)?]),
+        GgmlType::IQ2_BN => {
+            let layout = RowLayout {
+                name: "iq2_bn",
+                bytes_name: "iq2_bn bytes",
+                row_bytes: 4 + k / 4,
+                head: 4,
+                block_bytes: IQ2_BN_BLOCK_BYTES,
+            };
+            let scale = |row: &[u8]| f32::from_le_bytes(row[..4].try_into().expect("4 bytes"));
+            (layout, scale, iq2bn_code)
+        }
+        GgmlType::IQ1_BN => {
+            let layout = RowLayout {
+                name: "iq1_bn",
+                bytes_name: "iq1_bn bytes",
+                row_bytes: iq1bn_row_bytes(k),
+                head: 2,
+                block_bytes: IQ1_BN_BLOCK_BYTES,
+            };
+            (layout, iq1bn_scale, iq1bn_code)
+        }
+        _ => {
+            return Err(Error::InvalidArgument(format!(
+                "{} is not a BitNet type",
+                ty.name()
+            )));
+        }
     };
-    repack_rows_to_t2p(data, rows, k, dst, layout, scale, iq2bn_code)
+    repack_rows_to_t2p(data, rows, k, dst, layout, scale, code)
 }
 
-/// Repacks an IQ1_BN tensor (`rows x k`, `k` a multiple of 128) into T2P blocks of scale 1.0
-/// (exact: the same codes) and returns its row scales as f32.
-pub fn repack_iq1bn_to_t2p(
-    data: &[u8],
-    rows: usize,
-    k: usize,
-    dst: &mut [BlockT2p],
-) -> Result<Vec<f32>> {
-    let layout = RowLayout {
-        name: "iq1_bn",
-        bytes_name: "iq1_bn bytes",
-        row_bytes: iq1bn_row_bytes(k),
-        head: 2,
-        block_bytes: IQ1_BN_BLOCK_BYTES,
-    };
-    repack_rows_to_t2p(data, rows, k, dst, layout, iq1bn_scale, iq1bn_code)
+/// Bytes of a `rows x k` BitNet tensor of type `ty` (as [`repack_bitnet_to_t2p`] takes it), or
+/// `None` for another type.
+pub fn bitnet_bytes(ty: GgmlType, rows: usize, k: usize) -> Option<usize> {
+    match ty {
+        GgmlType::I2_S => Some(i2s_bytes(rows * k)),
+        GgmlType::IQ2_BN => Some(iq2bn_bytes(rows, k)),
+        GgmlType::IQ1_BN => Some(rows * iq1bn_row_bytes(k)),
+        _ => None,
+    }
 }
 
 /// A format of rows that each start with their scale (`head` bytes), then blocks of 64 weights.
@@ -699,29 +718,25 @@ mod tests {
     fn repack_round_trips_the_codes() {
         let (rows, k): (usize, usize) = (6, 256);
         let codes: Vec<u8> = (0..rows * k).map(|i| ((i * 7 + i / 5) % 4) as u8).collect();
-        let bytes = encode_i2s(&codes, 0.125).unwrap();
-        let mut t2p = vec![BlockT2p::default(); rows.div_ceil(4) * k / 128];
-        assert_eq!(repack_i2s_to_t2p(&bytes, rows, k, &mut t2p).unwrap(), 0.125);
+        // A format's repack into fresh blocks: the blocks and the scales it returns.
+        let repacked = |repack: &dyn Fn(&mut [BlockT2p]) -> Result<Vec<f32>>| {
+            let mut t = vec![BlockT2p::default(); rows.div_ceil(4) * k / 128];
+            let scales = repack(&mut t).unwrap();
+            (t, scales)
+        };
+        let i2s_of = |data: &[u8]| repacked(&|t| Ok(vec![repack_i2s_to_t2p(data, rows, k, t)?]));
+        let (t2p, scale) = i2s_of(&encode_i2s(&codes, 0.125).unwrap());
+        assert_eq!(scale, [0.125]);
         let scales: Vec<f32> = (0..rows).map(|r| r as f32 + 0.5).collect();
         let bn = encode_iq2bn(&codes, &scales, k).unwrap();
-        let mut t2p_bn = vec![BlockT2p::default(); t2p.len()];
-        assert_eq!(
-            repack_iq2bn_to_t2p(&bn, rows, k, &mut t2p_bn).unwrap(),
-            scales
-        );
-        assert_eq!(t2p, t2p_bn);
+        let iq2bn = repacked(&|t| repack_bitnet_to_t2p(GgmlType::IQ2_BN, &bn, rows, k, t));
+        assert_eq!(iq2bn, (t2p.clone(), scales.clone()));
         // IQ1_BN holds the ternary codes (no +2): the same blocks as I2_S of those codes.
         let ternary: Vec<u8> = codes.iter().map(|&u| u.min(2)).collect();
-        let i2s = encode_i2s(&ternary, 1.0).unwrap();
-        let mut t2p_i2s = vec![BlockT2p::default(); t2p.len()];
-        repack_i2s_to_t2p(&i2s, rows, k, &mut t2p_i2s).unwrap();
+        let (t2p_i2s, _) = i2s_of(&encode_i2s(&ternary, 1.0).unwrap());
         let bn1 = encode_iq1bn(&ternary, &scales, k).unwrap();
-        let mut t2p_bn1 = vec![BlockT2p::default(); t2p.len()];
-        assert_eq!(
-            repack_iq1bn_to_t2p(&bn1, rows, k, &mut t2p_bn1).unwrap(),
-            scales
-        );
-        assert_eq!(t2p_i2s, t2p_bn1);
+        let iq1bn = repacked(&|t| repack_bitnet_to_t2p(GgmlType::IQ1_BN, &bn1, rows, k, t));
+        assert_eq!(iq1bn, (t2p_i2s, scales.clone()));
         let mut row = vec![0f32; k];
         for r in 0..rows {
             let g = r / 4;
@@ -743,9 +758,9 @@ mod tests {
         assert!(i2s_scale(&[0; 63], 128).is_err());
         assert!(encode_i2s(&[4; 128], 1.0).is_err());
         let mut t2p = vec![BlockT2p::default(); 1];
-        assert!(repack_iq2bn_to_t2p(&[0; 4 + 16], 1, 64, &mut t2p).is_err());
-        assert!(repack_iq1bn_to_t2p(&[0; 2 + 13], 1, 64, &mut t2p).is_err());
-        assert!(repack_iq1bn_to_t2p(&[0; 2 + 25], 1, 128, &mut t2p).is_err());
+        assert!(repack_bitnet_to_t2p(GgmlType::IQ2_BN, &[0; 4 + 16], 1, 64, &mut t2p).is_err());
+        assert!(repack_bitnet_to_t2p(GgmlType::IQ1_BN, &[0; 2 + 13], 1, 64, &mut t2p).is_err());
+        assert!(repack_bitnet_to_t2p(GgmlType::IQ1_BN, &[0; 2 + 25], 1, 128, &mut t2p).is_err());
     }
 
     #[test]

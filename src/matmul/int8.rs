@@ -9,10 +9,9 @@
 use super::{QuantizedBatch, T2pMatrix};
 use crate::error::{Error, Result, check_len};
 use crate::format::i2s::{
-    i2s_bytes, int8_output_scale, iq1bn_row_bytes, iq2bn_bytes, quantize_row_i8_quads,
-    repack_i2s_to_t2p, repack_iq1bn_to_t2p, repack_iq2bn_to_t2p,
+    bitnet_bytes, int8_output_scale, quantize_row_i8_quads, repack_bitnet_to_t2p,
 };
-use crate::format::{BlockT2p, QK_PQ2_0, t2p_block_count};
+use crate::format::{BlockT2p, GgmlType, QK_PQ2_0, t2p_block_count};
 use crate::pool::ThreadPool;
 
 /// Activation vectors quantized per vector to int8 (`q8_0` quads of scale 1.0), with their
@@ -60,31 +59,16 @@ pub struct Int8Matrix {
 }
 
 impl Int8Matrix {
-    /// Repacks an I2_S tensor of `rows x k` (`data` its `rows * k / 4 + 32` bytes).
-    pub fn from_i2s(data: &[u8], rows: usize, k: usize) -> Result<Self> {
+    /// Repacks a BitNet tensor of type `ty` (I2_S, IQ2_BN or IQ1_BN), `rows x k` (`k` a multiple
+    /// of 128), from its bytes as the file holds them.
+    pub fn from_bitnet(ty: GgmlType, data: &[u8], rows: usize, k: usize) -> Result<Self> {
         // The shape first: it refuses a `rows x k` whose size overflows (a hostile file's).
         let count = t2p_block_count(rows, k)?;
-        check_len("i2_s bytes", i2s_bytes(rows * k), data.len())?;
+        let bytes = bitnet_bytes(ty, rows, k)
+            .ok_or_else(|| Error::InvalidArgument(format!("{} is not a BitNet type", ty.name())))?;
+        check_len("BitNet tensor bytes", bytes, data.len())?;
         let mut blocks = vec![BlockT2p::default(); count];
-        let scale = repack_i2s_to_t2p(data, rows, k, &mut blocks)?;
-        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, vec![scale])
-    }
-
-    /// Repacks an IQ2_BN tensor of `rows x k` (`k` a multiple of 128).
-    pub fn from_iq2bn(data: &[u8], rows: usize, k: usize) -> Result<Self> {
-        let count = t2p_block_count(rows, k)?;
-        check_len("iq2_bn bytes", iq2bn_bytes(rows, k), data.len())?;
-        let mut blocks = vec![BlockT2p::default(); count];
-        let scales = repack_iq2bn_to_t2p(data, rows, k, &mut blocks)?;
-        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
-    }
-
-    /// Repacks an IQ1_BN tensor of `rows x k` (`k` a multiple of 128).
-    pub fn from_iq1bn(data: &[u8], rows: usize, k: usize) -> Result<Self> {
-        let count = t2p_block_count(rows, k)?;
-        check_len("iq1_bn bytes", rows * iq1bn_row_bytes(k), data.len())?;
-        let mut blocks = vec![BlockT2p::default(); count];
-        let scales = repack_iq1bn_to_t2p(data, rows, k, &mut blocks)?;
+        let scales = repack_bitnet_to_t2p(ty, data, rows, k, &mut blocks)?;
         Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
     }
 

@@ -597,11 +597,7 @@ impl<R: Read> FileReader<'_, R> {
             reason: "size does not fit in memory".into(),
         })?;
         let bytes: Vec<u8> = self.read_vec(t, n)?;
-        let m = match t.ggml_type {
-            GgmlType::I2_S => Int8Matrix::from_i2s(&bytes, rows, k),
-            GgmlType::IQ1_BN => Int8Matrix::from_iq1bn(&bytes, rows, k),
-            _ => Int8Matrix::from_iq2bn(&bytes, rows, k),
-        };
+        let m = Int8Matrix::from_bitnet(t.ggml_type, &bytes, rows, k);
         Ok(TensorData::Int8(m.map_err(|e| shape_err(&t.name, e))?))
     }
 
