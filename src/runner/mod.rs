@@ -34,6 +34,7 @@ pub mod sample;
 pub mod server;
 pub mod speculative;
 pub mod step;
+mod tensor_info;
 pub mod tokenizer;
 mod type_ids;
 

@@ -12,7 +12,7 @@
 //! file; the loader refuses such a tensor by name and type.
 
 use super::error::{GgufError, Result};
-use super::gguf::TensorInfo;
+use super::tensor_info::TensorInfo;
 use crate::format::GgmlType;
 
 /// The layouts a stored id may have, most likely first (the first one wins when several fit
