@@ -21,7 +21,7 @@
 //! * **IQ1_BN** (ik_llama.cpp's `quantize_one_row_1bn` / `dequantize_row_iq1_bn`): per row the
 //!   fp16 scale, then `k / 64` blocks of 13 bytes. In each quarter `q` (16 weights) of a block,
 //!   byte `3q + g` (`g` 0..3) holds weights `16q + 5g .. 16q + 5g + 5` as base-3 digits
-//!   ([`crate::format::trits`]: weight `5g + j` is trit `4 - j`), and weight `16q + 15` is trit
+//!   (`format::trits`: weight `5g + j` is trit `4 - j`), and weight `16q + 15` is trit
 //!   `4 - q` of byte 12.
 //!
 //! Activations (bitnet.cpp and the HF model): before every ternary matmul each token's vector
