@@ -26,9 +26,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target-arm}"
 export T2P_EMULATED=1
-# Line tables are enough for the backtraces the tests print (runner_no_alloc's first
-# allocation) and build faster than the profile's full debuginfo.
-export CARGO_PROFILE_TEST_DEBUG="${CARGO_PROFILE_TEST_DEBUG:-line-tables-only}"
 target=aarch64-unknown-linux-gnu
 sysroot=/usr/aarch64-linux-gnu
 limit="${T2P_ARM_TIMEOUT:-1800}"
