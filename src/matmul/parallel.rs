@@ -18,7 +18,7 @@ use super::{
     F16Matrix, MatmulPlan, QuantMatrix, QuantizedBatch, T2pMatrix, chunk_count, chunk_rows,
 };
 use crate::error::{Error, Result, check_len};
-use crate::format::T2pSlice;
+use crate::format::{ROWS_PER_T2P, T2pSlice};
 use crate::kernels::Kernels;
 use crate::pool::{ThreadPool, pieces};
 
@@ -171,6 +171,59 @@ impl<M: ColumnMatrix> RowChunked for ColumnsProduct<'_, M> {
     }
 }
 
+/// Multiply-adds below which a one-column step does not cut a chunk smaller: about 64 KiB of
+/// T2P weights, a couple of microseconds of streaming, where claiming a chunk costs a lock.
+const MIN_GUIDED_MACS: usize = 1 << 18;
+
+/// The row chunks of a one-column step's product, in the order the pool hands them out
+/// (guided self-scheduling): each takes `1 / (2 * threads)` of the row groups still left, down
+/// to [`MIN_GUIDED_MACS`]. A decode step streams its weights at the memory's speed, so
+/// whatever one thread still computes after the other ran out of chunks is a wait; with
+/// chunks that shrink, the last ones (the only ones anyone waits for) are small, while the
+/// first are big enough that claiming stays rare (an 80 MB LM head takes 24 chunks on
+/// 2 threads, a 1 MB projection about 8). A product [`chunk_count`] keeps whole is one chunk.
+/// Which thread computes a row never changes its bits.
+#[derive(Clone, Debug)]
+struct GuidedChunks {
+    rows: usize,
+    at: usize,
+    divisor: usize,
+    min_units: usize,
+}
+
+impl GuidedChunks {
+    /// The chunks of a `rows x k` product (one column) for `threads` threads.
+    fn new(rows: usize, k: usize, threads: usize) -> Self {
+        let units = rows.div_ceil(ROWS_PER_T2P);
+        let min_units = match chunk_count(rows, k, 1, threads) {
+            1 => units,
+            _ => (MIN_GUIDED_MACS / (ROWS_PER_T2P * k.max(1))).max(1),
+        };
+        GuidedChunks {
+            rows,
+            at: 0,
+            divisor: 2 * threads.max(1),
+            min_units,
+        }
+    }
+}
+
+impl Iterator for GuidedChunks {
+    type Item = Range<usize>;
+
+    fn next(&mut self) -> Option<Range<usize>> {
+        if self.at >= self.rows {
+            return None;
+        }
+        let left = (self.rows - self.at).div_ceil(ROWS_PER_T2P);
+        let take = left.div_ceil(self.divisor).max(self.min_units);
+        let end = (self.at + take * ROWS_PER_T2P).min(self.rows);
+        let chunk = self.at..end;
+        self.at = end;
+        Some(chunk)
+    }
+}
+
 /// Where a parallel step's time went (when it was asked to measure).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StepTime {
@@ -295,32 +348,39 @@ impl Step<'_> {
         product: &(impl Fn(&M) -> Option<P> + Sync),
     ) {
         let (kern, runner, threads) = (self.kern, self.runner, self.pool.threads());
+        let chunks = |p: &P| {
+            let [rows, k, _] = p.shape();
+            GuidedChunks::new(rows, k, threads)
+        };
+        let n: usize = jobs
+            .iter()
+            .filter_map(|(m, _)| product(m))
+            .map(|p| chunks(&p).count())
+            .sum();
         let items = jobs
             .iter_mut()
-            .flat_map(|(m, out)| {
-                let p = product(m)?;
-                let n = p.chunk_count(threads);
-                let out = &mut out[..p.rows()];
-                Some(
-                    pieces(out, n, move |i| p.chunk_rows(i, n).len())
-                        .map(move |(i, piece)| (p, p.chunk_rows(i, n), piece)),
-                )
-            })
-            .flatten();
-        self.pool
-            .for_each_item(self.chunks, items, |(p, rows, piece)| {
-                runner.run(|| {
-                    let ld = rows.len();
-                    p.compute_rows(
-                        kern,
-                        RowsOut {
-                            rows,
-                            out: piece,
-                            ld,
-                        },
-                    )
-                });
+            .filter_map(|(m, out)| Some((product(m)?, out)))
+            .flat_map(|(p, out)| {
+                let mut rest = &mut out[..p.rows()];
+                chunks(&p).map(move |rows| {
+                    let (piece, tail) = std::mem::take(&mut rest).split_at_mut(rows.len());
+                    rest = tail;
+                    (p, rows, piece)
+                })
             });
+        self.pool.for_each_item(n, items, |(p, rows, piece)| {
+            runner.run(|| {
+                let ld = rows.len();
+                p.compute_rows(
+                    kern,
+                    RowsOut {
+                        rows,
+                        out: piece,
+                        ld,
+                    },
+                )
+            });
+        });
     }
 
     /// Several columns: every chunk into its own tile (one pool call), then each column of
@@ -432,4 +492,50 @@ pub fn matmul_parallel(
         out[c * ld..c * ld + rows].copy_from_slice(col);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The guided chunks cover the rows in order, in whole row groups, each no bigger than the
+    /// one before but the last, and the first a `1 / (2 * threads)` share.
+    #[test]
+    fn guided_chunks_cover_the_rows_in_whole_groups() {
+        for (rows, k) in [
+            (1, 32),
+            (4, 2048),
+            (30, 128),
+            (1000, 2048),
+            (2048, 2048),
+            (6144, 2048),
+        ]
+        .into_iter()
+        .chain([(2048, 6144), (151_936, 2048), (5, 1 << 20)])
+        {
+            for threads in 1..=16 {
+                let chunks: Vec<_> = GuidedChunks::new(rows, k, threads).collect();
+                let what = format!("rows {rows}, k {k}, threads {threads}: {chunks:?}");
+                assert_eq!(chunks[0].start, 0, "{what}");
+                assert_eq!(chunks.last().expect("a chunk").end, rows, "{what}");
+                for w in chunks.windows(2) {
+                    assert_eq!(w[0].end, w[1].start, "{what}");
+                }
+                for (i, c) in chunks.iter().enumerate() {
+                    assert!(!c.is_empty() && c.start % ROWS_PER_T2P == 0, "{what}");
+                    if i + 2 < chunks.len() {
+                        assert!(chunks[i + 1].len() <= c.len(), "{what}");
+                    }
+                }
+                if chunk_count(rows, k, 1, threads) == 1 {
+                    assert_eq!(chunks.len(), 1, "{what}");
+                }
+            }
+        }
+        // An LM head on 2 threads: a quarter first, then ever smaller down to 128 rows (64 KiB), 24 chunks.
+        let head: Vec<_> = GuidedChunks::new(151_936, 2048, 2).collect();
+        assert_eq!(head[0].len(), 151_936 / 4);
+        assert!((20..=40).contains(&head.len()), "{}", head.len());
+        assert!(head.last().expect("a chunk").len() <= 128, "{head:?}");
+    }
 }
