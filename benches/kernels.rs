@@ -144,7 +144,7 @@ fn attention(c: &mut Criterion) {
         ("prompt512", 512usize, 512usize, 1usize),
         ("decode_at4096", 4096, 1, 8),
     ] {
-        let mut cache = KvCache::new(layers, ctx, kv_dim);
+        let mut cache = KvCache::new(layers, ctx, s.n_head_kv, s.head_dim);
         cache.reserve(ctx);
         for layer in 0..layers {
             for p in 0..ctx {

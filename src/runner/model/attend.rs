@@ -41,7 +41,7 @@ pub fn attend<'c>(
     let n = q.len() / q_dim;
     let group = s.n_head / s.n_head_kv;
     let mut tiles = TILES.take();
-    if find_tiles(exec, s, n, layer, &at, &mut tiles) {
+    if find_tiles(exec, s, n, &at, &mut tiles) {
         attend_tiles(exec, s, q, layer, &at, &tiles, out);
         TILES.set(tiles);
         return;
@@ -58,8 +58,8 @@ pub fn attend<'c>(
             let (c, h0) = (j / jobs_per_col, j % jobs_per_col * per_job);
             let (cache, pos) = at(c);
             debug_assert_eq!(kv_dim, cache.kv_dim());
-            let (k, v) = cache.layer(layer, pos + 1);
             let kvh = h0 / group;
+            let (k, v) = cache.head(layer, kvh, pos + 1);
             let qh = &q[c * q_dim + h0 * hd..c * q_dim + (h0 + per_job) * hd];
             let len = pos + 1;
             let mut scores = SCORES.take();
@@ -68,20 +68,18 @@ pub fn attend<'c>(
             scores.resize(per_job * len, 0.0);
             match (k, v) {
                 (KvRows::F16(k), KvRows::F16(v)) => {
-                    let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
-                    kern.attention_scores(qh, per_job, k, kv_dim, s.scale, &mut scores);
+                    kern.attention_scores(qh, per_job, k, hd, s.scale, &mut scores);
                     scores
                         .chunks_exact_mut(len)
                         .for_each(|row| kern.attention_softmax(row));
-                    kern.attention_weighted_sum(&scores, per_job, v, kv_dim, o);
+                    kern.attention_weighted_sum(&scores, per_job, v, hd, o);
                 }
                 (KvRows::F32(k), KvRows::F32(v)) => {
-                    let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
                     let heads = qh.chunks_exact(hd).zip(o.chunks_exact_mut(hd));
                     for ((qg, og), sg) in heads.zip(scores.chunks_exact_mut(len)) {
-                        scores_f32(qg, k, kv_dim, s.scale, sg);
+                        scores_f32(qg, k, hd, s.scale, sg);
                         kern.attention_softmax(sg);
-                        weighted_sum_f32(sg, v, kv_dim, og);
+                        weighted_sum_f32(sg, v, hd, og);
                     }
                 }
                 _ => unreachable!("K and V of one cache have one element type"),
@@ -102,7 +100,6 @@ fn find_tiles<'c>(
     exec: &Exec,
     s: AttnShape,
     n: usize,
-    layer: usize,
     at: &impl Fn(usize) -> (&'c KvCache, usize),
     tiles: &mut Vec<(usize, usize)>,
 ) -> bool {
@@ -124,7 +121,7 @@ fn find_tiles<'c>(
             }
             _ => tiles.push((c, 1)),
         }
-        if c == 0 && !matches!(cache.layer(layer, pos + 1).0, KvRows::F16(_)) {
+        if c == 0 && !cache.is_f16() {
             return false;
         }
     }
@@ -144,7 +141,7 @@ fn attend_tiles<'c>(
     tiles: &[(usize, usize)],
     out: &mut [f32],
 ) {
-    let (hd, q_dim, kv_dim) = (s.head_dim, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    let (hd, q_dim) = (s.head_dim, s.n_head * s.head_dim);
     let group = s.n_head / s.n_head_kv;
     let kern = exec.kern;
     let pieces = crate::pool::pieces(out, tiles.len(), |i| tiles[i].1 * q_dim);
@@ -152,9 +149,6 @@ fn attend_tiles<'c>(
         let (c0, t) = tiles[i];
         let (cache, pos0) = at(c0);
         let rows = pos0 + t;
-        let (KvRows::F16(k), KvRows::F16(v)) = cache.layer(layer, rows) else {
-            unreachable!("tiles are made over f16 caches only")
-        };
         let (mut queries, mut scores, mut weights) = (QUERIES.take(), TILE.take(), WEIGHTS.take());
         // Room for the longest tile the cache allows, so that later passes do not allocate.
         queries.reserve(TILE_QUERIES * hd);
@@ -168,8 +162,10 @@ fn attend_tiles<'c>(
             for j in 0..t {
                 queries.extend_from_slice(&q[(c0 + j) * q_dim..][heads.clone()]);
             }
-            let (k, v) = (&k[kvh * hd..], &v[kvh * hd..]);
-            kern.attention_scores(&queries, t * group, k, kv_dim, s.scale, &mut scores);
+            let (KvRows::F16(k), KvRows::F16(v)) = cache.head(layer, kvh, rows) else {
+                unreachable!("tiles are made over f16 caches only")
+            };
+            kern.attention_scores(&queries, t * group, k, hd, s.scale, &mut scores);
             for j in 0..t {
                 let len = pos0 + j + 1;
                 weights.clear();
@@ -179,7 +175,7 @@ fn attend_tiles<'c>(
                     weights.extend_from_slice(row);
                 }
                 let o = &mut o[j * q_dim..][heads.clone()];
-                kern.attention_weighted_sum(&weights, group, v, kv_dim, o);
+                kern.attention_weighted_sum(&weights, group, v, hd, o);
             }
         }
         QUERIES.set(queries);
@@ -233,7 +229,7 @@ mod tests {
             for (prefix, cols) in [(0, 37), (5, 40), (0, 64)] {
                 let caches: Vec<KvCache> = (0..2)
                     .map(|seq| {
-                        let mut c = KvCache::new(1, 128, kv_dim);
+                        let mut c = KvCache::new(1, 128, n_head_kv, 16);
                         c.reserve(prefix + cols);
                         for p in 0..prefix + cols {
                             let kv = values(2 * kv_dim, (seq * 1000 + p) as u32);
@@ -245,7 +241,7 @@ mod tests {
                 // Two sequences of `cols` columns each, the prompt after `prefix` positions.
                 let at = |c: usize| (&caches[c / cols], prefix + c % cols);
                 let q = values(2 * cols * q_dim, 7);
-                let used = find_tiles(&exec, s, 2 * cols, 0, &at, &mut Vec::new());
+                let used = find_tiles(&exec, s, 2 * cols, &at, &mut Vec::new());
                 assert!(used, "tiles are used");
                 let mut tiled = vec![0.0; q.len()];
                 attend(&exec, s, &q, 0, at, &mut tiled);

@@ -125,8 +125,8 @@ impl Model {
         let c = &self.cfg;
         Session {
             cache: match self.kv_f32 {
-                true => KvCache::new_f32(c.n_attn(), n_ctx, c.kv_dim()),
-                false => KvCache::new(c.n_attn(), n_ctx, c.kv_dim()),
+                true => KvCache::new_f32(c.n_attn(), n_ctx, c.dims.n_head_kv, c.dims.head_dim),
+                false => KvCache::new(c.n_attn(), n_ctx, c.dims.n_head_kv, c.dims.head_dim),
             },
             recurrent: c.ssm.map(|s| RecurrentState::new(s, c.n_rec())),
             logits: Vec::new(),
