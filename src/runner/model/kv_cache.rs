@@ -76,7 +76,7 @@ impl KvBuf {
     /// shrinks after, so no block is overwritten before it has moved.
     fn relayout(&mut self, heads: usize, row: usize, from: usize, to: usize, keep: usize) {
         fn go<T: Copy>(
-            b: &mut Vec<T>,
+            b: &mut [T],
             heads: usize,
             row: usize,
             [from, to, keep]: [usize; 3],
