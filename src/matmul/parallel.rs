@@ -6,7 +6,9 @@
 //! activations ([`QuantProduct`]), or an F16 matrix times f32 columns ([`F16Product`]).
 //! Products that read the same columns (a layer's q / k / v,
 //! gate / up) run together, so the pool wakes once and waits for one last chunk instead of one
-//! per matrix. Every output is computed by the same kernel over the same blocks as a
+//! per matrix. A one-column step (a decode) hands its rows out in shrinking chunks
+//! ([`GuidedChunks`]); a several-column step in the plan's even ones ([`chunk_rows`]), which its
+//! gather reads back. Every output is computed by the same kernel over the same blocks as a
 //! single-threaded call; only which thread computes it changes, so the result is bit-identical.
 
 use std::ops::Range;
