@@ -75,7 +75,7 @@ impl KvBuf {
     /// first and the blocks move back to front, or the blocks move front to back and the buffer
     /// shrinks after, so no block is overwritten before it has moved.
     fn relayout(&mut self, heads: usize, row: usize, from: usize, to: usize, keep: usize) {
-        fn go<T: Copy>(
+        fn move_heads<T: Copy>(
             b: &mut [T],
             heads: usize,
             row: usize,
@@ -99,8 +99,8 @@ impl KvBuf {
         }
         let rows = [from, to, keep];
         match self {
-            KvBuf::F16(b) => go(b, heads, row, rows, f16::ZERO),
-            KvBuf::F32(b) => go(b, heads, row, rows, 0.0),
+            KvBuf::F16(b) => move_heads(b, heads, row, rows, f16::ZERO),
+            KvBuf::F32(b) => move_heads(b, heads, row, rows, 0.0),
         }
         if to < from {
             match self {
