@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use t2p::format::BlockPq2_0;
-use t2p::matmul::{QuantizedBatch, T2pMatrix, matmul, matmul_parallel};
+use t2p::matmul::{ActQuant, QuantizedBatch, T2pMatrix, matmul, matmul_parallel};
 use t2p::pool::ThreadPool;
 
 #[test]
@@ -16,11 +16,15 @@ fn parallel_equals_single_threaded() {
     for (rows, k) in [(4, 256), (36, 512), (128, 1024)] {
         let pq = ternary_tensor::<BlockPq2_0>(rows, k, Codes::Random, Scales::Random, &mut rng);
         let w = T2pMatrix::from_pq2_0(&pq, rows, k).unwrap();
-        for ncols in [1, 2, 3, 4, 5, 8, 13] {
+        // From 16 columns a thread a step splits its columns, not its rows: 37 and 69 leave a
+        // short last chunk, and 69 a plain q8_K column.
+        let acts = [ActQuant::Q8K, ActQuant::Q8_0];
+        let widths = [1, 2, 3, 4, 5, 8, 13, 32, 37, 69];
+        for (ncols, act) in widths.into_iter().flat_map(|n| acts.map(|a| (n, a))) {
             let x: Vec<f32> = (0..k * ncols)
                 .map(|_| rng.next() as f32 / u32::MAX as f32 - 0.5)
                 .collect();
-            let act = QuantizedBatch::new(&x, k, ncols, t2p::matmul::ActQuant::Q8K).unwrap();
+            let act = QuantizedBatch::new(&x, k, ncols, act).unwrap();
             for kern in paths_under_test() {
                 let want = matmul(kern, &w, &act).unwrap();
                 for pool in &pools {
@@ -32,8 +36,9 @@ fn parallel_equals_single_threaded() {
                             .flat_map(|c| out[c * ld..c * ld + rows].to_vec())
                             .collect();
                         let what = format!(
-                            "{} {rows}x{k}x{ncols} threads {} ld {ld}",
+                            "{} {rows}x{k}x{ncols} {:?} threads {} ld {ld}",
                             kern.isa(),
+                            act.act(),
                             pool.threads()
                         );
                         assert_bits_eq(&got, &want, &what);
@@ -59,12 +64,12 @@ fn parallel_rejects_bad_shapes() {
     let w = T2pMatrix::from_pq2_0(&pq, 8, 256).unwrap();
     let pool = ThreadPool::new(2);
     let kern = oracle();
-    let act = QuantizedBatch::new(&vec![0.5; 512], 256, 2, t2p::matmul::ActQuant::Q8K).unwrap();
+    let act = QuantizedBatch::new(&vec![0.5; 512], 256, 2, ActQuant::Q8K).unwrap();
     let mut short = vec![0.0; 15];
     assert!(matmul_parallel(&pool, kern, &w, &act, &mut short, 8).is_err());
     let mut out = vec![0.0; 16];
     assert!(matmul_parallel(&pool, kern, &w, &act, &mut out, 4).is_err());
-    let other = QuantizedBatch::new(&vec![0.5; 512], 512, 1, t2p::matmul::ActQuant::Q8K).unwrap();
+    let other = QuantizedBatch::new(&vec![0.5; 512], 512, 1, ActQuant::Q8K).unwrap();
     assert!(matmul_parallel(&pool, kern, &w, &other, &mut out, 8).is_err());
     matmul_parallel(&pool, kern, &w, &act, &mut out, 8).unwrap();
 }

@@ -156,6 +156,32 @@ impl ActLayout {
         }
     }
 
+    /// The columns `cols` of this layout as a layout of their own, and the words of the work
+    /// buffer they take: `None` where they are not one run of whole units (a `q8_K` range
+    /// must start on a tile and end on one or at the last column).
+    pub(super) fn columns(&self, cols: Range<usize>) -> Option<(ActLayout, Range<usize>)> {
+        if cols.start >= cols.end || cols.end > self.ncols {
+            return None;
+        }
+        let sub = ActLayout {
+            ncols: cols.len(),
+            ..*self
+        };
+        let first = match self.act {
+            ActQuant::Q8_0 => cols.start * (self.k / QK_PQ2_0),
+            ActQuant::Q8K => {
+                let whole = cols.start.is_multiple_of(4)
+                    && (cols.end.is_multiple_of(4) || cols.end == self.ncols);
+                if !whole {
+                    return None;
+                }
+                cols.start / 4
+            }
+        };
+        let start = self.unit_offset(first);
+        Some((sub, start..start + sub.work_words()))
+    }
+
     /// Words of work buffer the activations take.
     pub fn work_words(&self) -> usize {
         self.unit_offset(self.units())
@@ -425,6 +451,44 @@ impl QuantizedBatch {
         match self.layout.act {
             ActQuant::Q8_0 => self.layout.q8_0(&self.work),
             ActQuant::Q8K => &[],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cut of a batch's columns ([`ActLayout::columns`]) holds exactly what quantizing those
+    /// columns alone gives, and cuts that split a `q8_K` tile are refused.
+    #[test]
+    fn column_cuts_are_the_columns_quantized_alone() {
+        let k = 512;
+        for act in [ActQuant::Q8_0, ActQuant::Q8K] {
+            for ncols in [1, 2, 5, 8, 9, 13, 16] {
+                let x: Vec<f32> = (0..k * ncols)
+                    .map(|i| ((i * 7919 % 2003) as f32 - 1001.0) / 97.0)
+                    .collect();
+                let full = QuantizedBatch::new(&x, k, ncols, act).unwrap();
+                for c0 in 0..ncols {
+                    for c1 in c0 + 1..=ncols {
+                        let what = format!("{act:?} {ncols} columns, cut {c0}..{c1}");
+                        let cut = full.layout().columns(c0..c1);
+                        let whole = c0 % 4 == 0 && (c1 % 4 == 0 || c1 == ncols);
+                        if act == ActQuant::Q8K && !whole {
+                            assert!(cut.is_none(), "{what}");
+                            continue;
+                        }
+                        let (layout, words) = cut.expect(&what);
+                        let alone =
+                            QuantizedBatch::new(&x[c0 * k..c1 * k], k, c1 - c0, act).unwrap();
+                        assert_eq!(&layout, alone.layout(), "{what}");
+                        assert_eq!(&full.work()[words], alone.work(), "{what}");
+                    }
+                }
+                assert!(full.layout().columns(0..ncols + 1).is_none());
+                assert!(full.layout().columns(1..1).is_none());
+            }
         }
     }
 }

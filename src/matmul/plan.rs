@@ -138,6 +138,13 @@ impl MatmulPlan {
         }
     }
 
+    /// This plan for the columns `cols` of its activations, and the words of the work buffer
+    /// they take ([`ActLayout::columns`]).
+    pub(super) fn columns(&self, cols: Range<usize>) -> Option<(MatmulPlan, Range<usize>)> {
+        let (layout, words) = self.layout.columns(cols)?;
+        Some((MatmulPlan { layout, ..*self }, words))
+    }
+
     /// The activations' layout in the work buffer.
     pub fn layout(&self) -> &ActLayout {
         &self.layout
