@@ -6,7 +6,9 @@
 
 use super::arch::ARCHS;
 use super::batch::{Batch, Span};
-use super::blocks::{Attention, Ctx, DeltaNet, Ffn, Layer, Mixer, add, norm_rows, project};
+use super::blocks::{
+    Attention, Ctx, DeltaNet, Ffn, Layer, Mixer, add, add_norm_rows, norm_rows, project,
+};
 use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::hadamard::HadamardFold;
@@ -150,16 +152,22 @@ impl Model {
             let _t = exec.profile.time(Phase::Elementwise);
             st.rope_tables(&self.cfg);
         }
-        for layer in &self.layers {
-            norm_rows(&ctx, &mut st.xn, &st.x, &layer.mixer_norm);
+        // Each residual add runs with the norm that reads its sum: the FFN's with the next
+        // layer's mixer norm.
+        if let Some(first) = self.layers.first() {
+            norm_rows(&ctx, &mut st.xn, &st.x, &first.mixer_norm);
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
             match &layer.mixer {
                 Mixer::Attention(a) => a.forward(&ctx, st, seqs)?,
                 Mixer::DeltaNet(g) => g.forward(&ctx, st, seqs)?,
             }
-            add(&ctx, &mut st.x, &st.out);
-            norm_rows(&ctx, &mut st.xn, &st.x, &layer.ffn_norm);
+            add_norm_rows(&ctx, &mut st.x, &st.out, &mut st.xn, &layer.ffn_norm);
             layer.ffn.forward(&ctx, st)?;
-            add(&ctx, &mut st.x, &st.out);
+            match self.layers.get(i + 1) {
+                Some(next) => add_norm_rows(&ctx, &mut st.x, &st.out, &mut st.xn, &next.mixer_norm),
+                None => add(&ctx, &mut st.x, &st.out),
+            }
         }
         for ((seq, span), upd) in seqs.iter_mut().zip(&st.spans).zip(&st.upds) {
             let sess = &mut *seq.session;

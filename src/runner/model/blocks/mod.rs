@@ -219,6 +219,31 @@ pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
     });
 }
 
+/// `x += y`, then `dst[t] = rms_norm(x[t]) * w` for every token: a residual add and the norm
+/// that reads its sum in one pass, each row normed while it is still in cache (the same
+/// operations in the same order as [`add`] then [`norm_rows`], so the same bits), over the
+/// pool for a batch.
+pub(crate) fn add_norm_rows(ctx: &Ctx, x: &mut [f32], y: &[f32], dst: &mut [f32], w: &[f32]) {
+    let _t = ctx.exec.profile.time(Phase::Elementwise);
+    let d = w.len().max(1);
+    let piece = PAR_MIN_VALUES.div_ceil(d) * d;
+    let n = x.len().div_ceil(piece);
+    let job = |(x, (y, dst)): (&mut [f32], (&[f32], &mut [f32]))| {
+        let rows = x.chunks_exact_mut(d).zip(y.chunks_exact(d));
+        for ((x, y), o) in rows.zip(dst.chunks_exact_mut(d)) {
+            x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+            super::ops::rms_norm_into(o, x, w, ctx.hp.eps);
+        }
+    };
+    let pieces = x
+        .chunks_mut(piece)
+        .zip(y.chunks(piece).zip(dst.chunks_mut(piece)));
+    match n {
+        0 | 1 => pieces.for_each(job),
+        _ => ctx.exec.pool.for_each_item(n, pieces, job),
+    }
+}
+
 /// `x += y`, over the pool for a batch.
 pub(crate) fn add(ctx: &Ctx, x: &mut [f32], y: &[f32]) {
     let _t = ctx.exec.profile.time(Phase::Elementwise);
