@@ -265,16 +265,18 @@ impl RecurrentState {
     }
 
     /// Runs the conv (+ SiLU) of DeltaNet layer `layer` on `x` (`n x conv_channels`,
-    /// token-major) in place, reading and advancing the layer's conv history. `w` is
+    /// token-major) in place, reading and advancing the layer's conv history, then
+    /// `finish_row` on each output row; the rows are spread over `pool`. `w` is
     /// `conv_channels x conv_kernel` (the GGUF `ssm_conv1d.weight`); `all` is scratch for the
     /// conv's input rows (`(conv_kernel - 1 + n) x conv_channels`).
     pub(crate) fn conv_silu(
         &mut self,
-        u: Update,
-        layer: usize,
+        pool: &ThreadPool,
+        (u, layer): (Update, usize),
         w: &[f32],
         x: &mut [f32],
         all: &mut Vec<f32>,
+        finish_row: impl Fn(&mut [f32]) + Sync,
     ) {
         let ch = self.shape.conv_channels();
         let kc = self.shape.conv_kernel;
@@ -287,8 +289,8 @@ impl RecurrentState {
             None => &dst.conv,
         });
         all.extend_from_slice(x);
-        for t in 0..n {
-            let out = &mut x[t * ch..(t + 1) * ch];
+        let all = &all[..];
+        pool.for_each_chunk_mut(&mut x[..n * ch], ch, |t, out| {
             for (c, o) in out.iter_mut().enumerate() {
                 let taps = &w[c * kc..(c + 1) * kc];
                 let mut s = 0.0f32;
@@ -297,7 +299,8 @@ impl RecurrentState {
                 }
                 *o = silu(s);
             }
-        }
+            finish_row(out);
+        });
         dst.conv.copy_from_slice(&all[n * ch..]);
     }
 

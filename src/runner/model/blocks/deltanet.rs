@@ -3,7 +3,7 @@
 //! delta-rule recurrence (see [`crate::runner::model::deltanet`]); gated per-head RMSNorm;
 //! `ssm_out`.
 
-use super::{Ctx, Seqs, project};
+use super::{Ctx, Seqs, par_zip, project};
 use crate::runner::model::batch::Batch;
 use crate::runner::model::error::{ModelError, Result};
 use crate::runner::model::hadamard::GdnGeometry;
@@ -98,10 +98,9 @@ impl DeltaNet {
             };
             let cols = span.cols.clone();
             let qkv = &mut st.dn_qkv[cols.start * ch..cols.end * ch];
-            rec.conv_silu(upd, self.slot, &self.conv, qkv, &mut st.dn_hist);
-            for row in qkv.chunks_exact_mut(ch) {
-                l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, hp.eps);
-            }
+            let norm_qk = |row: &mut [f32]| l2_norm_heads(&mut row[..2 * kd], s.head_k_dim, hp.eps);
+            let (pool, conv) = (&ctx.exec.pool, &self.conv);
+            rec.conv_silu(pool, (upd, self.slot), conv, qkv, &mut st.dn_hist, norm_qk);
             let input = DeltaInput {
                 c: qkv,
                 decay: &st.dn_decay[cols.start * nv..cols.end * nv],
@@ -113,11 +112,13 @@ impl DeltaNet {
         drop(t);
         let t = prof.time(Phase::Elementwise);
         // Gated per-head RMSNorm: rmsnorm(o_h) * ssm_norm * silu(z_h).
-        let heads = st.dn_o.chunks_exact_mut(s.head_v_dim);
-        for (oh, zh) in heads.zip(st.dn_z.chunks_exact(s.head_v_dim)) {
-            rms_norm(oh, &self.norm, hp.eps);
-            oh.iter_mut().zip(zh).for_each(|(v, z)| *v *= silu(*z));
-        }
+        par_zip(ctx, &mut st.dn_o, &st.dn_z, s.head_v_dim, |o, z| {
+            let heads = o.chunks_exact_mut(s.head_v_dim);
+            for (oh, zh) in heads.zip(z.chunks_exact(s.head_v_dim)) {
+                rms_norm(oh, &self.norm, hp.eps);
+                oh.iter_mut().zip(zh).for_each(|(v, z)| *v *= silu(*z));
+            }
+        });
         drop(t);
         let jobs = &mut [(&self.out, &mut st.out[..])];
         project(ctx, &mut st.mm, &st.dn_o, vd, jobs, Phase::Matmul)
