@@ -9,8 +9,9 @@
 //! * `plan.rs`: one T2P product ([`MatmulPlan`]: which kernel runs, padded tiles and row
 //!   groups, any row range into a strided output) and the one row-chunk rule of every kind
 //!   ([`chunk_count`], [`chunk_rows`]);
-//! * `parallel.rs`: the parallel step ([`run_products`]): the row chunks of the products that
-//!   share an input in one pool call.
+//! * `parallel.rs`: the parallel step ([`run_products`]): the chunks of the products that share
+//!   an input in one pool call (shrinking row chunks for one column, runs of columns for a prompt
+//!   over matrices that stay in cache, else even row chunks gathered from tiles).
 //!
 //! Every caller (the runner's pool, the C ABI, the llama.cpp extra buffer type through the C
 //! ABI) runs a T2P matmul through a [`MatmulPlan`].
