@@ -278,12 +278,11 @@ const COLUMN_SPLIT_MAX_WEIGHTS: usize = 1 << 24;
 fn splits_columns<M, P: RowChunked>(
     jobs: &[(M, &mut [f32])],
     product: &impl Fn(&M) -> Option<P>,
+    ncols: usize,
     threads: usize,
 ) -> bool {
-    let mut products = jobs.iter().filter_map(|(m, _)| product(m)).peekable();
-    let ncols = products.peek().map_or(0, |p| p.ncols());
     ncols >= COLUMN_SPLIT_MIN_PER_THREAD * threads
-        && products.all(|p| {
+        && jobs.iter().filter_map(|(m, _)| product(m)).all(|p| {
             let [rows, k, _] = p.shape();
             rows.saturating_mul(k) <= COLUMN_SPLIT_MAX_WEIGHTS
                 && p.columns(0..COLUMN_STEP.min(ncols)).is_some()
@@ -397,7 +396,7 @@ pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
     };
     if ncols == 1 {
         step.run_one_column(jobs, &product);
-    } else if splits_columns(jobs, &product, threads) {
+    } else if splits_columns(jobs, &product, ncols, threads) {
         step.run_column_chunks(jobs, &product);
     } else {
         step.run_tiled(jobs, &product, tile_len, tiles);

@@ -188,6 +188,12 @@ fn transform<'a>(
 /// thread (waking a worker costs about as much as 4096 `expf`).
 const PAR_MIN_VALUES: usize = 4096;
 
+/// Values of one pool job of an element-wise step over rows of `row` values: at least
+/// [`PAR_MIN_VALUES`], in whole rows.
+fn par_piece(row: usize) -> usize {
+    PAR_MIN_VALUES.div_ceil(row.max(1)) * row.max(1)
+}
+
 /// `f(dst_piece, src_piece)` over matching pieces of `dst` and `src` of `piece` values each
 /// (the last may be shorter; `piece` is rounded up to a multiple of `row`, so rows stay whole),
 /// spread over the pool when there are several.
@@ -198,7 +204,7 @@ pub(crate) fn par_zip(
     row: usize,
     f: impl Fn(&mut [f32], &[f32]) + Sync,
 ) {
-    let piece = PAR_MIN_VALUES.div_ceil(row.max(1)) * row.max(1);
+    let piece = par_piece(row);
     let n = dst.len().div_ceil(piece);
     if n <= 1 {
         f(dst, src);
@@ -226,7 +232,7 @@ pub(crate) fn norm_rows(ctx: &Ctx, dst: &mut [f32], src: &[f32], w: &[f32]) {
 pub(crate) fn add_norm_rows(ctx: &Ctx, x: &mut [f32], y: &[f32], dst: &mut [f32], w: &[f32]) {
     let _t = ctx.exec.profile.time(Phase::Elementwise);
     let d = w.len().max(1);
-    let piece = PAR_MIN_VALUES.div_ceil(d) * d;
+    let piece = par_piece(d);
     let n = x.len().div_ceil(piece);
     let job = |(x, (y, dst)): (&mut [f32], (&[f32], &mut [f32]))| {
         let rows = x.chunks_exact_mut(d).zip(y.chunks_exact(d));
@@ -238,10 +244,8 @@ pub(crate) fn add_norm_rows(ctx: &Ctx, x: &mut [f32], y: &[f32], dst: &mut [f32]
     let pieces = x
         .chunks_mut(piece)
         .zip(y.chunks(piece).zip(dst.chunks_mut(piece)));
-    match n {
-        0 | 1 => pieces.for_each(job),
-        _ => ctx.exec.pool.for_each_item(n, pieces, job),
-    }
+    // A single piece runs on the calling thread.
+    ctx.exec.pool.for_each_item(n, pieces, job);
 }
 
 /// `x += y`, over the pool for a batch.
