@@ -76,15 +76,18 @@ fn gemv(c: &mut Criterion) {
     }
 }
 
-/// gemm on 4 and 64 columns (single thread).
+/// gemm on 4 and 64 columns (single thread), with `q8_K` and `q8_0` activations.
 fn gemm(c: &mut Criterion) {
+    use t2p::matmul::ActQuant;
     let (rows, k) = (1024, 5120);
     let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 3), rows, k).expect("shape");
-    for n in [4usize, 64] {
-        let act = QuantizedBatch::new(&columns(k, n, 4), k, n, t2p::matmul::ActQuant::Q8K)
-            .expect("shape");
+    for (n, quant) in [4usize, 64]
+        .into_iter()
+        .flat_map(|n| [(n, ActQuant::Q8K), (n, ActQuant::Q8_0)])
+    {
+        let act = QuantizedBatch::new(&columns(k, n, 4), k, n, quant).expect("shape");
         let mut out = vec![0.0f32; rows * n];
-        let mut g = c.benchmark_group(format!("gemm_{rows}x{k}x{n}"));
+        let mut g = c.benchmark_group(format!("gemm_{rows}x{k}x{n}_{}", quant.name()));
         g.throughput(Throughput::Elements((rows * k * n) as u64));
         for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
             g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
