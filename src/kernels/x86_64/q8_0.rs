@@ -243,7 +243,7 @@ impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
             let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
             for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
                 // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
-                prefetch::blocks::<2>(x, (g + 2) * nb + 2 * i);
+                prefetch::blocks_to_l2::<2>(x, (g + 2) * nb + 2 * i);
                 // SAFETY: as above.
                 acc = unsafe {
                     let m = [

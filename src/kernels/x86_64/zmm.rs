@@ -202,7 +202,7 @@ fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut
         let mut acc = _mm512_setzero_ps();
         for (b, op) in ops.iter().enumerate() {
             // The next pass reads groups g0 + 4 .. g0 + 8: 4 * nb blocks in nb steps.
-            prefetch::blocks::<4>(x, (g0 + 4) * nb + 4 * b);
+            prefetch::blocks_to_l2::<4>(x, (g0 + 4) * nb + 4 * b);
             let blk = rows.map(|r| &r[b]);
             let p = blk.map(|blk| scaled_sums(&decode(blk), op));
             acc = fold4(B::HALVES, acc, &p, |h| scales4(blk, h));
