@@ -103,29 +103,30 @@ fn gemm(c: &mut Criterion) {
 }
 
 /// A decode step's gemv from memory: a 71 MB matrix and Bonsai 1.7B's LM head (83 MB, the
-/// model's k = 2048), far past the caches, both activation types, on one thread and on every thread of the pool. What `libt2p bench` reports against
-/// the ceiling; here for A/B runs of the kernels' streaming (prefetch distance, hints).
+/// model's k = 2048), far past the caches, both activation types, on one thread and on every
+/// thread of the pool. What `libt2p bench` reports against the ceiling; here for A/B runs of
+/// the kernels' streaming (prefetch distance, hints).
 fn gemv_memory(c: &mut Criterion) {
     use t2p::matmul::ActQuant;
     let kern = t2p::kernels::active();
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let shapes = [(32768, 8192), (151936, 2048)];
-    for ((rows, k), quant) in shapes
-        .into_iter()
-        .flat_map(|s| [(s, ActQuant::Q8_0), (s, ActQuant::Q8K)])
-    {
+    for (rows, k) in [(32768, 8192), (151936, 2048)] {
         let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 7), rows, k).expect("shape");
         let mut out = vec![0.0f32; rows];
-        let act = QuantizedBatch::new(&columns(k, 1, 8), k, 1, quant).expect("shape");
-        let mut g = c.benchmark_group(format!("gemv_{rows}x{k}_{}", quant.name()));
-        g.throughput(Throughput::Bytes(w.size_bytes() as u64));
-        for threads in [1, all] {
-            let pool = ThreadPool::new(threads);
-            g.bench_function(BenchmarkId::new(kern.isa().to_string(), threads), |b| {
-                b.iter(|| matmul_parallel(&pool, kern, &w, &act, &mut out, rows).expect("shape"))
-            });
+        for quant in [ActQuant::Q8_0, ActQuant::Q8K] {
+            let act = QuantizedBatch::new(&columns(k, 1, 8), k, 1, quant).expect("shape");
+            let mut g = c.benchmark_group(format!("gemv_{rows}x{k}_{}", quant.name()));
+            g.throughput(Throughput::Bytes(w.size_bytes() as u64));
+            for threads in [1, all] {
+                let pool = ThreadPool::new(threads);
+                g.bench_function(BenchmarkId::new(kern.isa().to_string(), threads), |b| {
+                    b.iter(|| {
+                        matmul_parallel(&pool, kern, &w, &act, &mut out, rows).expect("shape")
+                    })
+                });
+            }
+            g.finish();
         }
-        g.finish();
     }
 }
 
