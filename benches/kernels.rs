@@ -102,6 +102,29 @@ fn gemm(c: &mut Criterion) {
     }
 }
 
+/// The `q8_0` gemv of a 1 MiB matrix (2048 x 2048, Bonsai 1.7B's attention output) that stays
+/// in L2 across iterations on one thread: the kernel's instruction cost without memory's, for
+/// A/B runs of its decode and fold.
+fn gemv_in_l2(c: &mut Criterion) {
+    let (rows, k) = (2048, 2048);
+    let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 9), rows, k).expect("shape");
+    let act =
+        QuantizedBatch::new(&columns(k, 1, 10), k, 1, t2p::matmul::ActQuant::Q8_0).expect("shape");
+    let mut out = vec![0.0f32; rows];
+    let mut g = c.benchmark_group(format!("gemv_{rows}x{k}_q8_0_in_l2"));
+    g.throughput(Throughput::Bytes(w.size_bytes() as u64));
+    for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
+        g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
+            b.iter(|| {
+                let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
+                plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
+                    .expect("shape")
+            })
+        });
+    }
+    g.finish();
+}
+
 /// A decode step's gemv from memory: a 71 MB matrix and Bonsai 1.7B's LM head (83 MB, the
 /// model's k = 2048), far past the caches, both activation types, on one thread and on every
 /// thread of the pool. What `libt2p bench` reports against the ceiling; here for A/B runs of
@@ -202,5 +225,13 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, gemv, gemv_memory, gemm, pool, attention);
+criterion_group!(
+    benches,
+    gemv,
+    gemv_in_l2,
+    gemv_memory,
+    gemm,
+    pool,
+    attention
+);
 criterion_main!(benches);

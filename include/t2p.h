@@ -53,6 +53,9 @@
 // CPU feature bit: x86_64 AVX-VNNI (the VEX-encoded `vpdpbusd`).
 #define T2P_CPU_AVX_VNNI (1 << 5)
 
+// CPU feature bit: x86_64 GFNI (the `avx512-vnni` gemv decodes with it where present).
+#define T2P_CPU_GFNI (1 << 6)
+
 // CPU feature bit: aarch64 Advanced SIMD.
 #define T2P_CPU_NEON (1 << 8)
 

@@ -39,6 +39,8 @@ pub const T2P_CPU_AVX512F: u32 = 1 << 3;
 pub const T2P_CPU_AVX512_VNNI: u32 = 1 << 4;
 /// CPU feature bit: x86_64 AVX-VNNI (the VEX-encoded `vpdpbusd`).
 pub const T2P_CPU_AVX_VNNI: u32 = 1 << 5;
+/// CPU feature bit: x86_64 GFNI (the `avx512-vnni` gemv decodes with it where present).
+pub const T2P_CPU_GFNI: u32 = 1 << 6;
 /// CPU feature bit: aarch64 Advanced SIMD.
 pub const T2P_CPU_NEON: u32 = 1 << 8;
 /// CPU feature bit: aarch64 dot product.
@@ -96,6 +98,7 @@ const _: () = {
     assert!(T2P_ISA_AVX512_VNNI == Isa::Avx512Vnni as u32);
     assert!(T2P_CPU_AVX512_VNNI == cpu::AVX512_VNNI && T2P_CPU_AVX_VNNI == cpu::AVX_VNNI);
     assert!(T2P_CPU_DOTPROD == cpu::DOTPROD && T2P_CPU_I8MM == cpu::I8MM);
+    assert!(T2P_CPU_GFNI == cpu::GFNI);
     assert!(
         T2P_PQ2_0_BLOCK_BYTES == size_of::<BlockPq2_0>()
             && T2P_T2P_BLOCK_BYTES == size_of::<BlockT2p>()

@@ -15,6 +15,9 @@ pub const AVX512F: u32 = 1 << 3;
 pub const AVX512_VNNI: u32 = 1 << 4;
 /// x86_64 AVX-VNNI (VEX-encoded `vpdpbusd`).
 pub const AVX_VNNI: u32 = 1 << 5;
+/// x86_64 GFNI (Galois-field affine transforms; the AVX-512 VNNI gemv's decode uses them
+/// where the CPU has them).
+pub const GFNI: u32 = 1 << 6;
 /// aarch64 Advanced SIMD.
 pub const NEON: u32 = 1 << 8;
 /// aarch64 dot product (SDOT).
@@ -22,13 +25,14 @@ pub const DOTPROD: u32 = 1 << 9;
 /// aarch64 int8 matrix multiply (SMMLA).
 pub const I8MM: u32 = 1 << 10;
 
-const NAMES: [(u32, &str); 9] = [
+const NAMES: [(u32, &str); 10] = [
     (AVX2, "avx2"),
     (FMA, "fma"),
     (F16C, "f16c"),
     (AVX512F, "avx512f"),
     (AVX512_VNNI, "avx512vnni"),
     (AVX_VNNI, "avxvnni"),
+    (GFNI, "gfni"),
     (NEON, "neon"),
     (DOTPROD, "dotprod"),
     (I8MM, "i8mm"),
@@ -56,6 +60,7 @@ fn detect() -> u32 {
                     && std::arch::is_x86_feature_detected!("avx512vl"),
             ),
             (AVX_VNNI, std::arch::is_x86_feature_detected!("avxvnni")),
+            (GFNI, std::arch::is_x86_feature_detected!("gfni")),
         ] {
             if on {
                 f |= bit;

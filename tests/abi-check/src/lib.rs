@@ -191,6 +191,7 @@ mod tests {
             T2P_CPU_I8MM,
             T2P_CPU_AVX512_VNNI,
             T2P_CPU_AVX_VNNI,
+            T2P_CPU_GFNI,
         );
         same_statuses!(
             T2P_STATUS_OK = Ok,
