@@ -85,7 +85,8 @@
 // Source format: mainline llama.cpp's Q2_0 (GGML type 42 with 18-byte blocks of 64 weights:
 // pq2_0's codes with a scale per 64). Its own number, because 42 here means the legacy
 // group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
-// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
+// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by
+// [`t2p_plan_init_for`](crate::ffi::t2p_plan_init_for) read.
 #define T2P_TYPE_Q2_0 1042
 
 // Source format: bitnet.cpp's I2_S (GGML type 36 in its files; BitNet b1.58 2B-4T, Falcon3

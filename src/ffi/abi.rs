@@ -63,7 +63,8 @@ pub const T2P_TYPE_PTQ1_0: u32 = 143;
 /// Source format: mainline llama.cpp's Q2_0 (GGML type 42 with 18-byte blocks of 64 weights:
 /// pq2_0's codes with a scale per 64). Its own number, because 42 here means the legacy
 /// group-128 bytes ([`T2P_TYPE_Q2_0_G128`]). It repacks into the group-64 T2P layout
-/// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by [`t2p_plan_init_for`] read.
+/// ([`T2P_T2P_G64_BLOCK_BYTES`] per block), which plans made by
+/// [`t2p_plan_init_for`](crate::ffi::t2p_plan_init_for) read.
 pub const T2P_TYPE_Q2_0: u32 = 1042;
 /// Source format: bitnet.cpp's I2_S (GGML type 36 in its files; BitNet b1.58 2B-4T, Falcon3
 /// 1.58-bit): 2-bit codes in blocks of 128 weights in 32 bytes, then one f32 scale for the
