@@ -89,15 +89,7 @@ fn gemm(c: &mut Criterion) {
         let mut out = vec![0.0f32; rows * n];
         let mut g = c.benchmark_group(format!("gemm_{rows}x{k}x{n}_{}", quant.name()));
         g.throughput(Throughput::Elements((rows * k * n) as u64));
-        for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
-            g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
-                b.iter(|| {
-                    let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
-                    plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
-                        .expect("shape")
-                })
-            });
-        }
+        matmul_on_vector_paths(&mut g, &w, &act, &mut out);
         g.finish();
     }
 }
@@ -113,16 +105,27 @@ fn gemv_in_l2(c: &mut Criterion) {
     let mut out = vec![0.0f32; rows];
     let mut g = c.benchmark_group(format!("gemv_{rows}x{k}_q8_0_in_l2"));
     g.throughput(Throughput::Bytes(w.size_bytes() as u64));
+    matmul_on_vector_paths(&mut g, &w, &act, &mut out);
+    g.finish();
+}
+
+/// One single-threaded benchmark of `w` times `act` per vector path, named `t2p/PATH`.
+fn matmul_on_vector_paths(
+    g: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    w: &T2pMatrix,
+    act: &QuantizedBatch,
+    out: &mut [f32],
+) {
+    let rows = w.rows();
     for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
         g.bench_function(BenchmarkId::new("t2p", kern.isa()), |b| {
             b.iter(|| {
-                let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
-                plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
+                let plan = MatmulPlan::for_batch(w, act).expect("shape");
+                plan.compute(kern, w.blocks(), act.work(), 0..rows, out, rows)
                     .expect("shape")
             })
         });
     }
-    g.finish();
 }
 
 /// A decode step's gemv from memory: a 71 MB matrix and Bonsai 1.7B's LM head (83 MB, the
