@@ -102,7 +102,7 @@ fn every_path_matches_the_portable_one_bit_for_bit() {
 fn grouped_heads_equal_each_head_alone_on_every_path() {
     let paths = paths();
     for heads in [2, 3, 4, 8] {
-        for (hd, extra) in [(8, 0), (13, 5), (64, 64), (128, 0), (136, 8)] {
+        for (hd, extra) in [(8, 0), (13, 5), (64, 64), (128, 0), (136, 8), (512, 16)] {
             let stride = hd + extra;
             for len in [1, 3, 7, 8, 9, 17, 40] {
                 let seed = (heads * 100_000 + hd * 1000 + len) as u64;

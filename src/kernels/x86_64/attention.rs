@@ -1,7 +1,8 @@
 //! The x86 attention loops over an f16 KV cache: AVX2 with F16C (`vcvtph2ps` converts eight
 //! halves in a register) and AVX-512F (sixteen halves a register; the scores keep two rows'
 //! eight-lane sums in one register, so every lane adds what the AVX2 lane adds, in the same
-//! order; the softmax keeps its sixteen lanes in two registers or one). Both evaluate the
+//! order, and add the lanes of sixteen sums at once; the softmax keeps its sixteen lanes in
+//! two registers or one). Both evaluate the
 //! expressions of the reference ([`crate::kernels::attention`]) in its order, so they agree
 //! with it bit for bit.
 
@@ -236,8 +237,6 @@ fn weighted_sum_avx512(w: &[f32], heads: usize, v: &[f16], stride: usize, out: &
 trait Reg: Copy {
     /// f32 lanes of a register.
     const LANES: usize;
-    /// K rows one scores register sums (eight lanes each).
-    const ROWS: usize;
     /// All lanes zero.
     ///
     /// # Safety
@@ -289,32 +288,16 @@ trait Reg: Copy {
     /// # Safety
     /// The CPU must have the register's features; `p..p + LANES` must be writable.
     unsafe fn store(p: *mut f32, v: Self);
-    /// Eight query values from `p`, in each row's part of the register.
-    ///
-    /// # Safety
-    /// The CPU must have the register's features; `p..p + 8` must be readable.
-    unsafe fn q8(p: *const f32) -> Self;
-    /// Eight halves of each of the register's rows (row `r` at `p + r * stride`), widened.
-    ///
-    /// # Safety
-    /// The CPU must have the register's features; eight halves at each row must be readable.
-    unsafe fn rows8(p: *const f16, stride: usize) -> Self;
     /// `LANES` halves from `p`, widened.
     ///
     /// # Safety
     /// The CPU must have the register's features; `p..p + LANES` must be readable.
     unsafe fn load(p: *const f16) -> Self;
-    /// The eight lane sums of row `h < ROWS` of the register.
-    ///
-    /// # Safety
-    /// The CPU must have the register's features.
-    unsafe fn row_sums(self, h: usize) -> __m256;
 }
 
-/// AVX2: eight lanes, one K row per scores register.
+/// AVX2: eight lanes.
 impl Reg for __m256 {
     const LANES: usize = 8;
-    const ROWS: usize = 1;
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
@@ -381,37 +364,15 @@ impl Reg for __m256 {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn q8(p: *const f32) -> Self {
-        // SAFETY: the caller guarantees eight readable values; `loadu` needs no alignment.
-        unsafe { _mm256_loadu_ps(p) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows8(p: *const f16, _stride: usize) -> Self {
-        // SAFETY: as the caller guarantees.
-        unsafe { Self::load(p) }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
     unsafe fn load(p: *const f16) -> Self {
         // SAFETY: the caller guarantees eight readable halves; `loadu` needs no alignment.
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p.cast()) })
     }
-
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn row_sums(self, _h: usize) -> __m256 {
-        self
-    }
 }
 
-/// AVX-512: sixteen lanes; a scores register holds the eight lane sums of one row in its low
-/// half and of the next in its high half.
+/// AVX-512: sixteen lanes.
 impl Reg for __m512 {
     const LANES: usize = 16;
-    const ROWS: usize = 2;
 
     #[inline]
     #[target_feature(enable = "avx512f,avx2,f16c")]
@@ -478,40 +439,9 @@ impl Reg for __m512 {
 
     #[inline]
     #[target_feature(enable = "avx512f,avx2,f16c")]
-    unsafe fn q8(p: *const f32) -> Self {
-        // SAFETY: the caller guarantees eight readable values; `loadu` needs no alignment.
-        let d = _mm256_castps_pd(unsafe { _mm256_loadu_ps(p) });
-        _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(d), d, 1))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,f16c")]
-    unsafe fn rows8(p: *const f16, stride: usize) -> Self {
-        // SAFETY: the caller guarantees eight readable halves at each; no alignment needed.
-        let (lo, hi) = unsafe {
-            (
-                _mm_loadu_si128(p.cast()),
-                _mm_loadu_si128(p.add(stride).cast()),
-            )
-        };
-        _mm512_cvtph_ps(_mm256_set_m128i(hi, lo))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,f16c")]
     unsafe fn load(p: *const f16) -> Self {
         // SAFETY: the caller guarantees sixteen readable halves; no alignment needed.
         _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p.cast()) })
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,f16c")]
-    unsafe fn row_sums(self, h: usize) -> __m256 {
-        if h == 0 {
-            _mm512_castps512_ps256(self)
-        } else {
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(self), 1))
-        }
     }
 }
 
@@ -571,18 +501,17 @@ unsafe fn finish<'k>(
 }
 
 /// The scores of positions `p..` for the `G` query heads of `q` (each `hd` wide, sharing the K
-/// rows) in passes of `N` registers of `R` per head (`N * R::ROWS` positions, one independent
-/// sum each in flight) while a pass fits; returns the first position left. Each K row is
-/// loaded and widened once for all `G` heads; every head's lanes add the same products in the
-/// same order whatever `R`, `N` and `G`. Head `g`'s scores go to `out[g * n..]`. Inlined into a
-/// function compiled for `R`'s features.
+/// rows) in passes of `N` positions per head (one independent sum each in flight) while a pass
+/// fits; returns the first position left. Each K row is loaded and widened once for all `G`
+/// heads; every head's lanes add the same products in the same order whatever `N` and `G`.
+/// Head `g`'s scores go to `out[g * n..]`.
 ///
 /// # Safety
-/// The CPU has `R`'s features (which include AVX2 and F16C); `q` holds `G` heads of `hd`,
-/// `out` `G` rows of `n`, and `k` holds `n` rows of `stride` (`hd` wide).
+/// The CPU has AVX2 and F16C; `q` holds `G` heads of `hd`, `out` `G` rows of `n`, and `k` holds
+/// `n` rows of `stride` (`hd` wide).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn scores_pass<R: Reg, const N: usize, const G: usize>(
+unsafe fn scores_pass<const N: usize, const G: usize>(
     mut p: usize,
     q: &[f32],
     hd: usize,
@@ -594,28 +523,27 @@ unsafe fn scores_pass<R: Reg, const N: usize, const G: usize>(
 ) -> usize {
     let body = hd / 8 * 8;
     let ahead = n >= PREFETCH_MIN_ROWS;
-    while p + N * R::ROWS <= n {
+    while p + N <= n {
         if ahead {
-            for r in p + ROWS_AHEAD..p + ROWS_AHEAD + N * R::ROWS {
+            for r in p + ROWS_AHEAD..p + ROWS_AHEAD + N {
                 prefetch::span(k, r * stride, hd);
             }
         }
-        // SAFETY: the caller guarantees `R`'s features.
-        let mut acc = [[unsafe { R::zero() }; N]; G];
+        // SAFETY: the caller guarantees AVX2 and F16C.
+        let mut acc = [[unsafe { _mm256_setzero_ps() }; N]; G];
         let mut i = 0;
         while i < body {
             // SAFETY: `i + 8 <= hd`, so every head of q and the pass's rows (in bounds by the
-            // caller's guarantee) have eight values at `i`; the CPU has `R`'s features.
+            // caller's guarantee) have eight values at `i`; the CPU has AVX2 and F16C.
             unsafe {
-                let mut qv = [R::zero(); G];
+                let mut qv = [_mm256_setzero_ps(); G];
                 for (g, v) in qv.iter_mut().enumerate() {
-                    *v = R::q8(q.as_ptr().add(g * hd + i));
+                    *v = _mm256_loadu_ps(q.as_ptr().add(g * hd + i));
                 }
                 for r in 0..N {
-                    let row = k.as_ptr().add((p + R::ROWS * r) * stride + i);
-                    let rows = R::rows8(row, stride);
+                    let row = <__m256 as Reg>::load(k.as_ptr().add((p + r) * stride + i));
                     for (a, &qg) in acc.iter_mut().zip(&qv) {
-                        a[r] = R::add(a[r], R::mul(qg, rows));
+                        a[r] = _mm256_add_ps(a[r], _mm256_mul_ps(qg, row));
                     }
                 }
             }
@@ -623,20 +551,15 @@ unsafe fn scores_pass<R: Reg, const N: usize, const G: usize>(
         }
         for (g, head) in acc.into_iter().enumerate() {
             let qh = &q[g * hd..(g + 1) * hd];
-            // SAFETY: the CPU has `R`'s features, AVX2 and F16C among them.
+            // SAFETY: the CPU has AVX2 and F16C.
             let mut rows = [unsafe { _mm256_setzero_ps() }; 8];
-            for (r, a) in head.into_iter().enumerate() {
-                for h in 0..R::ROWS {
-                    // SAFETY: as above.
-                    rows[R::ROWS * r + h] = unsafe { a.row_sums(h) };
-                }
-            }
+            rows[..N].copy_from_slice(&head);
             let k_tail = |j: usize| &k[(p + j) * stride + body..(p + j) * stride + hd];
-            let out = &mut out[g * n + p..g * n + p + N * R::ROWS];
+            let out = &mut out[g * n + p..g * n + p + N];
             // SAFETY: as above; `out` holds the pass's rows, each with `hd - body` leftovers.
-            unsafe { finish(rows, N * R::ROWS, &qh[body..], k_tail, scale, out) };
+            unsafe { finish(rows, N, &qh[body..], k_tail, scale, out) };
         }
-        p += N * R::ROWS;
+        p += N;
     }
     p
 }
@@ -720,17 +643,17 @@ unsafe fn scores<const G: usize>(
     // SAFETY: this fn's contract is the passes'.
     unsafe {
         let p = match G {
-            1 | 2 => scores_pass::<__m256, 4, G>(p, q, hd, k, stride, scale, out, n),
-            4 => scores_pass::<__m256, 2, G>(p, q, hd, k, stride, scale, out, n),
+            1 | 2 => scores_pass::<4, G>(p, q, hd, k, stride, scale, out, n),
+            4 => scores_pass::<2, G>(p, q, hd, k, stride, scale, out, n),
             _ => p,
         };
-        scores_pass::<__m256, 1, G>(p, q, hd, k, stride, scale, out, n);
+        scores_pass::<1, G>(p, q, hd, k, stride, scale, out, n);
     }
 }
 
-/// [`scores`] eight positions per pass (four for eight heads: 16 sums, 8 query registers): register `r` holds the eight lane sums of rows
-/// `p + 2r` (low half) and `p + 2r + 1` (high half), each lane adding exactly the products
-/// [`scores`]' lane adds; the rest of the rows go to [`scores`].
+/// [`scores`] on AVX-512: for head widths that are a multiple of sixteen,
+/// [`scores_pass_zmm`] sixteen (head, position) sums per pass; the rest of the rows, and other
+/// widths, go to [`scores`].
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2 and F16C; the shapes are as [`scores_pass`] asks.
@@ -744,14 +667,156 @@ unsafe fn scores_zmm<const G: usize>(
     out: &mut [f32],
     n: usize,
 ) {
+    let mut dup = [_mm512_setzero_ps(); DUP_QUERY_REGS];
+    let p = match hd.is_multiple_of(16) && G * hd / 8 <= DUP_QUERY_REGS {
+        true => {
+            // Eight query values of a head in both halves of a register, for the pass's
+            // multiplies to take straight from memory.
+            for (c, d) in dup[..G * hd / 8].iter_mut().enumerate() {
+                // SAFETY: `8c + 8 <= G * hd = q.len()`; the CPU has AVX-512F.
+                let x = unsafe { _mm256_loadu_pd(q.as_ptr().add(8 * c).cast()) };
+                *d = _mm512_castpd_ps(_mm512_broadcast_f64x4(x));
+            }
+            let dup = &dup[..G * hd / 8];
+            // SAFETY: this fn's contract is the pass's, and `hd % 16 == 0`.
+            unsafe {
+                match G {
+                    1 => scores_pass_zmm::<8, 1>(dup, hd, k, stride, scale, out, n),
+                    2 => scores_pass_zmm::<4, 2>(dup, hd, k, stride, scale, out, n),
+                    4 => scores_pass_zmm::<2, 4>(dup, hd, k, stride, scale, out, n),
+                    _ => scores_pass_zmm::<1, 8>(dup, hd, k, stride, scale, out, n),
+                }
+            }
+        }
+        false => 0,
+    };
     // SAFETY: this fn's contract is the passes'; the CPU has AVX2 and F16C as well.
-    unsafe {
-        let p = match G {
-            8 => scores_pass::<__m512, 2, G>(0, q, hd, k, stride, scale, out, n),
-            _ => scores_pass::<__m512, 4, G>(0, q, hd, k, stride, scale, out, n),
-        };
-        scores::<G>(p, q, hd, k, stride, scale, out, n);
+    unsafe { scores::<G>(p, q, hd, k, stride, scale, out, n) };
+}
+
+/// Registers of duplicated query values [`scores_zmm`] keeps (8 KiB): eight heads of 128, or
+/// two of 512; wider queries take the AVX2 loops.
+const DUP_QUERY_REGS: usize = 128;
+
+/// The scores of positions `0..` for `G` query heads (each `hd` wide, a multiple of sixteen)
+/// in passes of `2N` positions while a pass fits (`G * N = 8`: eight registers of sums);
+/// returns the first position left. `q[g * hd / 8 + c]` holds values `8c..8c + 8` of head `g`
+/// in both halves. Register `(g, r)` holds head `g`'s eight lane sums of rows `p + 2r` (low
+/// half) and `p + 2r + 1` (high half). Each step widens sixteen halves of both rows with one
+/// convert each and regroups them into the rows' first eight and last eight values (two lane
+/// shuffles, shared by the `G` heads), so every lane adds the products of the reference's lane
+/// in its order: a multiply and an add per eight values, chunk after chunk. [`finish_zmm`]
+/// then adds each row's lanes for all sixteen sums at once.
+///
+/// # Safety
+/// The CPU has AVX-512F; `hd % 16 == 0`; `q` holds `G * hd / 8` registers, `out` `G` rows of
+/// `n`, and `k` holds `n` rows of `stride` (`hd` wide).
+#[inline(always)]
+unsafe fn scores_pass_zmm<const N: usize, const G: usize>(
+    q: &[__m512],
+    hd: usize,
+    k: &[f16],
+    stride: usize,
+    scale: f32,
+    out: &mut [f32],
+    n: usize,
+) -> usize {
+    const { assert!(N * G == 8, "a pass keeps eight registers of sums") };
+    let ahead = n >= PREFETCH_MIN_ROWS;
+    let per_head = hd / 8;
+    let mut p = 0;
+    while p + 2 * N <= n {
+        if ahead {
+            for r in p + ROWS_AHEAD..p + ROWS_AHEAD + 2 * N {
+                prefetch::span(k, r * stride, hd);
+            }
+        }
+        // SAFETY: the CPU has AVX-512F (all of this fn's intrinsics), and every read is inside
+        // rows `p..p + 2N` of `k` (`i + 16 <= hd`, `p + 2N <= n`, in bounds by the caller's
+        // guarantee).
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); N]; G];
+            for i in (0..hd).step_by(16) {
+                for r in 0..N {
+                    let row = k.as_ptr().add((p + 2 * r) * stride + i);
+                    let a = _mm512_cvtph_ps(_mm256_loadu_si256(row.cast()));
+                    let b = _mm512_cvtph_ps(_mm256_loadu_si256(row.add(stride).cast()));
+                    // The first eight values of both rows, then the last eight.
+                    let first = _mm512_shuffle_f32x4::<0x44>(a, b);
+                    let last = _mm512_shuffle_f32x4::<0xee>(a, b);
+                    for (g, head) in acc.iter_mut().enumerate() {
+                        let c = g * per_head + i / 8;
+                        head[r] = _mm512_add_ps(head[r], _mm512_mul_ps(q[c], first));
+                        head[r] = _mm512_add_ps(head[r], _mm512_mul_ps(q[c + 1], last));
+                    }
+                }
+            }
+            let mut regs = [_mm512_setzero_ps(); 8];
+            for (j, reg) in regs.iter_mut().enumerate() {
+                *reg = acc[j / N][j % N];
+            }
+            let sums = finish_zmm(regs, scale);
+            for g in 0..G {
+                let at = g * n + p;
+                out[at..at + 2 * N].copy_from_slice(&sums[g * 2 * N..(g + 1) * 2 * N]);
+            }
+        }
+        p += 2 * N;
     }
+    p
+}
+
+/// `sums[2j + h] = (lanes of row h of register j, added from lane 0 on) * scale` for eight
+/// registers of two rows of eight lane sums each (the reference's [`dot`] over a width with no
+/// leftovers): two 4x4 transposes within the 128-bit lanes and one regrouping of the lanes put
+/// lane `i` of all sixteen rows in one register, so seven vector adds sum every row in order.
+///
+/// [`dot`]: crate::kernels::attention::dot
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,f16c")]
+unsafe fn finish_zmm(x: [__m512; 8], scale: f32) -> [f32; 16] {
+    // A register's 128-bit lanes: row 0 values 0-3, row 0 values 4-7, row 1 0-3, row 1 4-7.
+    // After the transpose of registers 4t..4t + 4, `y[t][i]`'s 128-bit lane `l` holds value
+    // `i` of lane `l` of those four registers. (Loops, not closures: a closure would not be
+    // compiled with this fn's features.)
+    let mut y = [[_mm512_setzero_ps(); 4]; 2];
+    for (t, yt) in y.iter_mut().enumerate() {
+        let x = &x[4 * t..4 * t + 4];
+        let (t0, t1) = (
+            _mm512_unpacklo_ps(x[0], x[1]),
+            _mm512_unpackhi_ps(x[0], x[1]),
+        );
+        let (t2, t3) = (
+            _mm512_unpacklo_ps(x[2], x[3]),
+            _mm512_unpackhi_ps(x[2], x[3]),
+        );
+        *yt = [
+            _mm512_shuffle_ps::<0x44>(t0, t2),
+            _mm512_shuffle_ps::<0xee>(t0, t2),
+            _mm512_shuffle_ps::<0x44>(t1, t3),
+            _mm512_shuffle_ps::<0xee>(t1, t3),
+        ];
+    }
+    // Values 0-3 of every row: lanes 0 and 2 of both transposes; values 4-7: lanes 1 and 3.
+    // The sums' lanes then hold rows 0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15.
+    let [y0, y1] = y;
+    let mut sum = _mm512_shuffle_f32x4::<0x88>(y0[0], y1[0]);
+    for (&a, &b) in y0[1..].iter().zip(&y1[1..]) {
+        sum = _mm512_add_ps(sum, _mm512_shuffle_f32x4::<0x88>(a, b));
+    }
+    for (&a, &b) in y0.iter().zip(&y1) {
+        sum = _mm512_add_ps(sum, _mm512_shuffle_f32x4::<0xdd>(a, b));
+    }
+    let sum = _mm512_mul_ps(sum, _mm512_set1_ps(scale));
+    // Back to row order: lane `j` takes the lane holding row `j`.
+    let order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+    let mut out = [0.0f32; 16];
+    // SAFETY: `out` holds sixteen f32.
+    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), _mm512_permutexvar_ps(order, sum)) };
+    out
 }
 
 /// The weighted sums, 128 outputs per pass per head (for one or two heads: 16 of the 32
