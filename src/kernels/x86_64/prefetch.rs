@@ -39,8 +39,7 @@ fn blocks_hint<const N: usize, const HINT: i32>(x: &[impl Sized], at: usize) {
 }
 
 /// Hints the CPU to bring `x[at..at + len]` into L1, one request per 64-byte line (the
-/// attention loops' rows, which lie a cache row's stride apart and defeat the hardware's
-/// stream detection). Indices past the end of `x` are fine, as in [`blocks`].
+/// attention loops' K and V rows). Indices past the end of `x` are fine, as in [`blocks`].
 #[inline(always)]
 pub(in crate::kernels) fn span<T>(x: &[T], at: usize, len: usize) {
     let p = x.as_ptr().wrapping_add(at).cast::<i8>();
