@@ -459,8 +459,7 @@ impl Reg for __m512 {
 
 /// `out[j] = (lanes of row j added from lane 0 on) * scale` for the `count <= 8` rows of eight
 /// lane sums, after the leftover products `q_tail . k_tail(j)` of each (the reference
-/// [`crate::kernels::attention::dot`]'s order): the rows are transposed so that one vector
-/// add adds lane `i` of every row at once.
+/// [`crate::kernels::attention::dot`]'s order).
 ///
 /// # Safety
 /// The CPU has AVX2 and F16C; `out` holds `count` values and each `k_tail(j)` `q_tail.len()`.
@@ -474,6 +473,24 @@ unsafe fn finish<'k>(
     scale: f32,
     out: &mut [f32],
 ) {
+    let mut s = [0.0f32; 8];
+    // SAFETY: `s` holds eight f32.
+    unsafe { _mm256_storeu_ps(s.as_mut_ptr(), lane_sums(rows)) };
+    for (j, o) in out[..count].iter_mut().enumerate() {
+        let k = k_tail(j);
+        let v = q_tail
+            .iter()
+            .zip(k)
+            .fold(s[j], |v, (x, y)| v + x * y.to_f32());
+        *o = v * scale;
+    }
+}
+
+/// Lane `j` = the lanes of row `j` added from lane 0 on, for eight rows of eight lane sums: the
+/// rows are transposed so that one vector add adds lane `i` of every row at once.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn lane_sums(rows: [__m256; 8]) -> __m256 {
     let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
     let (t0, t1) = (_mm256_unpacklo_ps(r0, r1), _mm256_unpackhi_ps(r0, r1));
     let (t2, t3) = (_mm256_unpacklo_ps(r2, r3), _mm256_unpackhi_ps(r2, r3));
@@ -499,17 +516,7 @@ unsafe fn finish<'k>(
     for i in 0..4 {
         sums = _mm256_add_ps(sums, _mm256_permute2f128_ps::<0x31>(u[i], u[i + 4]));
     }
-    let mut s = [0.0f32; 8];
-    // SAFETY: `s` holds eight f32.
-    unsafe { _mm256_storeu_ps(s.as_mut_ptr(), sums) };
-    for (j, o) in out[..count].iter_mut().enumerate() {
-        let k = k_tail(j);
-        let v = q_tail
-            .iter()
-            .zip(k)
-            .fold(s[j], |v, (x, y)| v + x * y.to_f32());
-        *o = v * scale;
-    }
+    sums
 }
 
 /// The scores of positions `p..` for the `G` query heads of `q` (each `hd` wide, sharing the K
@@ -559,10 +566,27 @@ unsafe fn scores_pass<const N: usize, const G: usize>(
             }
             i += 8;
         }
+        // SAFETY: the CPU has AVX2 and F16C.
+        let mut rows = [unsafe { _mm256_setzero_ps() }; 8];
+        if body == hd && G * N <= 8 {
+            // No leftovers: every head's sums are added and scaled in one go.
+            for (j, row) in rows[..G * N].iter_mut().enumerate() {
+                *row = acc[j / N][j % N];
+            }
+            let mut s = [0.0f32; 8];
+            // SAFETY: `s` holds eight f32; the CPU has AVX2 and F16C.
+            unsafe {
+                let sums = _mm256_mul_ps(lane_sums(rows), _mm256_set1_ps(scale));
+                _mm256_storeu_ps(s.as_mut_ptr(), sums);
+            }
+            for g in 0..G {
+                out[g * n + p..g * n + p + N].copy_from_slice(&s[g * N..(g + 1) * N]);
+            }
+            p += N;
+            continue;
+        }
         for (g, head) in acc.into_iter().enumerate() {
             let qh = &q[g * hd..(g + 1) * hd];
-            // SAFETY: the CPU has AVX2 and F16C.
-            let mut rows = [unsafe { _mm256_setzero_ps() }; 8];
             rows[..N].copy_from_slice(&head);
             let k_tail = |j: usize| &k[(p + j) * stride + body..(p + j) * stride + hd];
             let out = &mut out[g * n + p..g * n + p + N];
