@@ -154,6 +154,22 @@ fn heads_that_do_not_divide_are_refused() {
     every_path_refuses(64, 12, 2, 3, 0);
 }
 
+/// A weighted sum over no positions is zero on every path, for one and several heads.
+#[test]
+fn weighted_sum_of_no_rows_is_zero() {
+    for kern in paths() {
+        for (heads, hd) in [(1, 128), (2, 128), (4, 64), (3, 13)] {
+            let mut out = vec![f32::NAN; heads * hd];
+            kern.attention_weighted_sum(&[], heads, &[], hd, &mut out);
+            assert!(
+                out.iter().all(|&x| x.to_bits() == 0),
+                "{} {heads}x{hd}",
+                kern.isa()
+            );
+        }
+    }
+}
+
 #[test]
 fn weighted_sum_of_one_hot_weights_is_the_row() {
     let v = halves(3 * 16, 9);

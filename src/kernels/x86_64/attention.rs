@@ -603,10 +603,10 @@ unsafe fn scores_pass<const N: usize, const G: usize>(
 /// fits; returns the first output left. Where several passes read many rows, the rows go in
 /// blocks of [`SUM_BLOCK_ROWS`]: each block runs every pass, resuming its sums from `out`, so
 /// that the passes read a block's rows while they are in L1 instead of each streaming all of V
-/// (the AVX2 loops of a deep decode, Zen 4: 1.09-1.25 ms -> 0.84-0.97 ms per layer from memory). Each V row is loaded and widened
-/// once per pass for all `G` heads; every output adds the same products in the same order
-/// whatever `R`, `N`, `G` and the blocks. Head `g`'s outputs are `out[g * width..]`. Inlined
-/// into a function compiled for `R`'s features.
+/// (the AVX2 loops of a deep decode, Zen 4: 1.09-1.25 ms -> 0.84-0.97 ms per layer from
+/// memory). Each V row is loaded and widened once per pass for all `G` heads; every output adds
+/// the same products in the same order whatever `R`, `N`, `G` and the blocks. Head `g`'s
+/// outputs are `out[g * width..]`. Inlined into a function compiled for `R`'s features.
 ///
 /// # Safety
 /// The CPU has `R`'s features; `w` holds `G` rows of `n`, `out` `G` rows of `width`, and `v`
@@ -630,7 +630,8 @@ unsafe fn weighted_sum_pass<R: Reg, const N: usize, const G: usize>(
         true => SUM_BLOCK_ROWS,
         false => n.max(1),
     };
-    for p0 in (0..n).step_by(block) {
+    // At least one block, so that no rows still store zero sums.
+    for p0 in (0..n.max(1)).step_by(block) {
         let rows = p0..n.min(p0 + block);
         for d in (d0..end).step_by(span) {
             // SAFETY: the caller guarantees `R`'s features; `out[g * width + d..][..span]` is
