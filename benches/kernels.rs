@@ -230,6 +230,46 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
+/// DeltaNet's recurrence on one value head of the 27B's shape (128 x 128 state, 32 tokens:
+/// a pp32 batch), one thread: instructions and latency, the state staying in L1 and L2.
+fn delta_rule(c: &mut Criterion) {
+    use t2p::kernels::delta::DeltaSeq;
+    let (dk, dv, n) = (128usize, 128usize, 32usize);
+    let stride = 2 * dk + dv;
+    // Unit-length queries and keys, as the model's l2 norm leaves them: the state stays bounded.
+    let mut rows = columns(stride, n, 11);
+    for qk in rows
+        .chunks_exact_mut(stride)
+        .flat_map(|r| r[..2 * dk].chunks_exact_mut(dk))
+    {
+        let norm = qk.iter().map(|x| x * x).sum::<f32>().sqrt();
+        qk.iter_mut().for_each(|x| *x /= norm);
+    }
+    let gates: Vec<f32> = columns(2, n, 12).iter().map(|g| 0.5 + g.abs()).collect();
+    let seq = DeltaSeq {
+        rows: &rows,
+        stride,
+        dk,
+        q: 0,
+        k: dk,
+        v: 2 * dk,
+        decay: &gates,
+        beta: &gates[1..],
+        gate_stride: 2,
+        scale: 1.0 / (dv as f32).sqrt(),
+    };
+    let mut state = columns(dk, dv, 13);
+    let mut out = vec![0.0f32; n * dv];
+    let mut g = c.benchmark_group("delta_rule");
+    g.throughput(Throughput::Elements((n * dk * dv) as u64));
+    for kern in paths() {
+        g.bench_function(BenchmarkId::new("head128_x32", kern.isa()), |b| {
+            b.iter(|| kern.delta_rule(&mut state, black_box(&seq), &mut out))
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     gemv,
@@ -237,6 +277,7 @@ criterion_group!(
     gemv_memory,
     gemm,
     pool,
-    attention
+    attention,
+    delta_rule
 );
 criterion_main!(benches);

@@ -3,7 +3,8 @@
 //! random rows, exact rounding ties, all-zero blocks, a single non-zero value, the largest and
 //! subnormal floats, and long rows. Every path's build is the same source compiled for its
 //! features, so any difference is a miscompiled or misdispatched entry. The SwiGLU entry
-//! (`silu_mul`) is held to its reference the same way, bit for bit.
+//! (`silu_mul`) and DeltaNet's recurrence (`delta_rule`) are held to their references the same
+//! way, bit for bit.
 
 mod common;
 
@@ -115,4 +116,96 @@ fn the_reference_rounds_ties_to_even_and_keeps_zero_blocks_zero() {
     assert_eq!(&q[0].qs[..4], &[127, 2, -4, 0]);
     assert_eq!(q[0].d[1..], [0.0; 3]);
     assert_eq!(q[0].sums, [127 + 2 - 4, 0, 0, 0]);
+}
+
+/// The delta rule a row at a time with `dot` ([`t2p::kernels::delta::delta_rule`]'s
+/// definition): the reference's rows in groups must give the same bits.
+fn delta_rule_row_by_row(state: &mut [f32], seq: &t2p::kernels::delta::DeltaSeq, out: &mut [f32]) {
+    use t2p::kernels::attention::dot;
+    let dk = seq.dk;
+    let dv = state.len() / dk;
+    for (t, out) in out.chunks_exact_mut(dv).enumerate() {
+        let row = &seq.rows[t * seq.stride..];
+        let (q, k, v) = (
+            &row[seq.q..][..dk],
+            &row[seq.k..][..dk],
+            &row[seq.v..][..dv],
+        );
+        let (g, b) = (
+            seq.decay[t * seq.gate_stride],
+            seq.beta[t * seq.gate_stride],
+        );
+        for ((srow, o), &vj) in state.chunks_exact_mut(dk).zip(out).zip(v) {
+            srow.iter_mut().for_each(|x| *x *= g);
+            let d = (vj - dot(srow, k)) * b;
+            srow.iter_mut().zip(k).for_each(|(x, &kk)| *x += kk * d);
+            *o = dot(srow, q) * seq.scale;
+        }
+    }
+}
+
+/// Every path's DeltaNet recurrence gives the bits of the row-by-row definition: heads of 128
+/// (the models') and of widths off every vector length and row group, one token (decode) and
+/// batches, decays and betas over their whole range (zero, one, tiny), the state carried from
+/// one call into the next.
+#[test]
+fn every_path_delta_rule_matches_the_reference_bit_for_bit() {
+    use t2p::kernels::delta::{DeltaSeq, delta_rule};
+    let paths = paths_under_test();
+    let mut rng = Lcg(0xde17a);
+    let mut uniform = |n: usize, lo: f32, hi: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| lo + (hi - lo) * (rng.next() as f32 / u32::MAX as f32))
+            .collect()
+    };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (dk, dv) in [(128, 128), (16, 8), (13, 7), (40, 24)] {
+        for n in [1, 2, 5, 17] {
+            // Rows of q | k | v | an unused tail, so the offsets and the stride are exercised.
+            let stride = 2 * dk + dv + 3;
+            let rows = uniform(n * stride, -1.0, 1.0);
+            let mut decay = uniform(2 * n, 0.0, 1.0);
+            let mut beta = uniform(2 * n, 0.0, 1.0);
+            decay[0] = 0.0;
+            beta[1 % (2 * n)] = 1.0;
+            decay[2 * n - 1] = 1e-30;
+            let seq = DeltaSeq {
+                rows: &rows,
+                stride,
+                dk,
+                q: 0,
+                k: dk,
+                v: 2 * dk,
+                decay: &decay[1..],
+                beta: &beta[1..],
+                gate_stride: 2,
+                scale: 1.0 / (dv as f32).sqrt(),
+            };
+            let start = uniform(dk * dv, -2.0, 2.0);
+            let (mut want_state, mut want) = (start.clone(), vec![0.0f32; n * dv]);
+            delta_rule_row_by_row(&mut want_state, &seq, &mut want);
+            delta_rule_row_by_row(&mut want_state, &seq, &mut want);
+            let (mut state, mut got) = (start.clone(), vec![f32::NAN; n * dv]);
+            delta_rule(&mut state, &seq, &mut got);
+            delta_rule(&mut state, &seq, &mut got);
+            assert_eq!(
+                bits(&got),
+                bits(&want),
+                "reference output, dk {dk} dv {dv} n {n}"
+            );
+            assert_eq!(
+                bits(&state),
+                bits(&want_state),
+                "reference state, dk {dk} dv {dv} n {n}"
+            );
+            for kern in &paths {
+                let (mut state, mut got) = (start.clone(), vec![f32::NAN; n * dv]);
+                kern.delta_rule(&mut state, &seq, &mut got);
+                kern.delta_rule(&mut state, &seq, &mut got);
+                let what = format!("{} dk {dk} dv {dv} n {n}", kern.isa());
+                assert_eq!(bits(&got), bits(&want), "output, {what}");
+                assert_eq!(bits(&state), bits(&want_state), "state, {what}");
+            }
+        }
+    }
 }

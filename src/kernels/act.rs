@@ -1,13 +1,14 @@
 //! The activations' loops as entries of each path's table: a row of floats into the `q8_0`
-//! quads the T2P kernels read ([`Kernels::quantize_row_q8_0`]), and the SwiGLU of the FFN
-//! ([`Kernels::silu_mul`]). Each has one algorithm ([`crate::format::quantize_row_q8_0`],
-//! ggml's x86 rounding, exactly; [`silu_mul`]); a path's entry is that same code compiled for
-//! the path's features, so every path writes the same bits, and the portable build of it is the
-//! reference.
+//! quads the T2P kernels read ([`Kernels::quantize_row_q8_0`]), the SwiGLU of the FFN
+//! ([`Kernels::silu_mul`]) and DeltaNet's recurrence ([`Kernels::delta_rule`]). Each has one
+//! algorithm ([`crate::format::quantize_row_q8_0`], ggml's x86 rounding, exactly; [`silu_mul`];
+//! [`delta_rule`]); a path's entry is that same code compiled for the path's features, so every
+//! path writes the same bits, and the portable build of it is the reference.
 
 use crate::format::{BlockQ8_0Quad, quantize_row_q8_0};
 
 use super::Kernels;
+use super::delta::{DeltaRuleFn, delta_rule};
 
 /// `out[i]` = the quad of `x[128 i .. 128 i + 128]`.
 pub(crate) type Q8_0RowFn = fn(x: &[f32], out: &mut [BlockQ8_0Quad]);
@@ -20,17 +21,26 @@ pub(crate) type SiluMulFn = fn(gate: &mut [f32], up: &[f32]);
 pub(crate) struct ActKernels {
     q8_0_row: Q8_0RowFn,
     silu_mul: SiluMulFn,
+    pub(super) delta_rule: DeltaRuleFn,
 }
 
 impl ActKernels {
-    /// The quantizer `q8_0_row` and the SwiGLU `silu_mul`.
-    pub(crate) const fn new(q8_0_row: Q8_0RowFn, silu_mul: SiluMulFn) -> Self {
-        ActKernels { q8_0_row, silu_mul }
+    /// The quantizer `q8_0_row`, the SwiGLU `silu_mul` and DeltaNet's recurrence `delta_rule`.
+    pub(crate) const fn new(
+        q8_0_row: Q8_0RowFn,
+        silu_mul: SiluMulFn,
+        delta_rule: DeltaRuleFn,
+    ) -> Self {
+        ActKernels {
+            q8_0_row,
+            silu_mul,
+            delta_rule,
+        }
     }
 }
 
 /// The reference: the portable build (on aarch64 NEON is the baseline, so this is vectorised).
-pub(super) const SCALAR: ActKernels = ActKernels::new(quantize_row_q8_0, silu_mul);
+pub(super) const SCALAR: ActKernels = ActKernels::new(quantize_row_q8_0, silu_mul, delta_rule);
 
 /// `gate[i] = silu(gate[i]) * up[i]` over the shorter of the two, with
 /// [`crate::kernels::exp::silu`]: SwiGLU, the reference of every path's [`Kernels::silu_mul`].

@@ -108,19 +108,37 @@ impl Kernels {
 
 /// The dot product in the order every attention path keeps: eight lane sums (lane `i % 8` adds
 /// `a[i] * b[i]` for the whole chunks of eight, in increasing `i`), added from lane 0 on, then
-/// the leftover products added one by one.
+/// the leftover products added one by one. The shorter of `a` and `b` bounds the sum.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ta, tb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
+    let n = a.len().min(b.len());
+    let [d] = dot_rows([&a[..n]], &b[..n]);
+    d
+}
+
+/// [`dot`] of each of `R` rows with `b`, the rows' sums interleaved so that their chains of
+/// adds overlap (one row's chain is as long as `b.len() / 8` dependent adds).
+///
+/// # Panics
+/// If a row is shorter than `b`.
+#[inline(always)]
+pub(crate) fn dot_rows<const R: usize>(rows: [&[f32]; R], b: &[f32]) -> [f32; R] {
+    let n = b.len();
+    let whole = n - n % 8;
+    let rows = rows.map(|r| &r[..n]);
+    let mut acc = [[0.0f32; 8]; R];
+    for (c, y) in b[..whole].chunks_exact(8).enumerate() {
+        let y: &[f32; 8] = y.try_into().expect("a chunk of 8");
+        for (acc, row) in acc.iter_mut().zip(&rows) {
+            let x: &[f32; 8] = row[8 * c..8 * c + 8].try_into().expect("a chunk of 8");
+            *acc = std::array::from_fn(|i| acc[i] + x[i] * y[i]);
         }
     }
-    let lanes = acc[1..].iter().fold(acc[0], |s, &l| s + l);
-    ta.iter().zip(tb).fold(lanes, |s, (x, y)| s + x * y)
+    std::array::from_fn(|r| {
+        let lanes = acc[r][1..].iter().fold(acc[r][0], |s, &l| s + l);
+        let tail = rows[r][whole..].iter().zip(&b[whole..]);
+        tail.fold(lanes, |s, (x, y)| s + x * y)
+    })
 }
 
 /// Lanes of the softmax's sum: value `i` of a row is added to lane `i % SOFTMAX_LANES`.

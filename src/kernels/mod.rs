@@ -34,6 +34,7 @@ mod aarch64;
 mod act;
 pub mod attention;
 pub mod cpu;
+pub mod delta;
 pub mod exp;
 mod f16;
 mod paths;

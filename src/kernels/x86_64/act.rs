@@ -1,14 +1,37 @@
-//! The x86 builds of the activation loops: [`quantize_row_q8_0`] and [`silu_mul`] inlined into
-//! functions compiled for AVX2 and for AVX-512 (the portable build has SSE2 only: its loops run
-//! a lane or four at a time). Same source, same bits.
+//! The x86 builds of the activation loops: [`quantize_row_q8_0`], [`silu_mul`] and
+//! [`delta_rule`] inlined into functions compiled for AVX2 and for AVX-512 (the portable build
+//! has SSE2 only: its loops run a lane or four at a time). Same source, same bits.
 
 use crate::format::{BlockQ8_0Quad, quantize_row_q8_0};
 use crate::kernels::act::{ActKernels, silu_mul};
+use crate::kernels::delta::{DeltaSeq, delta_rule};
 
 /// The AVX2 and AVX-VNNI paths' activation loops.
-pub(in crate::kernels) const AVX2: ActKernels = ActKernels::new(q8_0_row_avx2, silu_mul_avx2);
+pub(in crate::kernels) const AVX2: ActKernels =
+    ActKernels::new(q8_0_row_avx2, silu_mul_avx2, delta_rule_avx2);
 /// The AVX-512 VNNI path's activation loops.
-pub(in crate::kernels) const AVX512: ActKernels = ActKernels::new(q8_0_row_avx512, silu_mul_avx512);
+pub(in crate::kernels) const AVX512: ActKernels =
+    ActKernels::new(q8_0_row_avx512, silu_mul_avx512, delta_rule_avx512);
+
+fn delta_rule_avx2(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
+    // SAFETY: as in `q8_0_row_avx2`: only the x86 paths' tables hold this entry.
+    unsafe { delta_avx2(state, seq, out) }
+}
+
+fn delta_rule_avx512(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
+    // SAFETY: as in `q8_0_row_avx512`: only the AVX-512 VNNI path's table holds this entry.
+    unsafe { delta_avx512(state, seq, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn delta_avx2(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
+    delta_rule(state, seq, out)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn delta_avx512(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
+    delta_rule(state, seq, out)
+}
 
 fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
     // SAFETY: as in `q8_0_row_avx2`: only the x86 paths' tables hold this entry.

@@ -22,7 +22,9 @@
 //! buffer is allocated on the first checkpoint only.
 
 use super::error::{ModelError, Result};
-use super::ops::{dot, silu};
+use super::ops::silu;
+use crate::kernels::Kernels;
+use crate::kernels::delta::DeltaSeq;
 use crate::pool::ThreadPool;
 
 /// The dimensions of a Gated DeltaNet layer.
@@ -306,13 +308,13 @@ impl RecurrentState {
 
     /// The delta-rule recurrence of DeltaNet layer `layer` over a batch, with update `u`, from
     /// `input` ([`DeltaInput`]); writes `o` (`n x value_dim`). Per token and value head:
-    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`, the value heads spread
-    /// over `pool`. `heads` is scratch
+    /// `S = decay S; d = (v - S k) beta; S += d k^T; o = S q / sqrt(dv)`
+    /// ([`Kernels::delta_rule`]), the value heads spread over `pool`. `heads` is scratch
     /// for the output in head-major order (`n_v_heads x n x head_v_dim`), so each pool job
     /// writes one contiguous piece.
     pub(crate) fn recurrence(
         &mut self,
-        pool: &ThreadPool,
+        (pool, kern): (&ThreadPool, &Kernels),
         (u, layer): (Update, usize),
         input: DeltaInput,
         o: &mut [f32],
@@ -338,21 +340,19 @@ impl RecurrentState {
                 st.copy_from_slice(&src[h * dv * dk..(h + 1) * dv * dk]);
             }
             let hk = h % nk;
-            for (t, out) in outs.chunks_exact_mut(dv).enumerate() {
-                let row = &c[t * ch..(t + 1) * ch];
-                let q = &row[hk * dk..(hk + 1) * dk];
-                let k = &row[s.key_dim() + hk * dk..s.key_dim() + (hk + 1) * dk];
-                let v = &row[2 * s.key_dim() + h * dv..2 * s.key_dim() + (h + 1) * dv];
-                let (g, b) = (decay[t * nv + h], beta[t * nv + h]);
-                // Rows of S are independent: decay, S k, update and S q fused per row, so
-                // the state is read and written once per token.
-                for (j, (srow, oj)) in st.chunks_exact_mut(dk).zip(out.iter_mut()).enumerate() {
-                    srow.iter_mut().for_each(|x| *x *= g);
-                    let d = (v[j] - dot(srow, k)) * b;
-                    srow.iter_mut().zip(k).for_each(|(x, &kk)| *x += kk * d);
-                    *oj = dot(srow, q) * scale;
-                }
-            }
+            let seq = DeltaSeq {
+                rows: c,
+                stride: ch,
+                dk,
+                q: hk * dk,
+                k: s.key_dim() + hk * dk,
+                v: 2 * s.key_dim() + h * dv,
+                decay: &decay[h..],
+                beta: &beta[h..],
+                gate_stride: nv,
+                scale,
+            };
+            kern.delta_rule(st, &seq, outs);
         });
         for (t, token) in o[..n * nv * dv].chunks_exact_mut(nv * dv).enumerate() {
             for (h, piece) in token.chunks_exact_mut(dv).enumerate() {

@@ -107,7 +107,8 @@ impl DeltaNet {
                 beta: &st.dn_beta[cols.start * nv..cols.end * nv],
             };
             let o = &mut st.dn_o[cols.start * vd..cols.end * vd];
-            rec.recurrence(&ctx.exec.pool, (upd, self.slot), input, o, &mut st.dn_heads);
+            let exec = (&ctx.exec.pool, ctx.exec.kern);
+            rec.recurrence(exec, (upd, self.slot), input, o, &mut st.dn_heads);
         }
         drop(t);
         let t = prof.time(Phase::Elementwise);
