@@ -34,18 +34,20 @@ pub struct DeltaSeq<'a> {
     pub scale: f32,
 }
 
+/// A path's build of [`delta_rule`].
+pub(crate) type DeltaRuleFn = fn(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]);
+
+/// Rows of the state a step updates together: their sums' chains of adds overlap.
+const ROWS: usize = 8;
+
 /// Runs `seq` through one value head's state (`dv = state.len() / dk` rows of `dk`,
 /// row-major) for `n = out.len() / dv` tokens, writing token `t`'s output to
 /// `out[t * dv .. (t + 1) * dv]`. Per token: `S = decay S; d = (v - S k) beta;
 /// S += d k^T; o = S q * scale` ([`dot`](super::attention::dot)'s order for both products).
 /// Rows are independent, so decay, `S k`, update and `S q` run on eight rows at a time: the
 /// state is read and written once per token, and the eight rows' chains of adds overlap.
-pub(crate) type DeltaRuleFn = fn(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]);
-
-/// Rows of the state a step updates together: their sums' chains of adds overlap.
-const ROWS: usize = 8;
-
-/// The reference of every path's [`DeltaRuleFn`]: see there.
+///
+/// The reference of every path's build ([`Kernels::delta_rule`]).
 ///
 /// # Panics
 /// If `seq` is shorter than the `n` tokens `out` asks for.
