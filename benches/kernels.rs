@@ -156,6 +156,28 @@ fn gemv_memory(c: &mut Criterion) {
     }
 }
 
+/// Narrow gemms from memory: 1, 2, 3, 4 and 8 `q8_0` columns of the 71 MB matrix on every thread
+/// (a decode, and what verifying drafts or a server batch of decodes multiplies), as bytes of
+/// weights per second: a narrow gemm should stream as fast as the gemv.
+fn gemm_narrow(c: &mut Criterion) {
+    use t2p::matmul::ActQuant;
+    let kern = t2p::kernels::active();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pool = ThreadPool::new(threads);
+    let (rows, k) = (32768, 8192);
+    let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 7), rows, k).expect("shape");
+    let mut g = c.benchmark_group(format!("gemm_{rows}x{k}_narrow_q8_0"));
+    g.throughput(Throughput::Bytes(w.size_bytes() as u64));
+    for n in [1usize, 2, 3, 4, 8] {
+        let act = QuantizedBatch::new(&columns(k, n, 8), k, n, ActQuant::Q8_0).expect("shape");
+        let mut out = vec![0.0f32; rows * n];
+        g.bench_function(BenchmarkId::new(kern.isa().to_string(), n), |b| {
+            b.iter(|| matmul_parallel(&pool, kern, &w, &act, &mut out, rows).expect("shape"))
+        });
+    }
+    g.finish();
+}
+
 /// The pool's per-call overhead and a small parallel gemv.
 fn pool(c: &mut Criterion) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -275,6 +297,7 @@ criterion_group!(
     gemv,
     gemv_in_l2,
     gemv_memory,
+    gemm_narrow,
     gemm,
     pool,
     attention,

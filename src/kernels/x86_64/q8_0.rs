@@ -380,7 +380,7 @@ impl<B: RowPairBlock> TilePass for GemmTile<'_, '_, B> {
             // (this and the unsafe blocks below).
             let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
             for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                prefetch::gemm_block(x, nb, grp, i);
                 // SAFETY: as above.
                 unsafe { tile_block::<D, B, NP>(&mut acc, blk, tb) };
             }
@@ -476,7 +476,7 @@ impl TilePass for UnitTile<'_, '_> {
             // unsafe blocks below).
             let mut acc = unsafe { [[_mm256_setzero_si256(); 2]; NP] };
             for (i, (blk, tb)) in group.iter().zip(tile).enumerate() {
-                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                prefetch::gemm_block(x, nb, grp, i);
                 // SAFETY: as above.
                 unsafe { unit_block::<D, NP>(&mut acc, blk, tb) };
             }

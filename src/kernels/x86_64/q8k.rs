@@ -265,7 +265,7 @@ impl TilePass for GemmPass<'_, '_> {
             // (this and the unsafe blocks below).
             let mut acc = unsafe { [_mm256_setzero_ps(); NP] };
             for (i, ((blk, ops), pf)) in group.iter().zip(tile_ops).zip(pair_f).enumerate() {
-                prefetch::blocks::<1>(x, (grp + 1) * nb + i);
+                prefetch::gemm_block(x, nb, grp, i);
                 // SAFETY: as above.
                 unsafe { tile_block::<D, NP>(&mut acc, blk, ops, pf) };
             }

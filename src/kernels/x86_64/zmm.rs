@@ -30,7 +30,7 @@
 //! instructions. Where the CPU has GFNI (Ice Lake and later, Zen 4 and later; not Cascade
 //! Lake), the gemv decodes two of the four slots with one affine transform each
 //! ([`decode_gfni`]): 2 loads, 2 shifts, 6 ANDs and 4 transforms. The same loop is compiled
-//! for both decodes ([`gemv_loop`]); on a Zen 4 the GFNI one ran 10-25 % faster from L2
+//! for both decodes ([`group_loop`]); on a Zen 4 the GFNI one ran 10-25 % faster from L2
 //! (criterion `gemv_2048x2048_q8_0_in_l2`, interleaved). The gemm shares each decode among
 //! its columns and keeps the shifts.
 
@@ -221,68 +221,112 @@ pub(super) unsafe fn gemv_q8_0<B: RowPairBlock>(
     y: &[BlockQ8_0Quad],
     out: &mut [f32],
 ) {
-    let gfni = cpu::features() & cpu::GFNI != 0;
     // (Closures inherit this function's target features, so they call the kernels safely.)
     let items = y.iter().map(|yb| ColumnBlock::new(yb));
-    with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS, items, |ops| match gfni {
-        // SAFETY: the CPU has GFNI (detected above) besides this function's features.
-        true => unsafe { gemv_rows_gfni(x, nb, ops, out) },
-        false => gemv_rows(x, nb, ops, out),
+    with_per_call_buffer(&OPS, PER_CALL_MIN_BLOCKS, items, |ops| {
+        gemv_rows(x, nb, ops, out)
     })
 }
 
-/// [`gemv_q8_0`] on built operands, decoding with shifts and masks.
+/// [`gemv_q8_0`] on built operands: four row groups a pass.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
-    // SAFETY: this function has the loop's features, and the closure inherits them.
-    unsafe { gemv_loop(x, nb, ops, out, |blk| decode(blk)) }
+    group_passes::<B, 4, 1>(x, nb, ops, |g0, real, acc| store_groups(out, g0, real, acc));
 }
 
-/// [`gemv_rows`] decoding with GFNI ([`decode_gfni`]): the gemv spends most of its
-/// instructions on the decode, which its one column cannot share.
+/// Stores a gemv pass's sums (lane `i`: the four rows of group `g0 + i`) of its `real` groups.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn store_groups(out: &mut [f32], g0: usize, real: usize, acc: __m512) {
+    let o = &mut out[ROWS_PER_T2P * g0..ROWS_PER_T2P * (g0 + real)];
+    let mask = ((1u32 << o.len()) - 1) as u16;
+    // SAFETY: the mask enables exactly the `o.len()` floats of `o`.
+    unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr(), mask, acc) };
+}
+
+/// Passes of `G` row groups times `C` columns (`G * C = 4`, the four `P` of one [`fold4`]):
+/// lane `i` of a pass's sums holds group `g0 + i / C` of column `i % C`, and `store(g0, real,
+/// sums)` gets them with the number of real groups (a short last pass repeats its last group;
+/// the copies are not for storing). `ops` holds `C` columns' operands a block. The gemv is
+/// `G = 4, C = 1`; two columns share each decode as `G = 2, C = 2`, half the decodes of a pass
+/// of four columns with two of them repeated. The blocks are decoded with GFNI where the CPU
+/// has it ([`decode_gfni`]).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn group_passes<B: RowPairBlock, const G: usize, const C: usize>(
+    x: &[B],
+    nb: usize,
+    ops: &[ColumnBlock],
+    store: impl FnMut(usize, usize, __m512),
+) {
+    match cpu::features() & cpu::GFNI != 0 {
+        // SAFETY: the CPU has GFNI (detected just now) besides this function's features.
+        true => unsafe { group_passes_gfni::<B, G, C>(x, nb, ops, store) },
+        false => group_passes_shifts::<B, G, C>(x, nb, ops, store),
+    }
+}
+
+/// [`group_passes`] decoding with shifts and masks ([`decode`]).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn group_passes_shifts<B: RowPairBlock, const G: usize, const C: usize>(
+    x: &[B],
+    nb: usize,
+    ops: &[ColumnBlock],
+    store: impl FnMut(usize, usize, __m512),
+) {
+    // SAFETY: this function has the loop's features, and the closure inherits them.
+    unsafe { group_loop::<B, G, C>(x, nb, ops, store, |blk| decode(blk)) }
+}
+
+/// [`group_passes`] decoding with GFNI: a narrow pass spends much of its instructions on the
+/// decode, which its few columns share.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
-fn gemv_rows_gfni<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
+fn group_passes_gfni<B: RowPairBlock, const G: usize, const C: usize>(
+    x: &[B],
+    nb: usize,
+    ops: &[ColumnBlock],
+    store: impl FnMut(usize, usize, __m512),
+) {
     // SAFETY: this function has the loop's features, and the closure inherits them.
-    unsafe { gemv_loop(x, nb, ops, out, |blk| decode_gfni(blk)) }
+    unsafe { group_loop::<B, G, C>(x, nb, ops, store, |blk| decode_gfni(blk)) }
 }
 
-/// The gemv's passes: four row groups per pass, each block decoded by `decode`. Written once
-/// for the two decodes and inlined into their entry points, which compile it with their
-/// features.
+/// The loop of [`group_passes`], each block decoded by `decode`: written once for the two
+/// decodes and inlined into their entry points, which compile it with their features.
 ///
 /// # Safety
 /// The CPU must have the `avx512-vnni` path's features, and the caller must be compiled with
 /// them.
 #[inline(always)]
-unsafe fn gemv_loop<B: RowPairBlock>(
+unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    out: &mut [f32],
+    mut store: impl FnMut(usize, usize, __m512),
     decode: impl Fn(&B) -> [[__m512i; 4]; 2],
 ) {
+    const { assert!(G * C == 4, "a pass fills the four P of one fold") };
     let groups = x.len() / nb;
-    for g0 in (0..groups).step_by(4) {
-        // A short last pass repeats its last group; the copies are not stored.
-        let g = std::array::from_fn::<_, 4, _>(|i| (g0 + i).min(groups - 1));
+    for g0 in (0..groups).step_by(G) {
+        let g = std::array::from_fn::<_, G, _>(|i| (g0 + i).min(groups - 1));
         let rows = g.map(|g| &x[g * nb..(g + 1) * nb]);
         // SAFETY: the caller guarantees the features of the helpers called.
         let mut acc = unsafe { _mm512_setzero_ps() };
-        for (b, op) in ops.iter().enumerate() {
-            // The next pass reads groups g0 + 4 .. g0 + 8: 4 * nb blocks in nb steps.
-            prefetch::blocks_to_l2::<4>(x, (g0 + 4) * nb + 4 * b);
+        for (b, op) in ops.chunks_exact(C).enumerate() {
+            // Groups g0 + AHEAD .. g0 + AHEAD + G over this pass's nb steps (the gemv's next pass).
+            const AHEAD: usize = prefetch::L2_GROUPS_AHEAD;
+            prefetch::blocks_to_l2::<G>(x, (g0 + AHEAD) * nb + G * b);
             let blk = rows.map(|r| &r[b]);
+            let lanes: [&B; 4] = std::array::from_fn(|i| blk[i / C]);
             // SAFETY: as above.
             acc = unsafe {
-                let p = blk.map(|blk| scaled_sums(&decode(blk), op));
-                fold4(B::HALVES, acc, &p, |h| scales4(blk, h))
+                let u = blk.map(&decode);
+                let p = std::array::from_fn(|i| scaled_sums(&u[i / C], &op[i % C]));
+                fold4(B::HALVES, acc, &p, |h| match G {
+                    1 => scales_x4(blk[0], h),
+                    _ => scales4(lanes, h),
+                })
             };
         }
-        let real = (groups - g0).min(4);
-        let o = &mut out[ROWS_PER_T2P * g0..ROWS_PER_T2P * (g0 + real)];
-        let mask = ((1u32 << o.len()) - 1) as u16;
-        // SAFETY: the mask enables exactly the `o.len()` floats of `o`; the features as above.
-        unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr(), mask, acc) };
+        store(g0, (groups - g0).min(G), acc);
     }
 }
 
@@ -294,21 +338,47 @@ unsafe fn gemv_loop<B: RowPairBlock>(
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
-    operand_passes(g, |g, ops, cols, width| {
-        if width == 4 {
-            gemm_pass::<B, 1>(g, ops, cols)
-        } else {
-            gemm_pass::<B, 2>(g, ops, cols)
+    let width = |real: usize| match real {
+        2 => 2,
+        _ => 4 * real.div_ceil(4),
+    };
+    operand_passes(g, width, |g, ops, cols, width| match width {
+        2 => narrow_pass::<B, 2, 2>(g, ops, cols),
+        4 => gemm_pass::<B, 1>(g, ops, cols),
+        _ => gemm_pass::<B, 2>(g, ops, cols),
+    });
+}
+
+/// A pass of `C` columns (those of `cols` stored) as [`group_passes`] of `G` row groups each.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn narrow_pass<B: RowPairBlock, const G: usize, const C: usize>(
+    g: &mut Gemm<'_, B, BlockQ8_0Quad>,
+    ops: &[ColumnBlock],
+    cols: Range<usize>,
+) {
+    let (x, nb, ld, out) = (g.x, g.nb, g.ld, &mut *g.out);
+    let (c0, real) = (cols.start, cols.len());
+    group_passes::<B, G, C>(x, nb, ops, |g0, groups, acc| {
+        let mut sums = [0.0f32; 16];
+        // SAFETY: writes exactly the 16 floats of `sums`, unaligned.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
+        for (i, rows) in sums.chunks_exact(ROWS_PER_T2P).enumerate() {
+            let (grp, c) = (i / C, i % C);
+            if grp < groups && c < real {
+                let at = (c0 + c) * ld + ROWS_PER_T2P * (g0 + grp);
+                out[at..at + ROWS_PER_T2P].copy_from_slice(rows);
+            }
         }
     });
 }
 
 /// Runs a gemm as [`column_passes`]: a single column through [`gemv_q8_0`], every other pass
 /// as `pass(g, ops, cols, width)` on the operands of its columns `cols`, block-major for
-/// `width` columns (their count rounded up to a quad, the last column repeated).
+/// `width(cols.len())` columns (the last column repeated past the real ones).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn operand_passes<B: RowPairBlock>(
     g: Gemm<'_, B, BlockQ8_0Quad>,
+    width: impl Fn(usize) -> usize,
     mut pass: impl FnMut(&mut Gemm<'_, B, BlockQ8_0Quad>, &[ColumnBlock], Range<usize>, usize),
 ) {
     let nb = g.nb;
@@ -318,7 +388,7 @@ fn operand_passes<B: RowPairBlock>(
     };
     column_passes(g, single, |g, cols, stored| {
         let real = stored.len();
-        let width = 4 * real.div_ceil(4);
+        let width = width(real);
         let items = (0..nb).flat_map(|b| {
             (0..width).map(move |c| ColumnBlock::new(&cols[c.min(real - 1) * nb + b]))
         });
@@ -364,7 +434,7 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
                 .zip(ops.chunks_exact(4 * NQ))
                 .enumerate()
             {
-                prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
+                prefetch::gemm_block(x, nb, g, b0 + b);
                 let u = decode(blk);
                 // The second half's scales are read only where the block has them.
                 let dw0 = scales_x4(blk, 0);
@@ -401,13 +471,17 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_unit<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
-    operand_passes(g, |g, ops, cols, width| {
-        if width == 4 {
-            unit_pass::<B, 4>(g, ops, cols)
-        } else {
-            unit_pass::<B, 8>(g, ops, cols)
-        }
-    });
+    operand_passes(
+        g,
+        |real| 4 * real.div_ceil(4),
+        |g, ops, cols, width| {
+            if width == 4 {
+                unit_pass::<B, 4>(g, ops, cols)
+            } else {
+                unit_pass::<B, 8>(g, ops, cols)
+            }
+        },
+    );
 }
 
 /// One pass of `NC` columns (those of `cols` stored) over every row group, in chunks of
@@ -428,7 +502,7 @@ fn unit_pass<B: RowPairBlock, const NC: usize>(
         for (g, group) in x.chunks_exact(nb).enumerate() {
             let mut acc = [[_mm512_setzero_si512(); 2]; NC];
             for (b, (blk, op)) in group[b0..b1].iter().zip(ops.chunks_exact(NC)).enumerate() {
-                prefetch::blocks::<1>(x, (g + 1) * nb + b0 + b);
+                prefetch::gemm_block(x, nb, g, b0 + b);
                 let u = decode(blk);
                 // Indexed loops over the const bounds keep the accumulators in registers.
                 #[allow(clippy::needless_range_loop)]
@@ -527,12 +601,20 @@ mod tests {
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             let mut got = vec![f32::NAN; want.len()];
             // SAFETY: as above.
-            unsafe { gemv_rows(&x, nb, &ops, &mut got) };
+            unsafe {
+                group_passes_shifts::<B, 4, 1>(&x, nb, &ops, |g0, real, acc| {
+                    store_groups(&mut got, g0, real, acc)
+                })
+            };
             assert_eq!(bits(&got), bits(&want), "{} shifts {groups}x{nb}", B::NAME);
             if gfni {
                 let mut got = vec![f32::NAN; want.len()];
                 // SAFETY: as above, and the CPU has GFNI.
-                unsafe { gemv_rows_gfni(&x, nb, &ops, &mut got) };
+                unsafe {
+                    group_passes_gfni::<B, 4, 1>(&x, nb, &ops, |g0, real, acc| {
+                        store_groups(&mut got, g0, real, acc)
+                    })
+                };
                 assert_eq!(bits(&got), bits(&want), "{} gfni {groups}x{nb}", B::NAME);
             }
         }
