@@ -338,15 +338,20 @@ unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize>(
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
-    let width = |real: usize| match real {
-        2 => 2,
-        _ => 4 * real.div_ceil(4),
-    };
-    operand_passes(g, width, |g, ops, cols, width| match width {
+    operand_passes(g, pass_width, |g, ops, cols, width| match width {
         2 => narrow_pass::<B, 2, 2>(g, ops, cols),
         4 => gemm_pass::<B, 1>(g, ops, cols),
         _ => gemm_pass::<B, 2>(g, ops, cols),
     });
+}
+
+/// The columns a gemm pass of `real` columns computes: two as they are, more rounded up to a
+/// quad (the last column repeated), which the folds take four at a time.
+fn pass_width(real: usize) -> usize {
+    match real {
+        2 => 2,
+        _ => 4 * real.div_ceil(4),
+    }
 }
 
 /// A pass of `C` columns (those of `cols` stored) as [`group_passes`] of `G` row groups each.
@@ -471,17 +476,11 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_unit<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
-    operand_passes(
-        g,
-        |real| 4 * real.div_ceil(4),
-        |g, ops, cols, width| {
-            if width == 4 {
-                unit_pass::<B, 4>(g, ops, cols)
-            } else {
-                unit_pass::<B, 8>(g, ops, cols)
-            }
-        },
-    );
+    operand_passes(g, pass_width, |g, ops, cols, width| match width {
+        2 => unit_pass::<B, 2>(g, ops, cols),
+        4 => unit_pass::<B, 4>(g, ops, cols),
+        _ => unit_pass::<B, 8>(g, ops, cols),
+    });
 }
 
 /// One pass of `NC` columns (those of `cols` stored) over every row group, in chunks of
