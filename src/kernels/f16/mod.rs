@@ -177,10 +177,9 @@ unsafe fn tile<L: Lanes16, const R: usize, const C: usize>(
 }
 
 /// `out[c * ld + r] = dot(row r, column c)` for the `w.len() / k` rows of `w` and the `ncols`
-/// columns of `x` (column `c` at `c * k`). Each row goes through the columns four at a time
-/// while it is in L1 (so the matrix is read from memory once, whatever `ncols`); the columns
-/// left over go one at a time through four rows at a time (a lone column is the decode's gemv:
-/// four rows keep four independent chains of `fma`s in flight).
+/// columns of `x` (column `c` at `c * k`): four rows at a time ([`row_tiles`]), each group
+/// going through every column while it is in cache, so the matrix is read from memory once,
+/// whatever `ncols`.
 ///
 /// # Safety
 /// The CPU must have `L`'s features; the shapes must have been checked ([`Kernels::f16_rows`]).
@@ -188,37 +187,91 @@ unsafe fn tile<L: Lanes16, const R: usize, const C: usize>(
 pub(in crate::kernels) unsafe fn rows_with<L: Lanes16>(g: Gemm<'_, u16, f32>) {
     let (w, k, x, ncols, out, ld) = g.into_parts();
     let rows = w.len() / k;
-    let row = |r: usize| &w[r * k..(r + 1) * k];
-    let col = |c: usize| &x[c * k..(c + 1) * k];
-    // The weights from row `r` on, as `tile`'s prefetch hint.
-    let from_row = |r: usize| w.as_ptr().wrapping_add(r * k);
-    let quads = ncols - ncols % 4;
-    if quads > 0 {
-        for r in 0..rows {
-            for c0 in (0..quads).step_by(4) {
-                let cols = std::array::from_fn(|j| col(c0 + j));
-                // SAFETY: the caller guarantees the features; rows and columns are `k` long.
-                let [d] = unsafe { tile::<L, 1, 4>([row(r)], cols, k, from_row(r + 1)) };
-                for (j, v) in d.into_iter().enumerate() {
-                    out[(c0 + j) * ld + r] = v;
-                }
-            }
-        }
-    }
     let groups = rows - rows % 4;
-    for c in quads..ncols {
-        for r0 in (0..groups).step_by(4) {
-            let rows4 = std::array::from_fn(|j| row(r0 + j));
+    let m = Product { w, k, x, ncols };
+    for r0 in (0..groups).step_by(4) {
+        // SAFETY: the caller guarantees the features and the shapes.
+        unsafe { row_tiles::<L, 4>(m, r0, out, ld) };
+    }
+    for r in groups..rows {
+        // SAFETY: as above.
+        unsafe { row_tiles::<L, 1>(m, r, out, ld) };
+    }
+}
+
+/// The operands of [`rows_with`]: whole rows of `k` weights and `ncols` columns of `k` values.
+#[derive(Clone, Copy)]
+struct Product<'a> {
+    w: &'a [u16],
+    k: usize,
+    x: &'a [f32],
+    ncols: usize,
+}
+
+impl Product<'_> {
+    fn row(&self, r: usize) -> &[u16] {
+        &self.w[r * self.k..(r + 1) * self.k]
+    }
+
+    fn col(&self, c: usize) -> &[f32] {
+        &self.x[c * self.k..(c + 1) * self.k]
+    }
+}
+
+/// Rows `r0 .. r0 + R` times every column, four columns at a time and then the one to three
+/// left together, each tile reading the rows once for its columns. Four rows keep four
+/// independent chains of `fma`s in flight even for one column (the decode's gemv); the
+/// columns left over share the rows' reads too (two or three are a server step's or a draft's
+/// logits).
+///
+/// # Safety
+/// The CPU must have `L`'s features; the rows exist and `out` holds `ncols` columns of them
+/// at stride `ld`.
+#[inline(always)]
+unsafe fn row_tiles<L: Lanes16, const R: usize>(m: Product, r0: usize, out: &mut [f32], ld: usize) {
+    let rows: [&[u16]; R] = std::array::from_fn(|j| m.row(r0 + j));
+    // The rows after these, prefetched at the rate these are read.
+    let next = m.w.as_ptr().wrapping_add((r0 + R) * m.k);
+    let quads = m.ncols - m.ncols % 4;
+    for c0 in (0..quads).step_by(4) {
+        let cols = std::array::from_fn(|j| m.col(c0 + j));
+        // SAFETY: the caller guarantees the features; rows and columns are `k` long.
+        let d = unsafe { tile::<L, R, 4>(rows, cols, m.k, next) };
+        store_tile(out, ld, r0, c0, d);
+    }
+    let col = |c: usize| m.col(quads + c);
+    match m.ncols - quads {
+        1 => {
             // SAFETY: as above.
-            let d = unsafe { tile::<L, 4, 1>(rows4, [col(c)], k, from_row(r0 + 4)) };
-            for (j, [v]) in d.into_iter().enumerate() {
-                out[c * ld + r0 + j] = v;
-            }
+            let d = unsafe { tile::<L, R, 1>(rows, [col(0)], m.k, next) };
+            store_tile(out, ld, r0, quads, d)
         }
-        for r in groups..rows {
+        2 => {
             // SAFETY: as above.
-            let [[v]] = unsafe { tile::<L, 1, 1>([row(r)], [col(c)], k, from_row(r + 1)) };
-            out[c * ld + r] = v;
+            let d = unsafe { tile::<L, R, 2>(rows, [col(0), col(1)], m.k, next) };
+            store_tile(out, ld, r0, quads, d)
+        }
+        3 => {
+            // SAFETY: as above.
+            let d = unsafe { tile::<L, R, 3>(rows, [col(0), col(1), col(2)], m.k, next) };
+            store_tile(out, ld, r0, quads, d)
+        }
+        _ => {}
+    }
+}
+
+/// `out[(c0 + c) * ld + r0 + r] = d[r][c]`.
+#[inline(always)]
+fn store_tile<const R: usize, const C: usize>(
+    out: &mut [f32],
+    ld: usize,
+    r0: usize,
+    c0: usize,
+    d: [[f32; C]; R],
+) {
+    for (r, d) in d.into_iter().enumerate() {
+        for (c, v) in d.into_iter().enumerate() {
+            out[(c0 + c) * ld + r0 + r] = v;
         }
     }
 }
