@@ -31,8 +31,9 @@
 //! Lake), the gemv decodes two of the four slots with one affine transform each
 //! ([`decode_gfni`]): 2 loads, 2 shifts, 6 ANDs and 4 transforms. The same loop is compiled
 //! for both decodes ([`group_loop`]); on a Zen 4 the GFNI one ran 10-25 % faster from L2
-//! (criterion `gemv_2048x2048_q8_0_in_l2`, interleaved). The gemm shares each decode among
-//! its columns and keeps the shifts.
+//! (criterion `gemv_2048x2048_q8_0_in_l2`, interleaved). Two columns share the loop as passes
+//! of two row groups ([`group_passes`]); the wider gemm passes share each decode among four or
+//! eight columns and keep the shifts.
 
 use std::arch::x86_64::*;
 use std::ops::Range;
