@@ -61,7 +61,7 @@ impl Lanes16 for Avx2 {
 
     #[inline(always)]
     fn prefetch(w: *const u16) {
-        prefetch::line(w);
+        prefetch::line_to_l2(w);
     }
 }
 
@@ -100,7 +100,7 @@ impl Lanes16 for Zmm {
 
     #[inline(always)]
     fn prefetch(w: *const u16) {
-        prefetch::line(w);
+        prefetch::line_to_l2(w);
     }
 }
 

@@ -64,12 +64,12 @@ pub(in crate::kernels) fn span<T>(x: &[T], at: usize, len: usize) {
     }
 }
 
-/// Hints the CPU to bring the 64-byte line holding `p` into L1. Any address is fine, as in
-/// [`blocks`].
+/// Hints the CPU to bring the 64-byte line holding `p` into L2 (the F16 rows, which ask two
+/// tiles ahead). Any address is fine, as in [`blocks`].
 #[inline(always)]
-pub(in crate::kernels) fn line<T>(p: *const T) {
+pub(in crate::kernels) fn line_to_l2<T>(p: *const T) {
     // SAFETY: as in `blocks`: a prefetch never faults and reads nothing into the program.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) };
+    unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast()) };
 }
 
 /// Bytes of one element of `x`.
