@@ -178,6 +178,30 @@ fn gemm_narrow(c: &mut Criterion) {
     g.finish();
 }
 
+/// Narrow gemms in L2: 1, 2, 3, 4 and 8 `q8_0` columns of a 0.5 MB matrix on one thread, per
+/// vector path. From memory a narrow pass waits on the weights; here it shows its instructions.
+fn gemm_narrow_in_l2(c: &mut Criterion) {
+    use t2p::matmul::ActQuant;
+    let (rows, k) = (1024, 2048);
+    let w = T2pMatrix::from_pq2_0(&pq2_0(rows, k, 11), rows, k).expect("shape");
+    let mut g = c.benchmark_group(format!("gemm_{rows}x{k}_narrow_q8_0_in_l2"));
+    g.throughput(Throughput::Bytes(w.size_bytes() as u64));
+    for n in [1usize, 2, 3, 4, 8] {
+        let act = QuantizedBatch::new(&columns(k, n, 12), k, n, ActQuant::Q8_0).expect("shape");
+        let mut out = vec![0.0f32; rows * n];
+        for kern in paths().into_iter().filter(|k| k.isa() != Isa::Scalar) {
+            g.bench_function(BenchmarkId::new(kern.isa().to_string(), n), |b| {
+                b.iter(|| {
+                    let plan = MatmulPlan::for_batch(&w, &act).expect("shape");
+                    plan.compute(kern, w.blocks(), act.work(), 0..rows, &mut out, rows)
+                        .expect("shape")
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 /// The pool's per-call overhead and a small parallel gemv.
 fn pool(c: &mut Criterion) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -298,6 +322,7 @@ criterion_group!(
     gemv_in_l2,
     gemv_memory,
     gemm_narrow,
+    gemm_narrow_in_l2,
     gemm,
     pool,
     attention,

@@ -32,8 +32,9 @@
 //! ([`decode_gfni`]): 2 loads, 2 shifts, 6 ANDs and 4 transforms. The same loop is compiled
 //! for both decodes ([`group_loop`]); on a Zen 4 the GFNI one ran 10-25 % faster from L2
 //! (criterion `gemv_2048x2048_q8_0_in_l2`, interleaved). Two columns share the loop as passes
-//! of two row groups ([`group_passes`]); the wider gemm passes share each decode among four or
-//! eight columns and keep the shifts.
+//! of two row groups, three as passes of four row groups and three folds ([`group_passes`]);
+//! the wider gemm passes share each decode among four or eight columns and keep the shifts
+//! (GFNI measured the same there: the decode is a small part of a four-column pass).
 
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -232,7 +233,9 @@ pub(super) unsafe fn gemv_q8_0<B: RowPairBlock>(
 /// [`gemv_q8_0`] on built operands: four row groups a pass.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
-    group_passes::<B, 4, 1>(x, nb, ops, |g0, real, acc| store_groups(out, g0, real, acc));
+    group_passes::<B, 4, 1, 1>(x, nb, ops, |g0, real, [acc]| {
+        store_groups(out, g0, real, acc)
+    });
 }
 
 /// Stores a gemv pass's sums (lane `i`: the four rows of group `g0 + i`) of its `real` groups.
@@ -244,50 +247,50 @@ fn store_groups(out: &mut [f32], g0: usize, real: usize, acc: __m512) {
     unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr(), mask, acc) };
 }
 
-/// Passes of `G` row groups times `C` columns (`G * C = 4`, the four `P` of one [`fold4`]):
-/// lane `i` of a pass's sums holds group `g0 + i / C` of column `i % C`, and `store(g0, real,
-/// sums)` gets them with the number of real groups (a short last pass repeats its last group;
-/// the copies are not for storing). `ops` holds `C` columns' operands a block. The gemv is
-/// `G = 4, C = 1`; two columns share each decode as `G = 2, C = 2`, half the decodes of a pass
-/// of four columns with two of them repeated. The blocks are decoded with GFNI where the CPU
-/// has it ([`decode_gfni`]).
+/// Passes of `G` row groups times `C` columns, `G * C = 4 * F`: the `P` of a block fill `F`
+/// [`fold4`]s. Pair `j` of a pass (group `g0 + j / C`, column `j % C`) is lane `j % 4` of
+/// sums `j / 4`, and `store(g0, real, sums)` gets them with the number of real groups (a
+/// short last pass repeats its last group; the copies are not for storing). `ops` holds `C`
+/// columns' operands a block. The gemv is `G = 4, C = 1`; two columns share each decode as
+/// `G = 2, C = 2`, three as `G = 4, C = 3` (three folds), instead of a pass of four columns
+/// with copies. The blocks are decoded with GFNI where the CPU has it ([`decode_gfni`]).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn group_passes<B: RowPairBlock, const G: usize, const C: usize>(
+fn group_passes<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, __m512),
+    store: impl FnMut(usize, usize, [__m512; F]),
 ) {
     match cpu::features() & cpu::GFNI != 0 {
         // SAFETY: the CPU has GFNI (detected just now) besides this function's features.
-        true => unsafe { group_passes_gfni::<B, G, C>(x, nb, ops, store) },
-        false => group_passes_shifts::<B, G, C>(x, nb, ops, store),
+        true => unsafe { group_passes_gfni::<B, G, C, F>(x, nb, ops, store) },
+        false => group_passes_shifts::<B, G, C, F>(x, nb, ops, store),
     }
 }
 
 /// [`group_passes`] decoding with shifts and masks ([`decode`]).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn group_passes_shifts<B: RowPairBlock, const G: usize, const C: usize>(
+fn group_passes_shifts<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, __m512),
+    store: impl FnMut(usize, usize, [__m512; F]),
 ) {
     // SAFETY: this function has the loop's features, and the closure inherits them.
-    unsafe { group_loop::<B, G, C>(x, nb, ops, store, |blk| decode(blk)) }
+    unsafe { group_loop::<B, G, C, F>(x, nb, ops, store, |blk| decode(blk)) }
 }
 
 /// [`group_passes`] decoding with GFNI: a narrow pass spends much of its instructions on the
 /// decode, which its few columns share.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
-fn group_passes_gfni<B: RowPairBlock, const G: usize, const C: usize>(
+fn group_passes_gfni<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, __m512),
+    store: impl FnMut(usize, usize, [__m512; F]),
 ) {
     // SAFETY: this function has the loop's features, and the closure inherits them.
-    unsafe { group_loop::<B, G, C>(x, nb, ops, store, |blk| decode_gfni(blk)) }
+    unsafe { group_loop::<B, G, C, F>(x, nb, ops, store, |blk| decode_gfni(blk)) }
 }
 
 /// The loop of [`group_passes`], each block decoded by `decode`: written once for the two
@@ -297,79 +300,92 @@ fn group_passes_gfni<B: RowPairBlock, const G: usize, const C: usize>(
 /// The CPU must have the `avx512-vnni` path's features, and the caller must be compiled with
 /// them.
 #[inline(always)]
-unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize>(
+unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    mut store: impl FnMut(usize, usize, __m512),
+    mut store: impl FnMut(usize, usize, [__m512; F]),
     decode: impl Fn(&B) -> [[__m512i; 4]; 2],
 ) {
-    const { assert!(G * C == 4, "a pass fills the four P of one fold") };
+    const {
+        assert!(
+            G * C == 4 * F,
+            "a pass fills the four P of each of its folds"
+        )
+    };
     let groups = x.len() / nb;
     for g0 in (0..groups).step_by(G) {
         let g = std::array::from_fn::<_, G, _>(|i| (g0 + i).min(groups - 1));
         let rows = g.map(|g| &x[g * nb..(g + 1) * nb]);
         // SAFETY: the caller guarantees the features of the helpers called.
-        let mut acc = unsafe { _mm512_setzero_ps() };
+        let mut acc = [unsafe { _mm512_setzero_ps() }; F];
         for (b, op) in ops.chunks_exact(C).enumerate() {
             // Groups g0 + AHEAD .. g0 + AHEAD + G over this pass's nb steps (the gemv's next pass).
             const AHEAD: usize = prefetch::L2_GROUPS_AHEAD;
             prefetch::blocks_to_l2::<G>(x, (g0 + AHEAD) * nb + G * b);
             let blk = rows.map(|r| &r[b]);
-            let lanes: [&B; 4] = std::array::from_fn(|i| blk[i / C]);
-            // SAFETY: as above.
-            acc = unsafe {
-                let u = blk.map(&decode);
-                let p = std::array::from_fn(|i| scaled_sums(&u[i / C], &op[i % C]));
-                fold4(B::HALVES, acc, &p, |h| match G {
-                    1 => scales_x4(blk[0], h),
-                    _ => scales4(lanes, h),
-                })
-            };
+            let u = blk.map(&decode);
+            for (f, acc) in acc.iter_mut().enumerate() {
+                // Pair j = 4f + i: group j / C, column j % C.
+                let (group, col) = (|i: usize| (4 * f + i) / C, |i: usize| (4 * f + i) % C);
+                let lanes: [&B; 4] = std::array::from_fn(|i| blk[group(i)]);
+                // SAFETY: as above.
+                *acc = unsafe {
+                    let p = std::array::from_fn(|i| scaled_sums(&u[group(i)], &op[col(i)]));
+                    fold4(B::HALVES, *acc, &p, |h| match G {
+                        1 => scales_x4(blk[0], h),
+                        _ => scales4(lanes, h),
+                    })
+                };
+            }
         }
         store(g0, (groups - g0).min(G), acc);
     }
 }
 
-/// The `q8_0` gemm: passes of up to [`super::q8_0::MAX_TILE_COLS`] columns over the weights, in quads of
-/// columns (a short quad repeats its last column; the copies are not stored); one column runs
-/// through the gemv.
+/// The `q8_0` gemm: passes of up to [`super::q8_0::MAX_TILE_COLS`] columns over the weights:
+/// two or three columns as [`narrow_pass`]es, more in quads of columns (a short quad repeats
+/// its last column; the copies are not stored); one column runs through the gemv.
 ///
 /// # Safety
 /// The CPU must have AVX2, F16C and AVX-512 F/BW/VL/VNNI (the `avx512-vnni` path's features).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(super) unsafe fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
     operand_passes(g, pass_width, |g, ops, cols, width| match width {
-        2 => narrow_pass::<B, 2, 2>(g, ops, cols),
+        2 => narrow_pass::<B, 2, 2, 1>(g, ops, cols),
+        3 => narrow_pass::<B, 4, 3, 3>(g, ops, cols),
         4 => gemm_pass::<B, 1>(g, ops, cols),
         _ => gemm_pass::<B, 2>(g, ops, cols),
     });
 }
 
-/// The columns a gemm pass of `real` columns computes: two as they are, more rounded up to a
-/// quad (the last column repeated), which the folds take four at a time.
+/// The columns a gemm pass of `real` columns computes: two or three as they are, more
+/// rounded up to a quad (the last column repeated), which the folds take four at a time.
 fn pass_width(real: usize) -> usize {
     match real {
-        2 => 2,
+        2 | 3 => real,
         _ => 4 * real.div_ceil(4),
     }
 }
 
-/// A pass of `C` columns (those of `cols` stored) as [`group_passes`] of `G` row groups each.
+/// A pass of `C` columns (those of `cols` stored) as [`group_passes`] of `G` row groups and
+/// `F` folds each.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn narrow_pass<B: RowPairBlock, const G: usize, const C: usize>(
+fn narrow_pass<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     g: &mut Gemm<'_, B, BlockQ8_0Quad>,
     ops: &[ColumnBlock],
     cols: Range<usize>,
 ) {
     let (x, nb, ld, out) = (g.x, g.nb, g.ld, &mut *g.out);
     let (c0, real) = (cols.start, cols.len());
-    group_passes::<B, G, C>(x, nb, ops, |g0, groups, acc| {
-        let mut sums = [0.0f32; 16];
-        // SAFETY: writes exactly the 16 floats of `sums`, unaligned.
-        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
-        for (i, rows) in sums.chunks_exact(ROWS_PER_T2P).enumerate() {
-            let (grp, c) = (i / C, i % C);
+    group_passes::<B, G, C, F>(x, nb, ops, |g0, groups, acc| {
+        let mut sums = [[0.0f32; 16]; F];
+        for (s, acc) in sums.iter_mut().zip(acc) {
+            // SAFETY: writes exactly the 16 floats of `s`, unaligned.
+            unsafe { _mm512_storeu_ps(s.as_mut_ptr(), acc) };
+        }
+        for (j, rows) in sums.as_flattened().chunks_exact(ROWS_PER_T2P).enumerate() {
+            let (grp, c) = (j / C, j % C);
             if grp < groups && c < real {
                 let at = (c0 + c) * ld + ROWS_PER_T2P * (g0 + grp);
                 out[at..at + ROWS_PER_T2P].copy_from_slice(rows);
@@ -479,6 +495,7 @@ fn gemm_pass<B: RowPairBlock, const NQ: usize>(
 pub(super) unsafe fn gemm_unit<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
     operand_passes(g, pass_width, |g, ops, cols, width| match width {
         2 => unit_pass::<B, 2>(g, ops, cols),
+        3 => unit_pass::<B, 3>(g, ops, cols),
         4 => unit_pass::<B, 4>(g, ops, cols),
         _ => unit_pass::<B, 8>(g, ops, cols),
     });
@@ -602,7 +619,7 @@ mod tests {
             let mut got = vec![f32::NAN; want.len()];
             // SAFETY: as above.
             unsafe {
-                group_passes_shifts::<B, 4, 1>(&x, nb, &ops, |g0, real, acc| {
+                group_passes_shifts::<B, 4, 1, 1>(&x, nb, &ops, |g0, real, [acc]| {
                     store_groups(&mut got, g0, real, acc)
                 })
             };
@@ -611,7 +628,7 @@ mod tests {
                 let mut got = vec![f32::NAN; want.len()];
                 // SAFETY: as above, and the CPU has GFNI.
                 unsafe {
-                    group_passes_gfni::<B, 4, 1>(&x, nb, &ops, |g0, real, acc| {
+                    group_passes_gfni::<B, 4, 1, 1>(&x, nb, &ops, |g0, real, [acc]| {
                         store_groups(&mut got, g0, real, acc)
                     })
                 };
