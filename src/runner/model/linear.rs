@@ -6,6 +6,7 @@
 use super::error::{ModelError, Result};
 use super::exec::Exec;
 use super::profile::Phase;
+use crate::kernels::attention::{dot, dot_rows};
 use crate::matmul::{
     F16Matrix, F16Product, Int8Acts, Matrix, QuantProduct, QuantizedBatch, RowChunked, T2pProduct,
     run_products,
@@ -147,17 +148,7 @@ impl Matrix {
                     m.size_bytes(),
                 )
             }
-            Matrix::Dense { w, k, .. } => {
-                let start = exec.profile.is_on().then(std::time::Instant::now);
-                dense_forward(exec, w, *k, rows, input.x, out);
-                if let Some(t) = start {
-                    let ns = t.elapsed().as_nanos() as u64;
-                    exec.profile.add(Phase::DenseMatmul, ns);
-                    exec.profile
-                        .add_step(Phase::DenseMatmul, 4 * w.len() as u64, ns);
-                }
-                Ok(())
-            }
+            Matrix::Dense { .. } => dense_step(exec, input, &mut [(self, out)], |m| Some(*m)),
         }
     }
 }
@@ -209,17 +200,87 @@ thread_local! {
     static INT8_ACTS: std::cell::RefCell<Int8Acts> = std::cell::RefCell::new(Int8Acts::default());
 }
 
-/// f32 matmul over chunks of the flat output: output `e` is row `e % rows` of token
-/// `e / rows`, so any split is a contiguous piece.
-fn dense_forward(exec: &Exec, w: &[f32], k: usize, rows: usize, x: &[f32], out: &mut [f32]) {
-    let per = rows.div_ceil(exec.pool.threads() * 4).max(16);
-    let n = out.len().div_ceil(per);
+/// The products of the `Matrix::Dense` jobs `dense_of` picks (matrices that read the same
+/// `input`: the DeltaNet's alpha and beta) as one pool call, booked as one
+/// [`Phase::DenseMatmul`] step. An item is up to [`dense_rows_per_item`] rows of one matrix
+/// for one token, four rows at a time through `dot_rows` (each output is the [`dot`] of its
+/// row and token, as one at a time), so the matrices share one wake and one wait.
+pub(crate) fn dense_step<M: Send + Sync>(
+    exec: &Exec,
+    input: &Activations,
+    jobs: &mut [(M, &mut [f32])],
+    dense_of: impl Fn(&M) -> Option<&Matrix> + Sync,
+) -> Result<()> {
+    let (x, k, n) = (input.x, input.k, input.n);
+    fn weights(m: Option<&Matrix>, k: usize) -> Option<(&[f32], usize)> {
+        match m? {
+            Matrix::Dense { w, rows, .. } => Some((&w[..k * rows], *rows)),
+            _ => None,
+        }
+    }
+    if let Some(m) = jobs
+        .iter()
+        .filter_map(|(m, _)| dense_of(m))
+        .find(|m| m.k() != k)
+    {
+        return Err(ModelError::BadShape(format!(
+            "input of {k} for a matrix of k = {}",
+            m.k()
+        )));
+    }
+    let all_rows: usize = jobs
+        .iter()
+        .filter_map(|(m, _)| weights(dense_of(m), k))
+        .map(|(_, r)| r)
+        .sum();
+    if all_rows == 0 || n == 0 {
+        return Ok(());
+    }
+    let per = dense_rows_per_item(all_rows, exec.pool.threads());
+    let items: usize = jobs
+        .iter()
+        .filter_map(|(m, _)| weights(dense_of(m), k))
+        .map(|(_, rows)| n * rows.div_ceil(per))
+        .sum();
+    let start = exec.profile.is_on().then(std::time::Instant::now);
+    let pieces = jobs.iter_mut().filter_map(|(m, out)| {
+        let (w, rows) = weights(dense_of(m), k)?;
+        let tokens = out[..n * rows].chunks_mut(rows).zip(x.chunks_exact(k));
+        Some(tokens.flat_map(move |(out, x)| {
+            let chunks = out.chunks_mut(per).enumerate();
+            chunks.map(move |(j, out)| (&w[j * per * k..], x, out))
+        }))
+    });
     exec.pool
-        .for_each_item(n, out.chunks_mut(per).enumerate(), |(j, piece)| {
-            for (i, o) in piece.iter_mut().enumerate() {
-                let e = j * per + i;
-                let (t, row) = (e / rows, e % rows);
-                *o = super::ops::dot(&w[row * k..(row + 1) * k], &x[t * k..(t + 1) * k]);
+        .for_each_item(items, pieces.flatten(), |(w, x, out)| {
+            let mut rows = w.chunks_exact(k);
+            for quad in out.chunks_mut(4) {
+                match quad {
+                    [a, b, c, d] => {
+                        let r = [(); 4].map(|_| rows.next().expect("a row per output"));
+                        [*a, *b, *c, *d] = dot_rows(r, x);
+                    }
+                    rest => rest
+                        .iter_mut()
+                        .for_each(|o| *o = dot(rows.next().expect("a row per output"), x)),
+                }
             }
         });
+    if let Some(t) = start {
+        let ns = t.elapsed().as_nanos() as u64;
+        let bytes: usize = jobs
+            .iter()
+            .filter_map(|(m, _)| weights(dense_of(m), k))
+            .map(|(w, _)| 4 * w.len())
+            .sum();
+        exec.profile.add(Phase::DenseMatmul, ns);
+        exec.profile.add_step(Phase::DenseMatmul, bytes as u64, ns);
+    }
+    Ok(())
+}
+
+/// Rows of one item of [`dense_step`]: about four items per thread over all its rows, a
+/// multiple of four, at least 16.
+fn dense_rows_per_item(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(4 * threads).next_multiple_of(4).max(16)
 }

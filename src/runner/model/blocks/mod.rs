@@ -15,7 +15,7 @@ use super::error::Result;
 use super::exec::Exec;
 use super::hadamard::HadamardFold;
 use super::hparams::HParams;
-use super::linear::{Activations, run_step};
+use super::linear::{Activations, dense_step, run_step};
 use super::profile::Phase;
 use super::weights::{InputKind, Projection};
 use crate::matmul::{Matrix, T2pProduct};
@@ -128,16 +128,24 @@ pub(crate) fn project(
             }
         }
         for (m, out) in jobs[i..].iter_mut() {
-            if reads(m, |m| !m.is_ternary() && !is_int8(m)) {
+            if reads(m, |m| !m.is_ternary() && !is_int8(m) && !is_dense(m)) {
                 m.matrix.forward(ctx.exec, &acts, out, tiles, phase)?;
             }
         }
+        // The f32 matrices of this input (the DeltaNet's alpha and beta) in one pool call.
+        dense_step(ctx.exec, &acts, &mut jobs[i..], |m| {
+            reads(m, is_dense).then_some(&m.matrix)
+        })?;
     }
     Ok(())
 }
 
 fn is_int8(m: &Matrix) -> bool {
     matches!(m, Matrix::Int8(_))
+}
+
+fn is_dense(m: &Matrix) -> bool {
+    matches!(m, Matrix::Dense { .. })
 }
 
 /// The weights a step over `jobs` streams (the matrices `size` names), for the profile's
