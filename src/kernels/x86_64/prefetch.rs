@@ -1,11 +1,12 @@
-//! Software prefetch of the x86 kernels' weight streams.
+//! Software prefetch of the x86 kernels' weight streams, and the order in which a gemv pass
+//! walks its row groups ([`PassGroups`]).
 //!
 //! A row group's blocks are contiguous, but a kernel walks them in short runs (k = 2048 is 16
-//! blocks, 2176 bytes, per row group) and the `q8_0` gemv as two interleaved runs (row groups
-//! `g` and `g + 1`). The hardware prefetchers follow such runs badly: in the runner's decode
-//! (bonsai-1.7b synth, Zen 3) the `q8_0` gemv spent a quarter of its samples on its first
-//! weight load and ran 23 % slower than on the kernel bench's long rows. Each kernel therefore
-//! asks for the bytes of its next pass while it reads the current one, at the same rate.
+//! blocks, 2176 bytes, per row group). The hardware prefetchers follow such runs badly: in the
+//! runner's decode (bonsai-1.7b synth, Zen 3) the `q8_0` gemv spent a quarter of its samples on
+//! its first weight load and ran 23 % slower than on the kernel bench's long rows. Each kernel
+//! therefore asks for the bytes it reads next while it reads the current ones, at the same
+//! rate, and the gemvs read row groups that lie apart, so that each stream runs long.
 
 use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
 
@@ -38,8 +39,50 @@ fn blocks_hint<const N: usize, const HINT: i32>(x: &[impl Sized], at: usize) {
     }
 }
 
-/// Row groups ahead that a gemm pass asks for into L2 ([`gemm_block`]), and the narrow passes
-/// of the 512-bit kernels too.
+/// Blocks ahead in each of its weight streams ([`PassGroups`]) that a gemv pass asks for
+/// into L2: 4.3 KB a stream, 17 KB for the 512-bit gemv's four.
+pub(in crate::kernels) const STREAM_BLOCKS_AHEAD: usize = 32;
+
+/// The row groups one pass of a gemv (or a narrow gemm) reads side by side, `G` weight
+/// streams: group `i` of the pass is `first + i * stride`, the first `real` of them real (the
+/// rest repeat the last real one; their sums are not for storing).
+///
+/// The groups of a pass lie `groups / G` apart, not next to each other, so that each stream runs
+/// on through a `1 / G` share of the matrix. Next to each other, a stream ended after one row
+/// group (2176 bytes at k = 2048) and the next pass started `G` new ones, which the hardware
+/// prefetchers had to find again: on a Zen 4 (two threads, from memory) the 512-bit gemv at
+/// k = 2048 streamed 10-20 % below the one at k = 8192, and the 1.7B's decode (every matrix
+/// k = 2048 but one) gained about 5 % from the change. Each stream asks for its own blocks
+/// [`STREAM_BLOCKS_AHEAD`] ahead.
+#[derive(Clone, Copy, Debug)]
+pub(in crate::kernels) struct PassGroups {
+    /// The pass's first group.
+    pub first: usize,
+    /// Groups from one of the pass's streams to the next.
+    pub stride: usize,
+    /// The real groups of the pass (at least 1, at most `G`).
+    pub real: usize,
+}
+
+impl PassGroups {
+    /// The passes of `G` row groups over `groups` row groups: pass `p` takes `p`, `p + s`,
+    /// `p + 2s`, .. with `s = ceil(groups / G)`.
+    pub(in crate::kernels) fn all<const G: usize>(groups: usize) -> impl Iterator<Item = Self> {
+        let stride = groups.div_ceil(G);
+        (0..stride).map(move |first| PassGroups {
+            first,
+            stride,
+            real: (groups - first).div_ceil(stride).min(G),
+        })
+    }
+
+    /// Row group `i` of the pass, the last real one for `i >= real`.
+    pub(in crate::kernels) fn group(&self, i: usize) -> usize {
+        self.first + i.min(self.real - 1) * self.stride
+    }
+}
+
+/// Row groups ahead that a gemm pass asks for into L2 ([`gemm_block`]).
 pub(in crate::kernels) const L2_GROUPS_AHEAD: usize = 4;
 
 /// The prefetch of a gemm pass that reads block `b` of row group `g` (`nb` blocks a group):

@@ -37,8 +37,8 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{
-    DotStep, HotLoop, Path, TilePass, decode_pair, prefetch, scales_ab, scales_twice,
-    store_column_pairs,
+    DotStep, HotLoop, Path, TilePass, decode_pair, prefetch, prefetch::PassGroups, scales_ab,
+    scales_twice, store_column_pairs,
 };
 use crate::format::{BlockQ8_0Quad, BlockT2p, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, fold_q8_0};
@@ -206,7 +206,8 @@ pub(super) fn gemv<P: Path, B: RowPairBlock>(
     })
 }
 
-/// The `q8_0` gemv on a filled operand table, two row groups per pass (see the module docs).
+/// The `q8_0` gemv on a filled operand table, two row groups per pass ([`PassGroups`]; see the
+/// module docs).
 struct GemvRows<'a, B> {
     x: &'a [B],
     nb: usize,
@@ -227,23 +228,18 @@ impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
             table,
             out,
         } = self;
-        let groups = x.len() / nb;
-        for g in (0..groups).step_by(2) {
-            let a = &x[g * nb..(g + 1) * nb];
-            // An odd last group is paired with itself; its copy is not stored.
-            let two = g + 1 < groups;
-            let b = if two {
-                &x[(g + 1) * nb..(g + 2) * nb]
-            } else {
-                a
-            };
+        for pass in PassGroups::all::<2>(x.len() / nb) {
+            // An odd last pass pairs its group with itself; the copy is not stored.
+            let [a, b] = [0, 1].map(|i| &x[pass.group(i) * nb..(pass.group(i) + 1) * nb]);
             // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
             // (this and the unsafe blocks below).
             let mut acc = unsafe { _mm256_setzero_ps() };
             let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
             for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
-                // The next pass reads groups g + 2, g + 3: 2 * nb blocks in nb steps.
-                prefetch::blocks_to_l2::<2>(x, (g + 2) * nb + 2 * i);
+                for g in [0, 1] {
+                    let at = pass.group(g) * nb + i + prefetch::STREAM_BLOCKS_AHEAD;
+                    prefetch::blocks_to_l2::<1>(x, at);
+                }
                 // SAFETY: as above.
                 acc = unsafe {
                     let m = [
@@ -256,7 +252,7 @@ impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
                 };
             }
             // SAFETY: as above.
-            unsafe { store_group_pair(&mut out[4 * g..], acc, two) };
+            unsafe { store_group_pair(out, pass, acc) };
         }
     }
 }
@@ -294,19 +290,17 @@ fn fold_group_pair<B: RowPairBlock>(
     )
 }
 
-/// Stores the 8 rows of two row groups from `out[0]`, or only the first group's 4 if `two` is
-/// false (an odd last group, paired with itself).
+/// Stores the 4 rows of each real group of a gemv pass (the low half of `acc` is the first
+/// group, the high half the second).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn store_group_pair(out: &mut [f32], acc: __m256, two: bool) {
-    if two {
-        let o: &mut [f32; 8] = (&mut out[..8]).try_into().expect("8 rows");
-        // SAFETY: writes exactly the 8 floats of `o`, unaligned.
-        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
-    } else {
-        let o: &mut [f32; 4] = (&mut out[..4]).try_into().expect("4 rows");
+fn store_group_pair(out: &mut [f32], pass: PassGroups, acc: __m256) {
+    let halves = [_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc)];
+    for (i, rows) in halves.into_iter().take(pass.real).enumerate() {
+        let at = ROWS_PER_T2P * pass.group(i);
+        let o: &mut [f32; 4] = (&mut out[at..at + 4]).try_into().expect("4 rows");
         // SAFETY: writes exactly the 4 floats of `o`, unaligned.
-        unsafe { _mm_storeu_ps(o.as_mut_ptr(), _mm256_castps256_ps128(acc)) };
+        unsafe { _mm_storeu_ps(o.as_mut_ptr(), rows) };
     }
 }
 

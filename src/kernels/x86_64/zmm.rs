@@ -39,8 +39,9 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::prefetch::{self, PassGroups};
 use super::q8_0::column_passes;
-use super::{prefetch, slot_codes};
+use super::slot_codes;
 use crate::format::{BlockQ8_0Quad, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, PER_CALL_MIN_BLOCKS, cpu, fold_q8_0, with_per_call_buffer};
 
@@ -233,33 +234,34 @@ pub(super) unsafe fn gemv_q8_0<B: RowPairBlock>(
 /// [`gemv_q8_0`] on built operands: four row groups a pass.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemv_rows<B: RowPairBlock>(x: &[B], nb: usize, ops: &[ColumnBlock], out: &mut [f32]) {
-    group_passes::<B, 4, 1, 1>(x, nb, ops, |g0, real, [acc]| {
-        store_groups(out, g0, real, acc)
-    });
+    group_passes::<B, 4, 1, 1>(x, nb, ops, |pass, [acc]| store_groups(out, pass, acc));
 }
 
-/// Stores a gemv pass's sums (lane `i`: the four rows of group `g0 + i`) of its `real` groups.
+/// Stores a gemv pass's sums (lane `i`: the four rows of the pass's group `i`) of its real
+/// groups.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn store_groups(out: &mut [f32], g0: usize, real: usize, acc: __m512) {
-    let o = &mut out[ROWS_PER_T2P * g0..ROWS_PER_T2P * (g0 + real)];
-    let mask = ((1u32 << o.len()) - 1) as u16;
-    // SAFETY: the mask enables exactly the `o.len()` floats of `o`.
-    unsafe { _mm512_mask_storeu_ps(o.as_mut_ptr(), mask, acc) };
+fn store_groups(out: &mut [f32], pass: PassGroups, acc: __m512) {
+    let mut sums = [0.0f32; 16];
+    // SAFETY: writes exactly the 16 floats of `sums`, unaligned.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
+    for (i, rows) in sums.chunks_exact(ROWS_PER_T2P).take(pass.real).enumerate() {
+        let at = ROWS_PER_T2P * pass.group(i);
+        out[at..at + ROWS_PER_T2P].copy_from_slice(rows);
+    }
 }
 
 /// Passes of `G` row groups times `C` columns, `G * C = 4 * F`: the `P` of a block fill `F`
-/// [`fold4`]s. Pair `j` of a pass (group `g0 + j / C`, column `j % C`) is lane `j % 4` of
-/// sums `j / 4`, and `store(g0, real, sums)` gets them with the number of real groups (a
-/// short last pass repeats its last group; the copies are not for storing). `ops` holds `C`
-/// columns' operands a block. The gemv is `G = 4, C = 1`; two columns share each decode as
-/// `G = 2, C = 2`, three as `G = 4, C = 3` (three folds), instead of a pass of four columns
-/// with copies. The blocks are decoded with GFNI where the CPU has it ([`decode_gfni`]).
+/// [`fold4`]s. Pair `j` of a pass (its group `j / C`, column `j % C`) is lane `j % 4` of
+/// sums `j / 4`, and `store(pass, sums)` gets them with the pass's groups ([`PassGroups`]: a
+/// short pass repeats its last group; the copies are not for storing), whose groups lie
+/// apart, each a weight stream of its own. `ops` holds `C` columns' operands a block. The gemv is `G = 4, C = 1`; two columns share each decode as `G = 2, C = 2`, three as
+/// `G = 4, C = 3` (three folds), instead of a pass of four columns with copies. The blocks are decoded with GFNI where the CPU has it ([`decode_gfni`]).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn group_passes<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, [__m512; F]),
+    store: impl FnMut(PassGroups, [__m512; F]),
 ) {
     match cpu::features() & cpu::GFNI != 0 {
         // SAFETY: the CPU has GFNI (detected just now) besides this function's features.
@@ -274,7 +276,7 @@ fn group_passes_shifts<B: RowPairBlock, const G: usize, const C: usize, const F:
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, [__m512; F]),
+    store: impl FnMut(PassGroups, [__m512; F]),
 ) {
     // SAFETY: this function has the loop's features, and the closure inherits them.
     unsafe { group_loop::<B, G, C, F>(x, nb, ops, store, |blk| decode(blk)) }
@@ -287,7 +289,7 @@ fn group_passes_gfni<B: RowPairBlock, const G: usize, const C: usize, const F: u
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    store: impl FnMut(usize, usize, [__m512; F]),
+    store: impl FnMut(PassGroups, [__m512; F]),
 ) {
     // SAFETY: this function has the loop's features, and the closure inherits them.
     unsafe { group_loop::<B, G, C, F>(x, nb, ops, store, |blk| decode_gfni(blk)) }
@@ -304,7 +306,7 @@ unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize, const F: u
     x: &[B],
     nb: usize,
     ops: &[ColumnBlock],
-    mut store: impl FnMut(usize, usize, [__m512; F]),
+    mut store: impl FnMut(PassGroups, [__m512; F]),
     decode: impl Fn(&B) -> [[__m512i; 4]; 2],
 ) {
     const {
@@ -313,17 +315,15 @@ unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize, const F: u
             "a pass fills the four P of each of its folds"
         )
     };
-    let groups = x.len() / nb;
-    for g0 in (0..groups).step_by(G) {
-        let g = std::array::from_fn::<_, G, _>(|i| (g0 + i).min(groups - 1));
-        let rows = g.map(|g| &x[g * nb..(g + 1) * nb]);
+    for pass in PassGroups::all::<G>(x.len() / nb) {
+        let starts = std::array::from_fn::<_, G, _>(|i| pass.group(i) * nb);
         // SAFETY: the caller guarantees the features of the helpers called.
         let mut acc = [unsafe { _mm512_setzero_ps() }; F];
         for (b, op) in ops.chunks_exact(C).enumerate() {
-            // Groups g0 + AHEAD .. g0 + AHEAD + G over this pass's nb steps (the gemv's next pass).
-            const AHEAD: usize = prefetch::L2_GROUPS_AHEAD;
-            prefetch::blocks_to_l2::<G>(x, (g0 + AHEAD) * nb + G * b);
-            let blk = rows.map(|r| &r[b]);
+            for at in starts {
+                prefetch::blocks_to_l2::<1>(x, at + b + prefetch::STREAM_BLOCKS_AHEAD);
+            }
+            let blk = starts.map(|at| &x[at + b]);
             let u = blk.map(&decode);
             for (f, acc) in acc.iter_mut().enumerate() {
                 // Pair j = 4f + i: group j / C, column j % C.
@@ -339,7 +339,7 @@ unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize, const F: u
                 };
             }
         }
-        store(g0, (groups - g0).min(G), acc);
+        store(pass, acc);
     }
 }
 
@@ -378,7 +378,7 @@ fn narrow_pass<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
 ) {
     let (x, nb, ld, out) = (g.x, g.nb, g.ld, &mut *g.out);
     let (c0, real) = (cols.start, cols.len());
-    group_passes::<B, G, C, F>(x, nb, ops, |g0, groups, acc| {
+    group_passes::<B, G, C, F>(x, nb, ops, |pass, acc| {
         let mut sums = [[0.0f32; 16]; F];
         for (s, acc) in sums.iter_mut().zip(acc) {
             // SAFETY: writes exactly the 16 floats of `s`, unaligned.
@@ -386,8 +386,8 @@ fn narrow_pass<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
         }
         for (j, rows) in sums.as_flattened().chunks_exact(ROWS_PER_T2P).enumerate() {
             let (grp, c) = (j / C, j % C);
-            if grp < groups && c < real {
-                let at = (c0 + c) * ld + ROWS_PER_T2P * (g0 + grp);
+            if grp < pass.real && c < real {
+                let at = (c0 + c) * ld + ROWS_PER_T2P * pass.group(grp);
                 out[at..at + ROWS_PER_T2P].copy_from_slice(rows);
             }
         }
@@ -619,8 +619,8 @@ mod tests {
             let mut got = vec![f32::NAN; want.len()];
             // SAFETY: as above.
             unsafe {
-                group_passes_shifts::<B, 4, 1, 1>(&x, nb, &ops, |g0, real, [acc]| {
-                    store_groups(&mut got, g0, real, acc)
+                group_passes_shifts::<B, 4, 1, 1>(&x, nb, &ops, |pass, [acc]| {
+                    store_groups(&mut got, pass, acc)
                 })
             };
             assert_eq!(bits(&got), bits(&want), "{} shifts {groups}x{nb}", B::NAME);
@@ -628,8 +628,8 @@ mod tests {
                 let mut got = vec![f32::NAN; want.len()];
                 // SAFETY: as above, and the CPU has GFNI.
                 unsafe {
-                    group_passes_gfni::<B, 4, 1, 1>(&x, nb, &ops, |g0, real, [acc]| {
-                        store_groups(&mut got, g0, real, acc)
+                    group_passes_gfni::<B, 4, 1, 1>(&x, nb, &ops, |pass, [acc]| {
+                        store_groups(&mut got, pass, acc)
                     })
                 };
                 assert_eq!(bits(&got), bits(&want), "{} gfni {groups}x{nb}", B::NAME);
