@@ -39,9 +39,16 @@ fn blocks_hint<const N: usize, const HINT: i32>(x: &[impl Sized], at: usize) {
     }
 }
 
-/// Blocks ahead in each of its weight streams ([`PassGroups`]) that a gemv pass asks for
-/// into L2: 4.3 KB a stream, 17 KB for the 512-bit gemv's four.
-pub(in crate::kernels) const STREAM_BLOCKS_AHEAD: usize = 32;
+/// Bytes ahead in each of its weight streams ([`PassGroups`]) that a gemv pass asks for into
+/// L2: 32 T2P blocks, 17 KB for the 512-bit gemv's four streams.
+const STREAM_BYTES_AHEAD: usize = 32 * 136;
+
+/// Hints the CPU to bring the block [`STREAM_BYTES_AHEAD`] past block `at` of the weight
+/// stream `x` into L2 (called once per block a stream reads, it keeps that distance).
+#[inline(always)]
+pub(in crate::kernels) fn stream_ahead<B>(x: &[B], at: usize) {
+    blocks_to_l2::<1>(x, at + STREAM_BYTES_AHEAD.div_ceil(size_of::<B>()))
+}
 
 /// The row groups one pass of a gemv (or a narrow gemm) reads side by side, `G` weight
 /// streams: group `i` of the pass is `first + i * stride`, the first `real` of them real (the
@@ -53,7 +60,7 @@ pub(in crate::kernels) const STREAM_BLOCKS_AHEAD: usize = 32;
 /// prefetchers had to find again: on a Zen 4 (two threads, from memory) the 512-bit gemv at
 /// k = 2048 streamed 10-20 % below the one at k = 8192, and the 1.7B's decode (every matrix
 /// k = 2048 but one) gained about 5 % from the change. Each stream asks for its own blocks
-/// [`STREAM_BLOCKS_AHEAD`] ahead.
+/// ahead ([`stream_ahead`]).
 #[derive(Clone, Copy, Debug)]
 pub(in crate::kernels) struct PassGroups {
     /// The pass's first group.

@@ -237,8 +237,7 @@ impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
             let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
             for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
                 for g in [0, 1] {
-                    let at = pass.group(g) * nb + i + prefetch::STREAM_BLOCKS_AHEAD;
-                    prefetch::blocks_to_l2::<1>(x, at);
+                    prefetch::stream_ahead(x, pass.group(g) * nb + i);
                 }
                 // SAFETY: as above.
                 acc = unsafe {

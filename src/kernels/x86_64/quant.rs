@@ -15,7 +15,7 @@
 
 use std::arch::x86_64::*;
 
-use super::prefetch;
+use super::prefetch::{self, PassGroups};
 use crate::format::{
     ActBlock, BlockQ2_0g64, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
     BlockQ6K, BlockQ8_0, BlockQ8_0x2, BlockQ8_1, BlockQ8K, QuantBlock,
@@ -142,10 +142,9 @@ unsafe fn tiles<B: Avx2Block, D: DotStep<B>, const R: usize, const C: usize>(
     cols: std::ops::Range<usize>,
 ) {
     let (w, nb, y, ncols, ld) = (g.x, g.nb, g.y, g.ncols, g.ld);
-    let rows = w.len() / nb;
     let lane = |l: usize| (l / C, l % C);
-    for r0 in (0..rows).step_by(R) {
-        let row = |l: usize| &w[(r0 + lane(l).0).min(rows - 1) * nb..][..nb];
+    for pass in PassGroups::all::<R>(w.len() / nb) {
+        let row = |l: usize| &w[pass.group(lane(l).0) * nb..][..nb];
         let wr = [row(0), row(1), row(2), row(3)];
         for c0 in cols.clone().step_by(C) {
             let col = |l: usize| &y[(c0 + lane(l).1).min(ncols - 1) * nb..][..nb];
@@ -155,13 +154,13 @@ unsafe fn tiles<B: Avx2Block, D: DotStep<B>, const R: usize, const C: usize>(
             for b in 0..nb {
                 if c0 == cols.start {
                     // The rows are interleaved streams, which the hardware prefetchers
-                    // follow badly: ask for the blocks of the tile after the next into L2 at
-                    // the rate this tile reads its own (the Q6_K head gemv ran at 18 % of the
-                    // 1-thread memory ceiling without a hint, 75-100 % with the next tile's
-                    // into L1 on a Zen 5; on a Zen 4 that one left it at 9.5 GB/s, and this
-                    // one reads 22.5-24.3 GB/s, with no loss in the four-column tiles).
+                    // follow badly: each asks for its own blocks ahead into L2 at the rate it
+                    // reads them (the Q6_K head gemv ran at 18 % of the 1-thread memory
+                    // ceiling without a hint, 75-100 % with the next tile's into L1 on a Zen 5;
+                    // on a Zen 4 that one left it at 9.5 GB/s, the next tile but one into L2
+                    // 22.5-24.3 GB/s, with no loss in the four-column tiles).
                     for i in 0..R {
-                        prefetch::blocks_to_l2::<1>(w, (r0 + 2 * R + i) * nb + b);
+                        prefetch::stream_ahead(w, pass.group(i) * nb + b);
                     }
                 }
                 let ws = [&wr[0][b], &wr[1][b], &wr[2][b], &wr[3][b]];
@@ -182,9 +181,9 @@ unsafe fn tiles<B: Avx2Block, D: DotStep<B>, const R: usize, const C: usize>(
             // SAFETY: `lanes` holds four f32.
             unsafe { _mm_storeu_ps(lanes.as_mut_ptr(), acc) };
             for (l, v) in lanes.into_iter().enumerate() {
-                let (r, c) = (r0 + lane(l).0, c0 + lane(l).1);
-                if r < rows && c < cols.end {
-                    g.out[c * ld + r] = v;
+                let (r, c) = lane(l);
+                if r < pass.real && c0 + c < cols.end {
+                    g.out[(c0 + c) * ld + pass.group(r)] = v;
                 }
             }
         }

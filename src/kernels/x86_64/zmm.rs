@@ -321,7 +321,7 @@ unsafe fn group_loop<B: RowPairBlock, const G: usize, const C: usize, const F: u
         let mut acc = [unsafe { _mm512_setzero_ps() }; F];
         for (b, op) in ops.chunks_exact(C).enumerate() {
             for at in starts {
-                prefetch::blocks_to_l2::<1>(x, at + b + prefetch::STREAM_BLOCKS_AHEAD);
+                prefetch::stream_ahead(x, at + b);
             }
             let blk = starts.map(|at| &x[at + b]);
             let u = blk.map(&decode);
