@@ -127,3 +127,38 @@ pub(in crate::kernels) fn line_to_l2<T>(p: *const T) {
 fn elem_size<T>(_: &[T]) -> usize {
     size_of::<T>()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PassGroups;
+
+    /// Every row group is a real lane of exactly one pass, lanes past `real` repeat the last
+    /// real group, and a pass's real groups lie `stride` apart.
+    fn passes_cover_every_group_once<const G: usize>() {
+        for groups in 0..40 {
+            let mut seen = vec![0u32; groups];
+            for pass in PassGroups::all::<G>(groups) {
+                assert!((1..=G).contains(&pass.real), "{G} x {groups}: {pass:?}");
+                for i in 0..G {
+                    let g = pass.group(i);
+                    assert!(g < groups, "{G} x {groups}: {pass:?} lane {i}");
+                    match i < pass.real {
+                        true => {
+                            assert_eq!(g, pass.first + i * pass.stride);
+                            seen[g] += 1;
+                        }
+                        false => assert_eq!(g, pass.group(pass.real - 1)),
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{G} x {groups}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn passes_of_one_two_and_four_groups_cover_every_group_once() {
+        passes_cover_every_group_once::<1>();
+        passes_cover_every_group_once::<2>();
+        passes_cover_every_group_once::<4>();
+    }
+}
