@@ -254,8 +254,10 @@ fn store_groups(out: &mut [f32], pass: PassGroups, acc: __m512) {
 /// [`fold4`]s. Pair `j` of a pass (its group `j / C`, column `j % C`) is lane `j % 4` of
 /// sums `j / 4`, and `store(pass, sums)` gets them with the pass's groups ([`PassGroups`]: a
 /// short pass repeats its last group; the copies are not for storing), whose groups lie
-/// apart, each a weight stream of its own. `ops` holds `C` columns' operands a block. The gemv is `G = 4, C = 1`; two columns share each decode as `G = 2, C = 2`, three as
-/// `G = 4, C = 3` (three folds), instead of a pass of four columns with copies. The blocks are decoded with GFNI where the CPU has it ([`decode_gfni`]).
+/// apart, each a weight stream of its own. `ops` holds `C` columns' operands a block. The gemv
+/// is `G = 4, C = 1`; two columns share each decode as `G = 2, C = 2`, three as `G = 4, C = 3`
+/// (three folds), instead of a pass of four columns with copies. The blocks are decoded with
+/// GFNI where the CPU has it ([`decode_gfni`]).
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn group_passes<B: RowPairBlock, const G: usize, const C: usize, const F: usize>(
     x: &[B],
