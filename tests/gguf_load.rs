@@ -1,13 +1,14 @@
 //! Loading the shared models: every tensor arrives with the right type and values, pq2_0
 //! matrices land in T2P (checked row by row against the file's own bytes), streaming in small
-//! chunks gives the same result, and loading holds no second copy of the weights.
+//! chunks gives the same result, the repacked matrices lie in one range of memory, and loading
+//! holds no second copy of the weights.
 
 mod runner_data;
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
-use t2p::format::{BlockPq2_0, dequantize_row_pq2_0, f16_to_f32};
+use t2p::format::{BlockPq2_0, T2pSlice, dequantize_row_pq2_0, f16_to_f32};
 use t2p::runner::{
     GgmlType, GgufFile, LoadOptions, TensorData, TensorInfo, TensorStore, current_rss_bytes,
     peak_rss_bytes,
@@ -95,6 +96,25 @@ fn check_model(path: &Path, opts: &LoadOptions) -> (GgufFile, TensorStore) {
     (gguf, store)
 }
 
+/// The matrices a load repacks lie one after another in one allocation, in file order, so
+/// that huge pages can hold all of them (the weight arena), not only those of 2 MiB or more.
+fn assert_repacked_in_one_range(gguf: &GgufFile, store: &TensorStore) {
+    let spans: Vec<(usize, usize)> = gguf
+        .tensors()
+        .iter()
+        .filter(|t| t.ggml_type == GgmlType::PQ2_0)
+        .filter_map(|t| store.require(&t.name).unwrap().as_t2p())
+        .map(|m| match m.blocks() {
+            T2pSlice::G128(b) => (b.as_ptr() as usize, std::mem::size_of_val(b)),
+            T2pSlice::G64(b) => (b.as_ptr() as usize, std::mem::size_of_val(b)),
+        })
+        .collect();
+    assert!(spans.len() > 1);
+    for w in spans.windows(2) {
+        assert_eq!(w[0].0 + w[0].1, w[1].0, "repacked matrices apart");
+    }
+}
+
 #[test]
 fn stories260k_loads_as_f32() {
     let _guard = serial();
@@ -147,6 +167,7 @@ fn qwen_models_load_into_t2p() {
             .filter(|t| t.ggml_type == GgmlType::PQ2_0)
             .count();
         assert_eq!(n_t2p, n_pq2, "{p}: every pq2_0 matrix is T2P-able");
+        assert_repacked_in_one_range(&gguf, &store);
         let emb = store.require("token_embd.weight").unwrap();
         assert!(emb.as_t2p().is_some());
         assert_eq!(emb.n_rows(), 151936);

@@ -62,14 +62,27 @@ impl Int8Matrix {
     /// Repacks a BitNet tensor of type `ty` (I2_S, IQ2_BN or IQ1_BN), `rows x k` (`k` a multiple
     /// of 128), from its bytes as the file holds them.
     pub fn from_bitnet(ty: GgmlType, data: &[u8], rows: usize, k: usize) -> Result<Self> {
+        let mut blocks = vec![BlockT2p::default(); t2p_block_count(rows, k)?];
+        let scales = Self::repack_bitnet(ty, data, rows, k, &mut blocks)?;
+        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
+    }
+
+    /// [`from_bitnet`](Self::from_bitnet)'s checks and repack into blocks the caller holds
+    /// (`t2p_block_count(rows, k)` of them, e.g. in one allocation with other matrices), for
+    /// [`new`](Self::new) over them: returns the f32 scales.
+    pub fn repack_bitnet(
+        ty: GgmlType,
+        data: &[u8],
+        rows: usize,
+        k: usize,
+        dst: &mut [BlockT2p],
+    ) -> Result<Vec<f32>> {
         // The shape first: it refuses a `rows x k` whose size overflows (a hostile file's).
-        let count = t2p_block_count(rows, k)?;
+        check_len("T2P blocks", t2p_block_count(rows, k)?, dst.len())?;
         let bytes = bitnet_bytes(ty, rows, k)
             .ok_or_else(|| Error::InvalidArgument(format!("{} is not a BitNet type", ty.name())))?;
         check_len("BitNet tensor bytes", bytes, data.len())?;
-        let mut blocks = vec![BlockT2p::default(); count];
-        let scales = repack_bitnet_to_t2p(ty, data, rows, k, &mut blocks)?;
-        Self::new(T2pMatrix::from_t2p_blocks(blocks, rows, k)?, scales)
+        repack_bitnet_to_t2p(ty, data, rows, k, dst)
     }
 
     /// Takes a T2P matrix whose block scales are all 1.0 and its f32 scales (one, or one per

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,10 +19,11 @@ use bytemuck::Pod;
 
 use super::error::{GgufError, Result};
 use super::gguf::{GgufFile, TensorInfo};
+use super::memory::WeightArena;
 use crate::format::{
-    BlockPq2_0, BlockT2p, BlockT2pG64, GgmlType, QK_PQ2_0, ROWS_PER_T2P, T2P_LAYOUT_KEY,
-    T2P_LAYOUT_VERSION, TernaryBlock, bf16_to_f32, f16_to_f32, repack_to_t2p, t2p_block_count,
-    t2p_row_groups, with_block_type,
+    BlockPq2_0, BlockT2p, BlockT2pG64, GgmlType, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock,
+    T2P_LAYOUT_KEY, T2P_LAYOUT_VERSION, TernaryBlock, bf16_to_f32, f16_to_f32, repack_to_t2p,
+    t2p_block_count, t2p_row_groups, with_block_type,
 };
 use crate::matmul::{Int8Matrix, QuantMatrix, SharedBytes, T2pMatrix};
 
@@ -65,6 +67,16 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// Tensor `t` of a file, holding `data`.
+    fn new(t: &TensorInfo, data: TensorData) -> Tensor {
+        Tensor {
+            name: t.name.clone(),
+            shape: t.shape.clone(),
+            source_type: t.ggml_type,
+            data,
+        }
+    }
+
     /// The GGML type of the tensor in the file ([`source_type`](Self::source_type)): a T2P
     /// matrix reports the ternary format it was repacked from.
     pub fn ggml_type(&self) -> GgmlType {
@@ -420,14 +432,27 @@ impl TensorStore {
             shared,
             mapped,
             scratch: Vec::new(),
+            arena: WeightArena::new(repacked_bytes(gguf, opts)),
             opts,
             progress: &progress,
         };
         let mut store = TensorStore::default();
+        let mut in_arena = Vec::new();
         for t in gguf.tensors() {
-            let tensor = file.load_one(t)?;
             store.order.push(t.name.clone());
-            store.tensors.insert(t.name.clone(), tensor);
+            match file.load_one(t)? {
+                Loaded::Data(data) => {
+                    store.tensors.insert(t.name.clone(), Tensor::new(t, data));
+                }
+                Loaded::InArena(m) => in_arena.push((t, m)),
+            }
+        }
+        if let Some(arena) = file.arena.take() {
+            let bytes: SharedBytes = Arc::new(arena);
+            for (t, m) in in_arena {
+                let data = m.into_data(&bytes).map_err(|e| shape_err(&t.name, e))?;
+                store.tensors.insert(t.name.clone(), Tensor::new(t, data));
+            }
         }
         progress.finish();
         Ok(store)
@@ -490,6 +515,9 @@ struct FileReader<'a, R> {
     /// `u64`s so that any block type can be cast from them): a buffer allocated per matrix
     /// would cost a page fault and a page clear per 4 KiB read, as much as the matrix itself.
     scratch: Vec<Vec<u64>>,
+    /// Where the repacked matrices go, one after another ([`repacked_bytes`]); `None`: each
+    /// into an allocation of its own.
+    arena: Option<WeightArena>,
     opts: &'a LoadOptions,
     progress: &'a Counter<'a>,
 }
@@ -497,7 +525,7 @@ struct FileReader<'a, R> {
 impl<R: Read> FileReader<'_, R> {
     /// Tensor `t`'s data as `n` values of `T` (its byte size checked against the file's).
     fn read_vec<T: Pod>(&mut self, t: &TensorInfo, n: usize) -> Result<Vec<T>> {
-        let mut v = super::memory::zeroed_vec::<T>(n);
+        let mut v = crate::huge_pages::zeroed_vec::<T>(n);
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
         if bytes.len() as u64 != t.n_bytes {
             return Err(GgufError::Shape {
@@ -581,7 +609,7 @@ impl<R: Read> FileReader<'_, R> {
 
     /// Loads a BitNet tensor (I2_S, IQ2_BN, IQ1_BN) into an [`Int8Matrix`]: its bytes are read whole
     /// (a few MB per matrix: 2 bits a weight) and repacked.
-    fn load_int8(&mut self, t: &TensorInfo) -> Result<TensorData> {
+    fn load_int8(&mut self, t: &TensorInfo) -> Result<Loaded> {
         let (k, rows) = matrix_dims(t)?;
         if t.shape.len() != 2 || k == 0 || !k.is_multiple_of(QK_PQ2_0) {
             return Err(GgufError::Shape {
@@ -597,15 +625,27 @@ impl<R: Read> FileReader<'_, R> {
             reason: "size does not fit in memory".into(),
         })?;
         let bytes: Vec<u8> = self.read_vec(t, n)?;
+        let bad = |e| shape_err(&t.name, e);
+        let count = t2p_block_count(rows, k).map_err(bad)?;
+        if let Some((range, blocks)) = self.arena.as_mut().and_then(|a| a.take(count)) {
+            let scales = Int8Matrix::repack_bitnet(t.ggml_type, &bytes, rows, k, blocks);
+            return Ok(Loaded::InArena(ArenaMatrix {
+                range,
+                rows,
+                k,
+                g64: false,
+                int8_scales: Some(scales.map_err(bad)?),
+            }));
+        }
         let m = Int8Matrix::from_bitnet(t.ggml_type, &bytes, rows, k);
-        Ok(TensorData::Int8(m.map_err(|e| shape_err(&t.name, e))?))
+        Ok(Loaded::Data(TensorData::Int8(m.map_err(bad)?)))
     }
 
     /// Loads a ternary tensor (pq2_0 too when it goes to T2P): repacked into T2P when
     /// [`LoadOptions::uses_t2p`], else converted to pq2_0 blocks. Reads whole row groups (or, for
     /// pq2_0 blocks, whole source blocks) a chunk at a time into one reused buffer, so memory is
     /// the result plus one chunk.
-    fn load_ternary<B: TernaryBlock>(&mut self, t: &TensorInfo) -> Result<TensorData> {
+    fn load_ternary<B: TernaryBlock>(&mut self, t: &TensorInfo) -> Result<Loaded> {
         let name = &t.name;
         let bad = |reason: String| GgufError::Shape {
             name: name.clone(),
@@ -638,6 +678,7 @@ impl<R: Read> FileReader<'_, R> {
             start: self.gguf.tensor_file_range(t).start,
             progress: self.progress,
             name,
+            arena: self.arena.as_mut(),
         };
         if self.opts.uses_t2p(t) {
             let (k, rows) = matrix_dims(t)?;
@@ -658,13 +699,14 @@ impl<R: Read> FileReader<'_, R> {
             return Err(bad(format!("{} is not held as pq2_0 blocks", B::NAME)));
         }
         data.convert_to_pq2_0::<B>(n_src, self.opts.chunk_bytes)
+            .map(Loaded::Data)
     }
 }
 
 impl<R: Read + Seek> FileReader<'_, R> {
     /// Loads tensor `t`: T2P, pq2_0 blocks, a ggml block matrix or floats, as
     /// [`LoadOptions`] and its type decide.
-    fn load_one(&mut self, t: &TensorInfo) -> Result<Tensor> {
+    fn load_one(&mut self, t: &TensorInfo) -> Result<Loaded> {
         self.gguf.seek_to(self.src, t)?;
         let n = t.n_elements() as usize;
         let data = match t.ggml_type {
@@ -690,12 +732,12 @@ impl<R: Read + Seek> FileReader<'_, R> {
                     TensorData::Bf16(v)
                 }
             }
-            ty if ty.is_int8_ternary() => self.load_int8(t)?,
+            ty if ty.is_int8_ternary() => return self.load_int8(t),
             ty if ty.is_t2p() => self.load_t2p(t)?,
             // Q2_0 (group 64) goes to T2P where its rows allow, else as the file holds it.
             ty if ty.is_quant() && !self.opts.uses_t2p(t) => self.load_quant(t)?,
             other => with_block_type!(ternary other,
-                B => self.load_ternary::<B>(t)?,
+                B => return self.load_ternary::<B>(t),
                 _ => {
                     return Err(GgufError::UnsupportedTensorType {
                         name: t.name.clone(),
@@ -704,13 +746,66 @@ impl<R: Read + Seek> FileReader<'_, R> {
                 }
             ),
         };
-        Ok(Tensor {
-            name: t.name.clone(),
-            shape: t.shape.clone(),
-            source_type: t.ggml_type,
-            data,
+        Ok(Loaded::Data(data))
+    }
+}
+
+/// A tensor as [`FileReader::load_one`] leaves it.
+enum Loaded {
+    /// Loaded whole.
+    Data(TensorData),
+    /// A matrix repacked into the load's [`WeightArena`], which becomes shared (and so
+    /// matrices) only once every matrix in it is written.
+    InArena(ArenaMatrix),
+}
+
+/// Where a repacked matrix lies in the load's [`WeightArena`].
+struct ArenaMatrix {
+    range: Range<usize>,
+    rows: usize,
+    k: usize,
+    g64: bool,
+    /// A BitNet matrix's f32 scales ([`Int8Matrix`]); `None`: a T2P matrix.
+    int8_scales: Option<Vec<f32>>,
+}
+
+impl ArenaMatrix {
+    /// The matrix, its blocks read where they lie in `arena`.
+    fn into_data(self, arena: &SharedBytes) -> crate::Result<TensorData> {
+        let ArenaMatrix {
+            range,
+            rows,
+            k,
+            g64,
+            int8_scales,
+        } = self;
+        let m = T2pMatrix::from_shared(Arc::clone(arena), range, rows, k, g64)?;
+        Ok(match int8_scales {
+            Some(scales) => TensorData::Int8(Int8Matrix::new(m, scales)?),
+            None => TensorData::T2p(m),
         })
     }
+}
+
+/// Bytes of every T2P matrix the load repacks (each BitNet matrix, and those
+/// [`LoadOptions::uses_t2p`] takes from a ternary type; one in the T2P layout already is read
+/// or mapped as it is): the size of the load's [`WeightArena`]. A tensor whose shape is refused
+/// adds nothing: its load fails anyway.
+fn repacked_bytes(gguf: &GgufFile, opts: &LoadOptions) -> usize {
+    let bytes = |t: &TensorInfo| {
+        let block = match t.ggml_type {
+            ty if ty.is_int8_ternary() => size_of::<BlockT2p>(),
+            _ if !opts.uses_t2p(t) => return None,
+            ty => with_block_type!(ternary ty,
+                B => size_of::<<B as TernaryBlock>::Target>(),
+                _ => return None,
+            ),
+        };
+        let (k, rows) = matrix_dims(t).ok()?;
+        t2p_block_count(rows, k).ok()?.checked_mul(block)
+    };
+    let tensors = gguf.tensors().iter();
+    tensors.filter_map(bytes).fold(0, usize::saturating_add)
 }
 
 /// Refuses a file with T2P matrices unless this build wrote their layout: the layout version
@@ -760,6 +855,8 @@ struct TensorBytes<'a, R> {
     start: u64,
     progress: &'a Counter<'a>,
     name: &'a str,
+    /// Where the repacked blocks go (`None`: a fresh allocation).
+    arena: Option<&'a mut WeightArena>,
 }
 
 impl<R: Read> TensorBytes<'_, R> {
@@ -773,20 +870,33 @@ impl<R: Read> TensorBytes<'_, R> {
     }
 
     /// The `rows x k` matrix repacked into T2P by `fill`, which gets the chunk plan and the
-    /// zeroed result (the setup and the finish of both repack paths).
+    /// zeroed result (the setup and the finish of both repack paths), in the arena where
+    /// there is one with room.
     fn build_t2p<B: TernaryBlock>(
         &mut self,
         rows: usize,
         k: usize,
         chunk_bytes: usize,
         fill: impl FnOnce(&mut Self, &RepackPlan, &mut [B::Target]) -> Result<()>,
-    ) -> Result<TensorData> {
+    ) -> Result<Loaded> {
         let name = self.name;
         let plan = RepackPlan::new::<B>(name, rows, k, chunk_bytes)?;
-        let mut blocks = super::memory::zeroed_vec::<B::Target>(plan.nblocks);
+        let arena = self.arena.take();
+        if let Some((range, blocks)) = arena.and_then(|a| a.take::<B::Target>(plan.nblocks)) {
+            fill(self, &plan, blocks)?;
+            let g64 = <B::Target as RowPairBlock>::HALVES == 2;
+            return Ok(Loaded::InArena(ArenaMatrix {
+                range,
+                rows,
+                k,
+                g64,
+                int8_scales: None,
+            }));
+        }
+        let mut blocks = crate::huge_pages::zeroed_vec::<B::Target>(plan.nblocks);
         fill(self, &plan, &mut blocks)?;
         let m = T2pMatrix::from_t2p_blocks(blocks, rows, k).map_err(|e| shape_err(name, e))?;
-        Ok(TensorData::T2p(m))
+        Ok(Loaded::Data(TensorData::T2p(m)))
     }
 
     /// The `rows x k` matrix repacked into T2P, whole row groups a chunk at a time (the last
@@ -796,7 +906,7 @@ impl<R: Read> TensorBytes<'_, R> {
         rows: usize,
         k: usize,
         chunk_bytes: usize,
-    ) -> Result<TensorData> {
+    ) -> Result<Loaded> {
         self.build_t2p::<B>(rows, k, chunk_bytes, |data, plan, blocks| {
             let mut buf = vec![B::zeroed(); plan.rows_per_chunk * plan.per_row];
             for (c, out) in blocks.chunks_mut(plan.chunk_blocks()).enumerate() {
@@ -823,7 +933,7 @@ impl<R: Read> TensorBytes<'_, R> {
         rows: usize,
         k: usize,
         chunk_bytes: usize,
-    ) -> Result<TensorData> {
+    ) -> Result<Loaded> {
         use std::os::unix::fs::FileExt;
         self.build_t2p::<B>(rows, k, chunk_bytes, |data, plan, blocks| {
             let (name, start, progress) = (data.name, data.start, data.progress);

@@ -1,73 +1,68 @@
-//! The model's large buffers (weights, KV cache) on transparent huge pages where the kernel
-//! allows it.
-//!
-//! Linux often runs transparent huge pages in `madvise` mode: only ranges marked with
-//! `madvise(MADV_HUGEPAGE)` get 2 MiB pages. A weight matrix read once per token on 4 KiB pages
-//! walks a page table entry (and often a TLB miss) every 4 KiB; on 2 MiB pages 512 times
-//! fewer, and loading faults it in 512 times fewer page faults. The advice changes no byte and
-//! is only a hint: elsewhere (other systems, THP off) these are plain allocations.
-//!
-//! Off unless `T2P_HUGEPAGES=1`: with THP `defrag` at its usual `madvise`, every huge-page
-//! fault in an advised range compacts memory synchronously, and with the page cache holding the
-//! model file (the usual case right after it was read) that cost a 7 GB load 25-50 % more
-//! kernel time than the 4 KiB pages did (README, performance), more than any decode gain this
-//! machine could measure.
+//! The model's memory: one allocation for the matrices the loader repacks ([`WeightArena`])
+//! and a converted file mapped in place ([`MappedFile`]). Both large buffers come on huge
+//! pages where the system gives them ([`crate::huge_pages`]).
 
-use std::sync::OnceLock;
+use crate::huge_pages;
 
-use bytemuck::Zeroable;
-
-/// The huge page size of x86-64 and most aarch64 kernels; a smaller real size only makes the
-/// advised range a little shorter than it could be.
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Whether huge pages are asked for (`T2P_HUGEPAGES=1`).
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("T2P_HUGEPAGES").is_some_and(|v| v == "1"))
+/// One zeroed allocation that the loader carves the matrices it repacks out
+/// of, one after another, so that a model's weights are one range of memory instead of one
+/// allocation per matrix.
+///
+/// Huge pages need whole 2 MiB ranges of one advised mapping: on their own, the 1.7B's
+/// attention matrices (0.5-1.1 MB) got none and its FFN matrices (3.3 MB) one each, 180 of
+/// its 436 MB of weights. One allocation holds them all: everything but the two ends.
+pub(crate) struct WeightArena {
+    words: Vec<u64>,
+    /// Bytes handed out.
+    used: usize,
 }
 
-/// `n` zeroed values of `T`, from `calloc` (a large allocation is fresh zero pages the kernel
-/// maps on first touch, so the threads that fill it fault its pages in, not one `memset`), on
-/// huge pages where asked for and possible.
-pub(crate) fn zeroed_vec<T: Zeroable>(n: usize) -> Vec<T> {
-    let v = bytemuck::zeroed_vec::<T>(n);
-    advise_huge(v.as_ptr().cast(), std::mem::size_of_val(v.as_slice()));
-    v
-}
-
-/// Advises huge pages for the whole allocation of `v` (its capacity, touched or not): pages
-/// not yet touched then come as huge pages.
-pub(crate) fn advise_huge_vec<T>(v: &Vec<T>) {
-    advise_huge(v.as_ptr().cast(), v.capacity() * std::mem::size_of::<T>());
-}
-
-/// `madvise(MADV_HUGEPAGE)` on the whole huge pages inside `len` bytes at `p` (nothing for a
-/// range shorter than one).
-fn advise_huge(p: *const u8, len: usize) {
-    if len < HUGE_PAGE || !enabled() {
-        return;
+impl WeightArena {
+    /// Room for `bytes` bytes of matrices, or `None` where the allocator has none (a file that
+    /// declares more than fits): the loader then allocates matrix by matrix, as without one.
+    pub(crate) fn new(bytes: usize) -> Option<WeightArena> {
+        let n = bytes.div_ceil(8);
+        let layout = std::alloc::Layout::array::<u64>(n).ok()?;
+        if layout.size() == 0 {
+            return None;
+        }
+        // SAFETY: the layout's size is not zero.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u64>();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: `p` comes from the global allocator with the layout of `n` u64s, all
+        // initialized (zero), so a Vec of length and capacity `n` owns it.
+        let words = unsafe { Vec::from_raw_parts(p, n, n) };
+        huge_pages::advise_vec(&words);
+        Some(WeightArena { words, used: 0 })
     }
-    let start = (p as usize).next_multiple_of(HUGE_PAGE);
-    let end = (p as usize).saturating_add(len) / HUGE_PAGE * HUGE_PAGE;
-    if end > start {
-        advise(start, end - start);
-    }
-}
 
-#[cfg(target_os = "linux")]
-fn advise(start: usize, len: usize) {
-    // SAFETY: `start..start + len` lies inside one live allocation of the caller (a `Vec`'s
-    // buffer, rounded inwards to whole huge pages). MADV_HUGEPAGE only flags the mapping: it
-    // changes no byte, unmaps nothing and hands out no pointer; on failure (THP compiled out,
-    // an old kernel) the mapping is left as it was, so the result is ignored.
-    unsafe {
-        libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    /// The next `n` values of `T` (zeroed) and their byte range in [`as_ref`](Self::as_ref);
+    /// `None` when fewer bytes are left, or when `T` is not whole 8-byte words (every T2P
+    /// block is: 136 and 144 bytes).
+    pub(crate) fn take<T: bytemuck::Pod>(
+        &mut self,
+        n: usize,
+    ) -> Option<(std::ops::Range<usize>, &mut [T])> {
+        let size = std::mem::size_of::<T>();
+        if !size.is_multiple_of(8) || std::mem::align_of::<T>() > 8 {
+            return None;
+        }
+        let bytes = n.checked_mul(size)?;
+        let end = self.used.checked_add(bytes)?;
+        let words = self.words.get_mut(self.used / 8..end / 8)?;
+        let range = self.used..end;
+        self.used = end;
+        Some((range, bytemuck::cast_slice_mut(words)))
     }
 }
 
-#[cfg(not(target_os = "linux"))]
-fn advise(_start: usize, _len: usize) {}
+impl AsRef<[u8]> for WeightArena {
+    fn as_ref(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.words)
+    }
+}
 
 /// A whole file mapped read-only (`mmap`, `MAP_PRIVATE`), its pages faulted in at once
 /// (`MAP_POPULATE`) so the first token does not pay for them: a file of T2P blocks
@@ -146,16 +141,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn zeroed_vec_is_zero_and_writable() {
-        for n in [0, 1, 1000, (5 << 20) + 3] {
-            let mut v: Vec<u16> = zeroed_vec(n);
-            assert_eq!(v.len(), n);
-            assert!(v.iter().all(|&x| x == 0));
-            if let Some(x) = v.last_mut() {
-                *x = 7;
-            }
-            advise_huge_vec(&v);
-            assert_eq!(v.last().copied(), (n > 0).then_some(7));
-        }
+    fn arena_hands_out_zeroed_disjoint_ranges_in_order_until_full() {
+        let mut arena = WeightArena::new(3 * 136 + 144).unwrap();
+        let (r0, a) = arena.take::<crate::format::BlockT2p>(2).unwrap();
+        assert!(a.iter().all(|b| *b == Default::default()));
+        a[1].d[3] = 0x1234;
+        let (r1, b) = arena.take::<crate::format::BlockT2pG64>(1).unwrap();
+        b[0].qs[1][3][15] = 0xab;
+        assert_eq!((r0.clone(), r1.clone()), (0..272, 272..416));
+        // Not whole 8-byte words: refused, and nothing is used up.
+        assert!(arena.take::<[u16; 3]>(1).is_none());
+        assert!(arena.take::<crate::format::BlockT2p>(2).is_none());
+        let (r2, _) = arena.take::<crate::format::BlockT2p>(1).unwrap();
+        assert_eq!(r2, 416..552);
+        assert!(arena.take::<u64>(1).is_none());
+        let bytes = arena.as_ref();
+        assert_eq!(bytes.len(), 552);
+        assert_eq!(&bytes[136 + 6..136 + 8], &0x1234u16.to_ne_bytes());
+        assert_eq!(bytes[r1.end - 1], 0xab);
+        let written = [136 + 6, 136 + 7, r1.end - 1];
+        let others = (0..bytes.len()).filter(|i| !written.contains(i));
+        assert!(others.into_iter().all(|i| bytes[i] == 0));
+        assert!(WeightArena::new(0).is_none());
+        assert!(WeightArena::new(usize::MAX).is_none());
     }
 }

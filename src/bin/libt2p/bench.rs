@@ -117,25 +117,24 @@ fn lcg(s: &mut u64) -> u64 {
 
 /// `n` random blocks: every code byte of `parts(block).0` random (ternary codes mostly, some
 /// code 3), then each scale of `parts(block).1` small, positive or negative.
-fn random_blocks<B: Default>(
+fn random_blocks<B: bytemuck::Zeroable>(
     n: usize,
     seed: u64,
     parts: impl Fn(&mut B) -> (&mut [u8], &mut [u16]),
 ) -> Vec<B> {
     let mut s = seed;
-    (0..n)
-        .map(|_| {
-            let mut b = B::default();
-            let (codes, scales) = parts(&mut b);
-            for byte in codes {
-                *byte = (lcg(&mut s) >> 40) as u8;
-            }
-            for d in scales {
-                *d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
-            }
-            b
-        })
-        .collect()
+    // On huge pages, as a model's weights and the bandwidth probe are.
+    let mut blocks = t2p::huge_pages::zeroed_vec::<B>(n);
+    for b in &mut blocks {
+        let (codes, scales) = parts(b);
+        for byte in codes {
+            *byte = (lcg(&mut s) >> 40) as u8;
+        }
+        for d in scales {
+            *d = f32_to_f16(((lcg(&mut s) >> 40) % 200) as f32 / 1000.0 - 0.1);
+        }
+    }
+    blocks
 }
 
 fn t2p_blocks(n: usize, seed: u64) -> Vec<BlockT2p> {

@@ -61,7 +61,7 @@ impl KvBuf {
     fn resize(&mut self, n: usize) {
         fn grow<T: Copy>(b: &mut Vec<T>, n: usize, zero: T) {
             b.reserve_exact(n.saturating_sub(b.len()));
-            crate::runner::memory::advise_huge_vec(b);
+            crate::huge_pages::advise_vec(b);
             b.resize(n, zero);
         }
         match self {
