@@ -1,5 +1,5 @@
-//! Transparent huge pages for the buffers a decode streams every token: the weights, the KV
-//! cache, and the bandwidth probe that measures their ceiling.
+//! Transparent huge pages for the weights a decode streams every token, and for the bandwidth
+//! probe that measures their ceiling (the KV cache stays on 4 KiB pages: `KvBuf::resize`).
 //!
 //! Linux often runs transparent huge pages in `madvise` mode: only ranges marked with
 //! `madvise(MADV_HUGEPAGE)` get 2 MiB pages. On 4 KiB pages a weight stream crosses a page
