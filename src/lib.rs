@@ -11,7 +11,7 @@
 //!   that checks shapes, tiles columns and pads leftovers, and its parallel entry point on
 //!   [`pool`], the persistent thread pool;
 //! * [`bandwidth`]: the memory-read probe that gives the ceiling kernels are measured against;
-//! * [`huge_pages`]: the weights, the KV cache and the probe on transparent huge pages;
+//! * [`huge_pages`]: the weights and the bandwidth probe on transparent huge pages;
 //! * [`ffi`]: the C ABI (`include/t2p.h`);
 //! * `runner` (feature `runner`): the GGUF reader, the T2P loader and the tokenizers;
 //! * `testkit` (feature `testkit`, on with `cli`): fixture writers (GGUF files, synthetic models).

@@ -1,12 +1,12 @@
-//! The model's memory: one allocation for the matrices the loader repacks ([`WeightArena`])
-//! and a converted file mapped in place ([`MappedFile`]). Both large buffers come on huge
-//! pages where the system gives them ([`crate::huge_pages`]).
+//! The model's memory: one allocation for the matrices the loader repacks ([`WeightArena`]),
+//! on huge pages where the system gives them ([`crate::huge_pages`]), and a converted file
+//! mapped in place ([`MappedFile`]).
 
 use crate::huge_pages;
 
-/// One zeroed allocation that the loader carves the matrices it repacks out
-/// of, one after another, so that a model's weights are one range of memory instead of one
-/// allocation per matrix.
+/// One zeroed allocation that the loader carves the matrices it repacks out of, one after
+/// another, so that a model's weights are one range of memory instead of one allocation per
+/// matrix.
 ///
 /// Huge pages need whole 2 MiB ranges of one advised mapping: on their own, the 1.7B's
 /// attention matrices (0.5-1.1 MB) got none and its FFN matrices (3.3 MB) one each, 180 of
