@@ -33,13 +33,15 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 
 # The x86 paths this CPU must offer: AVX2 always (the project's baseline), AVX-VNNI and
-# AVX-512 VNNI (with BW and VL) where /proc/cpuinfo lists their flags. The tests fail if the
+# AVX-512 VNNI (with BW and VL) where /proc/cpuinfo lists their flags, AMX where it also lists
+# amx_tile and amx_int8 (the library asks Linux for the tile state; a refusal fails here). The tests fail if the
 # library disagrees with this list, so a machine with the flags fails when a path is missing.
 x86_isas=scalar,avx2
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { for f in "$@"; do grep -qw "$f" <<<"$flags" || return 1; done; }
 if has avx_vnni; then x86_isas=$x86_isas,avx-vnni; fi
 if has avx512f avx512bw avx512vl avx512_vnni; then x86_isas=$x86_isas,avx512-vnni; fi
+if has avx512f avx512bw avx512vl avx512_vnni amx_tile amx_int8; then x86_isas=$x86_isas,amx; fi
 
 step "x86_64: every Rust test (kernels on every path: $x86_isas; C ABI agreement, header drift, runner)"
 T2P_EXPECT_ISAS=$x86_isas cargo test --workspace

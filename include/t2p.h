@@ -35,6 +35,9 @@
 // x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI path.
 #define T2P_ISA_AVX512_VNNI 6
 
+// x86_64 AVX-512 VNNI + AMX-TILE/INT8 path (tile gemms for 16+ columns).
+#define T2P_ISA_AMX 7
+
 // CPU feature bit: x86_64 AVX2.
 #define T2P_CPU_AVX2 (1 << 0)
 
@@ -55,6 +58,9 @@
 
 // CPU feature bit: x86_64 GFNI (the `avx512-vnni` gemv decodes with it where present).
 #define T2P_CPU_GFNI (1 << 6)
+
+// CPU feature bit: x86_64 AMX-TILE and AMX-INT8, with the tile state granted by Linux.
+#define T2P_CPU_AMX (1 << 7)
 
 // CPU feature bit: aarch64 Advanced SIMD.
 #define T2P_CPU_NEON (1 << 8)
@@ -203,7 +209,7 @@ uint32_t t2p_cpu_features(void);
 // A static NUL-terminated description of a status code (any value is accepted). Cannot fail.
 const char *t2p_status_string(uint32_t status);
 
-// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"neon"`, `"neon-dotprod"`,
+// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"amx"`, `"neon"`, `"neon-dotprod"`,
 // `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 const char *t2p_isa_name(uint32_t isa);
 

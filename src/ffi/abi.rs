@@ -26,6 +26,8 @@ pub const T2P_ISA_NEON_I8MM: u32 = 4;
 pub const T2P_ISA_AVX_VNNI: u32 = 5;
 /// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI path.
 pub const T2P_ISA_AVX512_VNNI: u32 = 6;
+/// x86_64 AVX-512 VNNI + AMX-TILE/INT8 path (tile gemms for 16+ columns).
+pub const T2P_ISA_AMX: u32 = 7;
 
 /// CPU feature bit: x86_64 AVX2.
 pub const T2P_CPU_AVX2: u32 = 1 << 0;
@@ -41,6 +43,8 @@ pub const T2P_CPU_AVX512_VNNI: u32 = 1 << 4;
 pub const T2P_CPU_AVX_VNNI: u32 = 1 << 5;
 /// CPU feature bit: x86_64 GFNI (the `avx512-vnni` gemv decodes with it where present).
 pub const T2P_CPU_GFNI: u32 = 1 << 6;
+/// CPU feature bit: x86_64 AMX-TILE and AMX-INT8, with the tile state granted by Linux.
+pub const T2P_CPU_AMX: u32 = 1 << 7;
 /// CPU feature bit: aarch64 Advanced SIMD.
 pub const T2P_CPU_NEON: u32 = 1 << 8;
 /// CPU feature bit: aarch64 dot product.
@@ -100,6 +104,7 @@ const _: () = {
     assert!(T2P_CPU_AVX512_VNNI == cpu::AVX512_VNNI && T2P_CPU_AVX_VNNI == cpu::AVX_VNNI);
     assert!(T2P_CPU_DOTPROD == cpu::DOTPROD && T2P_CPU_I8MM == cpu::I8MM);
     assert!(T2P_CPU_GFNI == cpu::GFNI);
+    assert!(T2P_ISA_AMX == Isa::Amx as u32 && T2P_CPU_AMX == cpu::AMX);
     assert!(
         T2P_PQ2_0_BLOCK_BYTES == size_of::<BlockPq2_0>()
             && T2P_T2P_BLOCK_BYTES == size_of::<BlockT2p>()
@@ -258,7 +263,7 @@ pub extern "C" fn t2p_status_string(status: u32) -> *const c_char {
     T2pStatus::message(status).as_ptr().cast()
 }
 
-/// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"neon"`, `"neon-dotprod"`,
+/// The name of an ISA path (`"scalar"`, `"avx2"`, `"avx-vnni"`, `"avx512-vnni"`, `"amx"`, `"neon"`, `"neon-dotprod"`,
 /// `"neon-i8mm"`), or NULL for an unknown number. Cannot fail otherwise.
 #[unsafe(no_mangle)]
 pub extern "C" fn t2p_isa_name(isa: u32) -> *const c_char {
@@ -267,6 +272,7 @@ pub extern "C" fn t2p_isa_name(isa: u32) -> *const c_char {
         T2P_ISA_AVX2 => c"avx2".as_ptr(),
         T2P_ISA_AVX_VNNI => c"avx-vnni".as_ptr(),
         T2P_ISA_AVX512_VNNI => c"avx512-vnni".as_ptr(),
+        T2P_ISA_AMX => c"amx".as_ptr(),
         T2P_ISA_NEON => c"neon".as_ptr(),
         T2P_ISA_NEON_DOTPROD => c"neon-dotprod".as_ptr(),
         T2P_ISA_NEON_I8MM => c"neon-i8mm".as_ptr(),

@@ -18,6 +18,9 @@ pub const AVX_VNNI: u32 = 1 << 5;
 /// x86_64 GFNI (Galois-field affine transforms; the AVX-512 VNNI gemv's decode uses them
 /// where the CPU has them).
 pub const GFNI: u32 = 1 << 6;
+/// x86_64 AMX-TILE and AMX-INT8, with the tile state granted to this process by Linux
+/// (`arch_prctl(ARCH_REQ_XCOMP_PERM)`, asked once at detection).
+pub const AMX: u32 = 1 << 7;
 /// aarch64 Advanced SIMD.
 pub const NEON: u32 = 1 << 8;
 /// aarch64 dot product (SDOT).
@@ -25,7 +28,7 @@ pub const DOTPROD: u32 = 1 << 9;
 /// aarch64 int8 matrix multiply (SMMLA).
 pub const I8MM: u32 = 1 << 10;
 
-const NAMES: [(u32, &str); 10] = [
+const NAMES: [(u32, &str); 11] = [
     (AVX2, "avx2"),
     (FMA, "fma"),
     (F16C, "f16c"),
@@ -33,6 +36,7 @@ const NAMES: [(u32, &str); 10] = [
     (AVX512_VNNI, "avx512vnni"),
     (AVX_VNNI, "avxvnni"),
     (GFNI, "gfni"),
+    (AMX, "amx"),
     (NEON, "neon"),
     (DOTPROD, "dotprod"),
     (I8MM, "i8mm"),
@@ -61,6 +65,7 @@ fn detect() -> u32 {
             ),
             (AVX_VNNI, std::arch::is_x86_feature_detected!("avxvnni")),
             (GFNI, std::arch::is_x86_feature_detected!("gfni")),
+            (AMX, amx_granted()),
         ] {
             if on {
                 f |= bit;
@@ -80,6 +85,41 @@ fn detect() -> u32 {
         }
     }
     f
+}
+
+/// Whether the CPU lists AMX-TILE and AMX-INT8 (CPUID leaf 7: EDX bits 24 and 25) and Linux
+/// grants this process the tile data state, which it must before the first tile instruction.
+/// A refusal is said once on stderr: the AVX-512 path runs instead.
+#[cfg(target_arch = "x86_64")]
+fn amx_granted() -> bool {
+    // Leaf 7 exists on every CPU with AVX2, which every x86 path needs anyway.
+    let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+    if leaf7.edx & (3 << 24) != 3 << 24 {
+        return false;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: arch_prctl with these arguments only changes this process's permitted
+        // xsave features; it reads and writes no memory of ours.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            )
+        };
+        if r != 0 {
+            eprintln!(
+                "t2p: the CPU has AMX but Linux refused the tile state ({}); using avx512-vnni",
+                std::io::Error::last_os_error()
+            );
+        }
+        r == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
 }
 
 /// Names of the features in `bits`, in a fixed order.

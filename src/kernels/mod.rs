@@ -17,7 +17,7 @@
 //! the group-64 T2P block of mainline's Q2_0, `(acc + d_w0 * (d0*i0 + d1*i1)) + d_w1 * (d2*i2 +
 //! d3*i3)`: `fold_q8_0`), in block order, without fused multiply-add. So outputs are bit-identical across paths, which the tests assert.
 //!
-//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|avx512-vnni|neon|neon-dotprod|neon-i8mm`
+//! The best path is chosen once ([`active`]); `T2P_ISA=scalar|avx2|avx-vnni|avx512-vnni|amx|neon|neon-dotprod|neon-i8mm`
 //! or [`set_active`] force another one (tests use [`Kernels::for_isa`] directly).
 
 use std::fmt;
@@ -105,15 +105,19 @@ pub enum Isa {
     AvxVnni = 5,
     /// x86_64 AVX2 + F16C + AVX-512 F/BW/VL/VNNI (`vpdpbusd`, EVEX).
     Avx512Vnni = 6,
+    /// x86_64 AVX-512 VNNI + AMX-TILE/INT8 (`tdpbusd` tiles for gemms of 16+ columns), where
+    /// Linux grants the process the tile state.
+    Amx = 7,
 }
 
 impl Isa {
     /// Every path, in the order of preference within its architecture (best last).
-    pub const ALL: [Isa; 7] = [
+    pub const ALL: [Isa; 8] = [
         Isa::Scalar,
         Isa::Avx2,
         Isa::AvxVnni,
         Isa::Avx512Vnni,
+        Isa::Amx,
         Isa::Neon,
         Isa::NeonDotprod,
         Isa::NeonI8mm,
@@ -126,6 +130,7 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::AvxVnni => "avx-vnni",
             Isa::Avx512Vnni => "avx512-vnni",
+            Isa::Amx => "amx",
             Isa::Neon => "neon",
             Isa::NeonDotprod => "neon-dotprod",
             Isa::NeonI8mm => "neon-i8mm",
@@ -137,7 +142,7 @@ impl Isa {
         Isa::ALL
             .into_iter()
             .find(|isa| isa.name() == name.trim())
-            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, avx-vnni, avx512-vnni, neon, neon-dotprod, neon-i8mm)")))
+            .ok_or_else(|| Error::InvalidArgument(format!("unknown ISA {name:?} (expected one of scalar, avx2, avx-vnni, avx512-vnni, amx, neon, neon-dotprod, neon-i8mm)")))
     }
 
     /// The ISA with the given stable number.
@@ -158,6 +163,7 @@ impl Isa {
             Isa::Avx2 => x86,
             Isa::AvxVnni => x86 | cpu::AVX_VNNI,
             Isa::Avx512Vnni => x86 | cpu::AVX512F | cpu::AVX512_VNNI,
+            Isa::Amx => x86 | cpu::AVX512F | cpu::AVX512_VNNI | cpu::AMX,
             Isa::Neon => cpu::NEON,
             Isa::NeonDotprod => cpu::NEON | cpu::DOTPROD,
             Isa::NeonI8mm => cpu::NEON | cpu::DOTPROD | cpu::I8MM,

@@ -59,7 +59,7 @@ const fn act(isa: Isa) -> ActKernels {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => x86_64::act::AVX2,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => x86_64::act::AVX512,
+        Isa::Avx512Vnni | Isa::Amx => x86_64::act::AVX512,
         _ => act::SCALAR,
     }
 }
@@ -68,7 +68,7 @@ const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
     match isa {
         Isa::Scalar => Some(&scalar::KERNELS),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => x86_64::t2p(isa),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni | Isa::Amx => x86_64::t2p(isa),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => aarch64::t2p(isa),
         _ => None,
@@ -76,13 +76,13 @@ const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
 }
 
 /// AVX2 for the AVX2 and AVX-VNNI paths, the AVX-512 table (its own Q6_K, AVX2's other types)
-/// on the AVX-512 one, SDOT for the aarch64 paths with dotprod, the scalar reference elsewhere.
+/// on the AVX-512 and AMX ones, SDOT for the aarch64 paths with dotprod, the scalar reference elsewhere.
 const fn quant(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => &x86_64::quant::KERNELS,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => &x86_64::quant_zmm::KERNELS,
+        Isa::Avx512Vnni | Isa::Amx => &x86_64::quant_zmm::KERNELS,
         #[cfg(target_arch = "aarch64")]
         Isa::NeonDotprod | Isa::NeonI8mm => &aarch64::quant::KERNELS,
         _ => &quant::scalar::KERNELS,
@@ -97,7 +97,7 @@ const fn float_loops(isa: Isa) -> (F16Kernel, AttentionKernels) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::AvxVnni => (x86_64::f16::AVX2, x86_64::attention::AVX2),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni => (x86_64::f16::AVX512, x86_64::attention::AVX512),
+        Isa::Avx512Vnni | Isa::Amx => (x86_64::f16::AVX512, x86_64::attention::AVX512),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon | Isa::NeonDotprod | Isa::NeonI8mm => (aarch64::f16::NEON, attention::SCALAR),
         _ => (f16::SCALAR, attention::SCALAR),

@@ -8,6 +8,7 @@
 //! | [`Isa::Avx2`] | `maddubs` (int16 pairs, saturating) + `madd` ([`avx2`]) | AVX2, F16C |
 //! | [`Isa::AvxVnni`] | `vpdpbusd`, VEX (four products into an int32 lane, no saturation; [`vnni`]) | + AVX-VNNI |
 //! | [`Isa::Avx512Vnni`] | `vpdpbusd`, EVEX on ymm; on zmm for `q8_0` ([`zmm`]) | + AVX-512 F/BW/VL/VNNI |
+//! | [`Isa::Amx`] | the AVX-512 one; `tdpbusd` tiles for gemms of 16+ columns ([`amx`]) | + AMX-TILE/INT8 |
 //!
 //! The hot loops ([`q8k`]'s gemv and gemm pass, [`q8_0`]'s gemv and gemm tile) are plain generic
 //! `#[inline(always)]` functions over a `D: DotStep`, behind the [`HotLoop`] trait. A path runs
@@ -37,6 +38,7 @@ use super::{Isa, T2pKernels};
 use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockT2p, BlockT2pG64, RowPairBlock};
 
 pub(super) mod act;
+mod amx;
 pub(super) mod attention;
 mod avx2;
 pub(super) mod f16;
@@ -49,6 +51,7 @@ mod stock;
 mod vnni;
 mod zmm;
 
+use amx::Amx;
 use avx2::Avx2;
 use vnni::{Avx512Vnni, AvxVnni};
 
@@ -59,10 +62,12 @@ pub(super) const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
     const AVX2: T2pKernels = table::<Avx2>();
     const AVX_VNNI: T2pKernels = table::<AvxVnni>();
     const AVX512_VNNI: T2pKernels = table::<Avx512Vnni>();
+    const AMX: T2pKernels = table::<Amx>();
     match isa {
         Isa::Avx2 => Some(&AVX2),
         Isa::AvxVnni => Some(&AVX_VNNI),
         Isa::Avx512Vnni => Some(&AVX512_VNNI),
+        Isa::Amx => Some(&AMX),
         _ => None,
     }
 }
@@ -332,7 +337,7 @@ mod tests {
 
     /// Every x86 path this CPU runs.
     fn paths() -> impl Iterator<Item = &'static Kernels> {
-        [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
+        [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Amx]
             .into_iter()
             .filter_map(kernels)
     }

@@ -59,8 +59,9 @@ impl Path for Avx512Vnni {
     }
 }
 
-/// The one instruction the two paths encode differently.
-trait Vpdpbusd {
+/// The one instruction the two paths encode differently (the AMX path's dot step is the
+/// AVX-512 one).
+pub(super) trait Vpdpbusd {
     /// `acc + dot4(u, y)` per int32 lane (`u` unsigned, `y` signed bytes).
     ///
     /// # Safety

@@ -556,7 +556,7 @@ fn unit_pass<B: RowPairBlock, const NC: usize>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::format::{BlockT2p, BlockT2pG64, QK_PQ2_0, f32_to_f16};
     use crate::kernels::{Isa, scalar};
@@ -564,7 +564,11 @@ mod tests {
 
     /// `nb` blocks of `groups` row groups: random codes 0..=3 (code 3 included), random scales,
     /// and an all-zero block.
-    fn weights<B: RowPairBlock>(groups: usize, nb: usize, rng: &mut Rng) -> Vec<B> {
+    pub(in crate::kernels::x86_64) fn weights<B: RowPairBlock>(
+        groups: usize,
+        nb: usize,
+        rng: &mut Rng,
+    ) -> Vec<B> {
         (0..groups * nb)
             .map(|i| {
                 let mut blk = B::default();
@@ -584,7 +588,7 @@ mod tests {
     }
 
     /// Activations of one column: -128, +127, zeros and random bytes, block by block.
-    fn column(nb: usize, rng: &mut Rng) -> Vec<BlockQ8_0Quad> {
+    pub(in crate::kernels::x86_64) fn column(nb: usize, rng: &mut Rng) -> Vec<BlockQ8_0Quad> {
         (0..nb)
             .map(|b| {
                 let qs = std::array::from_fn(|i| match b % 4 {

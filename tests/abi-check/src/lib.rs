@@ -180,6 +180,7 @@ mod tests {
             T2P_ISA_NEON_I8MM,
             T2P_ISA_AVX_VNNI,
             T2P_ISA_AVX512_VNNI,
+            T2P_ISA_AMX,
         );
         same_constants!(
             T2P_CPU_AVX2,
@@ -192,6 +193,7 @@ mod tests {
             T2P_CPU_AVX512_VNNI,
             T2P_CPU_AVX_VNNI,
             T2P_CPU_GFNI,
+            T2P_CPU_AMX,
         );
         same_statuses!(
             T2P_STATUS_OK = Ok,

@@ -1,0 +1,596 @@
+//! The AMX path: the AVX-512 VNNI path with its `q8_0` and unit-scale gemms on AMX tiles
+//! (Intel Xeon since Sapphire Rapids).
+//!
+//! One `tdpbusd` multiplies a tile of 16 rows x `K` unsigned bytes by a tile of `K / 4` rows x
+//! 16 columns x 4 signed bytes into 16 x 16 int32 sums, four products per sum and step, the
+//! `vpdpbusd` of the other paths on a whole tile. The weights go in as their plain codes
+//! `u = w + 1` (0..3, unsigned, as the tiles want them) and `sum(y)` comes off once per sum, as
+//! on every other path, so every integer sum is exact (`|sum| <= 32 * 3 * 128` per `q8_0`
+//! sub-block).
+//!
+//! **Layouts.** Both operands are staged once per call, in the order the tiles read them:
+//!
+//! * [`RowTileBlock`]: one T2P block of 16 rows (four row groups) as `a[r][k]`, row `r`'s 128
+//!   codes in weight order, and the rows' scales as f32. A tile of `q8_0` sub-block `j` is
+//!   `a[..][32j..32j + 32]` (stride 128); the decode is one broadcast, one variable shift, one
+//!   AND and one `vpermq` per T2P word ([`stage_rows`]).
+//! * [`ColumnTileBlock`]: one activation block of 16 columns as `q[kk][4n + i]` = column `n`'s
+//!   value `4kk + i`, the layout `tdpbusd` wants for its second operand, with the columns'
+//!   scales and `-sum` per sub-block side by side.
+//!
+//! **The `q8_0` gemm.** The oracle needs the exact sum of every 32-weight sub-block (each has its
+//! own activation scale), so a block takes four `tdpbusd` of `K = 32` into four result tiles,
+//! which go back to memory once per block; the float fold then runs on 16 columns at once, one
+//! zmm per row: `P_j = d_j * f32(i_j)`, then the shared [`fold_q8_0`], each step a separately
+//! rounded `vmulps` / `vaddps` in the oracle's order. So the result is bit-identical to the
+//! scalar oracle. The fold, not the tiles, bounds this kernel.
+//!
+//! **The unit-scale gemm** (BitNet) needs only the row's integer sum: two `tdpbusd` of
+//! `K = 64` per block accumulate in two tiles over the whole row, stored once at the end.
+//!
+//! Column tiles are taken in groups whose operands stay in L2 ([`COLUMN_GROUP_BYTES`]); every
+//! group decodes the weights again. Below [`MIN_COLUMNS`] columns the padded tiles lose to the
+//! AVX-512 kernels ([`super::zmm`]), which run instead.
+//!
+//! Linux hands a process the tile state only on request (`arch_prctl`), which
+//! [`crate::kernels::cpu`] makes before it reports AMX; each kernel call loads its tile
+//! configuration and releases the tiles when it returns.
+
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::cell::Cell;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::vnni::Vpdpbusd;
+use super::{HotLoop, Path, zmm};
+use crate::format::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock};
+use crate::kernels::{Gemm, Isa, PerCallBuffer, fold_q8_0};
+
+/// The AMX path (a type only: its kernels are reached through [`Path`]).
+pub(super) enum Amx {}
+
+/// Fewest columns the tile kernels take; narrower gemms run the AVX-512 kernels.
+pub(super) const MIN_COLUMNS: usize = 16;
+
+/// Rows and columns of a result tile.
+const TILE: usize = 16;
+
+/// L2 bytes the column operands of one group of column tiles may take.
+const COLUMN_GROUP_BYTES: usize = 1 << 20;
+
+impl Vpdpbusd for Amx {
+    #[inline(always)]
+    unsafe fn dp(acc: __m256i, u: __m256i, y: __m256i) -> __m256i {
+        // SAFETY: the caller guarantees AVX-512 VL and VNNI, which the AMX path requires.
+        unsafe { _mm256_dpbusd_epi32(acc, u, y) }
+    }
+}
+
+impl Path for Amx {
+    const ISA: Isa = Isa::Amx;
+
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn run<L: HotLoop>(l: L) -> L::Out {
+        // SAFETY: the loops need AVX2 and F16C, `dp` AVX-512 VL and VNNI: all enabled here.
+        unsafe { l.run::<Self>() }
+    }
+
+    fn gemv_q8_0<B: RowPairBlock>(x: &[B], nb: usize, y: &[BlockQ8_0Quad], out: &mut [f32]) {
+        // SAFETY: only this path's table calls it, handed out after detecting its features,
+        // which include the AVX-512 VNNI path's.
+        unsafe { zmm::gemv_q8_0(x, nb, y, out) }
+    }
+
+    fn gemm_q8_0<B: RowPairBlock>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+        // SAFETY: as for `gemv_q8_0`; the tiles were granted before AMX was reported.
+        unsafe {
+            match g.ncols >= MIN_COLUMNS {
+                true => gemm_tiles::<B, false>(g),
+                false => zmm::gemm_q8_0(g),
+            }
+        }
+    }
+
+    fn gemm_unit(g: Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
+        // SAFETY: as for `gemm_q8_0`.
+        unsafe {
+            match g.ncols >= MIN_COLUMNS {
+                true => gemm_tiles::<BlockT2p, true>(g),
+                false => zmm::gemm_unit(g),
+            }
+        }
+    }
+}
+
+/// One T2P block of 16 rows, staged for the tiles: `a[r][k]` is the code `u` of weight `k` of
+/// row `r`, `dw[h][r]` the row's scale of half `h` as f32.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct RowTileBlock {
+    a: [[u8; QK_PQ2_0]; TILE],
+    dw: [[f32; TILE]; 2],
+}
+
+/// One activation block of 16 columns, staged for the tiles: `q[kk][4n + i]` is value
+/// `4kk + i` of column `n`; `neg[j][n]` its `-sum` of sub-block `j`, `d[j][n]` its scale.
+/// Columns past the real ones are zero.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct ColumnTileBlock {
+    q: [[i8; 4 * TILE]; QK_PQ2_0 / 4],
+    neg: [[i32; TILE]; 4],
+    d: [[f32; TILE]; 4],
+}
+
+/// The 16 x 16 int32 result tiles of one block's four sub-blocks.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Pod, Zeroable)]
+struct BlockSums([[[i32; TILE]; TILE]; 4]);
+
+thread_local! {
+    static ROWS: Cell<Vec<RowTileBlock>> = const { Cell::new(Vec::new()) };
+    static COLUMNS: Cell<Vec<ColumnTileBlock>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's buffer `buf` holding `n` zeroed items, its allocation reused from
+/// call to call (taken out for the call and put back, as [`crate::kernels::with_per_call_buffer`]).
+fn with_zeroed<T: Pod, R>(
+    buf: &'static PerCallBuffer<T>,
+    n: usize,
+    f: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    let mut v = buf.take();
+    v.clear();
+    v.resize(n, T::zeroed());
+    let r = f(&mut v);
+    buf.set(v);
+    r
+}
+
+/// The 64-byte tile configuration `ldtilecfg` reads (palette 1).
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    colsb: [u16; 16],
+    rows: [u8; 16],
+}
+
+impl TileConfig {
+    /// Tiles `0..8` as `(rows, bytes per row)`.
+    const fn new(tiles: [(u8, u16); 8]) -> Self {
+        let mut c = TileConfig {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [0; 16],
+            rows: [0; 16],
+        };
+        let mut t = 0;
+        while t < 8 {
+            c.rows[t] = tiles[t].0;
+            c.colsb[t] = tiles[t].1;
+            t += 1;
+        }
+        c
+    }
+}
+
+/// `q8_0`: weights of one sub-block in tmm0 and tmm1 (16 rows x 32 codes), activations in tmm2
+/// and tmm3 (8 rows x 16 columns x 4 values), the four sub-blocks' sums in tmm4..tmm7.
+static CONFIG_Q8_0: TileConfig = TileConfig::new([
+    (16, 32),
+    (16, 32),
+    (8, 64),
+    (8, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+]);
+
+/// Unit scales: weights of half a block in tmm0 and tmm1 (16 rows x 64 codes), activations in
+/// tmm2 and tmm3 (16 rows x 16 columns x 4 values), the row sums in tmm4 and tmm5.
+static CONFIG_UNIT: TileConfig = TileConfig::new([
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (16, 64),
+    (0, 0),
+    (0, 0),
+]);
+
+/// The tiles configured as `cfg` for the time of `f`, released after.
+///
+/// # Safety
+/// The process must hold the tile permission and the CPU must have AMX-TILE.
+unsafe fn with_tiles<R>(cfg: &'static TileConfig, f: impl FnOnce() -> R) -> R {
+    // SAFETY: `cfg` is a valid 64-byte palette-1 configuration; the caller guarantees AMX.
+    unsafe { asm!("ldtilecfg [{0}]", in(reg) cfg, options(nostack, readonly)) };
+    let r = f();
+    // SAFETY: as above; releasing tiles is always allowed once configured.
+    unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    r
+}
+
+/// The tile gemm: `UNIT` for the unit-scale integer sums, else the `q8_0` fold.
+///
+/// # Safety
+/// The CPU must have the AMX path's features and the process the tile permission.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn gemm_tiles<B: RowPairBlock, const UNIT: bool>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+    let (x, nb, y, ncols, out, ld) = g.into_parts();
+    let ng = x.len() / nb;
+    let col_tiles = ncols.div_ceil(TILE);
+    let group = (COLUMN_GROUP_BYTES / (nb * size_of::<ColumnTileBlock>())).max(1);
+    let cfg = if UNIT { &CONFIG_UNIT } else { &CONFIG_Q8_0 };
+    with_zeroed(&COLUMNS, col_tiles * nb, |cols| {
+        for (t, tile) in cols.chunks_exact_mut(nb).enumerate() {
+            stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile);
+        }
+        with_zeroed(&ROWS, nb, |rows| {
+            // SAFETY: the caller guarantees AMX and the permission.
+            unsafe {
+                with_tiles(cfg, || {
+                    for t0 in (0..col_tiles).step_by(group) {
+                        for g0 in (0..ng).step_by(TILE / ROWS_PER_T2P) {
+                            let groups = g0..(g0 + TILE / ROWS_PER_T2P).min(ng);
+                            stage_rows(x, nb, groups.clone(), rows);
+                            for t in t0..(t0 + group).min(col_tiles) {
+                                let sums = match UNIT {
+                                    true => unit_tile(rows, &cols[t * nb..(t + 1) * nb]),
+                                    false => q8_0_tile::<B>(rows, &cols[t * nb..(t + 1) * nb]),
+                                };
+                                let rows_real = ROWS_PER_T2P * groups.len();
+                                let cols_real = TILE.min(ncols - t * TILE);
+                                for (r, sum) in sums.iter().enumerate().take(rows_real) {
+                                    for (c, v) in sum.iter().enumerate().take(cols_real) {
+                                        out[(t * TILE + c) * ld + ROWS_PER_T2P * g0 + r] = *v;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                })
+            }
+        })
+    })
+}
+
+/// Stages the activation blocks of columns `cols` (at most 16) for the tiles, block by block;
+/// the columns past them stay zero.
+fn stage_columns(
+    y: &[BlockQ8_0Quad],
+    nb: usize,
+    cols: std::ops::Range<usize>,
+    tile: &mut [ColumnTileBlock],
+) {
+    for (b, t) in tile.iter_mut().enumerate() {
+        for (n, col) in cols.clone().enumerate() {
+            let yb = &y[col * nb + b];
+            for (kk, row) in t.q.iter_mut().enumerate() {
+                row[4 * n..4 * n + 4].copy_from_slice(&yb.qs[4 * kk..4 * kk + 4]);
+            }
+            for j in 0..4 {
+                t.neg[j][n] = -yb.sums[j];
+                t.d[j][n] = yb.d[j];
+            }
+        }
+    }
+}
+
+/// Stages row groups `groups` (at most four) of `x` for the tiles, block by block; the rows
+/// past them are zero codes with zero scales.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn stage_rows<B: RowPairBlock>(
+    x: &[B],
+    nb: usize,
+    groups: std::ops::Range<usize>,
+    rows: &mut [RowTileBlock],
+) {
+    // Lane `s` of a broadcast word shifted right by `2s` bits: slot `s` in the low bits.
+    let shifts = _mm512_setr_epi64(
+        0,
+        0,
+        0x0002_0002_0002_0002,
+        0x0002_0002_0002_0002,
+        0x0004_0004_0004_0004,
+        0x0004_0004_0004_0004,
+        0x0006_0006_0006_0006,
+        0x0006_0006_0006_0006,
+    );
+    let low2 = _mm512_set1_epi8(3);
+    // Lane `s` holds 8 codes of the pair's first row, then 8 of its second: first row's
+    // quarters to the low half, second row's to the high half, each in slot (weight) order.
+    let rows_apart = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    let real = groups.len();
+    for (i, grp) in groups.enumerate() {
+        for (blk, rb) in x[grp * nb..(grp + 1) * nb].iter().zip(rows.iter_mut()) {
+            for (p, pair) in blk.words().iter().enumerate() {
+                let r = ROWS_PER_T2P * i + 2 * p;
+                for (wd, word) in pair.iter().enumerate() {
+                    // SAFETY: reads the 16 bytes of `word`, unaligned.
+                    let w = unsafe { _mm_loadu_si128(word.as_ptr().cast()) };
+                    let codes = _mm512_and_si512(
+                        _mm512_srlv_epi16(_mm512_broadcast_i32x4(w), shifts),
+                        low2,
+                    );
+                    let both = _mm512_permutexvar_epi64(rows_apart, codes);
+                    let (lo, hi) = rb.a.split_at_mut(r + 1);
+                    // SAFETY: each store writes 32 bytes inside one 128-byte row, unaligned.
+                    unsafe {
+                        _mm256_storeu_si256(
+                            lo[r][32 * wd..].as_mut_ptr().cast(),
+                            _mm512_castsi512_si256(both),
+                        );
+                        _mm256_storeu_si256(
+                            hi[0][32 * wd..].as_mut_ptr().cast(),
+                            _mm512_extracti64x4_epi64::<1>(both),
+                        );
+                    }
+                }
+            }
+            for h in 0..B::HALVES {
+                for (r, d) in blk.scales(h).iter().enumerate() {
+                    rb.dw[h][ROWS_PER_T2P * i + r] = crate::format::f16_to_f32(*d);
+                }
+            }
+        }
+    }
+    for rb in rows.iter_mut() {
+        for r in ROWS_PER_T2P * real..TILE {
+            rb.a[r] = [0; QK_PQ2_0];
+            rb.dw[0][r] = 0.0;
+            rb.dw[1][r] = 0.0;
+        }
+    }
+}
+
+/// One 16 x 16 result tile of the `q8_0` gemm: `out[r][c]` for row `r`, column `c`.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn q8_0_tile<B: RowPairBlock>(
+    rows: &[RowTileBlock],
+    cols: &[ColumnTileBlock],
+) -> [[f32; TILE]; TILE] {
+    let mut acc = [_mm512_setzero_ps(); TILE];
+    let mut sums = [BlockSums::zeroed(); 2];
+    for (b, (rb, cb)) in rows.iter().zip(cols).enumerate() {
+        // Alternate result buffers, so the next block's stores need not wait for this fold.
+        let s = &mut sums[b % 2];
+        // SAFETY: the tiles are configured as `CONFIG_Q8_0` (the caller); every tile load
+        // reads inside `rb.a` (16 rows of 32 bytes at stride 128) or `cb.q` (8 rows of 64
+        // bytes), every store writes inside `s` (16 rows of 64 bytes at stride 64).
+        unsafe {
+            asm!(
+                "tileloadd tmm0, [{a} + {sa}*1]",
+                "tileloadd tmm2, [{q} + {sq}*1]",
+                "tilezero tmm4",
+                "tdpbusd tmm4, tmm0, tmm2",
+                "tileloadd tmm1, [{a} + {sa}*1 + 32]",
+                "tileloadd tmm3, [{q} + {sq}*1 + 512]",
+                "tilezero tmm5",
+                "tdpbusd tmm5, tmm1, tmm3",
+                "tileloadd tmm0, [{a} + {sa}*1 + 64]",
+                "tileloadd tmm2, [{q} + {sq}*1 + 1024]",
+                "tilezero tmm6",
+                "tdpbusd tmm6, tmm0, tmm2",
+                "tileloadd tmm1, [{a} + {sa}*1 + 96]",
+                "tileloadd tmm3, [{q} + {sq}*1 + 1536]",
+                "tilezero tmm7",
+                "tdpbusd tmm7, tmm1, tmm3",
+                "tilestored [{s} + {ss}*1], tmm4",
+                "tilestored [{s} + {ss}*1 + 1024], tmm5",
+                "tilestored [{s} + {ss}*1 + 2048], tmm6",
+                "tilestored [{s} + {ss}*1 + 3072], tmm7",
+                a = in(reg) rb.a.as_ptr(),
+                sa = in(reg) QK_PQ2_0,
+                q = in(reg) cb.q.as_ptr(),
+                sq = in(reg) 4 * TILE,
+                s = in(reg) s.0.as_mut_ptr(),
+                ss = in(reg) 4 * TILE,
+                options(nostack),
+            );
+        }
+        // SAFETY: each load reads 16 values of a `[_; 16]` array, aligned by its block.
+        let load_i = |v: &[i32; TILE]| unsafe { _mm512_load_si512(v.as_ptr().cast()) };
+        // SAFETY: as `load_i`.
+        let load_f = |v: &[f32; TILE]| unsafe { _mm512_load_ps(v.as_ptr()) };
+        let neg = cb.neg.each_ref().map(load_i);
+        let d = cb.d.each_ref().map(load_f);
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let p: [__m512; 4] = std::array::from_fn(|j| {
+                let i = _mm512_add_epi32(load_i(&s.0[j][r]), neg[j]);
+                _mm512_mul_ps(d[j], _mm512_cvtepi32_ps(i))
+            });
+            *acc = fold_q8_0(
+                B::HALVES,
+                *acc,
+                [_mm512_add_ps(p[0], p[1]), p[2], p[3]],
+                |h| _mm512_set1_ps(rb.dw[h][r]),
+                |a, b| _mm512_add_ps(a, b),
+                |a, b| _mm512_mul_ps(a, b),
+            );
+        }
+    }
+    let mut out = [[0.0f32; TILE]; TILE];
+    for (o, acc) in out.iter_mut().zip(acc) {
+        // SAFETY: writes exactly the 16 floats of `o`, unaligned.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
+    }
+    out
+}
+
+/// One 16 x 16 result tile of the unit-scale gemm: the exact integer sums as f32.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [[f32; TILE]; TILE] {
+    // SAFETY: the tiles are configured as `CONFIG_UNIT` (the caller).
+    unsafe { asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem)) };
+    let mut neg = _mm512_setzero_si512();
+    for (rb, cb) in rows.iter().zip(cols) {
+        // SAFETY: as in `q8_0_tile`, with 16 rows of 64 bytes for both operands.
+        unsafe {
+            asm!(
+                "tileloadd tmm0, [{a} + {sa}*1]",
+                "tileloadd tmm2, [{q} + {sq}*1]",
+                "tdpbusd tmm4, tmm0, tmm2",
+                "tileloadd tmm1, [{a} + {sa}*1 + 64]",
+                "tileloadd tmm3, [{q} + {sq}*1 + 1024]",
+                "tdpbusd tmm5, tmm1, tmm3",
+                a = in(reg) rb.a.as_ptr(),
+                sa = in(reg) QK_PQ2_0,
+                q = in(reg) cb.q.as_ptr(),
+                sq = in(reg) 4 * TILE,
+                options(nostack, readonly),
+            );
+        }
+        for n in &cb.neg {
+            // SAFETY: reads the 16 values of `n`, aligned by its block.
+            neg = _mm512_add_epi32(neg, unsafe { _mm512_load_si512(n.as_ptr().cast()) });
+        }
+    }
+    let mut halves = [[[0i32; TILE]; TILE]; 2];
+    // SAFETY: each store writes the 16 rows of 64 bytes of one `halves[h]`.
+    unsafe {
+        asm!(
+            "tilestored [{s} + {ss}*1], tmm4",
+            "tilestored [{s} + {ss}*1 + 1024], tmm5",
+            s = in(reg) halves.as_mut_ptr(),
+            ss = in(reg) 4 * TILE,
+            options(nostack),
+        );
+    }
+    let mut out = [[0.0f32; TILE]; TILE];
+    for (r, o) in out.iter_mut().enumerate() {
+        // SAFETY: the loads read the 16 values of one row of `halves`, the store writes the 16
+        // floats of `o`, unaligned.
+        unsafe {
+            let i = _mm512_add_epi32(
+                _mm512_loadu_si512(halves[0][r].as_ptr().cast()),
+                _mm512_loadu_si512(halves[1][r].as_ptr().cast()),
+            );
+            _mm512_storeu_ps(o.as_mut_ptr(), _mm512_cvtepi32_ps(_mm512_add_epi32(i, neg)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::BlockT2pG64;
+    use crate::kernels::x86_64::zmm::tests::{column, weights};
+    use crate::kernels::{Kernels, scalar};
+    use crate::test_rng::XorShift as Rng;
+
+    /// The AMX kernels, where this CPU and Linux allow them (`T2P_EXPECT_ISAS` makes a
+    /// machine with the flags fail where the path is missing).
+    fn amx() -> Option<&'static Kernels> {
+        Kernels::for_isa(Isa::Amx).ok()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    /// `ncols` columns of `nb` blocks, the patterns of [`column`] shifted per column.
+    fn columns(ncols: usize, nb: usize, rng: &mut Rng) -> Vec<BlockQ8_0Quad> {
+        (0..ncols).flat_map(|_| column(nb, rng)).collect()
+    }
+
+    /// The tile gemm against the oracle, bit for bit, on shapes that leave short row tiles
+    /// (1 to 3 row groups past a multiple of four) and short column tiles, with an output
+    /// stride past the rows (whose gap must stay untouched).
+    fn q8_0_matches_the_oracle<B: RowPairBlock>() {
+        let Some(k) = amx() else { return };
+        let mut rng = Rng::new(0xa3c5);
+        for (groups, nb, ncols) in [
+            (1, 1, 16),
+            (3, 2, 17),
+            (4, 3, 31),
+            (5, 2, 32),
+            (9, 1, 33),
+            (6, 4, 47),
+        ] {
+            let mut x = weights::<B>(groups, nb, &mut rng);
+            // Code 3 (+2) in every weight of the first block, met by -128 and +127.
+            for r in 0..ROWS_PER_T2P {
+                let d: Vec<u16> = (0..B::HALVES).map(|h| x[0].scales(h)[r]).collect();
+                x[0].set_row(r, &[3; QK_PQ2_0], &d);
+            }
+            let y = columns(ncols, nb, &mut rng);
+            let rows = ROWS_PER_T2P * groups;
+            let ld = rows + 3;
+            let g = |out| Gemm {
+                x: &x[..],
+                nb,
+                y: &y[..],
+                ncols,
+                out,
+                ld,
+            };
+            let mut want = vec![f32::NAN; ld * ncols];
+            scalar::gemm_q8_0(g(&mut want[..]));
+            let mut got = vec![f32::NAN; ld * ncols];
+            k.gemm_q8_0(g(&mut got[..]));
+            let shape = format!("{} {groups}x{nb} x {ncols}", B::NAME);
+            assert_eq!(bits(&got), bits(&want), "{shape}");
+        }
+    }
+
+    #[test]
+    fn q8_0_tiles_match_the_oracle_group_128() {
+        q8_0_matches_the_oracle::<BlockT2p>();
+    }
+
+    #[test]
+    fn q8_0_tiles_match_the_oracle_group_64() {
+        q8_0_matches_the_oracle::<BlockT2pG64>();
+    }
+
+    /// Unit scales: the exact integer sums over long rows (every block's code 3 against -128
+    /// in the first column), several column groups (`nb` large enough for one tile a group).
+    #[test]
+    fn unit_tiles_match_the_oracle() {
+        let Some(k) = amx() else { return };
+        let mut rng = Rng::new(0x1f2e);
+        let big = COLUMN_GROUP_BYTES / size_of::<ColumnTileBlock>() + 1;
+        for (groups, nb, ncols) in [(1, 2, 16), (5, 8, 35), (2, big, 33)] {
+            let mut x = weights::<BlockT2p>(groups, nb, &mut rng);
+            let one = crate::format::f32_to_f16(1.0);
+            for (i, blk) in x.iter_mut().enumerate() {
+                for r in 0..ROWS_PER_T2P {
+                    let codes = if i % nb == 0 {
+                        [3; QK_PQ2_0]
+                    } else {
+                        blk.unpack()[r]
+                    };
+                    blk.set_row(r, &codes, &[one]);
+                }
+            }
+            let mut y = columns(ncols, nb, &mut rng);
+            for (i, yb) in y.iter_mut().enumerate() {
+                let qs = if i < nb { [-128; QK_PQ2_0] } else { yb.qs };
+                *yb = BlockQ8_0Quad::from_qs(qs, [1.0; 4]);
+            }
+            let rows = ROWS_PER_T2P * groups;
+            let ld = rows;
+            let g = |out| Gemm {
+                x: &x[..],
+                nb,
+                y: &y[..],
+                ncols,
+                out,
+                ld,
+            };
+            let mut want = vec![f32::NAN; rows * ncols];
+            scalar::gemm_q8_0(g(&mut want[..]));
+            let mut got = vec![f32::NAN; rows * ncols];
+            k.gemm_unit(g(&mut got[..]));
+            assert_eq!(bits(&got), bits(&want), "{groups}x{nb} x {ncols}");
+        }
+    }
+}
