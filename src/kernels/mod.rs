@@ -494,6 +494,17 @@ impl Kernels {
         }
     }
 
+    /// Whether a T2P gemm of `ncols` columns decodes each weight once for all of them (the AMX
+    /// tiles), so that a caller should cut it by rows, not by columns.
+    pub fn gemm_decodes_once(&self, ncols: usize) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.isa == Isa::Amx {
+            return ncols >= x86_64::AMX_MIN_COLUMNS;
+        }
+        let _ = ncols;
+        false
+    }
+
     /// The stock-layout dot product of one pq2_0 row with one `q8_K` column.
     ///
     /// # Panics

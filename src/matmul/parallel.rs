@@ -274,14 +274,18 @@ const COLUMN_SPLIT_MAX_WEIGHTS: usize = 1 << 24;
 
 /// Whether a step of several columns cuts its products by columns ([`Step::run_column_chunks`])
 /// rather than by rows ([`Step::run_tiled`]): with at least [`COLUMN_SPLIT_MIN_PER_THREAD`]
-/// columns a thread, when every product is small enough and can be cut.
+/// columns a thread, when every product is small enough and can be cut, and unless the
+/// kernels decode the weights once for every column of a call (the AMX tiles: a column chunk
+/// would decode the whole matrix again).
 fn splits_columns<M, P: RowChunked>(
+    kern: &Kernels,
     jobs: &[(M, &mut [f32])],
     product: &impl Fn(&M) -> Option<P>,
     ncols: usize,
     threads: usize,
 ) -> bool {
     ncols >= COLUMN_SPLIT_MIN_PER_THREAD * threads
+        && !kern.gemm_decodes_once(ncols)
         && jobs.iter().filter_map(|(m, _)| product(m)).all(|p| {
             let [rows, k, _] = p.shape();
             rows.saturating_mul(k) <= COLUMN_SPLIT_MAX_WEIGHTS
@@ -396,7 +400,7 @@ pub fn run_products<M: Send + Sync, P: RowChunked + Copy + Send>(
     };
     if ncols == 1 {
         step.run_one_column(jobs, &product);
-    } else if splits_columns(jobs, &product, ncols, threads) {
+    } else if splits_columns(kern, jobs, &product, ncols, threads) {
         step.run_column_chunks(jobs, &product);
     } else {
         step.run_tiled(jobs, &product, tile_len, tiles);

@@ -51,7 +51,7 @@ use crate::kernels::{Gemm, Isa, PerCallBuffer, fold_q8_0};
 pub(super) enum Amx {}
 
 /// Fewest columns the tile kernels take; narrower gemms run the AVX-512 kernels.
-pub(super) const MIN_COLUMNS: usize = 16;
+pub(in crate::kernels) const MIN_COLUMNS: usize = 16;
 
 /// Rows and columns of a result tile.
 const TILE: usize = 16;
@@ -335,9 +335,18 @@ fn stage_rows<B: RowPairBlock>(
                 }
             }
             for h in 0..B::HALVES {
-                for (r, d) in blk.scales(h).iter().enumerate() {
-                    rb.dw[h][ROWS_PER_T2P * i + r] = crate::format::f16_to_f32(*d);
-                }
+                let d = blk.scales(h);
+                let at: &mut [f32; 4] = (&mut rb.dw[h][ROWS_PER_T2P * i..][..4])
+                    .try_into()
+                    .expect("4 rows");
+                // SAFETY: reads the 8 bytes of `d` and writes the 16 of `at`, unaligned (F16C
+                // conversion is exact).
+                unsafe {
+                    _mm_storeu_ps(
+                        at.as_mut_ptr(),
+                        _mm_cvtph_ps(_mm_loadl_epi64(d.as_ptr().cast())),
+                    )
+                };
             }
         }
     }

@@ -52,6 +52,7 @@ mod vnni;
 mod zmm;
 
 use amx::Amx;
+pub(in crate::kernels) use amx::MIN_COLUMNS as AMX_MIN_COLUMNS;
 use avx2::Avx2;
 use vnni::{Avx512Vnni, AvxVnni};
 
