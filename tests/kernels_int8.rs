@@ -138,7 +138,8 @@ fn code_edges_extreme_activations_and_zeros() {
         Codes::Ternary,
     ] {
         for x in [X::Spike, X::Ties, X::Zero, X::Random] {
-            for ncols in [1, 3, 8, 11] {
+            // 19: the AMX path's tiles (16 columns and a short one) where it runs.
+            for ncols in [1, 3, 8, 11, 19] {
                 for (rows, k) in [(5, 128), (8, 2048)] {
                     seed += 1;
                     check(rows, k, ncols, codes, x, seed);
@@ -148,10 +149,17 @@ fn code_edges_extreme_activations_and_zeros() {
     }
 }
 
-/// The largest sums stay exact: k = 6912 (BitNet 2B-4T's FFN width) of code 3 against 127.
+/// The largest sums stay exact: k = 6912 (BitNet 2B-4T's FFN width) of code 3 against 127, on
+/// the vector kernels (2 columns) and the AMX tiles (16).
 #[test]
 fn largest_sums_are_exact() {
-    let (rows, k, ncols) = (4, 6912, 2);
+    for ncols in [2, 16] {
+        largest_sums_are_exact_at(ncols);
+    }
+}
+
+fn largest_sums_are_exact_at(ncols: usize) {
+    let (rows, k) = (4, 6912);
     let c = vec![3u8; rows * k];
     let x = vec![1.0f32; k * ncols];
     let m =

@@ -158,8 +158,9 @@ fn check_q8_0(
 
 #[test]
 fn seed_matrix_random_codes_and_scales() {
-    const WIDTHS: [usize; 10] = [1, 2, 3, 4, 5, 7, 8, 9, 11, 16];
-    sweep_random_shapes(1, &WIDTHS, &[4, 8, 12], &[256, 512, 1024], check_case);
+    // 16 and 33 columns, 36 rows: whole and short AMX tiles where that path runs.
+    const WIDTHS: [usize; 11] = [1, 2, 3, 4, 5, 7, 8, 9, 11, 16, 33];
+    sweep_random_shapes(1, &WIDTHS, &[4, 8, 12, 36], &[256, 512, 1024], check_case);
 }
 
 /// Long rows: past the 256 blocks the AVX2 q8_K gemv holds on the stack at once (its sums

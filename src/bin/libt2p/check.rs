@@ -69,8 +69,9 @@ fn random_pq2_0(rows: usize, k: usize, s: &mut u64) -> Vec<BlockPq2_0> {
         .collect()
 }
 
-/// Every path's T2P product against the oracle's, bit for bit, for 1..8 columns (extreme
-/// activations in the first) and both activation types; prints a line per comparison.
+/// Every path's T2P product against the oracle's, bit for bit, for 1..8 columns and 19 (the
+/// AMX tiles; extreme activations in the first) and both activation types; prints a line per
+/// comparison.
 fn t2p_paths_exact(
     w: &T2pMatrix,
     available: &[Isa],
@@ -79,7 +80,7 @@ fn t2p_paths_exact(
     let (rows, k) = (w.rows(), w.k());
     let oracle = Kernels::for_isa(Isa::Scalar)?;
     let mut exact = true;
-    for ncols in [1usize, 2, 3, 4, 5, 7, 8] {
+    for ncols in [1usize, 2, 3, 4, 5, 7, 8, 19] {
         let mut x: Vec<f32> = (0..k * ncols)
             .map(|_| lcg(s) as f32 / u32::MAX as f32 - 0.5)
             .collect();
