@@ -235,6 +235,7 @@ unsafe fn gemm_tiles<B: RowPairBlock, const UNIT: bool>(g: Gemm<'_, B, BlockQ8_0
             stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile);
         }
         with_zeroed(&ROWS, nb, |rows| {
+            let mut sums = [BlockSums::zeroed(); 2];
             // SAFETY: the caller guarantees AMX and the permission.
             unsafe {
                 with_tiles(cfg, || {
@@ -243,19 +244,16 @@ unsafe fn gemm_tiles<B: RowPairBlock, const UNIT: bool>(g: Gemm<'_, B, BlockQ8_0
                             let groups = g0..(g0 + TILE / ROWS_PER_T2P).min(ng);
                             stage_rows(x, nb, groups.clone(), rows);
                             for t in t0..(t0 + group).min(col_tiles) {
-                                let sums = match UNIT {
-                                    true => unit_tile(rows, &cols[t * nb..(t + 1) * nb]),
-                                    false => q8_0_tile::<B>(rows, &cols[t * nb..(t + 1) * nb]),
+                                let tile = &cols[t * nb..(t + 1) * nb];
+                                let acc = match UNIT {
+                                    true => unit_tile(rows, tile),
+                                    false => q8_0_tile::<B>(rows, tile, &mut sums),
                                 };
                                 let rows_real = ROWS_PER_T2P * groups.len();
                                 let cols_real = TILE.min(ncols - t * TILE);
-                                // Column by column: the columns lie `ld` apart, often a
-                                // multiple of 4 KiB, so row by row would thrash one L1 set.
-                                for c in 0..cols_real {
+                                for (c, col) in transpose(acc).iter().enumerate().take(cols_real) {
                                     let at = (t * TILE + c) * ld + ROWS_PER_T2P * g0;
-                                    for (o, sum) in out[at..at + rows_real].iter_mut().zip(&sums) {
-                                        *o = sum[c];
-                                    }
+                                    store_rows(&mut out[at..at + rows_real], *col);
                                 }
                             }
                         }
@@ -264,6 +262,59 @@ unsafe fn gemm_tiles<B: RowPairBlock, const UNIT: bool>(g: Gemm<'_, B, BlockQ8_0
             }
         })
     })
+}
+
+/// The 16 x 16 transpose of a result tile, rows of registers to columns: two rounds of
+/// in-lane unpacks, then two of 128-bit lane shuffles (64 shuffles; the columns of the output
+/// lie `ld` apart, so storing the rows' values one by one would cost 256 scattered stores).
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn transpose(r: [__m512; TILE]) -> [__m512; TILE] {
+    // t[2i]: per lane L, elements 4L, 4L + 1 of rows 2i, 2i + 1 interleaved; t[2i + 1]: 4L + 2, 4L + 3.
+    let t: [__m512; TILE] = std::array::from_fn(|n| {
+        let (a, b) = (r[n & !1], r[n | 1]);
+        match n % 2 {
+            0 => _mm512_unpacklo_ps(a, b),
+            _ => _mm512_unpackhi_ps(a, b),
+        }
+    });
+    // u[4j + e]: per lane L, element 4L + e of rows 4j .. 4j + 4.
+    let u: [__m512; TILE] = std::array::from_fn(|n| {
+        let (j, e) = (n / 4, n % 4);
+        let (a, b) = (
+            _mm512_castps_pd(t[4 * j + e / 2]),
+            _mm512_castps_pd(t[4 * j + 2 + e / 2]),
+        );
+        _mm512_castpd_ps(match e % 2 {
+            0 => _mm512_unpacklo_pd(a, b),
+            _ => _mm512_unpackhi_pd(a, b),
+        })
+    });
+    // Column 4L + e is lane L of u[e], u[4 + e], u[8 + e], u[12 + e].
+    std::array::from_fn(|c| {
+        let (l, e) = (c / 4, c % 4);
+        let (v, w) = match l / 2 {
+            0 => (
+                _mm512_shuffle_f32x4::<0x44>(u[e], u[4 + e]),
+                _mm512_shuffle_f32x4::<0x44>(u[8 + e], u[12 + e]),
+            ),
+            _ => (
+                _mm512_shuffle_f32x4::<0xEE>(u[e], u[4 + e]),
+                _mm512_shuffle_f32x4::<0xEE>(u[8 + e], u[12 + e]),
+            ),
+        };
+        match l % 2 {
+            0 => _mm512_shuffle_f32x4::<0x88>(v, w),
+            _ => _mm512_shuffle_f32x4::<0xDD>(v, w),
+        }
+    })
+}
+
+/// Stores the first `out.len()` (at most 16) values of a column register.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn store_rows(out: &mut [f32], col: __m512) {
+    let mask = (1u32 << out.len().min(TILE)) - 1;
+    // SAFETY: the masked store writes only the first `out.len()` floats, inside `out`.
+    unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask as u16, col) };
 }
 
 /// Stages the activation blocks of columns `cols` (at most 16) for the tiles, block by block;
@@ -410,9 +461,9 @@ unsafe fn block_sums(rb: &RowTileBlock, cb: &ColumnTileBlock, s: &mut BlockSums)
     }
 }
 
-/// One 16 x 16 result tile of the `q8_0` gemm: `out[r][c]` for row `r`, column `c`. The
-/// tiles of block `b + 1` are issued before the fold of block `b`, into the other of two
-/// result buffers, so the tile unit works while the vector units fold.
+/// One 16 x 16 result tile of the `q8_0` gemm, a register per row (16 columns). The tiles of
+/// block `b + 1` are issued before the fold of block `b`, into the other of the two result
+/// buffers `sums`, so the tile unit works while the vector units fold.
 ///
 /// # Safety
 /// The tiles must be configured as [`CONFIG_Q8_0`].
@@ -420,9 +471,9 @@ unsafe fn block_sums(rb: &RowTileBlock, cb: &ColumnTileBlock, s: &mut BlockSums)
 unsafe fn q8_0_tile<B: RowPairBlock>(
     rows: &[RowTileBlock],
     cols: &[ColumnTileBlock],
-) -> [[f32; TILE]; TILE] {
+    sums: &mut [BlockSums; 2],
+) -> [__m512; TILE] {
     let mut acc = [_mm512_setzero_ps(); TILE];
-    let mut sums = [BlockSums::zeroed(); 2];
     // SAFETY: the caller configured the tiles.
     unsafe { block_sums(&rows[0], &cols[0], &mut sums[0]) };
     for (b, (rb, cb)) in rows.iter().zip(cols).enumerate() {
@@ -456,17 +507,13 @@ unsafe fn q8_0_tile<B: RowPairBlock>(
             );
         }
     }
-    let mut out = [[0.0f32; TILE]; TILE];
-    for (o, acc) in out.iter_mut().zip(acc) {
-        // SAFETY: writes exactly the 16 floats of `o`, unaligned.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc) };
-    }
-    out
+    acc
 }
 
-/// One 16 x 16 result tile of the unit-scale gemm: the exact integer sums as f32.
+/// One 16 x 16 result tile of the unit-scale gemm, the exact integer sums as f32, a register
+/// per row.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [[f32; TILE]; TILE] {
+fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [__m512; TILE] {
     // SAFETY: the tiles are configured as `CONFIG_UNIT` (the caller).
     unsafe { asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem)) };
     let mut neg = _mm512_setzero_si512();
@@ -503,19 +550,16 @@ fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [[f32; TILE]; T
             options(nostack),
         );
     }
-    let mut out = [[0.0f32; TILE]; TILE];
-    for (r, o) in out.iter_mut().enumerate() {
-        // SAFETY: the loads read the 16 values of one row of `halves`, the store writes the 16
-        // floats of `o`, unaligned.
-        unsafe {
-            let i = _mm512_add_epi32(
+    std::array::from_fn(|r| {
+        // SAFETY: the loads read the 16 values of one row of each of `halves`, unaligned.
+        let i = unsafe {
+            _mm512_add_epi32(
                 _mm512_loadu_si512(halves[0][r].as_ptr().cast()),
                 _mm512_loadu_si512(halves[1][r].as_ptr().cast()),
-            );
-            _mm512_storeu_ps(o.as_mut_ptr(), _mm512_cvtepi32_ps(_mm512_add_epi32(i, neg)));
-        }
-    }
-    out
+            )
+        };
+        _mm512_cvtepi32_ps(_mm512_add_epi32(i, neg))
+    })
 }
 
 #[cfg(test)]
