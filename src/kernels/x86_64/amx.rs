@@ -43,8 +43,8 @@ use std::cell::Cell;
 use bytemuck::{Pod, Zeroable};
 
 use super::vnni::Vpdpbusd;
-use super::{HotLoop, Path, zmm};
-use crate::format::{BlockQ8_0Quad, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock};
+use super::{HotLoop, Path, q8k, zmm};
+use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, BlockT2p, QK_PQ2_0, ROWS_PER_T2P, RowPairBlock};
 use crate::kernels::{Gemm, Isa, PerCallBuffer, fold_q8_0};
 
 /// The AMX path (a type only: its kernels are reached through [`Path`]).
@@ -88,7 +88,7 @@ impl Path for Amx {
         // SAFETY: as for `gemv_q8_0`; the tiles were granted before AMX was reported.
         unsafe {
             match g.ncols >= MIN_COLUMNS {
-                true => gemm_tiles::<B, false>(g),
+                true => gemm_tiles::<Q8_0Tiles<B>>(g),
                 false => zmm::gemm_q8_0(g),
             }
         }
@@ -98,9 +98,17 @@ impl Path for Amx {
         // SAFETY: as for `gemm_q8_0`.
         unsafe {
             match g.ncols >= MIN_COLUMNS {
-                true => gemm_tiles::<BlockT2p, true>(g),
+                true => gemm_tiles::<UnitTiles>(g),
                 false => zmm::gemm_unit(g),
             }
+        }
+    }
+
+    fn gemm_q8k(g: Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+        match g.ncols >= MIN_COLUMNS {
+            // SAFETY: as for `gemm_q8_0`.
+            true => unsafe { gemm_tiles::<Q8KTiles>(g) },
+            false => q8k::gemm::<Self>(g),
         }
     }
 }
@@ -219,36 +227,149 @@ unsafe fn with_tiles<R>(cfg: &'static TileConfig, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// The tile gemm: `UNIT` for the unit-scale integer sums, else the `q8_0` fold.
+/// What a tile gemm leaves to its kind (the `q8_0` fold, the unit-scale sums, the `q8_K`
+/// fold): its weights and activations, its tile configuration, how its columns are staged and
+/// how one 16 x 16 result tile is computed from the staged operands.
+trait TileGemm {
+    /// The weight blocks.
+    type Weights: RowPairBlock;
+    /// The activation blocks.
+    type Act;
+    /// The tile configuration [`TileGemm::result_tile`] runs under.
+    const CONFIG: &'static TileConfig;
+
+    /// Stages columns `cols` (at most 16) of `y` (`nb` weight blocks a row) for the tiles,
+    /// one [`ColumnTileBlock`] per weight block; the columns past them stay zero.
+    fn stage_columns(
+        y: &[Self::Act],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    );
+
+    /// The 16 x 16 results of a row tile and a column tile, one register per row.
+    ///
+    /// # Safety
+    /// The tiles must be configured as [`TileGemm::CONFIG`].
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        sums: &mut [BlockSums; 2],
+    ) -> [__m512; TILE];
+}
+
+/// The `q8_0` gemm on tiles ([`q8_0_tile`]).
+struct Q8_0Tiles<B>(std::marker::PhantomData<B>);
+
+impl<B: RowPairBlock> TileGemm for Q8_0Tiles<B> {
+    type Weights = B;
+    type Act = BlockQ8_0Quad;
+    const CONFIG: &'static TileConfig = &CONFIG_Q8_0;
+
+    fn stage_columns(
+        y: &[BlockQ8_0Quad],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    ) {
+        stage_columns_q8_0(y, nb, cols, tile)
+    }
+
+    #[inline(always)]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        sums: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        // SAFETY: the caller configured the tiles as `CONFIG_Q8_0`.
+        unsafe { q8_0_tile::<B>(rows, cols, sums) }
+    }
+}
+
+/// The unit-scale gemm on tiles ([`unit_tile`]).
+enum UnitTiles {}
+
+impl TileGemm for UnitTiles {
+    type Weights = BlockT2p;
+    type Act = BlockQ8_0Quad;
+    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
+
+    fn stage_columns(
+        y: &[BlockQ8_0Quad],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    ) {
+        stage_columns_q8_0(y, nb, cols, tile)
+    }
+
+    #[inline(always)]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        _: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        // SAFETY: the caller configured the tiles as `CONFIG_UNIT`.
+        unsafe { unit_tile(rows, cols) }
+    }
+}
+
+/// The `q8_K` gemm on tiles ([`q8k_tile`]).
+enum Q8KTiles {}
+
+impl TileGemm for Q8KTiles {
+    type Weights = BlockT2p;
+    type Act = BlockQ8Kx4;
+    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
+
+    fn stage_columns(
+        y: &[BlockQ8Kx4],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    ) {
+        stage_columns_q8k(y, nb, cols, tile)
+    }
+
+    #[inline(always)]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        sums: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        // SAFETY: the caller configured the tiles as `CONFIG_UNIT`.
+        unsafe { q8k_tile(rows, cols, sums) }
+    }
+}
+
+/// The tile gemm of kind `T`: the columns staged once, then for each group of column tiles
+/// whose operands fit in L2 ([`COLUMN_GROUP_BYTES`]) and each row tile, the rows staged once
+/// and every result tile of the group computed and stored a column at a time.
 ///
 /// # Safety
 /// The CPU must have the AMX path's features and the process the tile permission.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn gemm_tiles<B: RowPairBlock, const UNIT: bool>(g: Gemm<'_, B, BlockQ8_0Quad>) {
+unsafe fn gemm_tiles<T: TileGemm>(g: Gemm<'_, T::Weights, T::Act>) {
     let (x, nb, y, ncols, out, ld) = g.into_parts();
     let ng = x.len() / nb;
     let col_tiles = ncols.div_ceil(TILE);
     let group = (COLUMN_GROUP_BYTES / (nb * size_of::<ColumnTileBlock>())).max(1);
-    let cfg = if UNIT { &CONFIG_UNIT } else { &CONFIG_Q8_0 };
     with_zeroed(&COLUMNS, col_tiles * nb, |cols| {
         for (t, tile) in cols.chunks_exact_mut(nb).enumerate() {
-            stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile);
+            T::stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile);
         }
         with_zeroed(&ROWS, nb, |rows| {
             let mut sums = [BlockSums::zeroed(); 2];
             // SAFETY: the caller guarantees AMX and the permission.
             unsafe {
-                with_tiles(cfg, || {
+                with_tiles(T::CONFIG, || {
                     for t0 in (0..col_tiles).step_by(group) {
                         for g0 in (0..ng).step_by(TILE / ROWS_PER_T2P) {
                             let groups = g0..(g0 + TILE / ROWS_PER_T2P).min(ng);
                             stage_rows(x, nb, groups.clone(), rows);
                             for t in t0..(t0 + group).min(col_tiles) {
                                 let tile = &cols[t * nb..(t + 1) * nb];
-                                let acc = match UNIT {
-                                    true => unit_tile(rows, tile),
-                                    false => q8_0_tile::<B>(rows, tile, &mut sums),
-                                };
+                                let acc = T::result_tile(rows, tile, &mut sums);
                                 let rows_real = ROWS_PER_T2P * groups.len();
                                 let cols_real = TILE.min(ncols - t * TILE);
                                 for (c, col) in transpose(acc).iter().enumerate().take(cols_real) {
@@ -317,9 +438,8 @@ fn store_rows(out: &mut [f32], col: __m512) {
     unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask as u16, col) };
 }
 
-/// Stages the activation blocks of columns `cols` (at most 16) for the tiles, block by block;
-/// the columns past them stay zero.
-fn stage_columns(
+/// [`TileGemm::stage_columns`] of `q8_0` activations: each sub-block's `-sum` and scale.
+fn stage_columns_q8_0(
     y: &[BlockQ8_0Quad],
     nb: usize,
     cols: std::ops::Range<usize>,
@@ -335,6 +455,33 @@ fn stage_columns(
                 t.neg[j][n] = -yb.sums[j];
                 t.d[j][n] = yb.d[j];
             }
+        }
+    }
+}
+
+/// [`TileGemm::stage_columns`] of `q8_K x4` activations (`nb / 2` blocks a column quad):
+/// weight block `b` meets half `b % 2` of block `b / 2`, whose `-sum` and scale go to
+/// sub-block 0's place.
+fn stage_columns_q8k(
+    y: &[BlockQ8Kx4],
+    nb: usize,
+    cols: std::ops::Range<usize>,
+    tile: &mut [ColumnTileBlock],
+) {
+    let per_quad = nb / 2;
+    for (b, t) in tile.iter_mut().enumerate() {
+        let h = b % 2;
+        for (n, col) in cols.clone().enumerate() {
+            let yb = &y[col / 4 * per_quad + b / 2];
+            let c = col % 4;
+            for (kk, row) in t.q.iter_mut().enumerate() {
+                // Values 4kk .. 4kk + 4 of the half: one 4-byte run of an 8-byte chunk.
+                let k = QK_PQ2_0 * h + 4 * kk;
+                let at = 32 * (k / 8) + 8 * c + k % 8;
+                row[4 * n..4 * n + 4].copy_from_slice(&yb.qs[at..at + 4]);
+            }
+            t.neg[0][n] = -yb.half_sum(c, h);
+            t.d[0][n] = yb.d[c];
         }
     }
 }
@@ -510,6 +657,98 @@ unsafe fn q8_0_tile<B: RowPairBlock>(
     acc
 }
 
+/// The exact integer sums `dot(u, y) - sum(y)` of one block into `s`, in result tile
+/// `tmm4` (`ODD` false) or `tmm5` (`ODD` true), so that the next block's tiles need not wait
+/// for this block's store. The result tile starts as the columns' `-sum(y)` in every row (a
+/// tile load of stride 0).
+///
+/// # Safety
+/// The tiles must be configured as [`CONFIG_UNIT`].
+#[inline(always)]
+unsafe fn block_sum_q8k<const ODD: bool>(
+    rb: &RowTileBlock,
+    cb: &ColumnTileBlock,
+    s: &mut [[i32; TILE]; TILE],
+) {
+    macro_rules! sums_into {
+        ($tmm:literal) => {
+            // SAFETY: the caller configured the tiles; the loads read inside `rb.a` (16 rows of
+            // 64 bytes at stride 128), `cb.q` (16 rows of 64 bytes) and `cb.neg[0]` (one row of
+            // 64 bytes 16 times), the store writes the 16 rows of 64 bytes of `s`.
+            unsafe {
+                asm!(
+                    concat!("tileloadd ", $tmm, ", [{n} + {zero}*1]"),
+                    "tileloadd tmm0, [{a} + {sa}*1]",
+                    "tileloadd tmm2, [{q} + {sq}*1]",
+                    concat!("tdpbusd ", $tmm, ", tmm0, tmm2"),
+                    "tileloadd tmm1, [{a} + {sa}*1 + 64]",
+                    "tileloadd tmm3, [{q} + {sq}*1 + 1024]",
+                    concat!("tdpbusd ", $tmm, ", tmm1, tmm3"),
+                    concat!("tilestored [{s} + {ss}*1], ", $tmm),
+                    a = in(reg) rb.a.as_ptr(),
+                    sa = in(reg) QK_PQ2_0,
+                    q = in(reg) cb.q.as_ptr(),
+                    sq = in(reg) 4 * TILE,
+                    n = in(reg) cb.neg.as_ptr(),
+                    zero = in(reg) 0usize,
+                    s = in(reg) s.as_mut_ptr(),
+                    ss = in(reg) 4 * TILE,
+                    options(nostack),
+                )
+            }
+        };
+    }
+    match ODD {
+        false => sums_into!("tmm4"),
+        true => sums_into!("tmm5"),
+    }
+}
+
+/// One 16 x 16 result tile of the `q8_K` gemm, a register per row: per block the exact sum
+/// of its 128 weights, then the oracle's `acc + (d_w * d_y) * isum`, two separately rounded
+/// steps (`vmulps`, `vaddps`) on 16 columns at once. Block `b + 1`'s tiles are issued before
+/// block `b`'s fold, as in [`q8_0_tile`].
+///
+/// # Safety
+/// The tiles must be configured as [`CONFIG_UNIT`].
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q8k_tile(
+    rows: &[RowTileBlock],
+    cols: &[ColumnTileBlock],
+    sums: &mut [BlockSums; 2],
+) -> [__m512; TILE] {
+    let mut acc = [_mm512_setzero_ps(); TILE];
+    // SAFETY: the caller configured the tiles.
+    unsafe { block_sum_q8k::<false>(&rows[0], &cols[0], &mut sums[0].0[0]) };
+    for (b, (rb, cb)) in rows.iter().zip(cols).enumerate() {
+        let [this, next] = match b % 2 {
+            0 => sums.each_mut(),
+            _ => {
+                let [a, b] = sums.each_mut();
+                [b, a]
+            }
+        };
+        if let (Some(rn), Some(cn)) = (rows.get(b + 1), cols.get(b + 1)) {
+            // SAFETY: as above.
+            unsafe {
+                match b % 2 {
+                    0 => block_sum_q8k::<true>(rn, cn, &mut next.0[0]),
+                    _ => block_sum_q8k::<false>(rn, cn, &mut next.0[0]),
+                }
+            }
+        }
+        // SAFETY: reads the 16 scales of `cb.d[0]`, aligned by its block.
+        let d_y = unsafe { _mm512_load_ps(cb.d[0].as_ptr()) };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: reads the 16 sums of one row of `this`, aligned by its block.
+            let isum = unsafe { _mm512_load_si512(this.0[0][r].as_ptr().cast()) };
+            let d = _mm512_mul_ps(_mm512_set1_ps(rb.dw[0][r]), d_y);
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+        }
+    }
+    acc
+}
+
 /// One 16 x 16 result tile of the unit-scale gemm, the exact integer sums as f32, a register
 /// per row.
 #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -565,7 +804,7 @@ fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [__m512; TILE] 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::BlockT2pG64;
+    use crate::format::{BlockQ8K, BlockT2pG64, interleave_q8k_x4};
     use crate::kernels::x86_64::zmm::tests::{column, weights};
     use crate::kernels::{Kernels, scalar};
     use crate::test_rng::XorShift as Rng;
@@ -633,6 +872,61 @@ mod tests {
     #[test]
     fn q8_0_tiles_match_the_oracle_group_64() {
         q8_0_matches_the_oracle::<BlockT2pG64>();
+    }
+
+    /// `q8_K`: the tile gemm against the oracle, bit for bit, on shapes with short row and
+    /// column tiles (and a last column quad short of four), code 3 against -128 and +127 in the
+    /// first blocks, an all-zero activation block, and an output stride past the rows.
+    #[test]
+    fn q8k_tiles_match_the_oracle() {
+        let Some(k) = amx() else { return };
+        let mut rng = Rng::new(0x5eed);
+        for (groups, nb, ncols) in [
+            (1, 2, 16usize),
+            (3, 4, 17),
+            (5, 2, 31),
+            (9, 6, 33),
+            (4, 2, 48),
+        ] {
+            let mut x = weights::<BlockT2p>(groups, nb, &mut rng);
+            for r in 0..ROWS_PER_T2P {
+                let d = [x[0].d[r]];
+                x[0].set_row(r, &[3; QK_PQ2_0], &d);
+            }
+            let quads = ncols.div_ceil(4);
+            let y: Vec<BlockQ8Kx4> = (0..quads * nb / 2)
+                .map(|i| {
+                    let cols: [BlockQ8K; 4] = std::array::from_fn(|c| {
+                        let qs = std::array::from_fn(|_| match (i % (nb / 2), c) {
+                            (0, 0) => -128,
+                            (0, 1) => 127,
+                            (1, 2) => 0,
+                            _ => rng.next() as i8,
+                        });
+                        BlockQ8K::from_qs(
+                            qs,
+                            0.002 * (1 + i + c) as f32 + (rng.next() % 1000) as f32 * 1e-6,
+                        )
+                    });
+                    interleave_q8k_x4([&cols[0], &cols[1], &cols[2], &cols[3]])
+                })
+                .collect();
+            let rows = ROWS_PER_T2P * groups;
+            let ld = rows + 3;
+            let g = |out| Gemm {
+                x: &x[..],
+                nb,
+                y: &y[..],
+                ncols,
+                out,
+                ld,
+            };
+            let mut want = vec![f32::NAN; ld * ncols];
+            scalar::gemm(g(&mut want[..]));
+            let mut got = vec![f32::NAN; ld * ncols];
+            k.gemm(g(&mut got[..]));
+            assert_eq!(bits(&got), bits(&want), "{groups}x{nb} x {ncols}");
+        }
     }
 
     /// Unit scales: the exact integer sums over long rows (every block's code 3 against -128

@@ -35,7 +35,7 @@
 use std::arch::x86_64::*;
 
 use super::{Isa, T2pKernels};
-use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockT2p, BlockT2pG64, RowPairBlock};
+use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, BlockT2p, BlockT2pG64, RowPairBlock};
 
 pub(super) mod act;
 mod amx;
@@ -89,7 +89,7 @@ const fn table<P: Path>() -> T2pKernels {
     T2pKernels {
         isa: P::ISA,
         gemv: q8k::gemv::<P>,
-        gemm: q8k::gemm::<P>,
+        gemm: P::gemm_q8k,
         gemv_q8_0: P::gemv_q8_0::<BlockT2p>,
         gemm_q8_0: P::gemm_q8_0::<BlockT2p>,
         gemv_q8_0_g64: P::gemv_q8_0::<BlockT2pG64>,
@@ -206,6 +206,12 @@ trait Path: DotStep + Sized {
     /// [`q8_0`] unless the path has its own.
     fn gemm_unit(g: super::Gemm<'_, BlockT2p, BlockQ8_0Quad>) {
         q8_0::gemm_unit::<Self>(g)
+    }
+
+    /// The `q8_K` gemm entry ([`super::Kernels::gemm`]): the tiles of [`q8k`] unless the path
+    /// has its own.
+    fn gemm_q8k(g: super::Gemm<'_, BlockT2p, BlockQ8Kx4>) {
+        q8k::gemm::<Self>(g)
     }
 }
 
