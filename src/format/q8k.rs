@@ -28,6 +28,7 @@ impl Default for BlockQ8K {
 
 impl BlockQ8K {
     /// Builds a block from raw values and a scale, computing `bsums`.
+    #[inline(always)]
     pub fn from_qs(qs: [i8; QK_K], d: f32) -> Self {
         let bsums =
             std::array::from_fn(|i| qs[16 * i..16 * i + 16].iter().map(|&q| q as i16).sum());
@@ -37,20 +38,27 @@ impl BlockQ8K {
     /// Quantizes 256 values exactly as ggml's `quantize_row_q8_K_ref`: the value of largest
     /// magnitude `max` (signed) sets `iscale = -127 / max`, `qs = min(127, nearest_int(iscale * x))`,
     /// `d = 1 / iscale`; an all-zero input gives a zero block.
+    #[inline(always)]
     pub fn quantize(x: &[f32; QK_K]) -> Self {
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
+        // The largest magnitude as a max over 16 lanes (any order gives the same max, and the
+        // compiler vectorizes it), then the first value of that magnitude: the one ggml's
+        // scan keeps. NaNs count as in that scan: never.
+        let mut lanes = [0.0f32; 16];
+        for chunk in x.chunks_exact(16) {
+            for (m, v) in lanes.iter_mut().zip(chunk) {
+                *m = m.max(v.abs());
             }
         }
+        let amax = lanes.iter().fold(0.0f32, |m, &v| m.max(v));
         if amax == 0.0 {
             return Self::zeroed();
         }
+        let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
         let iscale = -127.0 / max;
-        let qs = std::array::from_fn(|j| nearest_int(iscale * x[j]).min(127) as i8);
+        let mut qs = [0i8; QK_K];
+        for (q, &v) in qs.iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8;
+        }
         Self::from_qs(qs, 1.0 / iscale)
     }
 
@@ -108,6 +116,7 @@ impl BlockQ8Kx4 {
 }
 
 /// Interleaves four `q8_K` blocks (one per column) into one `q8_K x4` block.
+#[inline(always)]
 pub fn interleave_q8k_x4(cols: [&BlockQ8K; 4]) -> BlockQ8Kx4 {
     let mut out = BlockQ8Kx4::zeroed();
     for (col, b) in cols.iter().enumerate() {
@@ -156,6 +165,7 @@ pub fn dequantize_row_q8k(blocks: &[BlockQ8K], out: &mut [f32]) {
 ///
 /// # Panics
 /// If a column's length is not `k`, more than four columns are given, or `out` is not `k / 256` long.
+#[inline(always)]
 pub fn quantize_q8k_x4(cols: &[&[f32]], k: usize, out: &mut [BlockQ8Kx4]) {
     assert!(cols.len() <= 4, "at most four columns per tile");
     assert_eq!(out.len() * QK_K, k, "k must be 256 per block");
@@ -188,6 +198,47 @@ mod tests {
         assert_eq!(&b.qs[..5], &[-127, 64, 127, 0, 2]);
         assert_eq!(b.d, 1.0 / (-127.0 / -2.0));
         assert_eq!(b.bsums[0], -127 + 64 + 127 + 2);
+    }
+
+    /// ggml's scan for the value of largest magnitude, as `quantize_row_q8_K_ref` writes it.
+    fn scan_max(x: &[f32; QK_K]) -> (f32, f32) {
+        let (mut max, mut amax) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        (max, amax)
+    }
+
+    /// The vectorized search keeps the value ggml's scan keeps: ties of `+a` and `-a` in either
+    /// order, NaNs, infinities, a single nonzero value in each lane.
+    #[test]
+    fn quantize_keeps_the_first_value_of_largest_magnitude() {
+        let mut rng = crate::test_rng::XorShift::new(0x8c1);
+        for case in 0..200 {
+            let mut x: [f32; QK_K] =
+                std::array::from_fn(|_| (rng.next() % 2001) as f32 / 1000.0 - 1.0);
+            let (i, j) = ((rng.next() % 256) as usize, (rng.next() % 256) as usize);
+            match case % 5 {
+                0 => (x[i], x[j]) = (3.0, -3.0),
+                1 => (x[i], x[j]) = (-3.0, 3.0),
+                2 => (x[i], x[j]) = (f32::NAN, 5.0),
+                3 => x = std::array::from_fn(|k| if k == i { -0.25 } else { 0.0 }),
+                _ => x[i] = f32::NEG_INFINITY,
+            }
+            let (max, amax) = scan_max(&x);
+            let b = BlockQ8K::quantize(&x);
+            if amax == 0.0 {
+                assert_eq!(b, BlockQ8K::zeroed());
+                continue;
+            }
+            let iscale = -127.0 / max;
+            assert_eq!(b.d.to_bits(), (1.0 / iscale).to_bits(), "case {case}");
+            let qs: [i8; QK_K] = std::array::from_fn(|k| nearest_int(iscale * x[k]).min(127) as i8);
+            assert_eq!(b.qs, qs, "case {case}");
+        }
     }
 
     #[test]

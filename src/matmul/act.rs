@@ -8,9 +8,7 @@ use std::ops::Range;
 use bytemuck::Zeroable;
 
 use crate::error::{Error, Result, check_len};
-use crate::format::{
-    BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, QK_K, QK_PQ2_0, quantize_q8k_x4, quantize_row_q8k,
-};
+use crate::format::{BlockQ8_0Quad, BlockQ8K, BlockQ8Kx4, QK_K, QK_PQ2_0, quantize_row_q8k};
 use crate::pool::ThreadPool;
 
 /// How activations are quantized before a T2P matmul.
@@ -276,7 +274,7 @@ impl ActLayout {
                         for (slot, c) in cols.iter_mut().zip(c.clone()) {
                             *slot = col(c);
                         }
-                        quantize_q8k_x4(&cols[..c.len()], self.k, tile);
+                        kern.quantize_q8k_x4(&cols[..c.len()], self.k, tile);
                     } else {
                         let b = u - self.tiles();
                         let block: &mut [BlockQ8K] =
