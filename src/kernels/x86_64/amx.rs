@@ -239,8 +239,11 @@ trait TileGemm {
     const CONFIG: &'static TileConfig;
 
     /// Stages columns `cols` (at most 16) of `y` (`nb` weight blocks a row) for the tiles,
-    /// one [`ColumnTileBlock`] per weight block; the columns past them stay zero.
-    fn stage_columns(
+    /// one [`ColumnTileBlock`] per weight block; the columns past them are zero.
+    ///
+    /// # Safety
+    /// The CPU must have the AMX path's vector features.
+    unsafe fn stage_columns(
         y: &[Self::Act],
         nb: usize,
         cols: std::ops::Range<usize>,
@@ -266,13 +269,14 @@ impl<B: RowPairBlock> TileGemm for Q8_0Tiles<B> {
     type Act = BlockQ8_0Quad;
     const CONFIG: &'static TileConfig = &CONFIG_Q8_0;
 
-    fn stage_columns(
+    unsafe fn stage_columns(
         y: &[BlockQ8_0Quad],
         nb: usize,
         cols: std::ops::Range<usize>,
         tile: &mut [ColumnTileBlock],
     ) {
-        stage_columns_q8_0(y, nb, cols, tile)
+        // SAFETY: the caller guarantees the AMX path's features.
+        unsafe { stage_columns_q8_0(y, nb, cols, tile) }
     }
 
     #[inline(always)]
@@ -294,13 +298,14 @@ impl TileGemm for UnitTiles {
     type Act = BlockQ8_0Quad;
     const CONFIG: &'static TileConfig = &CONFIG_UNIT;
 
-    fn stage_columns(
+    unsafe fn stage_columns(
         y: &[BlockQ8_0Quad],
         nb: usize,
         cols: std::ops::Range<usize>,
         tile: &mut [ColumnTileBlock],
     ) {
-        stage_columns_q8_0(y, nb, cols, tile)
+        // SAFETY: the caller guarantees the AMX path's features.
+        unsafe { stage_columns_q8_0(y, nb, cols, tile) }
     }
 
     #[inline(always)]
@@ -322,13 +327,14 @@ impl TileGemm for Q8KTiles {
     type Act = BlockQ8Kx4;
     const CONFIG: &'static TileConfig = &CONFIG_UNIT;
 
-    fn stage_columns(
+    unsafe fn stage_columns(
         y: &[BlockQ8Kx4],
         nb: usize,
         cols: std::ops::Range<usize>,
         tile: &mut [ColumnTileBlock],
     ) {
-        stage_columns_q8k(y, nb, cols, tile)
+        // SAFETY: the caller guarantees the AMX path's features.
+        unsafe { stage_columns_q8k(y, nb, cols, tile) }
     }
 
     #[inline(always)]
@@ -356,7 +362,8 @@ unsafe fn gemm_tiles<T: TileGemm>(g: Gemm<'_, T::Weights, T::Act>) {
     let group = (COLUMN_GROUP_BYTES / (nb * size_of::<ColumnTileBlock>())).max(1);
     with_zeroed(&COLUMNS, col_tiles * nb, |cols| {
         for (t, tile) in cols.chunks_exact_mut(nb).enumerate() {
-            T::stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile);
+            // SAFETY: the caller guarantees the AMX path's features.
+            unsafe { T::stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile) };
         }
         with_zeroed(&ROWS, nb, |rows| {
             let mut sums = [BlockSums::zeroed(); 2];
@@ -438,7 +445,10 @@ fn store_rows(out: &mut [f32], col: __m512) {
     unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask as u16, col) };
 }
 
-/// [`TileGemm::stage_columns`] of `q8_0` activations: each sub-block's `-sum` and scale.
+/// [`TileGemm::stage_columns`] of `q8_0` activations: a column's 32 words of four values are
+/// a row of two 16 x 16 word matrices, whose [`transpose`]s are the rows `tdpbusd` reads;
+/// each sub-block's `-sum` and scale go beside them.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn stage_columns_q8_0(
     y: &[BlockQ8_0Quad],
     nb: usize,
@@ -446,11 +456,21 @@ fn stage_columns_q8_0(
     tile: &mut [ColumnTileBlock],
 ) {
     for (b, t) in tile.iter_mut().enumerate() {
+        for half in 0..2 {
+            let words: [__m512; TILE] = std::array::from_fn(|n| match cols.start + n < cols.end {
+                // SAFETY: reads 64 of the 128 bytes of the block's `qs`, unaligned.
+                true => unsafe {
+                    _mm512_loadu_ps(y[(cols.start + n) * nb + b].qs[64 * half..].as_ptr().cast())
+                },
+                false => _mm512_setzero_ps(),
+            });
+            for (row, w) in t.q[16 * half..].iter_mut().zip(transpose(words)) {
+                // SAFETY: writes the 64 bytes of `row`, aligned by its block.
+                unsafe { _mm512_store_ps(row.as_mut_ptr().cast(), w) };
+            }
+        }
         for (n, col) in cols.clone().enumerate() {
             let yb = &y[col * nb + b];
-            for (kk, row) in t.q.iter_mut().enumerate() {
-                row[4 * n..4 * n + 4].copy_from_slice(&yb.qs[4 * kk..4 * kk + 4]);
-            }
             for j in 0..4 {
                 t.neg[j][n] = -yb.sums[j];
                 t.d[j][n] = yb.d[j];
@@ -461,7 +481,10 @@ fn stage_columns_q8_0(
 
 /// [`TileGemm::stage_columns`] of `q8_K x4` activations (`nb / 2` blocks a column quad):
 /// weight block `b` meets half `b % 2` of block `b / 2`, whose `-sum` and scale go to
-/// sub-block 0's place.
+/// sub-block 0's place. An 8-value chunk of a quad holds its columns' two words side by side,
+/// so the four quads' chunks, in two registers, give rows `2j` and `2j + 1` as their even and
+/// odd words.
+#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn stage_columns_q8k(
     y: &[BlockQ8Kx4],
     nb: usize,
@@ -469,19 +492,35 @@ fn stage_columns_q8k(
     tile: &mut [ColumnTileBlock],
 ) {
     let per_quad = nb / 2;
+    let live = ((1u32 << cols.len()) - 1) as u16;
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    let quads = cols.start / 4..cols.end.div_ceil(4);
     for (b, t) in tile.iter_mut().enumerate() {
         let h = b % 2;
+        for j in 0..QK_PQ2_0 / 8 {
+            let chunk = (QK_PQ2_0 / 8) * h + j;
+            let at = |i: usize| match quads.start + i < quads.end {
+                // SAFETY: reads the 32 bytes of chunk `chunk` (four columns of 8 values) of one
+                // block's `qs`, unaligned.
+                true => unsafe {
+                    let yb = &y[(quads.start + i) * per_quad + b / 2];
+                    _mm256_loadu_si256(yb.qs[32 * chunk..].as_ptr().cast())
+                },
+                false => _mm256_setzero_si256(),
+            };
+            let lo = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(0)), at(1));
+            let hi = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(2)), at(3));
+            for (e, idx) in [even, odd].into_iter().enumerate() {
+                let row = _mm512_maskz_permutex2var_epi32(live, lo, idx, hi);
+                // SAFETY: writes the 64 bytes of one row of `t.q`, aligned by its block.
+                unsafe { _mm512_store_si512(t.q[2 * j + e].as_mut_ptr().cast(), row) };
+            }
+        }
         for (n, col) in cols.clone().enumerate() {
             let yb = &y[col / 4 * per_quad + b / 2];
-            let c = col % 4;
-            for (kk, row) in t.q.iter_mut().enumerate() {
-                // Values 4kk .. 4kk + 4 of the half: one 4-byte run of an 8-byte chunk.
-                let k = QK_PQ2_0 * h + 4 * kk;
-                let at = 32 * (k / 8) + 8 * c + k % 8;
-                row[4 * n..4 * n + 4].copy_from_slice(&yb.qs[at..at + 4]);
-            }
-            t.neg[0][n] = -yb.half_sum(c, h);
-            t.d[0][n] = yb.d[c];
+            t.neg[0][n] = -yb.half_sum(col % 4, h);
+            t.d[0][n] = yb.d[col % 4];
         }
     }
 }
