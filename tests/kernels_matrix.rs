@@ -178,7 +178,8 @@ fn long_rows_cross_the_gemv_stack_chunks() {
 
 #[test]
 fn exact_integer_sums_with_unit_scales() {
-    for ncols in [1, 3, 4, 5, 7, 8, 13] {
+    // 19 columns: AMX tiles (16 and a short one) where that path runs.
+    for ncols in [1, 3, 4, 5, 7, 8, 13, 19] {
         for acts in [
             Acts::Random,
             Acts::Extreme,
@@ -193,7 +194,7 @@ fn exact_integer_sums_with_unit_scales() {
 
 #[test]
 fn code_three_everywhere_with_extreme_activations() {
-    for ncols in [1, 2, 4, 5, 6, 8, 9] {
+    for ncols in [1, 2, 4, 5, 6, 8, 9, 16] {
         for acts in [
             Acts::Constant(127),
             Acts::Constant(-127),
