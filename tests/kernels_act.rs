@@ -2,14 +2,15 @@
 //! byte for byte, as the portable reference (`format::quantize_row_q8_0`, ggml's x86 rounding):
 //! random rows, exact rounding ties, all-zero blocks, a single non-zero value, the largest and
 //! subnormal floats, and long rows. Every path's build is the same source compiled for its
-//! features, so any difference is a miscompiled or misdispatched entry. The SwiGLU entry
-//! (`silu_mul`) and DeltaNet's recurrence (`delta_rule`) are held to their references the same
-//! way, bit for bit.
+//! features, so any difference is a miscompiled or misdispatched entry. The `q8_K x4` quantizer
+//! of the gemm tiles (`quantize_q8k_x4`) is held to its portable build on the same rows, the
+//! SwiGLU entry (`silu_mul`) and DeltaNet's recurrence (`delta_rule`) to their references, the
+//! same way, bit for bit.
 
 mod common;
 
 use common::{Lcg, paths_under_test};
-use t2p::format::{BlockQ8_0Quad, quantize_row_q8_0};
+use t2p::format::{BlockQ8_0Quad, BlockQ8Kx4, quantize_q8k_x4, quantize_row_q8_0};
 
 /// Rows of 128 x `blocks` values that exercise the quantizer's corners.
 fn rows(rng: &mut Lcg, blocks: usize) -> Vec<(String, Vec<f32>)> {
@@ -63,6 +64,40 @@ fn every_path_quantizes_q8_0_rows_exactly_as_the_reference() {
                 let same =
                     bytemuck::cast_slice::<_, u8>(&got) == bytemuck::cast_slice::<_, u8>(&want);
                 assert!(same, "{}: {what}, {blocks} blocks", kern.isa());
+            }
+        }
+    }
+}
+
+/// Every path's `q8_K x4` quantizer writes the portable build's bytes, for one to four columns
+/// (the rows above, each column a different one, so a tile mixes their corners) of 256 x 1 to 24
+/// values.
+#[test]
+fn every_path_quantizes_q8k_tiles_exactly_as_the_reference() {
+    let paths = paths_under_test();
+    let mut rng = Lcg(0x8c4);
+    for blocks in [2, 4, 48] {
+        let rows = rows(&mut rng, blocks);
+        for first in 0..rows.len() {
+            for ncols in 1..=4 {
+                let cols: Vec<&[f32]> = (0..ncols)
+                    .map(|c| &rows[(first + c) % rows.len()].1[..])
+                    .collect();
+                let k = 128 * blocks;
+                let mut want = vec![BlockQ8Kx4::default(); k / 256];
+                quantize_q8k_x4(&cols, k, &mut want);
+                for kern in &paths {
+                    let mut got = vec![BlockQ8Kx4::default(); k / 256];
+                    kern.quantize_q8k_x4(&cols, k, &mut got);
+                    let same =
+                        bytemuck::cast_slice::<_, u8>(&got) == bytemuck::cast_slice::<_, u8>(&want);
+                    assert!(
+                        same,
+                        "{}: {} + {ncols} columns, k {k}",
+                        kern.isa(),
+                        rows[first].0
+                    );
+                }
             }
         }
     }
