@@ -227,28 +227,31 @@ unsafe fn with_tiles<R>(cfg: &'static TileConfig, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// What a tile gemm leaves to its kind (the `q8_0` fold, the unit-scale sums, the `q8_K`
-/// fold): its weights and activations, its tile configuration, how its columns are staged and
-/// how one 16 x 16 result tile is computed from the staged operands.
-trait TileGemm {
-    /// The weight blocks.
-    type Weights: RowPairBlock;
-    /// The activation blocks.
-    type Act;
-    /// The tile configuration [`TileGemm::result_tile`] runs under.
-    const CONFIG: &'static TileConfig;
-
+/// An activation block type the tiles read: how its columns are staged.
+trait TileActivations: Sized {
     /// Stages columns `cols` (at most 16) of `y` (`nb` weight blocks a row) for the tiles,
     /// one [`ColumnTileBlock`] per weight block; the columns past them are zero.
     ///
     /// # Safety
     /// The CPU must have the AMX path's vector features.
     unsafe fn stage_columns(
-        y: &[Self::Act],
+        y: &[Self],
         nb: usize,
         cols: std::ops::Range<usize>,
         tile: &mut [ColumnTileBlock],
     );
+}
+
+/// What a tile gemm leaves to its kind (the `q8_0` fold, the unit-scale sums, the `q8_K`
+/// fold): its weights and activations, its tile configuration, and how one 16 x 16 result
+/// tile is computed from the staged operands.
+trait TileGemm {
+    /// The weight blocks.
+    type Weights: RowPairBlock;
+    /// The activation blocks.
+    type Act: TileActivations;
+    /// The tile configuration [`TileGemm::result_tile`] runs under.
+    const CONFIG: &'static TileConfig;
 
     /// The 16 x 16 results of a row tile and a column tile, one register per row.
     ///
@@ -261,92 +264,14 @@ trait TileGemm {
     ) -> [__m512; TILE];
 }
 
-/// The `q8_0` gemm on tiles ([`q8_0_tile`]).
+/// The `q8_0` gemm on tiles.
 struct Q8_0Tiles<B>(std::marker::PhantomData<B>);
 
-impl<B: RowPairBlock> TileGemm for Q8_0Tiles<B> {
-    type Weights = B;
-    type Act = BlockQ8_0Quad;
-    const CONFIG: &'static TileConfig = &CONFIG_Q8_0;
-
-    unsafe fn stage_columns(
-        y: &[BlockQ8_0Quad],
-        nb: usize,
-        cols: std::ops::Range<usize>,
-        tile: &mut [ColumnTileBlock],
-    ) {
-        // SAFETY: the caller guarantees the AMX path's features.
-        unsafe { stage_columns_q8_0(y, nb, cols, tile) }
-    }
-
-    #[inline(always)]
-    unsafe fn result_tile(
-        rows: &[RowTileBlock],
-        cols: &[ColumnTileBlock],
-        sums: &mut [BlockSums; 2],
-    ) -> [__m512; TILE] {
-        // SAFETY: the caller configured the tiles as `CONFIG_Q8_0`.
-        unsafe { q8_0_tile::<B>(rows, cols, sums) }
-    }
-}
-
-/// The unit-scale gemm on tiles ([`unit_tile`]).
+/// The unit-scale gemm on tiles.
 enum UnitTiles {}
 
-impl TileGemm for UnitTiles {
-    type Weights = BlockT2p;
-    type Act = BlockQ8_0Quad;
-    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
-
-    unsafe fn stage_columns(
-        y: &[BlockQ8_0Quad],
-        nb: usize,
-        cols: std::ops::Range<usize>,
-        tile: &mut [ColumnTileBlock],
-    ) {
-        // SAFETY: the caller guarantees the AMX path's features.
-        unsafe { stage_columns_q8_0(y, nb, cols, tile) }
-    }
-
-    #[inline(always)]
-    unsafe fn result_tile(
-        rows: &[RowTileBlock],
-        cols: &[ColumnTileBlock],
-        _: &mut [BlockSums; 2],
-    ) -> [__m512; TILE] {
-        // SAFETY: the caller configured the tiles as `CONFIG_UNIT`.
-        unsafe { unit_tile(rows, cols) }
-    }
-}
-
-/// The `q8_K` gemm on tiles ([`q8k_tile`]).
+/// The `q8_K` gemm on tiles.
 enum Q8KTiles {}
-
-impl TileGemm for Q8KTiles {
-    type Weights = BlockT2p;
-    type Act = BlockQ8Kx4;
-    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
-
-    unsafe fn stage_columns(
-        y: &[BlockQ8Kx4],
-        nb: usize,
-        cols: std::ops::Range<usize>,
-        tile: &mut [ColumnTileBlock],
-    ) {
-        // SAFETY: the caller guarantees the AMX path's features.
-        unsafe { stage_columns_q8k(y, nb, cols, tile) }
-    }
-
-    #[inline(always)]
-    unsafe fn result_tile(
-        rows: &[RowTileBlock],
-        cols: &[ColumnTileBlock],
-        sums: &mut [BlockSums; 2],
-    ) -> [__m512; TILE] {
-        // SAFETY: the caller configured the tiles as `CONFIG_UNIT`.
-        unsafe { q8k_tile(rows, cols, sums) }
-    }
-}
 
 /// The tile gemm of kind `T`: the columns staged once, then for each group of column tiles
 /// whose operands fit in L2 ([`COLUMN_GROUP_BYTES`]) and each row tile, the rows staged once
@@ -363,7 +288,7 @@ unsafe fn gemm_tiles<T: TileGemm>(g: Gemm<'_, T::Weights, T::Act>) {
     with_zeroed(&COLUMNS, col_tiles * nb, |cols| {
         for (t, tile) in cols.chunks_exact_mut(nb).enumerate() {
             // SAFETY: the caller guarantees the AMX path's features.
-            unsafe { T::stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile) };
+            unsafe { T::Act::stage_columns(y, nb, t * TILE..(t * TILE + TILE).min(ncols), tile) };
         }
         with_zeroed(&ROWS, nb, |rows| {
             let mut sums = [BlockSums::zeroed(); 2];
@@ -445,82 +370,88 @@ fn store_rows(out: &mut [f32], col: __m512) {
     unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask as u16, col) };
 }
 
-/// [`TileGemm::stage_columns`] of `q8_0` activations: a column's 32 words of four values are
-/// a row of two 16 x 16 word matrices, whose [`transpose`]s are the rows `tdpbusd` reads;
-/// each sub-block's `-sum` and scale go beside them.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn stage_columns_q8_0(
-    y: &[BlockQ8_0Quad],
-    nb: usize,
-    cols: std::ops::Range<usize>,
-    tile: &mut [ColumnTileBlock],
-) {
-    for (b, t) in tile.iter_mut().enumerate() {
-        for half in 0..2 {
-            let words: [__m512; TILE] = std::array::from_fn(|n| match cols.start + n < cols.end {
-                // SAFETY: reads 64 of the 128 bytes of the block's `qs`, unaligned.
-                true => unsafe {
-                    _mm512_loadu_ps(y[(cols.start + n) * nb + b].qs[64 * half..].as_ptr().cast())
-                },
-                false => _mm512_setzero_ps(),
-            });
-            for (row, w) in t.q[16 * half..].iter_mut().zip(transpose(words)) {
-                // SAFETY: writes the 64 bytes of `row`, aligned by its block.
-                unsafe { _mm512_store_ps(row.as_mut_ptr().cast(), w) };
+/// `q8_0` activations: a column's 32 words of four values are a row of two 16 x 16 word
+/// matrices, whose [`transpose`]s are the rows `tdpbusd` reads; each sub-block's `-sum` and
+/// scale go beside them.
+impl TileActivations for BlockQ8_0Quad {
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn stage_columns(
+        y: &[BlockQ8_0Quad],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    ) {
+        for (b, t) in tile.iter_mut().enumerate() {
+            for half in 0..2 {
+                let words: [__m512; TILE] =
+                    std::array::from_fn(|n| match cols.start + n < cols.end {
+                        // SAFETY: reads 64 of the 128 bytes of the block's `qs`, unaligned.
+                        true => unsafe {
+                            _mm512_loadu_ps(
+                                y[(cols.start + n) * nb + b].qs[64 * half..].as_ptr().cast(),
+                            )
+                        },
+                        false => _mm512_setzero_ps(),
+                    });
+                for (row, w) in t.q[16 * half..].iter_mut().zip(transpose(words)) {
+                    // SAFETY: writes the 64 bytes of `row`, aligned by its block.
+                    unsafe { _mm512_store_ps(row.as_mut_ptr().cast(), w) };
+                }
             }
-        }
-        for (n, col) in cols.clone().enumerate() {
-            let yb = &y[col * nb + b];
-            for j in 0..4 {
-                t.neg[j][n] = -yb.sums[j];
-                t.d[j][n] = yb.d[j];
+            for (n, col) in cols.clone().enumerate() {
+                let yb = &y[col * nb + b];
+                for j in 0..4 {
+                    t.neg[j][n] = -yb.sums[j];
+                    t.d[j][n] = yb.d[j];
+                }
             }
         }
     }
 }
 
-/// [`TileGemm::stage_columns`] of `q8_K x4` activations (`nb / 2` blocks a column quad):
-/// weight block `b` meets half `b % 2` of block `b / 2`, whose `-sum` and scale go to
-/// sub-block 0's place. An 8-value chunk of a quad holds its columns' two words side by side,
-/// so the four quads' chunks, in two registers, give rows `2j` and `2j + 1` as their even and
-/// odd words.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn stage_columns_q8k(
-    y: &[BlockQ8Kx4],
-    nb: usize,
-    cols: std::ops::Range<usize>,
-    tile: &mut [ColumnTileBlock],
-) {
-    let per_quad = nb / 2;
-    let live = ((1u32 << cols.len()) - 1) as u16;
-    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    let quads = cols.start / 4..cols.end.div_ceil(4);
-    for (b, t) in tile.iter_mut().enumerate() {
-        let h = b % 2;
-        for j in 0..QK_PQ2_0 / 8 {
-            let chunk = (QK_PQ2_0 / 8) * h + j;
-            let at = |i: usize| match quads.start + i < quads.end {
-                // SAFETY: reads the 32 bytes of chunk `chunk` (four columns of 8 values) of one
-                // block's `qs`, unaligned.
-                true => unsafe {
-                    let yb = &y[(quads.start + i) * per_quad + b / 2];
-                    _mm256_loadu_si256(yb.qs[32 * chunk..].as_ptr().cast())
-                },
-                false => _mm256_setzero_si256(),
-            };
-            let lo = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(0)), at(1));
-            let hi = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(2)), at(3));
-            for (e, idx) in [even, odd].into_iter().enumerate() {
-                let row = _mm512_maskz_permutex2var_epi32(live, lo, idx, hi);
-                // SAFETY: writes the 64 bytes of one row of `t.q`, aligned by its block.
-                unsafe { _mm512_store_si512(t.q[2 * j + e].as_mut_ptr().cast(), row) };
+/// `q8_K x4` activations (`nb / 2` blocks a column quad): weight block `b` meets half `b % 2`
+/// of block `b / 2`, whose `-sum` and scale go to sub-block 0's place. An 8-value chunk of a
+/// quad holds its columns' two words side by side, so the four quads' chunks, in two registers,
+/// give rows `2j` and `2j + 1` as their even and odd words.
+impl TileActivations for BlockQ8Kx4 {
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn stage_columns(
+        y: &[BlockQ8Kx4],
+        nb: usize,
+        cols: std::ops::Range<usize>,
+        tile: &mut [ColumnTileBlock],
+    ) {
+        let per_quad = nb / 2;
+        let live = ((1u32 << cols.len()) - 1) as u16;
+        let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        let quads = cols.start / 4..cols.end.div_ceil(4);
+        for (b, t) in tile.iter_mut().enumerate() {
+            let h = b % 2;
+            for j in 0..QK_PQ2_0 / 8 {
+                let chunk = (QK_PQ2_0 / 8) * h + j;
+                let at = |i: usize| match quads.start + i < quads.end {
+                    // SAFETY: reads the 32 bytes of chunk `chunk` (four columns of 8 values) of one
+                    // block's `qs`, unaligned.
+                    true => unsafe {
+                        let yb = &y[(quads.start + i) * per_quad + b / 2];
+                        _mm256_loadu_si256(yb.qs[32 * chunk..].as_ptr().cast())
+                    },
+                    false => _mm256_setzero_si256(),
+                };
+                let lo = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(0)), at(1));
+                let hi = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(at(2)), at(3));
+                for (e, idx) in [even, odd].into_iter().enumerate() {
+                    let row = _mm512_maskz_permutex2var_epi32(live, lo, idx, hi);
+                    // SAFETY: writes the 64 bytes of one row of `t.q`, aligned by its block.
+                    unsafe { _mm512_store_si512(t.q[2 * j + e].as_mut_ptr().cast(), row) };
+                }
             }
-        }
-        for (n, col) in cols.clone().enumerate() {
-            let yb = &y[col / 4 * per_quad + b / 2];
-            t.neg[0][n] = -yb.half_sum(col % 4, h);
-            t.d[0][n] = yb.d[col % 4];
+            for (n, col) in cols.clone().enumerate() {
+                let yb = &y[col / 4 * per_quad + b / 2];
+                t.neg[0][n] = -yb.half_sum(col % 4, h);
+                t.d[0][n] = yb.d[col % 4];
+            }
         }
     }
 }
@@ -647,53 +578,77 @@ unsafe fn block_sums(rb: &RowTileBlock, cb: &ColumnTileBlock, s: &mut BlockSums)
     }
 }
 
-/// One 16 x 16 result tile of the `q8_0` gemm, a register per row (16 columns). The tiles of
-/// block `b + 1` are issued before the fold of block `b`, into the other of the two result
-/// buffers `sums`, so the tile unit works while the vector units fold.
-///
-/// # Safety
-/// The tiles must be configured as [`CONFIG_Q8_0`].
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q8_0_tile<B: RowPairBlock>(
-    rows: &[RowTileBlock],
-    cols: &[ColumnTileBlock],
+/// Blocks `0..blocks` through the tile unit (`issue`) and the vector units (`fold`), block
+/// `b + 1`'s tiles issued before block `b`'s fold, into the other of the two result buffers
+/// `sums`, so that the tile unit works while the vector units fold.
+#[inline(always)]
+fn pipelined(
+    blocks: usize,
     sums: &mut [BlockSums; 2],
-) -> [__m512; TILE] {
-    let mut acc = [_mm512_setzero_ps(); TILE];
-    // SAFETY: the caller configured the tiles.
-    unsafe { block_sums(&rows[0], &cols[0], &mut sums[0]) };
-    for (b, (rb, cb)) in rows.iter().zip(cols).enumerate() {
+    mut issue: impl FnMut(usize, &mut BlockSums),
+    mut fold: impl FnMut(usize, &BlockSums),
+) {
+    if blocks == 0 {
+        return;
+    }
+    issue(0, &mut sums[0]);
+    for b in 0..blocks {
         let [this, next] = match b % 2 {
             0 => sums.each_mut(),
             _ => {
-                let [a, b] = sums.each_mut();
-                [b, a]
+                let [a, c] = sums.each_mut();
+                [c, a]
             }
         };
-        if let (Some(rn), Some(cn)) = (rows.get(b + 1), cols.get(b + 1)) {
-            // SAFETY: as above.
-            unsafe { block_sums(rn, cn, next) };
+        if b + 1 < blocks {
+            issue(b + 1, next);
         }
+        fold(b, this);
+    }
+}
+
+/// A result tile of the `q8_0` gemm, a register per row (16 columns): per block the four
+/// sub-blocks' sums ([`block_sums`]) and the shared fold, [`pipelined`].
+impl<B: RowPairBlock> TileGemm for Q8_0Tiles<B> {
+    type Weights = B;
+    type Act = BlockQ8_0Quad;
+    const CONFIG: &'static TileConfig = &CONFIG_Q8_0;
+
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        sums: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        let mut acc = [_mm512_setzero_ps(); TILE];
         // SAFETY: each load reads 16 values of a `[_; 16]` array, aligned by its block.
         let load_i = |v: &[i32; TILE]| unsafe { _mm512_load_si512(v.as_ptr().cast()) };
         // SAFETY: as `load_i`.
         let load_f = |v: &[f32; TILE]| unsafe { _mm512_load_ps(v.as_ptr()) };
-        let d = cb.d.each_ref().map(load_f);
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let p: [__m512; 4] = std::array::from_fn(|j| {
-                _mm512_mul_ps(d[j], _mm512_cvtepi32_ps(load_i(&this.0[j][r])))
-            });
-            *acc = fold_q8_0(
-                B::HALVES,
-                *acc,
-                [_mm512_add_ps(p[0], p[1]), p[2], p[3]],
-                |h| _mm512_set1_ps(rb.dw[h][r]),
-                |a, b| _mm512_add_ps(a, b),
-                |a, b| _mm512_mul_ps(a, b),
-            );
-        }
+        pipelined(
+            rows.len().min(cols.len()),
+            sums,
+            // SAFETY: the caller configured the tiles.
+            |b, s| unsafe { block_sums(&rows[b], &cols[b], s) },
+            |b, this| {
+                let d = cols[b].d.each_ref().map(load_f);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let p: [__m512; 4] = std::array::from_fn(|j| {
+                        _mm512_mul_ps(d[j], _mm512_cvtepi32_ps(load_i(&this.0[j][r])))
+                    });
+                    *acc = fold_q8_0(
+                        B::HALVES,
+                        *acc,
+                        [_mm512_add_ps(p[0], p[1]), p[2], p[3]],
+                        |h| _mm512_set1_ps(rows[b].dw[h][r]),
+                        |a, b| _mm512_add_ps(a, b),
+                        |a, b| _mm512_mul_ps(a, b),
+                    );
+                }
+            },
+        );
+        acc
     }
-    acc
 }
 
 /// The exact integer sums `dot(u, y) - sum(y)` of one block into `s`, in result tile
@@ -743,101 +698,107 @@ unsafe fn block_sum_q8k<const ODD: bool>(
     }
 }
 
-/// One 16 x 16 result tile of the `q8_K` gemm, a register per row: per block the exact sum
-/// of its 128 weights, then the oracle's `acc + (d_w * d_y) * isum`, two separately rounded
-/// steps (`vmulps`, `vaddps`) on 16 columns at once. Block `b + 1`'s tiles are issued before
-/// block `b`'s fold, as in [`q8_0_tile`].
-///
-/// # Safety
-/// The tiles must be configured as [`CONFIG_UNIT`].
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q8k_tile(
-    rows: &[RowTileBlock],
-    cols: &[ColumnTileBlock],
-    sums: &mut [BlockSums; 2],
-) -> [__m512; TILE] {
-    let mut acc = [_mm512_setzero_ps(); TILE];
-    // SAFETY: the caller configured the tiles.
-    unsafe { block_sum_q8k::<false>(&rows[0], &cols[0], &mut sums[0].0[0]) };
-    for (b, (rb, cb)) in rows.iter().zip(cols).enumerate() {
-        let [this, next] = match b % 2 {
-            0 => sums.each_mut(),
-            _ => {
-                let [a, b] = sums.each_mut();
-                [b, a]
-            }
-        };
-        if let (Some(rn), Some(cn)) = (rows.get(b + 1), cols.get(b + 1)) {
-            // SAFETY: as above.
-            unsafe {
+/// A result tile of the `q8_K` gemm, a register per row: per block the exact sum of its 128
+/// weights ([`block_sum_q8k`]), then the oracle's `acc + (d_w * d_y) * isum`, two separately
+/// rounded steps (`vmulps`, `vaddps`) on 16 columns at once, [`pipelined`].
+impl TileGemm for Q8KTiles {
+    type Weights = BlockT2p;
+    type Act = BlockQ8Kx4;
+    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
+
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        sums: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        let mut acc = [_mm512_setzero_ps(); TILE];
+        pipelined(
+            rows.len().min(cols.len()),
+            sums,
+            // SAFETY: the caller configured the tiles; consecutive blocks' sums go to tmm4 and
+            // tmm5 in turn.
+            |b, s| unsafe {
                 match b % 2 {
-                    0 => block_sum_q8k::<true>(rn, cn, &mut next.0[0]),
-                    _ => block_sum_q8k::<false>(rn, cn, &mut next.0[0]),
+                    0 => block_sum_q8k::<false>(&rows[b], &cols[b], &mut s.0[0]),
+                    _ => block_sum_q8k::<true>(&rows[b], &cols[b], &mut s.0[0]),
                 }
-            }
-        }
-        // SAFETY: reads the 16 scales of `cb.d[0]`, aligned by its block.
-        let d_y = unsafe { _mm512_load_ps(cb.d[0].as_ptr()) };
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // SAFETY: reads the 16 sums of one row of `this`, aligned by its block.
-            let isum = unsafe { _mm512_load_si512(this.0[0][r].as_ptr().cast()) };
-            let d = _mm512_mul_ps(_mm512_set1_ps(rb.dw[0][r]), d_y);
-            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
-        }
+            },
+            |b, this| {
+                // SAFETY: reads the 16 scales of `d[0]`, aligned by its block.
+                let d_y = unsafe { _mm512_load_ps(cols[b].d[0].as_ptr()) };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: reads the 16 sums of one row of `this`, aligned by its block.
+                    let isum = unsafe { _mm512_load_si512(this.0[0][r].as_ptr().cast()) };
+                    let d = _mm512_mul_ps(_mm512_set1_ps(rows[b].dw[0][r]), d_y);
+                    *acc = _mm512_add_ps(*acc, _mm512_mul_ps(d, _mm512_cvtepi32_ps(isum)));
+                }
+            },
+        );
+        acc
     }
-    acc
 }
 
-/// One 16 x 16 result tile of the unit-scale gemm, the exact integer sums as f32, a register
-/// per row.
-#[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unit_tile(rows: &[RowTileBlock], cols: &[ColumnTileBlock]) -> [__m512; TILE] {
-    // SAFETY: the tiles are configured as `CONFIG_UNIT` (the caller).
-    unsafe { asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem)) };
-    let mut neg = _mm512_setzero_si512();
-    for (rb, cb) in rows.iter().zip(cols) {
-        // SAFETY: as in `q8_0_tile`, with 16 rows of 64 bytes for both operands.
+/// A result tile of the unit-scale gemm, the exact integer sums as f32, a register per row:
+/// two `tdpbusd` of `K = 64` a block, accumulated over the whole row in two tiles.
+impl TileGemm for UnitTiles {
+    type Weights = BlockT2p;
+    type Act = BlockQ8_0Quad;
+    const CONFIG: &'static TileConfig = &CONFIG_UNIT;
+
+    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn result_tile(
+        rows: &[RowTileBlock],
+        cols: &[ColumnTileBlock],
+        _: &mut [BlockSums; 2],
+    ) -> [__m512; TILE] {
+        // SAFETY: the tiles are configured as `CONFIG_UNIT` (the caller).
+        unsafe { asm!("tilezero tmm4", "tilezero tmm5", options(nostack, nomem)) };
+        let mut neg = _mm512_setzero_si512();
+        for (rb, cb) in rows.iter().zip(cols) {
+            // SAFETY: as in `Q8_0Tiles`, with 16 rows of 64 bytes for both operands.
+            unsafe {
+                asm!(
+                    "tileloadd tmm0, [{a} + {sa}*1]",
+                    "tileloadd tmm2, [{q} + {sq}*1]",
+                    "tdpbusd tmm4, tmm0, tmm2",
+                    "tileloadd tmm1, [{a} + {sa}*1 + 64]",
+                    "tileloadd tmm3, [{q} + {sq}*1 + 1024]",
+                    "tdpbusd tmm5, tmm1, tmm3",
+                    a = in(reg) rb.a.as_ptr(),
+                    sa = in(reg) QK_PQ2_0,
+                    q = in(reg) cb.q.as_ptr(),
+                    sq = in(reg) 4 * TILE,
+                    options(nostack, readonly),
+                );
+            }
+            for n in &cb.neg {
+                // SAFETY: reads the 16 values of `n`, aligned by its block.
+                neg = _mm512_add_epi32(neg, unsafe { _mm512_load_si512(n.as_ptr().cast()) });
+            }
+        }
+        let mut halves = [[[0i32; TILE]; TILE]; 2];
+        // SAFETY: each store writes the 16 rows of 64 bytes of one `halves[h]`.
         unsafe {
             asm!(
-                "tileloadd tmm0, [{a} + {sa}*1]",
-                "tileloadd tmm2, [{q} + {sq}*1]",
-                "tdpbusd tmm4, tmm0, tmm2",
-                "tileloadd tmm1, [{a} + {sa}*1 + 64]",
-                "tileloadd tmm3, [{q} + {sq}*1 + 1024]",
-                "tdpbusd tmm5, tmm1, tmm3",
-                a = in(reg) rb.a.as_ptr(),
-                sa = in(reg) QK_PQ2_0,
-                q = in(reg) cb.q.as_ptr(),
-                sq = in(reg) 4 * TILE,
-                options(nostack, readonly),
+                "tilestored [{s} + {ss}*1], tmm4",
+                "tilestored [{s} + {ss}*1 + 1024], tmm5",
+                s = in(reg) halves.as_mut_ptr(),
+                ss = in(reg) 4 * TILE,
+                options(nostack),
             );
         }
-        for n in &cb.neg {
-            // SAFETY: reads the 16 values of `n`, aligned by its block.
-            neg = _mm512_add_epi32(neg, unsafe { _mm512_load_si512(n.as_ptr().cast()) });
-        }
+        std::array::from_fn(|r| {
+            // SAFETY: the loads read the 16 values of one row of each of `halves`, unaligned.
+            let i = unsafe {
+                _mm512_add_epi32(
+                    _mm512_loadu_si512(halves[0][r].as_ptr().cast()),
+                    _mm512_loadu_si512(halves[1][r].as_ptr().cast()),
+                )
+            };
+            _mm512_cvtepi32_ps(_mm512_add_epi32(i, neg))
+        })
     }
-    let mut halves = [[[0i32; TILE]; TILE]; 2];
-    // SAFETY: each store writes the 16 rows of 64 bytes of one `halves[h]`.
-    unsafe {
-        asm!(
-            "tilestored [{s} + {ss}*1], tmm4",
-            "tilestored [{s} + {ss}*1 + 1024], tmm5",
-            s = in(reg) halves.as_mut_ptr(),
-            ss = in(reg) 4 * TILE,
-            options(nostack),
-        );
-    }
-    std::array::from_fn(|r| {
-        // SAFETY: the loads read the 16 values of one row of each of `halves`, unaligned.
-        let i = unsafe {
-            _mm512_add_epi32(
-                _mm512_loadu_si512(halves[0][r].as_ptr().cast()),
-                _mm512_loadu_si512(halves[1][r].as_ptr().cast()),
-            )
-        };
-        _mm512_cvtepi32_ps(_mm512_add_epi32(i, neg))
-    })
 }
 
 #[cfg(test)]
@@ -856,6 +817,31 @@ mod tests {
 
     fn bits(v: &[f32]) -> Vec<u32> {
         v.iter().map(|f| f.to_bits()).collect()
+    }
+
+    /// `kernel` against `oracle` on the same operands, bit for bit, with outputs of stride `ld`
+    /// that start as NaN (a gap past the rows must stay NaN in both).
+    fn assert_same<W, A>(
+        (x, nb): (&[W], usize),
+        (y, ncols): (&[A], usize),
+        ld: usize,
+        oracle: impl Fn(Gemm<'_, W, A>),
+        kernel: impl Fn(Gemm<'_, W, A>),
+        what: &str,
+    ) {
+        let run = |f: &dyn Fn(Gemm<'_, W, A>)| {
+            let mut out = vec![f32::NAN; ld * ncols];
+            f(Gemm {
+                x,
+                nb,
+                y,
+                ncols,
+                out: &mut out[..],
+                ld,
+            });
+            bits(&out)
+        };
+        assert_eq!(run(&kernel), run(&oracle), "{what}");
     }
 
     /// `ncols` columns of `nb` blocks, the patterns of [`column`] shifted per column.
@@ -884,22 +870,14 @@ mod tests {
                 x[0].set_row(r, &[3; QK_PQ2_0], &d);
             }
             let y = columns(ncols, nb, &mut rng);
-            let rows = ROWS_PER_T2P * groups;
-            let ld = rows + 3;
-            let g = |out| Gemm {
-                x: &x[..],
-                nb,
-                y: &y[..],
-                ncols,
-                out,
-                ld,
-            };
-            let mut want = vec![f32::NAN; ld * ncols];
-            scalar::gemm_q8_0(g(&mut want[..]));
-            let mut got = vec![f32::NAN; ld * ncols];
-            k.gemm_q8_0(g(&mut got[..]));
-            let shape = format!("{} {groups}x{nb} x {ncols}", B::NAME);
-            assert_eq!(bits(&got), bits(&want), "{shape}");
+            assert_same(
+                (&x, nb),
+                (&y, ncols),
+                ROWS_PER_T2P * groups + 3,
+                scalar::gemm_q8_0,
+                |g| k.gemm_q8_0(g),
+                &format!("{} {groups}x{nb} x {ncols}", B::NAME),
+            );
         }
     }
 
@@ -950,21 +928,14 @@ mod tests {
                     interleave_q8k_x4([&cols[0], &cols[1], &cols[2], &cols[3]])
                 })
                 .collect();
-            let rows = ROWS_PER_T2P * groups;
-            let ld = rows + 3;
-            let g = |out| Gemm {
-                x: &x[..],
-                nb,
-                y: &y[..],
-                ncols,
-                out,
-                ld,
-            };
-            let mut want = vec![f32::NAN; ld * ncols];
-            scalar::gemm(g(&mut want[..]));
-            let mut got = vec![f32::NAN; ld * ncols];
-            k.gemm(g(&mut got[..]));
-            assert_eq!(bits(&got), bits(&want), "{groups}x{nb} x {ncols}");
+            assert_same(
+                (&x, nb),
+                (&y, ncols),
+                ROWS_PER_T2P * groups + 3,
+                scalar::gemm,
+                |g| k.gemm(g),
+                &format!("{groups}x{nb} x {ncols}"),
+            );
         }
     }
 
@@ -993,21 +964,14 @@ mod tests {
                 let qs = if i < nb { [-128; QK_PQ2_0] } else { yb.qs };
                 *yb = BlockQ8_0Quad::from_qs(qs, [1.0; 4]);
             }
-            let rows = ROWS_PER_T2P * groups;
-            let ld = rows;
-            let g = |out| Gemm {
-                x: &x[..],
-                nb,
-                y: &y[..],
-                ncols,
-                out,
-                ld,
-            };
-            let mut want = vec![f32::NAN; rows * ncols];
-            scalar::gemm_q8_0(g(&mut want[..]));
-            let mut got = vec![f32::NAN; rows * ncols];
-            k.gemm_unit(g(&mut got[..]));
-            assert_eq!(bits(&got), bits(&want), "{groups}x{nb} x {ncols}");
+            assert_same(
+                (&x, nb),
+                (&y, ncols),
+                ROWS_PER_T2P * groups,
+                scalar::gemm_q8_0,
+                |g| k.gemm_unit(g),
+                &format!("{groups}x{nb} x {ncols}"),
+            );
         }
     }
 }
