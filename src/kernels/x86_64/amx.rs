@@ -1,5 +1,5 @@
-//! The AMX path: the AVX-512 VNNI path with its `q8_0` and unit-scale gemms on AMX tiles
-//! (Intel Xeon since Sapphire Rapids).
+//! The AMX path: the AVX-512 VNNI path with its `q8_0`, `q8_K` and unit-scale gemms on AMX
+//! tiles (Intel Xeon since Sapphire Rapids).
 //!
 //! One `tdpbusd` multiplies a tile of 16 rows x `K` unsigned bytes by a tile of `K / 4` rows x
 //! 16 columns x 4 signed bytes into 16 x 16 int32 sums, four products per sum and step, the
@@ -16,21 +16,28 @@
 //!   AND and one `vpermq` per T2P word ([`stage_rows`]).
 //! * [`ColumnTileBlock`]: one activation block of 16 columns as `q[kk][4n + i]` = column `n`'s
 //!   value `4kk + i`, the layout `tdpbusd` wants for its second operand, with the columns'
-//!   scales and `-sum` per sub-block side by side.
+//!   scales and `-sum` per sub-block side by side; staged by vector shuffles
+//!   ([`TileActivations`]: 16 x 16 word transposes of `q8_0` columns, word permutes of `q8_K x4`
+//!   quads).
 //!
 //! **The `q8_0` gemm.** The oracle needs the exact sum of every 32-weight sub-block (each has its
 //! own activation scale), so a block takes four `tdpbusd` of `K = 32` into four result tiles,
 //! which go back to memory once per block; the float fold then runs on 16 columns at once, one
 //! zmm per row: `P_j = d_j * f32(i_j)`, then the shared [`fold_q8_0`], each step a separately
 //! rounded `vmulps` / `vaddps` in the oracle's order. So the result is bit-identical to the
-//! scalar oracle. The fold, not the tiles, bounds this kernel.
+//! scalar oracle. The fold and the four tile stores a block, not the multiplies, bound this
+//! kernel.
+//!
+//! **The `q8_K` gemm** needs one sum per block (one activation scale per 256 values): two
+//! `tdpbusd` of `K = 64` into one result tile, one store, one fold `acc + (d_w * d_y) * isum`.
 //!
 //! **The unit-scale gemm** (BitNet) needs only the row's integer sum: two `tdpbusd` of
 //! `K = 64` per block accumulate in two tiles over the whole row, stored once at the end.
 //!
-//! Column tiles are taken in groups whose operands stay in L2 ([`COLUMN_GROUP_BYTES`]); every
-//! group decodes the weights again. Below [`MIN_COLUMNS`] columns the padded tiles lose to the
-//! AVX-512 kernels ([`super::zmm`]), which run instead.
+//! One driver runs every kind ([`gemm_tiles`] over a [`TileGemm`]). Column tiles are taken in
+//! groups whose operands stay in L2 ([`COLUMN_GROUP_BYTES`]); every group decodes the weights
+//! again. Below [`MIN_COLUMNS`] columns the padded tiles lose to the
+//! AVX-512 VNNI path's kernels ([`super::zmm`], [`super::q8k`]), which run instead.
 //!
 //! Linux hands a process the tile state only on request (`arch_prctl`), which
 //! [`crate::kernels::cpu`] makes before it reports AMX; each kernel call loads its tile
