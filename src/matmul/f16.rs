@@ -150,13 +150,11 @@ mod tests {
                 let p = F16Product::new(&m, &x, ncols).unwrap();
                 assert!(p.chunk_count(pool.threads()) > 1);
                 let mut got = vec![f32::NAN; rows * ncols];
-                let mut tiles = Vec::new();
                 run_products(
                     &pool,
                     kern,
                     &mut [(p, &mut got[..])],
                     |p| Ok(Some(*p)),
-                    &mut tiles,
                     false,
                 )
                 .unwrap();

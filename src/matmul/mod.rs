@@ -11,7 +11,8 @@
 //!   ([`chunk_count`], [`chunk_rows`]);
 //! * `parallel.rs`: the parallel step ([`run_products`]): the chunks of the products that share
 //!   an input in one pool call (shrinking row chunks for one column, runs of columns for a prompt
-//!   over matrices that stay in cache, else even row chunks gathered from tiles).
+//!   over matrices that stay in cache, else even row chunks, each copied from its thread's tile
+//!   into its rows of the columns).
 //!
 //! Every caller (the runner's pool, the C ABI, the llama.cpp extra buffer type through the C
 //! ABI) runs a T2P matmul through a [`MatmulPlan`].

@@ -178,22 +178,13 @@ impl MatmulPlan {
         n: usize,
     ) -> Vec<Vec<&'a mut [f32]>> {
         let (rows, ncols) = (self.rows, self.layout.ncols());
-        let mut parts: Vec<Vec<&mut [f32]>> = (0..n).map(|_| Vec::with_capacity(ncols)).collect();
-        let mut rest = &mut out[..(ncols - 1) * ld + rows];
-        for c in 0..ncols {
-            let (mut col, tail) = rest.split_at_mut(rows);
-            for (i, part) in parts.iter_mut().enumerate() {
-                let (piece, after) = col.split_at_mut(self.chunk_rows(i, n).len());
-                part.push(piece);
-                col = after;
-            }
-            rest = if c + 1 < ncols {
-                &mut tail[ld - rows..]
-            } else {
-                tail
-            };
-        }
-        parts
+        let (mut rests, mut pieces) = (Vec::new(), Vec::new());
+        let lens = (0..n).map(|i| self.chunk_rows(i, n).len());
+        chunk_pieces(out, rows, ld, ncols, lens, &mut rests, &mut pieces);
+        let mut pieces = pieces.into_iter();
+        (0..n)
+            .map(|_| pieces.by_ref().take(ncols).collect())
+            .collect()
     }
 
     fn check_rows(&self, rows: &Range<usize>) -> Result<()> {
@@ -389,6 +380,43 @@ pub fn matmul(kern: &Kernels, w: &T2pMatrix, batch: &QuantizedBatch) -> Result<V
         w.rows(),
     )?;
     Ok(out)
+}
+
+/// Appends to `pieces` the pieces of `out` (`ncols` columns of `rows` values, `ld` apart) that
+/// row chunks of the lengths `lens` own, chunk by chunk: chunk `i`'s rows of column `c` land at
+/// `i * ncols + c` from where `pieces` started. `rests` is scratch. Neither allocates once they
+/// have grown, so a forward pass can keep them from step to step.
+///
+/// # Panics
+/// If `out` is shorter than `(ncols - 1) * ld + rows`, `ld < rows` with several columns, or the
+/// lengths add up to more than `rows`.
+pub(crate) fn chunk_pieces<'a>(
+    out: &'a mut [f32],
+    rows: usize,
+    ld: usize,
+    ncols: usize,
+    lens: impl Iterator<Item = usize>,
+    rests: &mut Vec<&'a mut [f32]>,
+    pieces: &mut Vec<&'a mut [f32]>,
+) {
+    rests.clear();
+    let mut rest = out;
+    for c in 0..ncols {
+        let (col, tail) = rest.split_at_mut(rows);
+        rests.push(col);
+        rest = if c + 1 < ncols {
+            &mut tail[ld - rows..]
+        } else {
+            tail
+        };
+    }
+    for len in lens {
+        for col in rests.iter_mut() {
+            let (piece, tail) = std::mem::take(col).split_at_mut(len);
+            *col = tail;
+            pieces.push(piece);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -29,8 +29,6 @@ pub(crate) struct MatmulScratch {
     pub act: QuantizedBatch,
     /// The per-vector int8 activations every BitNet matrix of the group reads.
     pub int8: Int8Acts,
-    /// `[rows * n]`: per row chunk of a matmul over several columns, its output tile.
-    pub tiles: Vec<f32>,
 }
 
 /// The buffers of a forward pass (see the module documentation).

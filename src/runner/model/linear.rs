@@ -82,15 +82,14 @@ impl Matrix {
         })
     }
 
-    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`; `tiles`
-    /// is scratch for several columns. Its time counts as `phase` (T2P) or
+    /// `out[t * rows + r] = sum_k w[r][k] * x[t][k]` for every vector `t` of `input`. Its time
+    /// counts as `phase` (T2P) or
     /// [`Phase::DenseMatmul`] when profiling.
     pub(crate) fn forward(
         &self,
         exec: &Exec,
         input: &Activations,
         out: &mut [f32],
-        tiles: &mut Vec<f32>,
         phase: Phase,
     ) -> Result<()> {
         if input.k != self.k() {
@@ -111,7 +110,7 @@ impl Matrix {
                     ModelError::BadShape("a T2P matrix read unquantized activations".into())
                 })?;
                 let product = T2pProduct::new(m, batch)?;
-                run_one(exec, product, out, tiles, phase, m.size_bytes())
+                run_one(exec, product, out, phase, m.size_bytes())
             }
             // Activations quantized once (as the matrix's ggml `vec_dot_type`), then row chunks
             // over the pool, each reading its rows once for every column.
@@ -122,7 +121,7 @@ impl Matrix {
                     m.quantize_acts(&input.x[..input.n * m.k()], work)?;
                 }
                 let product = QuantProduct::new(m, work, input.n)?;
-                run_one(exec, product, out, tiles, phase, m.size_bytes())
+                run_one(exec, product, out, phase, m.size_bytes())
             }),
             // Each token quantized to int8 with its own scale, the integer sums from the T2P
             // kernels, then the f32 scales.
@@ -132,21 +131,14 @@ impl Matrix {
                     acts.quantize(&exec.pool, &input.x[..input.n * input.k], input.k, input.n)?;
                 }
                 let product = T2pProduct::unit_scales(m.t2p(), acts.batch())?;
-                run_one(exec, product, &mut *out, tiles, phase, m.size_bytes())?;
+                run_one(exec, product, &mut *out, phase, m.size_bytes())?;
                 m.apply_scales(acts.scales(), out);
                 Ok(())
             }),
             // Row chunks over the pool, each reading its rows once for every column.
             Matrix::F16(m) => {
                 let product = F16Product::new(m, &input.x[..input.n * input.k], input.n)?;
-                run_one(
-                    exec,
-                    product,
-                    out,
-                    tiles,
-                    Phase::DenseMatmul,
-                    m.size_bytes(),
-                )
+                run_one(exec, product, out, Phase::DenseMatmul, m.size_bytes())
             }
             Matrix::Dense { .. } => dense_step(exec, input, &mut [(self, out)], |m| Some(*m)),
         }
@@ -158,7 +150,6 @@ fn run_one<P: RowChunked + Copy + Send + Sync>(
     exec: &Exec,
     product: P,
     out: &mut [f32],
-    tiles: &mut Vec<f32>,
     phase: Phase,
     bytes: usize,
 ) -> Result<()> {
@@ -166,7 +157,6 @@ fn run_one<P: RowChunked + Copy + Send + Sync>(
         exec,
         &mut [(product, out)],
         |p| Ok(Some(*p)),
-        tiles,
         phase,
         bytes as u64,
     )
@@ -179,12 +169,11 @@ pub(crate) fn run_step<M: Send + Sync, P: RowChunked + Copy + Send>(
     exec: &Exec,
     jobs: &mut [(M, &mut [f32])],
     product: impl Fn(&M) -> crate::Result<Option<P>> + Sync,
-    tiles: &mut Vec<f32>,
     phase: Phase,
     bytes: u64,
 ) -> Result<()> {
     let timed = exec.profile.is_on();
-    if let Some(t) = run_products(&exec.pool, exec.kern, jobs, product, tiles, timed)? {
+    if let Some(t) = run_products(&exec.pool, exec.kern, jobs, product, timed)? {
         exec.profile
             .add_parallel(phase, t.wall_ns, t.busy_ns, t.threads, bytes);
     }

@@ -78,12 +78,7 @@ pub(crate) fn project(
     jobs: &mut [(&Projection, &mut [f32])],
     phase: Phase,
 ) -> Result<()> {
-    let MatmulScratch {
-        xt,
-        act,
-        int8,
-        tiles,
-    } = mm;
+    let MatmulScratch { xt, act, int8 } = mm;
     let kind_of = |m: &Projection| m.input_kind(ctx.round_bf16);
     // A layer passes at most four matrices: scanning the earlier ones finds each kind's first.
     for i in 0..jobs.len() {
@@ -104,7 +99,7 @@ pub(crate) fn project(
             let bytes = step_bytes(ctx, &jobs[i..], |m| {
                 Projection::ternary_for(m, kind, ctx.round_bf16).map(|t| t.size_bytes())
             });
-            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
+            run_step(ctx.exec, &mut jobs[i..], product, phase, bytes)?;
         }
         if jobs[i..].iter().any(|(m, _)| reads(m, is_int8)) {
             {
@@ -120,7 +115,7 @@ pub(crate) fn project(
             let bytes = step_bytes(ctx, &jobs[i..], |m| {
                 m.int8_for(kind, ctx.round_bf16).map(|m| m.size_bytes())
             });
-            run_step(ctx.exec, &mut jobs[i..], product, tiles, phase, bytes)?;
+            run_step(ctx.exec, &mut jobs[i..], product, phase, bytes)?;
             for (m, out) in jobs[i..].iter_mut() {
                 if let Some(m) = m.int8_for(kind, ctx.round_bf16) {
                     m.apply_scales(scales, out);
@@ -129,7 +124,7 @@ pub(crate) fn project(
         }
         for (m, out) in jobs[i..].iter_mut() {
             if reads(m, |m| !m.is_ternary() && !is_int8(m) && !is_dense(m)) {
-                m.matrix.forward(ctx.exec, &acts, out, tiles, phase)?;
+                m.matrix.forward(ctx.exec, &acts, out, phase)?;
             }
         }
         // The f32 matrices of this input (the DeltaNet's alpha and beta) in one pool call.
