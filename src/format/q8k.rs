@@ -169,15 +169,16 @@ pub fn dequantize_row_q8k(blocks: &[BlockQ8K], out: &mut [f32]) {
 pub fn quantize_q8k_x4(cols: &[&[f32]], k: usize, out: &mut [BlockQ8Kx4]) {
     assert!(cols.len() <= 4, "at most four columns per tile");
     assert_eq!(out.len() * QK_K, k, "k must be 256 per block");
-    let zero = BlockQ8K::zeroed();
+    for col in cols {
+        assert_eq!(col.len(), k, "column length must be k");
+    }
     for (b, tile) in out.iter_mut().enumerate() {
-        let q: [BlockQ8K; 4] = std::array::from_fn(|c| match cols.get(c) {
-            Some(col) => {
-                assert_eq!(col.len(), k, "column length must be k");
-                BlockQ8K::quantize(col[QK_K * b..QK_K * (b + 1)].try_into().expect("256"))
-            }
-            None => zero,
-        });
+        // A loop, not `array::from_fn`: the paths' builds inline this function into code
+        // compiled for their features, and `from_fn` stayed a call compiled for SSE2.
+        let mut q = [BlockQ8K::zeroed(); 4];
+        for (q, col) in q.iter_mut().zip(cols) {
+            *q = BlockQ8K::quantize(col[QK_K * b..QK_K * (b + 1)].try_into().expect("256"));
+        }
         *tile = interleave_q8k_x4([&q[0], &q[1], &q[2], &q[3]]);
     }
 }
