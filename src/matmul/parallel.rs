@@ -11,10 +11,9 @@
 //! hands out runs of columns, each chunk every row of its columns, written straight into the
 //! output; any other several-column step the plan's even row chunks ([`chunk_rows`]), each
 //! computed into a tile of its thread's and copied from there into its rows of every column
-//! in the same job (a second pool call to gather the tiles cost 9 % of a prompt on AMX).
-//! Every output is computed by the same
-//! kernel over the same blocks as a single-threaded call; only which thread computes it
-//! changes, so the result is bit-identical.
+//! in the same job (a second pool call to gather the tiles cost 9 % of a prompt on AMX). Every
+//! output is computed by the same kernel over the same blocks as a single-threaded call; only
+//! which thread computes it changes, so the result is bit-identical.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -359,7 +358,7 @@ impl ChunkRunner {
 /// a product are left alone (a layer's matrices of other types). Products of many columns cut
 /// into runs of columns (a prompt over matrices that stay in cache) write straight into the
 /// outputs; other products of several columns compute each row chunk into a tile of the
-/// thread's own and copy it into the chunk's rows of every column ([`Step::run_tiled`]).
+/// thread's own and copy it into the chunk's rows of every column.
 ///
 /// Returns the first error `product` or any chunk met, and with `timed` the step's
 /// [`StepTime`].
@@ -514,7 +513,6 @@ impl Step<'_> {
             kern,
             ncols,
             runner,
-            ..
         } = *self;
         let threads = pool.threads();
         let (mut rests, mut pieces) = (lend(&COLUMN_RESTS), lend(&CHUNK_PIECES));

@@ -40,10 +40,10 @@ const PARALLEL_MIN_MACS: usize = 1 << 21;
 /// another process does not hold up the call.
 const CHUNKS_PER_THREAD: usize = 4;
 
-/// Row chunks per thread of a product of several columns: every chunk quantizes or stages its
+/// Row chunks per thread of a product of several columns: every chunk stages or gathers its
 /// columns again for its kernel (the AMX tiles, the `q8_K` passes), so fewer, larger chunks pay
-/// (the 1.7B's pp128 and pp512 ran 5-13 % faster with 2 than with 4 on a 2-core Xeon, on the
-/// `amx` and `avx512-vnni` paths alike).
+/// (on a 2-core Xeon the 1.7B's pp512 ran about 5 % faster on `amx` with 2 than with 4, 1-2 % on
+/// `avx512-vnni`; pp128 the same within the noise).
 const CHUNKS_PER_THREAD_MANY_COLUMNS: usize = 2;
 
 /// Rows of a row group, the unit a chunk is made of: the T2P layout's 4 rows, which the ggml
@@ -53,8 +53,8 @@ const ROWS_PER_CHUNK_UNIT: usize = ROWS_PER_T2P;
 /// The row-chunk rule of every matrix kind: how many chunks a `rows x k` matrix times `ncols`
 /// columns is split into for `threads` threads. Four per thread for one column, two for
 /// several, at most one per row group, and one for a product too small to be worth waking
-/// the pool. Chunking only decides which
-/// thread computes a row, never how: the outputs are the same bit for bit for any count.
+/// the pool. Chunking only decides which thread computes a row, never how: the outputs are
+/// the same bit for bit for any count.
 pub fn chunk_count(rows: usize, k: usize, ncols: usize, threads: usize) -> usize {
     let macs = rows.saturating_mul(k).saturating_mul(ncols);
     if macs < PARALLEL_MIN_MACS {
