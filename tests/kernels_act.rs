@@ -179,6 +179,18 @@ fn delta_rule_row_by_row(state: &mut [f32], seq: &t2p::kernels::delta::DeltaSeq,
     }
 }
 
+/// A head's state `S` (`dv` rows of `dk`, row-major) in the kernels' layout
+/// ([`t2p::kernels::delta::state_index`]).
+fn layout(s: &[f32], dv: usize, dk: usize) -> Vec<f32> {
+    let mut out = vec![f32::NAN; dv * dk];
+    for r in 0..dv {
+        for j in 0..dk {
+            out[t2p::kernels::delta::state_index(r, j, dv, dk)] = s[r * dk + j];
+        }
+    }
+    out
+}
+
 /// Every path's DeltaNet recurrence gives the bits of the row-by-row definition: heads of 128
 /// (the models') and of widths off every vector length and row group, one token (decode) and
 /// batches, decays and betas over their whole range (zero, one, tiny), the state carried from
@@ -220,6 +232,8 @@ fn every_path_delta_rule_matches_the_reference_bit_for_bit() {
             let (mut want_state, mut want) = (start.clone(), vec![0.0f32; n * dv]);
             delta_rule_row_by_row(&mut want_state, &seq, &mut want);
             delta_rule_row_by_row(&mut want_state, &seq, &mut want);
+            // The kernels hold the state in their own layout.
+            let (start, want_state) = (layout(&start, dv, dk), layout(&want_state, dv, dk));
             let (mut state, mut got) = (start.clone(), vec![f32::NAN; n * dv]);
             delta_rule(&mut state, &seq, &mut got);
             delta_rule(&mut state, &seq, &mut got);

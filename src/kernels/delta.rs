@@ -6,7 +6,6 @@
 //! LLVM never reassociates float operations, so every build gives the same bits.
 
 use super::Kernels;
-use super::attention::dot_rows;
 
 /// One value head's inputs over a sequence of `n` tokens.
 #[derive(Clone, Copy)]
@@ -37,15 +36,28 @@ pub struct DeltaSeq<'a> {
 /// A path's build of [`delta_rule`].
 pub(crate) type DeltaRuleFn = fn(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]);
 
-/// Rows of the state a step updates together: their sums' chains of adds overlap.
-const ROWS: usize = 8;
+/// Value rows a step computes side by side: the lanes of its vectors (one zmm, two ymm).
+pub const LANES: usize = 16;
 
-/// Runs `seq` through one value head's state (`dv = state.len() / dk` rows of `dk`,
-/// row-major) for `n = out.len() / dv` tokens, writing token `t`'s output to
-/// `out[t * dv .. (t + 1) * dv]`. Per token: `S = decay S; d = (v - S k) beta;
-/// S += d k^T; o = S q * scale` ([`dot`](super::attention::dot)'s order for both products).
-/// Rows are independent, so decay, `S k`, update and `S q` run on eight rows at a time: the
-/// state is read and written once per token, and the eight rows' chains of adds overlap.
+/// Chains of each of a step's sums: key component `j` goes to chain `j % CHAINS`, as it goes to
+/// lane `j % 8` of [`dot_rows`](super::attention::dot_rows), so the sums come out in `dot`'s order.
+const CHAINS: usize = 8;
+
+/// Runs `seq` through one value head's state for `n = out.len() / dv` tokens, writing token
+/// `t`'s output to `out[t * dv .. (t + 1) * dv]`. Per token: `S = decay S; d = (v - S k) beta;
+/// S += d k^T; o = S q * scale`, both products in [`dot`](super::attention::dot)'s order.
+///
+/// **State layout.** `S` (`dv` value rows of `dk`) lies in blocks of [`LANES`] value rows, each
+/// block transposed: block `r0 .. r0 + 16` is the `16 * dk` values from `r0 * dk`, value
+/// `S[r0 + i][j]` at `r0 * dk + 16 j + i`. The `dv % 16` rows past the last whole block lie
+/// as they are (`S[r][j]` at `r * dk + j`: blocks of one row). [`state_index`] says where each
+/// value lies.
+///
+/// Value rows never mix, so the head runs block by block, each block through every token of
+/// the batch while its state (8 KiB at `dk = 128`) stays in L1. A block's rows are the lanes
+/// of its vectors, so each sum is a vertical add (its eight chains are `dot`'s eight lanes,
+/// added in `dot`'s order at the end) and a token is two passes over the block: decay and
+/// `S k`, then the update and `S q`.
 ///
 /// The reference of every path's build ([`Kernels::delta_rule`]).
 ///
@@ -55,6 +67,35 @@ const ROWS: usize = 8;
 pub fn delta_rule(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
     let dk = seq.dk;
     let dv = state.len() / dk;
+    let whole = dv - dv % LANES;
+    let (blocks, rest) = state[..dv * dk].split_at_mut(whole * dk);
+    for (b, block) in blocks.chunks_exact_mut(LANES * dk).enumerate() {
+        rows_through_batch::<LANES>(block, dv, LANES * b, seq, out);
+    }
+    for (i, row) in rest.chunks_exact_mut(dk).enumerate() {
+        rows_through_batch::<1>(row, dv, whole + i, seq, out);
+    }
+}
+
+/// Where [`delta_rule`] keeps `S[r][j]` of a head of `dv` value rows of `dk`.
+pub fn state_index(r: usize, j: usize, dv: usize, dk: usize) -> usize {
+    match r < dv - dv % LANES {
+        true => (r - r % LANES) * dk + LANES * j + r % LANES,
+        false => r * dk + j,
+    }
+}
+
+/// The block of value rows `r0 .. r0 + L` (`L * dk` values, [`delta_rule`]'s layout) of a
+/// head of `dv` rows through every token of `seq`.
+#[inline(always)]
+fn rows_through_batch<const L: usize>(
+    block: &mut [f32],
+    dv: usize,
+    r0: usize,
+    seq: &DeltaSeq<'_>,
+    out: &mut [f32],
+) {
+    let dk = seq.dk;
     for (t, out) in out.chunks_exact_mut(dv).enumerate() {
         let row = &seq.rows[t * seq.stride..];
         let tok = Token {
@@ -64,20 +105,9 @@ pub fn delta_rule(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
             beta: seq.beta[t * seq.gate_stride],
             scale: seq.scale,
         };
-        let v = &row[seq.v..seq.v + dv];
-        let whole = dv - dv % ROWS;
-        let (state_whole, state_tail) = state.split_at_mut(whole * dk);
-        let groups = state_whole.chunks_exact_mut(ROWS * dk);
-        for ((s, o), v) in groups
-            .zip(out.chunks_exact_mut(ROWS))
-            .zip(v.chunks_exact(ROWS))
-        {
-            tok.step::<ROWS>(s, v, o);
-        }
-        let tail = state_tail.chunks_exact_mut(dk).zip(&mut out[whole..]);
-        for ((s, o), v) in tail.zip(&v[whole..]) {
-            tok.step::<1>(s, std::slice::from_ref(v), std::slice::from_mut(o));
-        }
+        let v: &[f32; L] = row[seq.v + r0..][..L].try_into().expect("L values");
+        let o: &mut [f32; L] = (&mut out[r0..r0 + L]).try_into().expect("L outputs");
+        tok.step(block, v, o);
     }
 }
 
@@ -91,36 +121,63 @@ struct Token<'a> {
 }
 
 impl Token<'_> {
-    /// The token's step on `R` rows of the state (`s`, `R * dk` values) with their values
-    /// `v`, writing their outputs `o`.
+    /// The token's step on a block of `L` value rows (`L * dk` values, [`delta_rule`]'s
+    /// layout) with their values `v`, writing their outputs `o`.
     #[inline(always)]
-    fn step<const R: usize>(&self, s: &mut [f32], v: &[f32], o: &mut [f32]) {
-        let dk = self.k.len();
-        s.iter_mut().for_each(|x| *x *= self.decay);
-        let sk = dot_rows(rows::<R>(s, dk), self.k);
-        for (r, srow) in s.chunks_exact_mut(dk).enumerate() {
-            let d = (v[r] - sk[r]) * self.beta;
-            srow.iter_mut()
-                .zip(self.k)
-                .for_each(|(x, &kk)| *x += kk * d);
-        }
-        let sq = dot_rows(rows::<R>(s, dk), self.q);
-        for (o, sq) in o.iter_mut().zip(sq) {
-            *o = sq * self.scale;
-        }
+    fn step<const L: usize>(&self, block: &mut [f32], v: &[f32; L], o: &mut [f32; L]) {
+        let (k, decay) = (self.k, self.decay);
+        let sk = column_sums::<L>(block, k, |_, s| {
+            s.iter_mut().for_each(|x| *x *= decay);
+        });
+        let d: [f32; L] = std::array::from_fn(|i| (v[i] - sk[i]) * self.beta);
+        let sq = column_sums::<L>(block, self.q, |j, s| {
+            s.iter_mut().zip(&d).for_each(|(x, &di)| *x += k[j] * di);
+        });
+        *o = std::array::from_fn(|i| sq[i] * self.scale);
     }
 }
 
-/// The `R` rows of `dk` values in `s`.
+/// For every key component `j`, `update(j, s)` on the block's `L` values `s` of component `j`,
+/// then `s * b[j]` added to chain `j % CHAINS`: each lane's sum is then [`dot_rows`](super::attention::dot_rows)'s of its
+/// updated state row and `b`, bit for bit (chains in `dot`'s lane order, the components past
+/// the last whole eight after them).
 #[inline(always)]
-fn rows<const R: usize>(s: &[f32], dk: usize) -> [&[f32]; R] {
-    std::array::from_fn(|r| &s[r * dk..(r + 1) * dk])
+fn column_sums<const L: usize>(
+    block: &mut [f32],
+    b: &[f32],
+    mut update: impl FnMut(usize, &mut [f32; L]),
+) -> [f32; L] {
+    let whole = b.len() - b.len() % CHAINS;
+    let mut acc = [[0.0f32; L]; CHAINS];
+    for (c, bc) in b[..whole].chunks_exact(CHAINS).enumerate() {
+        for (ch, (a, &bj)) in acc.iter_mut().zip(bc).enumerate() {
+            let j = CHAINS * c + ch;
+            let s = state_row::<L>(block, j);
+            update(j, s);
+            *a = std::array::from_fn(|i| a[i] + s[i] * bj);
+        }
+    }
+    let mut sum = acc[0];
+    for a in &acc[1..] {
+        sum = std::array::from_fn(|i| sum[i] + a[i]);
+    }
+    for (j, &bj) in b.iter().enumerate().skip(whole) {
+        let s = state_row::<L>(block, j);
+        update(j, s);
+        sum = std::array::from_fn(|i| sum[i] + s[i] * bj);
+    }
+    sum
 }
-
 impl Kernels {
     /// Runs `seq` through one value head's `state` ([`delta_rule`]): bit-identical to the
     /// reference on every path.
     pub fn delta_rule(&self, state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
         (self.act.delta_rule)(state, seq, out)
     }
+}
+
+/// Row `j` of a block of `L` value rows: its `L` values of key component `j`.
+#[inline(always)]
+fn state_row<const L: usize>(block: &mut [f32], j: usize) -> &mut [f32; L] {
+    (&mut block[L * j..L * j + L]).try_into().expect("L values")
 }

@@ -3,17 +3,18 @@
 //! recurrence. The projections around them are ordinary matmuls (see `blocks/deltanet.rs`).
 //!
 //! **Batches.** A prompt batch runs every projection over the whole batch (gemm tiles); the
-//! recurrence then runs token by token inside the batch, one pool job per value head. Per token
-//! and head it touches the `dv x dk` state once (decay, `S k`, rank-1 update and `S q` fused
-//! row by row, ~7 flops per state element): for Ternary Bonsai 2 27B about 5.5 MFLOP per layer
-//! per token next to ~770 MFLOP of matmuls in the same layer (0.7 %), with the head's 64 KB of
-//! state in L2 across the whole batch. A chunked (WY / UT-transform) form would turn this 0.7 %
+//! recurrence then runs one pool job per value head, each block of 16 value rows through every
+//! token of the batch while its state stays in L1 ([`crate::kernels::delta::delta_rule`]:
+//! decay, `S k`, rank-1 update and `S q` in two passes, ~7 flops per state element): for
+//! Ternary Bonsai 2 27B about 5.5 MFLOP per layer per token next to ~770 MFLOP of matmuls in
+//! the same layer (0.7 %). A chunked (WY / UT-transform) form would turn this 0.7 %
 //! into small matmuls at the price of extra work and a different summation order; it pays on
 //! GPUs, not here. The sequential form is also what llama.cpp's fused CPU op computes, in the
 //! same order, so the references are reproduced without a second numeric path.
 //!
 //! **State and rollback.** [`RecurrentState`] holds per DeltaNet layer the conv history
-//! (`conv_kernel - 1` inputs) and the `S[dv][dk]` matrices of every value head. Speculative
+//! (`conv_kernel - 1` inputs) and the `S[dv][dk]` matrices of every value head (stored
+//! transposed). Speculative
 //! decoding needs to return to an earlier point; copying ~150 MB (27B) per drafted token would
 //! cost more than the draft saves. Instead the state is double-buffered: a checkpoint only marks
 //! the active buffer read-only (O(1)); the next forward pass reads each head from it and writes
@@ -69,7 +70,8 @@ impl DeltaNetShape {
 }
 
 /// One layer's state: conv history (`conv_kernel - 1` rows of `conv_channels`, oldest first)
-/// and `n_v_heads` matrices `S[dv][dk]` (row `dv` contiguous).
+/// and `n_v_heads` matrices `S[dv][dk]`, each stored transposed (`dk` rows of `dv` values, as
+/// [`crate::kernels::delta::delta_rule`] reads them).
 #[derive(Clone, Debug, Default)]
 struct LayerState {
     conv: Vec<f32>,
