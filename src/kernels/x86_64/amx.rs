@@ -12,8 +12,9 @@
 //!
 //! * [`RowTileBlock`]: one T2P block of 16 rows (four row groups) as `a[r][k]`, row `r`'s 128
 //!   codes in weight order, and the rows' scales as f32. A tile of `q8_0` sub-block `j` is
-//!   `a[..][32j..32j + 32]` (stride 128); the decode is one broadcast, one variable shift, one
-//!   AND and one `vpermq` per T2P word ([`stage_rows`]).
+//!   `a[..][32j..32j + 32]` (stride 128); the decode is one broadcast, one variable shift and
+//!   one AND per T2P word, and one two-source `vpermt2q` per 64 codes of a row: a row pair's
+//!   two neighbouring words give each of its rows 64 codes, one 64-byte store ([`stage_rows`]).
 //! * [`ColumnTileBlock`]: one activation block of 16 columns as `q[kk][4n + i]` = column `n`'s
 //!   value `4kk + i`, the layout `tdpbusd` wants for its second operand, with the columns'
 //!   scales and `-sum` per sub-block side by side; staged by vector shuffles
@@ -485,33 +486,29 @@ fn stage_rows<B: RowPairBlock>(
         0x0006_0006_0006_0006,
     );
     let low2 = _mm512_set1_epi8(3);
-    // Lane `s` holds 8 codes of the pair's first row, then 8 of its second: first row's
-    // quarters to the low half, second row's to the high half, each in slot (weight) order.
-    let rows_apart = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+    // Lane `s` of a decoded word holds 8 codes of the pair's first row (qword `2s`), then 8 of
+    // its second (`2s + 1`): two words' even qwords are the first row's 64 codes of both, in
+    // slot (weight) order, their odd ones the second row's.
+    let first = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    let second = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+    let decode = |word: &[u8; 16]| {
+        // SAFETY: reads the 16 bytes of `word`, unaligned.
+        let w = unsafe { _mm_loadu_si128(word.as_ptr().cast()) };
+        _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i32x4(w), shifts), low2)
+    };
     let real = groups.len();
     for (i, grp) in groups.enumerate() {
         for (blk, rb) in x[grp * nb..(grp + 1) * nb].iter().zip(rows.iter_mut()) {
             for (p, pair) in blk.words().iter().enumerate() {
                 let r = ROWS_PER_T2P * i + 2 * p;
-                for (wd, word) in pair.iter().enumerate() {
-                    // SAFETY: reads the 16 bytes of `word`, unaligned.
-                    let w = unsafe { _mm_loadu_si128(word.as_ptr().cast()) };
-                    let codes = _mm512_and_si512(
-                        _mm512_srlv_epi16(_mm512_broadcast_i32x4(w), shifts),
-                        low2,
-                    );
-                    let both = _mm512_permutexvar_epi64(rows_apart, codes);
-                    let (lo, hi) = rb.a.split_at_mut(r + 1);
-                    // SAFETY: each store writes 32 bytes inside one 128-byte row, unaligned.
-                    unsafe {
-                        _mm256_storeu_si256(
-                            lo[r][32 * wd..].as_mut_ptr().cast(),
-                            _mm512_castsi512_si256(both),
-                        );
-                        _mm256_storeu_si256(
-                            hi[0][32 * wd..].as_mut_ptr().cast(),
-                            _mm512_extracti64x4_epi64::<1>(both),
-                        );
+                for (h, words) in pair.chunks_exact(2).enumerate() {
+                    let (a, b) = (decode(&words[0]), decode(&words[1]));
+                    for (row, idx) in [(r, first), (r + 1, second)] {
+                        let codes = _mm512_permutex2var_epi64(a, idx, b);
+                        // SAFETY: writes 64 bytes inside the 128-byte row `row`, unaligned.
+                        unsafe {
+                            _mm512_storeu_si512(rb.a[row][64 * h..].as_mut_ptr().cast(), codes)
+                        };
                     }
                 }
             }
