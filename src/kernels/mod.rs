@@ -37,6 +37,7 @@ pub mod cpu;
 pub mod delta;
 pub mod exp;
 mod f16;
+pub mod fwht;
 mod paths;
 mod quant;
 pub mod scalar;

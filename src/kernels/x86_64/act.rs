@@ -1,21 +1,27 @@
 //! The x86 builds of the activation loops: [`quantize_row_q8_0`], [`quantize_q8k_x4`],
-//! [`silu_mul`] and
-//! [`delta_rule`] inlined into functions compiled for AVX2 and for AVX-512 (the portable build
+//! [`silu_mul`], [`delta_rule`] and [`fwht_blocks`] inlined into functions compiled for AVX2 and for AVX-512 (the portable build
 //! has SSE2 only: its loops run a lane or four at a time). Same source, same bits.
 
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, quantize_q8k_x4, quantize_row_q8_0};
 use crate::kernels::act::{ActKernels, silu_mul};
 use crate::kernels::delta::{DeltaSeq, delta_rule};
+use crate::kernels::fwht::fwht_blocks;
 
 /// The AVX2 and AVX-VNNI paths' activation loops.
-pub(in crate::kernels) const AVX2: ActKernels =
-    ActKernels::new(q8_0_row_avx2, q8k_x4_avx2, silu_mul_avx2, delta_rule_avx2);
+pub(in crate::kernels) const AVX2: ActKernels = ActKernels::new(
+    q8_0_row_avx2,
+    q8k_x4_avx2,
+    silu_mul_avx2,
+    delta_rule_avx2,
+    fwht_avx2,
+);
 /// The AVX-512 VNNI path's activation loops.
 pub(in crate::kernels) const AVX512: ActKernels = ActKernels::new(
     q8_0_row_avx512,
     q8k_x4_avx512,
     silu_mul_avx512,
     delta_rule_avx512,
+    fwht_avx512,
 );
 
 fn delta_rule_avx2(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
@@ -36,6 +42,26 @@ fn delta_avx2(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn delta_avx512(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mut [f32]) {
     delta_rule(state, seq, out)
+}
+
+fn fwht_avx2(x: &mut [f32], block: usize) {
+    // SAFETY: as in `q8_0_row_avx2`: only the x86 paths' tables hold this entry.
+    unsafe { fwht_blocks_avx2(x, block) }
+}
+
+fn fwht_avx512(x: &mut [f32], block: usize) {
+    // SAFETY: as in `q8_0_row_avx512`: only the AVX-512 VNNI path's table holds this entry.
+    unsafe { fwht_blocks_avx512(x, block) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn fwht_blocks_avx2(x: &mut [f32], block: usize) {
+    fwht_blocks(x, block)
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+fn fwht_blocks_avx512(x: &mut [f32], block: usize) {
+    fwht_blocks(x, block)
 }
 
 fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {

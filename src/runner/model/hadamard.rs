@@ -16,6 +16,8 @@ use std::collections::HashSet;
 
 use super::error::{ModelError, Result};
 use super::exec::Exec;
+use crate::kernels::Kernels;
+use crate::kernels::fwht::fwht_blocks;
 use crate::runner::{Array, GgufFile, Value};
 
 const PREFIX: &str = "prism.hadamard.";
@@ -251,12 +253,13 @@ impl HadamardFold {
             .map(|(_, s)| s.as_slice())
     }
 
-    /// `x -> R x` on one vector (its width must have passed [`check_width`](Self::check_width)).
-    pub fn rotate(&self, x: &mut [f32]) {
+    /// `x -> R x` on one vector (its width must have passed [`check_width`](Self::check_width)),
+    /// the transform on the path `kern`.
+    pub fn rotate(&self, kern: &Kernels, x: &mut [f32]) {
         if let Some(s) = self.sign_vector(x.len()) {
             x.iter_mut().zip(s).for_each(|(v, s)| *v *= s);
         }
-        fwht_blocks(x, self.block);
+        kern.fwht_blocks(x, self.block);
     }
 
     /// `x -> R^T x` on one vector (the embedding lookup of an inverse-listed table).
@@ -295,7 +298,7 @@ impl HadamardFold {
                     if let FoldKind::PermuteRotate(g) = kind {
                         tiled_to_grouped(v, g, tmp);
                     }
-                    self.rotate(v);
+                    self.rotate(exec.kern, v);
                 }
             })
         });
@@ -319,27 +322,6 @@ pub fn tiled_to_grouped(v: &mut [f32], g: GdnGeometry, tmp: &mut Vec<f32>) {
             let (dst, src) = ((grp * rep + r) * hd, (r * nk + grp) * hd);
             v[dst..dst + hd].copy_from_slice(&tmp[src..src + hd]);
         }
-    }
-}
-
-/// In-place normalized Walsh-Hadamard transform (Sylvester order) of every block of `block`
-/// consecutive values: butterflies, then a scale of `1 / sqrt(block)` (exact for powers of 4).
-pub fn fwht_blocks(x: &mut [f32], block: usize) {
-    let scale = 1.0 / (block as f32).sqrt();
-    for b in x.chunks_exact_mut(block) {
-        let mut h = 1;
-        while h < block {
-            for pair in b.chunks_exact_mut(2 * h) {
-                let (lo, hi) = pair.split_at_mut(h);
-                for (a, c) in lo.iter_mut().zip(hi.iter_mut()) {
-                    let (u, w) = (*a, *c);
-                    *a = u + w;
-                    *c = u - w;
-                }
-            }
-            h *= 2;
-        }
-        b.iter_mut().for_each(|v| *v *= scale);
     }
 }
 
