@@ -2,11 +2,11 @@
 //! quads the T2P kernels read ([`Kernels::quantize_row_q8_0`]), up to four columns into the
 //! `q8_K x4` blocks of their gemm tiles ([`Kernels::quantize_q8k_x4`]), the SwiGLU of the FFN
 //! ([`Kernels::silu_mul`]), DeltaNet's recurrence ([`Kernels::delta_rule`]) and the Hadamard
-//! transform of rotated checkpoints ([`Kernels::fwht_blocks`]). Each has one
-//! algorithm ([`crate::format::quantize_row_q8_0`], ggml's x86 rounding, exactly;
+//! transform of rotated checkpoints ([`Kernels::fwht_blocks`]). Each has one algorithm
+//! ([`crate::format::quantize_row_q8_0`], ggml's x86 rounding, exactly;
 //! [`crate::format::quantize_q8k_x4`], ggml's reference rounding; [`silu_mul`];
-//! [`delta_rule`]; [`fwht_blocks`]); a path's entry is that same code compiled for the path's features, so every
-//! path writes the same bits, and the portable build of it is the reference.
+//! [`delta_rule`]; [`fwht_blocks`]); a path's entry is that same code compiled for the path's
+//! features, so every path writes the same bits, and the portable build of it is the reference.
 
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, quantize_q8k_x4, quantize_row_q8_0};
 

@@ -1,8 +1,7 @@
 //! The gated delta rule of one value head over a sequence (the recurrence of `qwen35`'s
 //! DeltaNet layers), as an entry of each path's table ([`Kernels::delta_rule`]): one algorithm
-//! ([`delta_rule`]), compiled for each path's features. The portable x86 build has SSE2 only,
-//! so its loops run four lanes at a time; the AVX2 and AVX-512 builds run eight (the dot
-//! products' lanes) or sixteen (the row updates).
+//! ([`delta_rule`]), compiled for each path's features. Its vectors are 16 value rows: one
+//! register on AVX-512, two on AVX2, four on the portable x86 build (SSE2) and on NEON.
 //! LLVM never reassociates float operations, so every build gives the same bits.
 
 use super::Kernels;
@@ -39,8 +38,9 @@ pub(crate) type DeltaRuleFn = fn(state: &mut [f32], seq: &DeltaSeq<'_>, out: &mu
 /// Value rows a step computes side by side: the lanes of its vectors (one zmm, two ymm).
 pub const LANES: usize = 16;
 
-/// Chains of each of a step's sums: key component `j` goes to chain `j % CHAINS`, as it goes to
-/// lane `j % 8` of [`dot_rows`](super::attention::dot_rows), so the sums come out in `dot`'s order.
+/// Chains of each of a step's sums: key component `j` goes to chain `j % CHAINS`, as it goes
+/// to lane `j % 8` of [`dot_rows`](super::attention::dot_rows), so the sums come out in
+/// `dot`'s order.
 const CHAINS: usize = 8;
 
 /// Runs `seq` through one value head's state for `n = out.len() / dv` tokens, writing token
@@ -138,9 +138,9 @@ impl Token<'_> {
 }
 
 /// For every key component `j`, `update(j, s)` on the block's `L` values `s` of component `j`,
-/// then `s * b[j]` added to chain `j % CHAINS`: each lane's sum is then [`dot_rows`](super::attention::dot_rows)'s of its
-/// updated state row and `b`, bit for bit (chains in `dot`'s lane order, the components past
-/// the last whole eight after them).
+/// then `s * b[j]` added to chain `j % CHAINS`: each lane's sum is then the
+/// [`dot_rows`](super::attention::dot_rows) of its updated state row and `b`, bit for bit
+/// (chains in `dot`'s lane order, the components past the last whole eight after them).
 #[inline(always)]
 fn column_sums<const L: usize>(
     block: &mut [f32],

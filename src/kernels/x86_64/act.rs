@@ -1,6 +1,7 @@
 //! The x86 builds of the activation loops: [`quantize_row_q8_0`], [`quantize_q8k_x4`],
-//! [`silu_mul`], [`delta_rule`] and [`fwht_blocks`] inlined into functions compiled for AVX2 and for AVX-512 (the portable build
-//! has SSE2 only: its loops run a lane or four at a time). Same source, same bits.
+//! [`silu_mul`], [`delta_rule`] and [`fwht_blocks`] inlined into functions compiled for AVX2
+//! and for AVX-512 (the portable build has SSE2 only: its loops run a lane or four at a
+//! time). Same source, same bits.
 
 use crate::format::{BlockQ8_0Quad, BlockQ8Kx4, quantize_q8k_x4, quantize_row_q8_0};
 use crate::kernels::act::{ActKernels, silu_mul};
