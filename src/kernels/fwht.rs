@@ -20,39 +20,37 @@ pub(crate) type FwhtFn = fn(x: &mut [f32], block: usize);
 pub fn fwht_blocks(x: &mut [f32], block: usize) {
     let scale = 1.0 / (block as f32).sqrt();
     for b in x.chunks_exact_mut(block) {
-        if block < 8 {
-            butterflies(b, 1, block, 1.0);
-            b.iter_mut().for_each(|v| *v *= scale);
-            continue;
-        }
-        for g in b.chunks_exact_mut(8) {
-            let g: &mut [f32; 8] = g.try_into().expect("8 values");
-            *g = fwht8(*g);
-        }
-        match block {
-            8 => b.iter_mut().for_each(|v| *v *= scale),
-            _ => {
-                butterflies(b, 8, block / 2, 1.0);
-                butterflies(b, block / 2, block, scale);
+        let first = match block >= 8 {
+            true => {
+                for g in b.chunks_exact_mut(8) {
+                    let g: &mut [f32; 8] = g.try_into().expect("8 values");
+                    *g = fwht8(*g);
+                }
+                8
             }
+            false => 1,
+        };
+        match first == block {
+            true => b.iter_mut().for_each(|v| *v *= scale),
+            false => butterflies(b, first, block, scale),
         }
     }
 }
 
-/// The butterflies at distances `from, 2 from, ..` below `to` over `b`; the last distance's
-/// results multiplied by `last_scale` unless it is 1.
+/// The butterflies at distances `from, 2 from, ..` below `to` over `b`, the last distance's
+/// results multiplied by `scale`.
 #[inline(always)]
-fn butterflies(b: &mut [f32], from: usize, to: usize, last_scale: f32) {
+fn butterflies(b: &mut [f32], from: usize, to: usize, scale: f32) {
     let mut h = from;
     while h < to {
-        let scale = (2 * h == to && last_scale != 1.0).then_some(last_scale);
+        let last = 2 * h == to;
         for pair in b.chunks_exact_mut(2 * h) {
             let (lo, hi) = pair.split_at_mut(h);
             for (a, c) in lo.iter_mut().zip(hi.iter_mut()) {
                 let (u, w) = (*a, *c);
-                (*a, *c) = match scale {
-                    Some(s) => ((u + w) * s, (u - w) * s),
-                    None => (u + w, u - w),
+                (*a, *c) = match last {
+                    true => ((u + w) * scale, (u - w) * scale),
+                    false => (u + w, u - w),
                 };
             }
         }
