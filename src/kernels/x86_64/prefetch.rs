@@ -107,10 +107,23 @@ pub(in crate::kernels) fn gemm_block(x: &[impl Sized], nb: usize, g: usize, b: u
 /// attention loops' K and V rows). Indices past the end of `x` are fine, as in [`blocks`].
 #[inline(always)]
 pub(in crate::kernels) fn span<T>(x: &[T], at: usize, len: usize) {
+    span_hint::<T, _MM_HINT_T0>(x, at, len)
+}
+
+/// [`span`] into L2 only: the far hint of a stream read from memory, which keeps more lines in
+/// flight than the L1 fill buffers a near hint waits on.
+#[inline(always)]
+pub(in crate::kernels) fn span_to_l2<T>(x: &[T], at: usize, len: usize) {
+    span_hint::<T, _MM_HINT_T1>(x, at, len)
+}
+
+/// [`span`] with the cache-level hint `HINT`.
+#[inline(always)]
+fn span_hint<T, const HINT: i32>(x: &[T], at: usize, len: usize) {
     let p = x.as_ptr().wrapping_add(at).cast::<i8>();
     for line in 0..(len * size_of::<T>()).div_ceil(64) {
         // SAFETY: as in `blocks`: a prefetch never faults and reads nothing into the program.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * line)) };
+        unsafe { _mm_prefetch::<HINT>(p.wrapping_add(64 * line)) };
     }
 }
 
