@@ -23,10 +23,11 @@ use super::prefetch;
 const ROWS_AHEAD: usize = 16;
 
 /// Rows ahead the loops also ask for into L2 (32 KiB of a head of 128 in halves). The near
-/// hint alone waits on the L1 fill buffers: from memory (criterion `attention/decode_at4096_28`,
-/// a decode's 28 layers of cache, 470 MB, so that none of it stays in a cache level; Intel Xeon,
-/// Sapphire Rapids class, two threads) a layer took 1.13-1.18 ms with it alone and 0.78-0.87
-/// ms with both; 64 to 256 rows measured alike, 32 and 512 slower, the far hint alone slower.
+/// hint alone waits on the L1 fill buffers: from memory (criterion `attention/decode_at4096`,
+/// which cycles a decode's 28 layers of cache, 470 MB, so that none of it stays in a cache
+/// level; Intel Xeon, Sapphire Rapids class, two threads) a layer took 1.13-1.18 ms with it
+/// alone and 0.78-0.87 ms with both; 64 to 256 rows measured alike, 32 and 512 slower, the far
+/// hint alone slower.
 const L2_ROWS_AHEAD: usize = 128;
 
 /// Rows from which the loops prefetch: below, a head's rows (a few hundred KiB of cache rows)
