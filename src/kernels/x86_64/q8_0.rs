@@ -228,33 +228,48 @@ impl<B: RowPairBlock> HotLoop for GemvRows<'_, B> {
             table,
             out,
         } = self;
-        for pass in PassGroups::all::<2>(x.len() / nb) {
-            // An odd last pass pairs its group with itself; the copy is not stored.
-            let [a, b] = [0, 1].map(|i| &x[pass.group(i) * nb..(pass.group(i) + 1) * nb]);
+        for pass in PassGroups::all::<{ 2 * GEMV_PAIRS }>(x.len() / nb) {
+            // Pair `j` of the pass is its groups `2j`, `2j + 1`; lanes past the last real group
+            // repeat it, and the copies are not stored.
+            let groups: [[&[B]; 2]; GEMV_PAIRS] = std::array::from_fn(|j| {
+                [0, 1].map(|i| {
+                    let g = pass.group(2 * j + i);
+                    &x[g * nb..(g + 1) * nb]
+                })
+            });
             // SAFETY: the caller guarantees `D`'s features, which include AVX2 and F16C
             // (this and the unsafe blocks below).
-            let mut acc = unsafe { _mm256_setzero_ps() };
-            let pairs = a.iter().zip(b).zip(y).zip(table.ops.iter().zip(&table.neg));
-            for (i, (((ba, bb), yb), (ops, neg))) in pairs.enumerate() {
-                for g in [0, 1] {
-                    prefetch::stream_ahead(x, pass.group(g) * nb + i);
+            let mut acc = [unsafe { _mm256_setzero_ps() }; GEMV_PAIRS];
+            let blocks = y.iter().zip(table.ops.iter().zip(&table.neg));
+            for (i, (yb, (ops, neg))) in blocks.enumerate() {
+                for (acc, [a, b]) in acc.iter_mut().zip(&groups) {
+                    for g in [a, b] {
+                        prefetch::stream_ahead(g, i);
+                    }
+                    let (ba, bb) = (&a[i], &b[i]);
+                    // SAFETY: as above.
+                    *acc = unsafe {
+                        let m = [
+                            D::pair_dot(ba, 0, &ops[0]),
+                            D::pair_dot(bb, 0, &ops[0]),
+                            D::pair_dot(ba, 1, &ops[1]),
+                            D::pair_dot(bb, 1, &ops[1]),
+                        ];
+                        fold_group_pair(*acc, m, neg, yb, ba, bb)
+                    };
                 }
-                // SAFETY: as above.
-                acc = unsafe {
-                    let m = [
-                        D::pair_dot(ba, 0, &ops[0]),
-                        D::pair_dot(bb, 0, &ops[0]),
-                        D::pair_dot(ba, 1, &ops[1]),
-                        D::pair_dot(bb, 1, &ops[1]),
-                    ];
-                    fold_group_pair(acc, m, neg, yb, ba, bb)
-                };
             }
-            // SAFETY: as above.
-            unsafe { store_group_pair(out, pass, acc) };
+            for (j, acc) in acc.into_iter().enumerate() {
+                // SAFETY: as above.
+                unsafe { store_group_pair(out, pass, j, acc) };
+            }
         }
     }
 }
+
+/// Pairs of row groups a [`GemvRows`] pass reads side by side, each group its own weight
+/// stream ([`PassGroups`]).
+const GEMV_PAIRS: usize = 2;
 
 /// The float fold of one block for row groups `A`, `B`: `m` holds their word-pair sums
 /// `[A q0, B q0, A q1, B q1]` (`dot(u, y)`); adding `neg` gives the exact 32-weight sums, a lane
@@ -289,14 +304,15 @@ fn fold_group_pair<B: RowPairBlock>(
     )
 }
 
-/// Stores the 4 rows of each real group of a gemv pass (the low half of `acc` is the first
-/// group, the high half the second).
+/// Stores the 4 rows of each real group of pair `j` of a gemv pass (the low half of `acc` is
+/// group `2j`, the high half group `2j + 1`).
 #[target_feature(enable = "avx2")]
 #[inline]
-fn store_group_pair(out: &mut [f32], pass: PassGroups, acc: __m256) {
+fn store_group_pair(out: &mut [f32], pass: PassGroups, j: usize, acc: __m256) {
     let halves = [_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc)];
-    for (i, rows) in halves.into_iter().take(pass.real).enumerate() {
-        let at = ROWS_PER_T2P * pass.group(i);
+    let real = pass.real.saturating_sub(2 * j).min(2);
+    for (i, rows) in halves.into_iter().take(real).enumerate() {
+        let at = ROWS_PER_T2P * pass.group(2 * j + i);
         let o: &mut [f32; 4] = (&mut out[at..at + 4]).try_into().expect("4 rows");
         // SAFETY: writes exactly the 4 floats of `o`, unaligned.
         unsafe { _mm_storeu_ps(o.as_mut_ptr(), rows) };
