@@ -223,7 +223,7 @@ fn dot32_unsigned(w: __m256i, y: __m256i) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load32(p: &[i8; 32]) -> __m256i {
+pub(super) fn load32(p: &[i8; 32]) -> __m256i {
     // SAFETY: `p` is 32 readable bytes; the load is unaligned.
     unsafe { _mm256_loadu_si256(p.as_ptr().cast()) }
 }
@@ -231,7 +231,7 @@ fn load32(p: &[i8; 32]) -> __m256i {
 /// The 32 nibbles of `qs`: low halves in the low lane, high halves in the high lane.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn nibbles(qs: &[u8; 16]) -> __m256i {
+pub(super) fn nibbles(qs: &[u8; 16]) -> __m256i {
     // SAFETY: `qs` is 16 readable bytes.
     let q = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
     let m = _mm_set1_epi8(0x0F);
@@ -243,7 +243,7 @@ fn nibbles(qs: &[u8; 16]) -> __m256i {
 /// `0x10` in byte `j` where bit `j` of the little-endian word `qh` is set.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn fifth_bits(qh: [u8; 4]) -> __m256i {
+pub(super) fn fifth_bits(qh: [u8; 4]) -> __m256i {
     let v = _mm256_set1_epi32(i32::from_le_bytes(qh));
     let spread = _mm256_setr_epi8(
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3,
