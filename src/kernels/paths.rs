@@ -75,12 +75,15 @@ const fn t2p(isa: Isa) -> Option<&'static T2pKernels> {
     }
 }
 
-/// AVX2 for the AVX2 and AVX-VNNI paths, the AVX-512 table (its own Q6_K, AVX2's other types)
-/// on the AVX-512 and AMX ones, SDOT for the aarch64 paths with dotprod, the scalar reference elsewhere.
+/// AVX2 for the AVX2 path, its `vpdpbusd` steps for the 32-weight types with unsigned codes on
+/// AVX-VNNI, the AVX-512 table (its own Q6_K, the same `vpdpbusd` steps, AVX2's other types) on
+/// the AVX-512 and AMX ones, SDOT for the aarch64 paths with dotprod, the scalar reference elsewhere.
 const fn quant(isa: Isa) -> &'static QuantKernels {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => &x86_64::quant::KERNELS,
+        Isa::Avx2 => &x86_64::quant::KERNELS,
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => &x86_64::quant_vnni::KERNELS,
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni | Isa::Amx => &x86_64::quant_zmm::KERNELS,
         #[cfg(target_arch = "aarch64")]

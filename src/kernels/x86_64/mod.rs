@@ -46,6 +46,7 @@ pub(in crate::kernels) mod prefetch;
 mod q8_0;
 mod q8k;
 pub(super) mod quant;
+pub(super) mod quant_vnni;
 pub(super) mod quant_zmm;
 mod stock;
 mod vnni;

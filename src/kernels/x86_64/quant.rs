@@ -23,7 +23,7 @@ use crate::format::{
 use crate::kernels::quant::{QuantEntry, QuantKernels, Step};
 use crate::kernels::{Gemm, const_table};
 
-/// The AVX2 path's table (the AVX-VNNI path's too): its own step for every type.
+/// The AVX2 path's table: its own step for every type (the base of the VNNI paths' tables).
 pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels::every::<Ymm>();
 
 impl<B: Avx2Block> Step<B> for Ymm {

@@ -1,14 +1,7 @@
 //! The AVX-512 (F/BW/VL + VNNI) path's kernels for ggml block types: the AVX2 path's driver,
 //! tiles and folds ([`super::quant`]), compiled for AVX-512, with a 512-bit dot step for Q6_K,
-//! `llama-quantize`'s LM-head type, and `vpdpbusd` steps for the 32-weight types whose codes
-//! are unsigned (Q4_0 / Q5_0, the head and embeddings of community TQ1_0 / TQ2_0 files, and
-//! Q4_1 / Q5_1); Q8_0 and the other K-quants run the AVX2 path's kernels.
-//!
-//! The 32-weight types in VNNI: `vpdpbusd` multiplies the unsigned codes by the int8
-//! activations and adds each four products into an int32 lane, one instruction where AVX2 takes
-//! a sign trick, `maddubs` and `madd`; a code offset (8 for Q4_0, 16 for Q5_0) comes back as a
-//! second `vpdpbusd` of the offset against the activations. The lanes differ from the AVX2
-//! step's, their total (all the driver keeps) is the same exact integer.
+//! `llama-quantize`'s LM-head type, the `vpdpbusd` steps of [`super::quant_vnni`] for the
+//! 32-weight types with unsigned codes, and the AVX2 path's kernels for the other types.
 //!
 //! Q6_K in 512 bits: each 64-byte `ql` load holds the low nibbles of 64 consecutive weights and
 //! the high nibbles of the next 64, and a broadcast 32-byte `qh` shifted per 256-bit half
@@ -20,27 +13,22 @@
 use std::arch::x86_64::*;
 
 use super::quant::{self, Avx2Block, DotStep};
-use crate::format::{
-    BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
-};
+use super::quant_vnni;
+use crate::format::{BlockQ6K, BlockQ8K};
 use crate::kernels::quant::{QuantEntry, QuantKernels};
 use crate::kernels::{Gemm, const_table};
 
-/// The AVX-512 VNNI path's table: its own steps for Q6_K and the 32-weight types with unsigned
-/// codes, the AVX2 path's entries (named `avx2`) for the other types.
+/// The AVX-512 VNNI path's table: its own step for Q6_K, the `vpdpbusd` steps for the
+/// 32-weight types with unsigned codes, the AVX2 path's entries (named `avx2`) for the others.
 pub(in crate::kernels) static KERNELS: QuantKernels = QuantKernels {
-    q4_0: QuantEntry::new(entry::<BlockQ4_0>, "avx512-vnni"),
-    q4_1: QuantEntry::new(entry::<BlockQ4_1>, "avx512-vnni"),
-    q5_0: QuantEntry::new(entry::<BlockQ5_0>, "avx512-vnni"),
-    q5_1: QuantEntry::new(entry::<BlockQ5_1>, "avx512-vnni"),
-    q6_k: QuantEntry::new(entry::<BlockQ6K>, "avx512-vnni"),
-    ..quant::KERNELS
+    q6_k: QuantEntry::new(q6_k, "avx512-vnni"),
+    ..quant_vnni::AVX512_VNNI
 };
 
-fn entry<B: ZmmBlock>(g: Gemm<'_, B, B::Act>) {
-    // SAFETY: these entries are only in the AVX-512 VNNI path's table, which is handed out only
-    // on CPUs with AVX2, F16C, AVX-512 F/BW/VL and VNNI (`Isa::required_features`).
-    unsafe { rows::<B>(g) }
+fn q6_k(g: Gemm<'_, BlockQ6K, BlockQ8K>) {
+    // SAFETY: this entry is only in the AVX-512 VNNI path's table, which is handed out only on
+    // CPUs with AVX2, F16C, AVX-512 F/BW/VL and VNNI (`Isa::required_features`).
+    unsafe { rows::<BlockQ6K>(g) }
 }
 
 /// # Safety
@@ -129,61 +117,5 @@ impl ZmmBlock for BlockQ6K {
             _mm512_extracti64x4_epi64::<1>(acc),
         );
         (sum, 0)
-    }
-}
-
-/// Exact int32 lanes of `(u - offset) * y` for unsigned codes `u <= 31` and int8 `y`: their
-/// total is the block's integer sum.
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn offset_dot(u: __m256i, y: __m256i, offset: i8) -> __m256i {
-    let zero = _mm256_setzero_si256();
-    _mm256_sub_epi32(
-        _mm256_dpbusd_epi32(zero, u, y),
-        _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(offset), y),
-    )
-}
-
-impl ZmmBlock for BlockQ4_0 {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn dot_zmm(&self, a: &BlockQ8_0) -> (__m256i, i32) {
-        (
-            offset_dot(quant::nibbles(&self.qs), quant::load32(&a.qs), 8),
-            0,
-        )
-    }
-}
-
-impl ZmmBlock for BlockQ5_0 {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn dot_zmm(&self, a: &BlockQ8_0) -> (__m256i, i32) {
-        let u = _mm256_or_si256(quant::nibbles(&self.qs), quant::fifth_bits(self.qh));
-        (offset_dot(u, quant::load32(&a.qs), 16), 0)
-    }
-}
-
-impl ZmmBlock for BlockQ4_1 {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn dot_zmm(&self, a: &BlockQ8_1) -> (__m256i, i32) {
-        let u = quant::nibbles(&self.qs);
-        (
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, quant::load32(&a.qs)),
-            0,
-        )
-    }
-}
-
-impl ZmmBlock for BlockQ5_1 {
-    #[inline]
-    #[target_feature(enable = "avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn dot_zmm(&self, a: &BlockQ8_1) -> (__m256i, i32) {
-        let u = _mm256_or_si256(quant::nibbles(&self.qs), quant::fifth_bits(self.qh));
-        (
-            _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, quant::load32(&a.qs)),
-            0,
-        )
     }
 }
