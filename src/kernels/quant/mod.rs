@@ -169,7 +169,12 @@ mod tests {
                 quant_path_name(Isa::Avx512Vnni, GgmlType::Q6_K),
                 "avx512-vnni"
             );
-            assert_eq!(quant_path_name(Isa::Avx512Vnni, GgmlType::Q4_0), "avx2");
+            assert_eq!(
+                quant_path_name(Isa::Avx512Vnni, GgmlType::Q4_0),
+                "avx512-vnni"
+            );
+            assert_eq!(quant_path_name(Isa::AvxVnni, GgmlType::Q5_1), "avx-vnni");
+            assert_eq!(quant_path_name(Isa::Avx512Vnni, GgmlType::Q8_0), "avx2");
         }
         #[cfg(target_arch = "aarch64")]
         {
