@@ -4,14 +4,14 @@
 //! A product is anything split into row chunks ([`RowChunked`]): a T2P matrix times quantized
 //! columns ([`T2pProduct`]), a matrix of one of ggml's block types times its `vec_dot_type`
 //! activations ([`QuantProduct`]), or an F16 matrix times f32 columns ([`F16Product`]).
-//! Products that read the same columns (a layer's q / k / v,
-//! gate / up) run together, so the pool wakes once and waits for one last chunk instead of one
-//! per matrix. A one-column step (a decode) hands its rows out in shrinking chunks
+//! Products that read the same columns (a layer's q / k / v, gate / up) run together, so the
+//! pool wakes once and waits for one last chunk instead of one per matrix. A one-column step
+//! (a decode) hands its rows out in one big chunk per thread, then shrinking chunks
 //! ([`GuidedChunks`]). A step of many columns over matrices that stay in cache (a prompt)
 //! hands out runs of columns, each chunk every row of its columns, written straight into the
 //! output; any other several-column step the plan's even row chunks ([`chunk_rows`]), each
-//! computed into a tile of its thread's and copied from there into its rows of every column
-//! in the same job (a second pool call to gather the tiles cost 9 % of a prompt on AMX). Every
+//! computed into a tile of its thread's and copied from there into its rows of every column in
+//! the same job (a second pool call to gather the tiles cost 9 % of a prompt on AMX). Every
 //! output is computed by the same kernel over the same blocks as a single-threaded call; only
 //! which thread computes it changes, so the result is bit-identical.
 
@@ -213,26 +213,39 @@ impl<M: ColumnMatrix> RowChunked for ColumnsProduct<'_, M> {
 /// T2P weights, a couple of microseconds of streaming, where claiming a chunk costs a lock.
 const MIN_GUIDED_MACS: usize = 1 << 18;
 
-/// The row chunks of a one-column step's product, in the order the pool hands them out
-/// (guided self-scheduling): each takes `1 / (2 * threads)` of the row groups still left, down
-/// to [`MIN_GUIDED_MACS`]. A decode step streams its weights at the memory's speed, so
-/// whatever one thread still computes after the other ran out of chunks is a wait; with
-/// chunks that shrink, the last ones (the only ones anyone waits for) are small, while the
-/// first are big enough that claiming stays rare (an 80 MB LM head takes 24 chunks on
-/// 2 threads, a 1 MB projection about 8). A product [`chunk_count`] keeps whole is one chunk.
-/// Which thread computes a row never changes its bits.
+/// The share of a one-column product's row groups, in eighths, that its first round of chunks
+/// (one per thread) covers ([`GuidedChunks`]).
+const FIRST_ROUND_EIGHTHS: usize = 7;
+
+/// The row chunks of a one-column step's product, in the order the pool hands them out: a
+/// first round of one even chunk per thread over [`FIRST_ROUND_EIGHTHS`] of the row groups,
+/// then guided self-scheduling over the rest, each chunk `1 / (2 * threads)` of the row groups
+/// still left, down to [`MIN_GUIDED_MACS`].
+///
+/// A decode step streams its weights at the memory's speed, so whatever one thread still
+/// computes after the other ran out of chunks is a wait; with chunks that shrink, the last
+/// ones (the only ones anyone waits for) are small. But every chunk also starts its weight
+/// streams cold and claims under a lock, and a 1-4 MB projection cut into shrinking chunks
+/// from the start took 8-15 of them: on the Xeon (2 threads) the 1.7B's matrices, back to back,
+/// streamed at 29.7 GB/s against 32.7 for one big matrix. The big first round (one chunk per
+/// thread, 2-3 chunks after it) brought them to 30.6 and the 1.7B's decode up 4-7 %. A product
+/// [`chunk_count`] keeps whole is one chunk. Which thread computes a row never changes its bits.
 #[derive(Clone, Debug)]
 struct GuidedChunks {
     rows: usize,
     at: usize,
     divisor: usize,
     min_units: usize,
+    /// Row groups of each chunk of the first round.
+    first_units: usize,
+    /// Chunks of the first round still to hand out.
+    first_left: usize,
 }
 
 impl GuidedChunks {
     /// The chunks of a `rows x k` product (one column) for `threads` threads.
     fn new(rows: usize, k: usize, threads: usize) -> Self {
-        let units = rows.div_ceil(ROWS_PER_T2P);
+        let (units, threads) = (rows.div_ceil(ROWS_PER_T2P), threads.max(1));
         let min_units = match chunk_count(rows, k, 1, threads) {
             1 => units,
             _ => (MIN_GUIDED_MACS / (ROWS_PER_T2P * k.max(1))).max(1),
@@ -240,8 +253,10 @@ impl GuidedChunks {
         GuidedChunks {
             rows,
             at: 0,
-            divisor: 2 * threads.max(1),
+            divisor: 2 * threads,
             min_units,
+            first_units: (units * FIRST_ROUND_EIGHTHS / 8).div_ceil(threads),
+            first_left: threads,
         }
     }
 }
@@ -254,8 +269,14 @@ impl Iterator for GuidedChunks {
             return None;
         }
         let left = (self.rows - self.at).div_ceil(ROWS_PER_T2P);
-        let take = left.div_ceil(self.divisor).max(self.min_units);
-        let end = (self.at + take * ROWS_PER_T2P).min(self.rows);
+        let take = match self.first_left {
+            0 => left.div_ceil(self.divisor),
+            _ => {
+                self.first_left -= 1;
+                self.first_units
+            }
+        };
+        let end = (self.at + take.max(self.min_units) * ROWS_PER_T2P).min(self.rows);
         let chunk = self.at..end;
         self.at = end;
         Some(chunk)
@@ -624,7 +645,7 @@ mod tests {
     use super::*;
 
     /// The guided chunks cover the rows in order, in whole row groups, each no bigger than the
-    /// one before but the last, and the first a `1 / (2 * threads)` share.
+    /// one before but the last, the first round one even chunk per thread over seven eighths.
     #[test]
     fn guided_chunks_cover_the_rows_in_whole_groups() {
         for (rows, k) in [
@@ -657,10 +678,16 @@ mod tests {
                 }
             }
         }
-        // An LM head on 2 threads: a quarter first, then ever smaller down to 128 rows (64 KiB), 24 chunks.
+        // An LM head on 2 threads: two chunks of 7/16, then ever smaller down to 128 rows
+        // (64 KiB of weights).
         let head: Vec<_> = GuidedChunks::new(151_936, 2048, 2).collect();
-        assert_eq!(head[0].len(), 151_936 / 4);
-        assert!((20..=40).contains(&head.len()), "{}", head.len());
+        let first = 151_936 / ROWS_PER_T2P * 7 / 8 / 2 * ROWS_PER_T2P;
+        assert_eq!((head[0].len(), head[1].len()), (first, first));
+        assert!(head[2].len() < first / 4, "{head:?}");
+        assert!((10..=30).contains(&head.len()), "{}", head.len());
         assert!(head.last().expect("a chunk").len() <= 128, "{head:?}");
+        // A 2 MB projection on 2 threads: a few chunks, not a dozen.
+        let proj: Vec<_> = GuidedChunks::new(4096, 2048, 2).collect();
+        assert!(proj.len() <= 6, "{proj:?}");
     }
 }
