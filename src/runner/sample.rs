@@ -69,15 +69,31 @@ pub trait TokenMask {
     fn is_finished(&self) -> bool;
 }
 
-/// Index of the largest value, the lowest index on ties.
+/// Index of the largest value, the lowest index on ties; NaNs never win, but a NaN at index 0
+/// is kept (as a scan that keeps the first value nothing beats would).
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] {
-            best = i;
+    match logits.first() {
+        Some(v) if !v.is_nan() => {}
+        _ => return 0,
+    }
+    // The largest value first, over lanes the compiler keeps in vector registers (a scan that
+    // carries the best index compares one value at a time: 0.2 ms of a 1.7B's 151 936 logits,
+    // 1 % of a token), then the first index holding it.
+    const LANES: usize = 16;
+    let keep_larger = |m: f32, v: f32| if v > m { v } else { m };
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = logits.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            *m = keep_larger(*m, v);
         }
     }
-    best as u32
+    let best = rest.iter().copied().fold(
+        lanes.into_iter().fold(f32::NEG_INFINITY, keep_larger),
+        keep_larger,
+    );
+    logits.iter().position(|&v| v == best).unwrap_or(0) as u32
 }
 
 /// The log-probabilities of the softmax of `logits`: that of `chosen`, and the `k` most likely
@@ -245,6 +261,43 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
+
+    /// The scan `argmax` stands for: the first value nothing after it beats.
+    fn argmax_scan(logits: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, &v) in logits.iter().enumerate() {
+            if v > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    #[test]
+    fn argmax_is_the_scan_with_ties_nans_infinities_and_signed_zeros() {
+        let mut rng = XorShift::new(11);
+        let special = [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            3.0,
+            -3.0,
+        ];
+        for len in [0, 1, 2, 15, 16, 17, 33, 100, 1000] {
+            for _ in 0..200 {
+                let v: Vec<f32> = (0..len)
+                    .map(|_| match rng.below(4) {
+                        0 => special[rng.below(special.len())],
+                        _ => (rng.below(9) as f32 - 4.0) * 0.5,
+                    })
+                    .collect();
+                assert_eq!(argmax(&v), argmax_scan(&v), "{v:?}");
+            }
+        }
+    }
 
     #[test]
     fn greedy_takes_the_lowest_index_on_ties() {
