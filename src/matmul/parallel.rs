@@ -228,7 +228,7 @@ const FIRST_ROUND_EIGHTHS: usize = 7;
 /// streams cold and claims under a lock, and a 1-4 MB projection cut into shrinking chunks
 /// from the start took 8-15 of them: on the Xeon (2 threads) the 1.7B's matrices, back to back,
 /// streamed at 29.7 GB/s against 32.7 for one big matrix. The big first round (one chunk per
-/// thread, 2-3 chunks after it) brought them to 30.6 and the 1.7B's decode up 4-7 %. A product
+/// thread, 2-3 chunks after it) brought them to 30.6 and the 1.7B's decode up 1-9 %. A product
 /// [`chunk_count`] keeps whole is one chunk. Which thread computes a row never changes its bits.
 #[derive(Clone, Debug)]
 struct GuidedChunks {

@@ -77,8 +77,8 @@ pub fn argmax(logits: &[f32]) -> u32 {
         _ => return 0,
     }
     // The largest value first, over lanes the compiler keeps in vector registers (a scan that
-    // carries the best index compares one value at a time: 0.2 ms of a 1.7B's 151 936 logits,
-    // 1 % of a token), then the first index holding it.
+    // carries the best index compares one value at a time: 66 us for a 1.7B's 151 936 logits,
+    // 1 % of its token on a Xeon), then the first index holding it.
     const LANES: usize = 16;
     let keep_larger = |m: f32, v: f32| if v > m { v } else { m };
     let mut lanes = [f32::NEG_INFINITY; LANES];
